@@ -1,0 +1,49 @@
+# Handoff — the two commands a newcomer runs: `make demo` and `make test`.
+# Each target sets up what it needs (idempotently) into .venv/ and the cache dir
+# ($HANDOFF_CACHE, default ~/.cache/handoff).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+TESTBED := hack/testbed
+PYTEST_ARGS ?=
+
+.PHONY: demo test venv testbed-build crds check-crds unit bench clean
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q uv==0.13.9
+	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@touch $@
+
+venv: $(VENV)/.installed
+
+## Everything the tests start: Kafka jars, kube-apiserver/etcd builds, PostgreSQL, BigQuery emulator venv.
+testbed-build: venv
+	bash hack/install-system-deps.sh
+	$(TESTBED) build kafka apiserver postgres s3 bigquery
+
+crds: venv
+	$(PY) -m handoff_operator.crdgen
+
+check-crds: venv
+	$(PY) -m handoff_operator.crdgen --check
+
+test: testbed-build check-crds
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest -m "not e2e" tests/unit $(PYTEST_ARGS)
+
+demo: venv
+	bash hack/install-system-deps.sh
+	$(TESTBED) build kafka
+	$(PY) hack/demo.py
+
+bench: testbed-build
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .testbed .test-logs

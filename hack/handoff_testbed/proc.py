@@ -1,0 +1,146 @@
+"""Process plumbing shared by every component: free ports, readiness polling, clean shutdown."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+class StartupError(RuntimeError):
+    """A component did not become ready; the message carries the tail of its log."""
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: "Service | None" = None,
+               interval: float = 0.1) -> None:
+    """Poll `check` until true; fail early with the log tail if the process died meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise StartupError(f"{what}: process exited with {proc.popen.returncode if proc.popen else '?'}\n"
+                               f"{proc.log_tail()}")
+        try:
+            if check():
+                return
+        except Exception:  # readiness probes raise while the server is still coming up
+            pass
+        time.sleep(interval)
+    raise StartupError(f"{what}: not ready after {timeout:.0f}s\n{proc.log_tail() if proc else ''}")
+
+
+@dataclass
+class Service:
+    """One child process with its own log file, started in its own session so it can be killed whole."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    pid: int | None = field(default=None, init=False)
+
+    def start(self) -> "Service":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        full_env = dict(os.environ)
+        if self.env:
+            full_env.update(self.env)
+        self.popen = subprocess.Popen(
+            list(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=full_env, cwd=self.cwd, start_new_session=True,
+        )
+        log.close()
+        self.pid = self.popen.pid
+        return self
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout: float = 15.0, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, wait, then SIGKILL what is left."""
+        if self.pid is None:
+            return
+        stop_pid(self.pid, timeout=timeout, sig=sig)
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def kill(self) -> None:
+        """kill -9 the process group, as a crash would."""
+        self.stop(timeout=5.0, sig=signal.SIGKILL)
+
+
+def stop_pid(pid: int, timeout: float = 15.0, sig: int = signal.SIGTERM) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            waited, _ = os.waitpid(pid, os.WNOHANG)
+            if waited == pid:
+                return
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None,
+        log: Path | None = None) -> None:
+    """Run a set-up step (build, download); on failure raise with its output."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    result = subprocess.run(list(argv), cwd=cwd, env=full_env, capture_output=True, text=True)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-60:])
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n{tail}")

@@ -1,0 +1,59 @@
+"""Session-scoped pytest fixtures over the test-bed components (loaded from tests/conftest.py).
+
+Each component is built (cached), started on free loopback ports for the session, and stopped at the
+end even when tests fail. Its logs live under `.test-logs/<run>/<component>/` and are deleted after a
+green session, kept after a red one (CI prints where).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from .base import Component
+from .paths import REPO_ROOT
+from .registry import component
+
+LOG_ROOT = REPO_ROOT / ".test-logs" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def start_component(name: str) -> Component:
+    comp = component(name)
+    comp.build()
+    workdir = LOG_ROOT / name
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    comp.env = comp.start(workdir)  # type: ignore[attr-defined]
+    return comp
+
+
+def _session_fixture(name: str):
+    @pytest.fixture(scope="session", name=name)
+    def fixture() -> Iterator[Component]:
+        comp = start_component(name)
+        try:
+            yield comp
+        finally:
+            comp.stop()
+
+    return fixture
+
+
+kafka = _session_fixture("kafka")
+apiserver = _session_fixture("apiserver")
+postgres = _session_fixture("postgres")
+s3 = _session_fixture("s3")
+bigquery = _session_fixture("bigquery")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not LOG_ROOT.exists():
+        return
+    if exitstatus == 0 and not os.environ.get("HANDOFF_KEEP_LOGS"):
+        shutil.rmtree(LOG_ROOT, ignore_errors=True)
+    else:
+        print(f"\ncomponent logs kept in {LOG_ROOT}")
