@@ -1,0 +1,129 @@
+"""The app config: the contract between the operator (which renders it from a StreamTableHandoff) and
+the Spark driver (which runs it). Kept free of pyspark imports so the operator can use it.
+
+Field names are camelCase on the wire (as in the CR), snake_case in Python.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+
+ColumnType = Literal["string", "int", "long", "float", "double", "boolean", "timestamp", "date",
+                     "binary"] | Annotated[str, Field(pattern=r"^decimal\(\d+,\s*\d+\)$")]
+
+
+class Column(_Model):
+    """One declared column. `required` columns reject records that lack them (DLQ or halt)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: ColumnType
+    required: bool = False
+    doc: str | None = None
+
+
+class SchemaPolicy(_Model):
+    """What to do when records or the table drift from the declared schema.
+
+    `evolution=compatible` adds new optional columns / widens types on the commit path; `none` never
+    changes the table. Incompatible records (or changes) either halt the query with a clear error or go
+    to the dead-letter topic (`onIncompatible`). Never a silent narrowing.
+    """
+
+    columns: list[Column] = Field(default_factory=list)
+    evolution: Literal["compatible", "none"] = "compatible"
+    on_incompatible: Literal["halt", "deadLetter"] = "deadLetter"
+    event_time_column: str | None = Field(
+        default=None, description="Column holding the event time used for freshness; default: Kafka timestamp.")
+
+
+class KafkaSource(_Model):
+    bootstrap_servers: str
+    topics: list[str] = Field(min_length=1)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    format: Literal["json", "raw"] = "json"
+    max_records_per_batch: int | None = Field(default=None, gt=0)
+    # Extra librdkafka settings (security etc.); secrets arrive already resolved by the operator.
+    properties: dict[str, str] = Field(default_factory=dict)
+    # What to do when the offset to resume from was deleted by retention: fail loudly, or skip
+    # to the earliest available offset and record the gap in the ledger.
+    on_offset_out_of_range: Literal["fail", "earliest"] = "fail"
+    consumer_group: str | None = Field(
+        default=None, description="Group whose offsets are committed after each durable table commit "
+                                  "(for lag tools). Default: handoff-<handoffId>.")
+
+
+class IcebergSink(_Model):
+    kind: Literal["iceberg"] = "iceberg"
+    catalog_name: str = "handoff"
+    catalog_properties: dict[str, str] = Field(default_factory=dict)
+    table: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$",
+                       description="namespace.table")
+    partition_by: list[str] = Field(default_factory=list, description="e.g. ['day(ts)', 'bucket(16, id)', 'region']")
+    auto_create: bool = True
+    commit_retries: int = Field(default=5, ge=0)
+
+
+class BigQuerySink(_Model):
+    kind: Literal["bigquery"] = "bigquery"
+    project: str
+    dataset: str
+    table: str
+    write_mode: Literal["exactlyOnce", "atLeastOnce"] = "exactlyOnce"
+    credentials_file: str | None = None
+    # Endpoints override for emulators/tests; None = Google's.
+    rest_endpoint: str | None = None
+    grpc_endpoint: str | None = None
+    partition_by: str | None = Field(default=None, description="time-partitioning column (DAY)")
+    cluster_by: list[str] = Field(default_factory=list)
+    auto_create: bool = True
+
+
+class Maintenance(_Model):
+    """Table upkeep done by the driver between batches."""
+
+    expire_older_than_seconds: int | None = Field(
+        default=None, description="Replay window: snapshots older than this may be expired (never newer).")
+    every_batches: int = Field(default=50, gt=0)
+    compact: bool = True
+
+
+class AppConfig(_Model):
+    handoff_id: str = Field(description="namespace/name of the StreamTableHandoff; recorded in every commit")
+    query_name: str = "handoff"
+    source: KafkaSource
+    sink: Annotated[IcebergSink | BigQuerySink, Field(discriminator="kind")]
+    schema_: SchemaPolicy = Field(default_factory=SchemaPolicy, alias="schema")
+    dead_letter_topic: str | None = None
+    trigger_interval_seconds: float = Field(default=10.0, ge=0)
+    checkpoint_location: str
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    progress_file: str | None = Field(default=None, description="JSON progress record rewritten after each batch")
+    maintenance: Maintenance = Field(default_factory=Maintenance)
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _dlq_needed(self) -> "AppConfig":
+        if self.schema_.on_incompatible == "deadLetter" and not self.dead_letter_topic:
+            raise ValueError("schema.onIncompatible=deadLetter needs deadLetterTopic; set one or use halt")
+        return self
+
+    @property
+    def consumer_group(self) -> str:
+        return self.source.consumer_group or f"handoff-{self.handoff_id.replace('/', '.')}"
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AppConfig":
+        return cls.model_validate(json.loads(Path(path).read_text()))
