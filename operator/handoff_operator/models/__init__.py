@@ -1,0 +1,26 @@
+"""Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
+from these (`python -m handoff_operator.crdgen`), so the models are the single source of truth for the
+API: field docs, defaults and validation live here."""
+from .common import (Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
+                     format_duration, parse_duration, quantity_to_bytes, spark_memory)
+from .replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayRequest, ReplayRequestSpec,
+                             ReplayRequestStatus, ReplayTarget)
+from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, ColumnSpec,
+                                   CommittedStatus, DeadLetterSpec, ExecutorsStatus, FreshnessSpec,
+                                   IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, ReplaySpec,
+                                   ResourcesSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
+                                   SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
+                                   StreamTableHandoffStatus)
+
+ALL_RESOURCES: tuple[type[CustomResource], ...] = (StreamTableHandoff, ReplayRequest)
+
+__all__ = [
+    "ALL_RESOURCES", "AppStatus", "BigQuerySinkSpec", "CheckpointSpec", "ColumnSpec", "CommittedStatus",
+    "Condition", "CustomResource", "DeadLetterSpec", "ExecutorsStatus", "FreshnessSpec", "HandoffRef",
+    "IcebergCatalogSpec", "IcebergSinkSpec", "KafkaSourceSpec", "PropertyFrom", "ReplayPlan",
+    "ReplayProgress", "ReplayRequest", "ReplayRequestSpec", "ReplayRequestStatus", "ReplaySpec",
+    "ReplayTarget", "ResourcesSpec", "RetentionSpec", "ScalingSpec", "SchemaSpec", "SecretKeyRef",
+    "SecretRef", "SinkSpec", "SparkSpec", "StreamTableHandoff", "StreamTableHandoffSpec",
+    "StreamTableHandoffStatus", "find_condition", "format_duration", "parse_duration",
+    "quantity_to_bytes", "spark_memory",
+]

@@ -1,0 +1,510 @@
+"""StreamTableHandoff (`sth`): one Kafka-topics → table pipeline, run as a Spark Structured Streaming
+job the operator manages. The spec says *what* should land *where* and under which guarantees; the
+status reports what is committed (snapshot + exact offsets), how far behind it is, and why.
+
+Every cross-field rule exists twice on purpose: as a CEL rule in the CRD (`x-kubernetes-validations`,
+so `kubectl apply` refuses a bad object with a clear message) and as a pydantic validator (so the
+operator, `handoff run -f` and tests get the same answer without an API server).
+"""
+from __future__ import annotations
+
+import re
+import typing
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, model_validator
+
+from handoff_spark.config import ColumnType as _SparkColumnType
+
+from .common import (CONDITIONS_FIELD_SCHEMA, Condition, CustomResource, Duration, MemoryQuantity,
+                     OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
+                     TopicName, parse_duration)
+
+
+def _column_type_pattern() -> str:
+    """One regex for the column types the Spark app accepts, derived from `handoff_spark.config`
+    so the CRD can never drift from the data plane (a structural schema cannot say "enum or pattern")."""
+    literal, decimal = typing.get_args(_SparkColumnType)
+    decimal_pattern = decimal.__metadata__[0].metadata[0].pattern.strip("^$")
+    names = "|".join(typing.get_args(literal))
+    return rf"^(?:{names}|{decimal_pattern})$"
+
+
+COLUMN_TYPE_PATTERN = _column_type_pattern()
+_spark_column_type = TypeAdapter(_SparkColumnType)
+ColumnType = Annotated[str, Field(pattern=COLUMN_TYPE_PATTERN, max_length=64,
+                                  examples=["string", "long", "timestamp", "decimal(10,2)"]),
+                       AfterValidator(lambda v: _spark_column_type.validate_python(v))]
+
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+TABLE_IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+PARTITION_TRANSFORM_PATTERN = (r"^(?:[A-Za-z_][A-Za-z0-9_]*|(?:identity|year|month|day|hour|void)"
+                               r"\([A-Za-z_][A-Za-z0-9_]*\)|(?:bucket|truncate)\(\s*[0-9]+\s*,\s*"
+                               r"[A-Za-z_][A-Za-z0-9_]*\))$")
+
+# Client properties the data plane owns: setting them would break exactly-once (offsets are committed
+# by the sink after the table commit, transactions are read committed) or point at another cluster.
+RESERVED_KAFKA_PROPERTIES = ("bootstrap.servers", "group.id", "enable.auto.commit",
+                             "enable.auto.offset.store", "isolation.level", "auto.offset.reset")
+# Client properties that are credentials: they belong in a Secret (propertiesFrom), never in the CR.
+SECRET_KAFKA_PROPERTIES = ("sasl.password", "sasl.jaas.config", "sasl.oauthbearer.client.secret",
+                           "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
+                           "ssl.truststore.password")
+# Spark settings the operator sets itself (placement, image, executor count, checkpoint).
+RESERVED_SPARK_CONF = ("spark.master", "spark.submit.deployMode", "spark.kubernetes.namespace",
+                       "spark.kubernetes.container.image", "spark.kubernetes.driver.pod.name",
+                       "spark.executor.instances", "spark.sql.streaming.checkpointLocation")
+RESERVED_SPARK_CONF_PREFIXES = ("spark.dynamicAllocation.",)
+# Catalog properties that are credentials.
+SECRET_CATALOG_PROPERTIES = ("credential", "token", "s3.secret-access-key", "s3.session-token",
+                             "gcs.oauth2.token", "adls.account-key", "adls.sas-token")
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _forbid_keys(props: dict[str, str], keys: tuple[str, ...], why: str) -> dict[str, str]:
+    bad = sorted(k for k in props if k in keys)
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: {why}")
+    return props
+
+
+# ---------------------------------------------------------------------------------------------------
+# Source
+
+
+class KafkaSourceSpec(SpecModel):
+    """Where records come from. Offsets are tracked by Handoff (in the table's commits and Spark's
+    checkpoint), not by a consumer group; the group only mirrors committed offsets for lag tools."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.properties.all(k, !(k in {_cel_list(RESERVED_KAFKA_PROPERTIES)}))",
+         "message": "source.properties must not set " + ", ".join(RESERVED_KAFKA_PROPERTIES)
+                    + " (Handoff manages them for exactly-once)"},
+        {"rule": f"self.properties.all(k, !(k in {_cel_list(SECRET_KAFKA_PROPERTIES)}))",
+         "message": "credentials in source.properties: put them in a Secret and use source.propertiesFrom"},
+    ]})
+
+    bootstrap_servers: str = Field(min_length=1, max_length=4096,
+                                   description="Kafka bootstrap servers, comma-separated host:port list.")
+    topics: list[TopicName] = Field(min_length=1, max_length=100,
+                                    json_schema_extra={"x-kubernetes-list-type": "set"},
+                                    description="Topics to read (at least one, no duplicates).")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest", description="Where a new handoff starts reading; ignored once anything "
+                                        "is committed (it then resumes from the table's ledger).")
+    format: Literal["json", "raw"] = Field(
+        default="json", description="json: decode values into the declared columns; raw: keep key/value bytes.")
+    max_records_per_batch: int | None = Field(
+        default=None, ge=1, le=1_000_000_000,
+        description="Upper bound on records per micro-batch (admission control while catching up).")
+    consumer_group: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>.")
+    on_offset_out_of_range: Literal["fail", "earliest"] = Field(
+        default="fail", description="When the offset to resume from was deleted by Kafka retention: "
+                                    "fail (halt, data was lost upstream) or earliest (skip ahead, record the gap).")
+    properties: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64,
+        description="Extra librdkafka client settings (e.g. security.protocol). No credentials: "
+                    "use propertiesFrom.")
+    properties_from: list[PropertyFrom] = Field(
+        default_factory=list, max_length=16,
+        description="Client settings read from Secrets (credentials such as sasl.password).")
+
+    @model_validator(mode="after")
+    def _check_properties(self) -> "KafkaSourceSpec":
+        _forbid_keys(self.properties, RESERVED_KAFKA_PROPERTIES,
+                     "Handoff manages these for exactly-once; remove them from source.properties")
+        _forbid_keys(self.properties, SECRET_KAFKA_PROPERTIES,
+                     "credentials in source.properties: put them in a Secret and use source.propertiesFrom")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sinks
+
+
+class IcebergCatalogSpec(SpecModel):
+    """A PyIceberg catalog (REST, SQL, Glue, Hive ...) given by its PyIceberg properties."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.properties.all(k, !(k in {_cel_list(SECRET_CATALOG_PROPERTIES)}))",
+         "message": "credentials in catalog.properties: put them in a Secret and use catalog.propertiesFrom"},
+    ]})
+
+    name: str = Field(default="handoff", min_length=1, max_length=63, pattern=IDENTIFIER_PATTERN,
+                      description="Catalog name (as PyIceberg knows it).")
+    properties: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64,
+        description="PyIceberg catalog properties, e.g. type: rest, uri, warehouse, s3.endpoint.")
+    properties_from: list[PropertyFrom] = Field(
+        default_factory=list, max_length=16,
+        description="Catalog properties read from Secrets (tokens, S3 keys).")
+
+    @model_validator(mode="after")
+    def _check_properties(self) -> "IcebergCatalogSpec":
+        _forbid_keys(self.properties, SECRET_CATALOG_PROPERTIES,
+                     "credentials in catalog.properties: put them in a Secret and use catalog.propertiesFrom")
+        return self
+
+
+class IcebergSinkSpec(SpecModel):
+    """Commit each micro-batch as one Iceberg snapshot that records its exact Kafka offsets."""
+
+    catalog: IcebergCatalogSpec = Field(default_factory=IcebergCatalogSpec,
+                                        description="Catalog holding the table.")
+    table: str = Field(pattern=TABLE_IDENTIFIER_PATTERN, max_length=512,
+                       description="Table identifier namespace.table (nested namespaces allowed: a.b.table).")
+    partition_by: list[Annotated[str, Field(pattern=PARTITION_TRANSFORM_PATTERN, max_length=128)]] = Field(
+        default_factory=list, max_length=16,
+        description="Partition spec for a table Handoff creates, e.g. ['day(ts)', 'bucket(16, id)', 'region'].")
+    auto_create: bool = Field(default=True, description="Create the namespace and table if missing.")
+
+
+class BigQuerySinkSpec(SpecModel):
+    """Write through the BigQuery Storage Write API (pending streams committed atomically per batch)."""
+
+    project: str = Field(min_length=1, max_length=128, pattern=r"^[a-z][-a-z0-9.:]*[a-z0-9]$",
+                         description="Google Cloud project id.")
+    dataset: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z0-9_]+$", description="Dataset id.")
+    table: str = Field(min_length=1, max_length=1024, pattern=r"^[\w-]+$", description="Table id.")
+    write_mode: Literal["exactlyOnce", "atLeastOnce"] = Field(
+        default="exactlyOnce", description="exactlyOnce: pending streams + atomic batch commit with the "
+                                           "offsets ledger; atLeastOnce: the _default stream (cheaper, may duplicate on replay).")
+    credentials_from: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a service-account JSON key; omit to use "
+                                  "Workload Identity / application default credentials.")
+    partition_by: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN, max_length=300,
+                                     description="Column for DAY time-partitioning of a table Handoff creates.")
+    cluster_by: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=300)]] = Field(
+        default_factory=list, max_length=4, description="Clustering columns (at most 4).")
+    auto_create: bool = Field(default=True, description="Create the table if missing.")
+
+
+class SinkSpec(SpecModel):
+    """The table to write: exactly one of iceberg or bigquery."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.iceberg) != has(self.bigquery)",
+         "message": "set exactly one of sink.iceberg or sink.bigquery"},
+    ]})
+
+    iceberg: IcebergSinkSpec | None = Field(default=None, description="Apache Iceberg table.")
+    bigquery: BigQuerySinkSpec | None = Field(default=None, description="BigQuery table.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "SinkSpec":
+        if (self.iceberg is None) == (self.bigquery is None):
+            raise ValueError("set exactly one of sink.iceberg or sink.bigquery")
+        return self
+
+    @property
+    def kind(self) -> Literal["iceberg", "bigquery"]:
+        return "iceberg" if self.iceberg is not None else "bigquery"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schema
+
+
+class ColumnSpec(SpecModel):
+    """One declared column of the table."""
+
+    name: str = Field(pattern=IDENTIFIER_PATTERN, max_length=128, description="Column name (JSON field name).")
+    type: ColumnType = Field(description="string, int, long, float, double, boolean, timestamp, date, "
+                                         "binary or decimal(p,s).")
+    required: bool = Field(default=False, description="Records without this field are incompatible "
+                                                      "(dead-lettered or halting, per onIncompatible).")
+    doc: str | None = Field(default=None, max_length=1024, description="Column comment in the table.")
+
+
+class SchemaSpec(SpecModel):
+    """The declared columns and what happens when records or the table drift from them."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.eventTimeColumn) || self.columns.exists(c, c.name == self.eventTimeColumn "
+                 "&& c.type == 'timestamp')",
+         "message": "schema.eventTimeColumn must name a declared column of type timestamp"},
+    ]})
+
+    columns: list[ColumnSpec] = Field(
+        default_factory=list, max_length=500,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Declared columns (unique names). Kafka metadata columns _kafka_* are added automatically.")
+    evolution: Literal["compatible", "none"] = Field(
+        default="compatible", description="compatible: add new optional columns and widen types; none: never "
+                                          "change the table.")
+    on_incompatible: Literal["halt", "deadLetter"] = Field(
+        default="halt", description="halt: stop with an error naming the record; deadLetter: send the "
+                                    "record to deadLetter.topic and go on.")
+    event_time_column: str | None = Field(
+        default=None, pattern=IDENTIFIER_PATTERN, max_length=128,
+        description="Timestamp column used to measure freshness; default: the Kafka record timestamp.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SchemaSpec":
+        names = [c.name for c in self.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate column names: {', '.join(dupes)}")
+        if self.event_time_column is not None and not any(
+                c.name == self.event_time_column and c.type == "timestamp" for c in self.columns):
+            raise ValueError("schema.eventTimeColumn must name a declared column of type timestamp")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------
+# Operations
+
+
+class DeadLetterSpec(SpecModel):
+    """Where incompatible records go (with headers naming the reason and their source offset)."""
+
+    topic: TopicName = Field(description="Dead-letter topic (created if missing).")
+
+
+class FreshnessSpec(SpecModel):
+    """How stale the table may get before the handoff is reported Degraded."""
+
+    target: Duration = Field(default="5m", description="Freshness objective: now minus the newest "
+                                                       "committed record's event time.")
+
+
+class ReplaySpec(SpecModel):
+    """How far back a ReplayRequest may reach, which drives table snapshot expiry and Kafka retention checks."""
+
+    window: Duration = Field(default="7d", description="Snapshots (and their offsets) kept for rollback/replay; "
+                                                       "older snapshots may be expired.")
+    max_outage: Duration = Field(default="1d", description="Longest outage the handoff must survive without "
+                                                           "losing data: Kafka retention must cover it.")
+
+
+class RetentionSpec(SpecModel):
+    """What to do when Kafka topic retention is shorter than replay.maxOutage / replay.window."""
+
+    mode: Literal["audit", "enforce"] = Field(
+        default="audit", description="audit: report a condition; enforce: raise the topics' retention.ms.")
+
+
+class ScalingSpec(SpecModel):
+    """Executor autoscaling on backlog: enough executors to clear the lag within targetCatchUp."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.minExecutors <= self.maxExecutors",
+         "message": "scaling.minExecutors must be <= scaling.maxExecutors"},
+    ]})
+
+    min_executors: int = Field(default=1, ge=0, le=1000, description="Fewest executors (0: driver only).")
+    max_executors: int = Field(default=4, ge=1, le=1000, description="Most executors.")
+    target_catch_up: Duration = Field(default="5m", description="Scale so the current lag would be cleared "
+                                                                "within this time.")
+    cooldown: Duration = Field(default="2m", description="Minimum time between two scaling actions.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "ScalingSpec":
+        if self.min_executors > self.max_executors:
+            raise ValueError("scaling.minExecutors must be <= scaling.maxExecutors")
+        return self
+
+
+class ResourcesSpec(SpecModel):
+    """Cores and memory of one Spark pod."""
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores (Spark task slots on executors).")
+    memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 2Gi "
+                                                              "(JVM heap; Spark adds overhead).")
+
+
+def _executor_resources() -> ResourcesSpec:
+    return ResourcesSpec(cores=1, memory="2Gi")
+
+
+class SparkSpec(SpecModel):
+    """How the Spark driver and executors run."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.sparkConf.all(k, !(k in {_cel_list(RESERVED_SPARK_CONF)}) && "
+                 f"!k.startsWith('{RESERVED_SPARK_CONF_PREFIXES[0]}'))",
+         "message": "spark.sparkConf must not set " + ", ".join(RESERVED_SPARK_CONF + tuple(
+             p + "*" for p in RESERVED_SPARK_CONF_PREFIXES)) + " (the operator sets them)"},
+    ]})
+
+    image: str | None = Field(default=None, max_length=1024,
+                              description="Container image with the Handoff Spark app; default: the operator's image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Pull policy for the Spark pods.")
+    driver: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Driver pod resources.")
+    executor: ResourcesSpec = Field(default_factory=_executor_resources, description="Resources of each executor pod.")
+    spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=128, description="Extra Spark configuration (spark.* keys).")
+    service_account_name: str | None = Field(
+        default=None, max_length=253, description="Service account of the Spark pods; default: one the "
+                                                  "operator creates with just the rights the driver needs.")
+
+    @model_validator(mode="after")
+    def _check_conf(self) -> "SparkSpec":
+        bad = sorted(k for k in self.spark_conf
+                     if k in RESERVED_SPARK_CONF or k.startswith(RESERVED_SPARK_CONF_PREFIXES))
+        if bad:
+            raise ValueError(f"spark.sparkConf must not set {', '.join(bad)} (the operator sets them)")
+        return self
+
+
+class CheckpointSpec(SpecModel):
+    """Where Spark's checkpoint lives. It is a cache of progress, not the source of truth: the table's
+    commits are, so a lost checkpoint is rebuilt from the table's ledger."""
+
+    location: str | None = Field(default=None, max_length=2048,
+                                 description="Checkpoint URI (s3a://, gs://, file://); default: a "
+                                             "PersistentVolumeClaim the operator creates.")
+    storage_size: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32)] = Field(
+        default="1Gi", description="Size of the checkpoint volume when no location is given.")
+    storage_class_name: str | None = Field(default=None, max_length=253,
+                                           description="StorageClass of the checkpoint volume.")
+
+
+class StreamTableHandoffSpec(SpecModel):
+    """Desired state of a StreamTableHandoff."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.schema) || !has(self.schema.onIncompatible) || "
+                 "self.schema.onIncompatible != 'deadLetter' || has(self.deadLetter)",
+         "message": "schema.onIncompatible=deadLetter needs deadLetter.topic"},
+        {"rule": "!has(self.deadLetter) || !(self.deadLetter.topic in self.source.topics)",
+         "message": "deadLetter.topic must not be one of source.topics"},
+    ]})
+
+    source: KafkaSourceSpec = Field(description="The Kafka topics to read.")
+    sink: SinkSpec = Field(description="The table to write (exactly one of iceberg or bigquery).")
+    schema_: SchemaSpec = Field(default_factory=SchemaSpec, alias="schema",
+                                description="Declared columns and drift policy.")
+    dead_letter: DeadLetterSpec | None = Field(default=None, description="Dead-letter topic for incompatible records.")
+    commit_interval: Duration = Field(default="10s", description="How often a micro-batch is committed to "
+                                                                 "the table (the trigger interval).")
+    freshness: FreshnessSpec = Field(default_factory=FreshnessSpec, description="Freshness objective.")
+    replay: ReplaySpec = Field(default_factory=ReplaySpec, description="Replay window and outage tolerance.")
+    retention: RetentionSpec = Field(default_factory=RetentionSpec, description="Kafka retention policy checks.")
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Executor autoscaling.")
+    spark: SparkSpec = Field(default_factory=SparkSpec, description="Spark driver/executor settings.")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Spark checkpoint storage.")
+    suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
+                                                     "and keep everything else; resume by setting false.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "StreamTableHandoffSpec":
+        if self.schema_.on_incompatible == "deadLetter" and self.dead_letter is None:
+            raise ValueError("schema.onIncompatible=deadLetter needs deadLetter.topic")
+        if self.dead_letter is not None and self.dead_letter.topic in self.source.topics:
+            raise ValueError("deadLetter.topic must not be one of source.topics")
+        # Duration comparisons live here only: CEL's duration() has no days, and "7d" is how people
+        # say replay windows.
+        if self.replay_max_outage_seconds > self.replay_window_seconds:
+            raise ValueError("replay.maxOutage must not exceed replay.window")
+        if self.freshness_target_seconds < self.commit_interval_seconds:
+            raise ValueError("freshness.target must be at least commitInterval (a table cannot be "
+                             "fresher than its commit interval)")
+        return self
+
+    # Parsed views of the duration strings, for the reconcile logic.
+    @property
+    def commit_interval_seconds(self) -> float:
+        return parse_duration(self.commit_interval)
+
+    @property
+    def freshness_target_seconds(self) -> float:
+        return parse_duration(self.freshness.target)
+
+    @property
+    def replay_window_seconds(self) -> float:
+        return parse_duration(self.replay.window)
+
+    @property
+    def replay_max_outage_seconds(self) -> float:
+        return parse_duration(self.replay.max_outage)
+
+    @property
+    def target_catch_up_seconds(self) -> float:
+        return parse_duration(self.scaling.target_catch_up)
+
+    @property
+    def scaling_cooldown_seconds(self) -> float:
+        return parse_duration(self.scaling.cooldown)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Status
+
+HandoffPhase = Literal["Pending", "Starting", "Running", "Replaying", "Suspended", "Degraded", "Failed"]
+
+
+class AppStatus(StatusModel):
+    """The Spark application as the operator last saw it."""
+
+    driver: str | None = Field(default=None, description="Driver pod name.")
+    restarts: int = Field(default=0, ge=0, description="Times the operator restarted the driver.")
+    last_start: datetime | None = Field(default=None, description="When the current driver was started.")
+    last_failure: str | None = Field(default=None, max_length=4096, description="Why the driver last failed.")
+    config_hash: str | None = Field(default=None, max_length=128,
+                                    description="Hash of the rendered app config the driver runs.")
+
+
+class CommittedStatus(StatusModel):
+    """The newest durable table commit and the exact offsets it contains (end exclusive)."""
+
+    snapshot: SnapshotId | None = Field(default=None, description="Iceberg snapshot id (Iceberg sinks).")
+    batch: int | None = Field(default=None, ge=0, description="Spark micro-batch id of the commit.")
+    offsets: OffsetsMap = Field(default_factory=dict)
+    at: datetime | None = Field(default=None, description="When the commit happened.")
+
+
+class ExecutorsStatus(StatusModel):
+    current: int = Field(default=0, ge=0, description="Executors running now.")
+    desired: int = Field(default=0, ge=0, description="Executors the autoscaler wants.")
+    last_scale_time: datetime | None = Field(default=None, description="When executors were last changed.")
+
+
+class StreamTableHandoffStatus(StatusModel):
+    """Observed state, written by the operator only."""
+
+    observed_generation: int | None = Field(default=None, ge=0,
+                                            description="metadata.generation the status reflects.")
+    phase: HandoffPhase | None = Field(default=None, description="One-word summary; conditions hold the detail.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=32,
+                                        json_schema_extra=CONDITIONS_FIELD_SCHEMA,
+                                        description="Ready, Progressing, Degraded and domain conditions.")
+    app: AppStatus | None = Field(default=None, description="Spark application.")
+    committed: CommittedStatus | None = Field(default=None, description="Newest durable commit.")
+    lag: int | None = Field(default=None, ge=0, description="Records in Kafka not yet committed to the table.")
+    freshness: str | None = Field(default=None, max_length=32,
+                                  description="Age of the newest committed record, e.g. 42s.")
+    freshness_seconds: float | None = Field(default=None, ge=0, description="freshness in seconds.")
+    executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The resource
+
+
+class StreamTableHandoff(CustomResource):
+    """StreamTableHandoff hands Kafka topics off to an Iceberg or BigQuery table, exactly once: every
+    table commit records the Kafka offsets it contains."""
+
+    plural: ClassVar[str] = "streamtablehandoffs"
+    singular: ClassVar[str] = "streamtablehandoff"
+    short_names: ClassVar[list[str]] = ["sth"]
+    printer_columns: ClassVar[list[dict[str, Any]]] = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
+        {"name": "Freshness", "type": "string", "jsonPath": ".status.freshness"},
+        {"name": "Executors", "type": "integer", "jsonPath": ".status.executors.current"},
+        {"name": "Snapshot", "type": "string", "priority": 1, "jsonPath": ".status.committed.snapshot"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+    kind: Literal["StreamTableHandoff"] = "StreamTableHandoff"
+    spec: StreamTableHandoffSpec
+    status: StreamTableHandoffStatus | None = None
