@@ -1,0 +1,482 @@
+"""`handoff-kafka`: a PySpark Python streaming data source over confluent-kafka (no JVM Kafka jars).
+
+Why our own source: Handoff's exactly-once contract needs offsets Spark checkpoints to be exactly the
+records a sink commits, and the images ship no spark-sql-kafka jar. This source:
+
+* plans one input partition per topic-partition offset range `[start, end)` (end exclusive, Spark
+  checkpoints `{"<topic>": {"<partition>": <next offset>}}`);
+* reads with `isolation.level=read_committed` always, and bounds every range by the *last stable offset*
+  (ListOffsets READ_COMMITTED), so an open transaction is never half-read and aborted records never
+  appear;
+* reads a range "until the position reaches `end`", not "until N records": compaction and aborted
+  transactions leave offset gaps, and control records (transaction markers) consume offsets;
+* admission control: `maxRecordsPerBatch` → `ReadMaxRows`, split across partitions by backlog;
+* `Trigger.AvailableNow`: the target is the latest offsets when the query starts;
+* new partitions are picked up mid-stream: a partition first appears in the offsets at its earliest
+  offset with an empty range, and is read from the next micro-batch on (so every range's start is
+  known from Spark's offset log; see docs/design/data-plane-contract.md);
+* a start offset deleted by retention fails the query naming topic/partition/offset and the
+  `source.onOffsetOutOfRange` setting, or (`earliest`) skips to the log start, logs the gap and appends it
+  to `<checkpoint>/sources/handoff-gaps.jsonl`;
+* persists its initial offsets to `<checkpoint>/sources/handoff-initial.json` (Spark does not persist a
+  Python source's initial offsets; a query that crashes in batch 0 must replay the same range, and the
+  sink needs the start of batch 0).
+
+Rows are Arrow record batches built column-wise; the only per-record Python work is what confluent-kafka
+forces (one `Message` object per record).
+
+Options (keys are case-insensitive, Spark lower-cases them):
+  `subscribe` (comma-separated topics), `kafka.bootstrap.servers`, `kafka.<librdkafka property>`,
+  `startingOffsets` (earliest|latest), `maxRecordsPerBatch`, `onOffsetOutOfRange` (fail|earliest),
+  `checkpointLocation`, `stopMarker` (path; when it exists no new data is admitted — graceful stop),
+  `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
+log = logging.getLogger("handoff.kafka_source")
+
+SOURCE_NAME = "handoff-kafka"
+INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
+GAPS_FILE = "sources/handoff-gaps.jsonl"
+
+SPARK_SCHEMA = StructType([
+    StructField("topic", StringType(), False),
+    StructField("partition", IntegerType(), False),
+    StructField("offset", LongType(), False),
+    StructField("timestamp", TimestampType(), True),
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType(), True),
+                                                 StructField("value", BinaryType(), True)]), True), True),
+])
+
+HEADER_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()),
+                                                        pa.field("value", pa.binary())])))
+#: Must equal `to_arrow_schema(SPARK_SCHEMA, timezone="UTC")` exactly (Spark checks it); a test pins this.
+ARROW_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), False),
+    pa.field("partition", pa.int32(), False),
+    pa.field("offset", pa.int64(), False),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("headers", HEADER_TYPE),
+])
+
+Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}} (JSON keys are strings)
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------
+class OffsetOutOfRange(RuntimeError):
+    """The offset to resume from no longer exists (retention deleted it)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, earliest: int | None) -> None:
+        self.topic, self.partition, self.offset, self.earliest = topic, partition, offset, earliest
+        where = f"the log now starts at {earliest}" if earliest is not None else "the broker no longer has it"
+        super().__init__(
+            f"Kafka offset {offset} of {topic}[{partition}] was deleted by retention ({where}); records "
+            f"{offset}..{'?' if earliest is None else earliest - 1} can no longer be handed off. The query stops "
+            f"instead of skipping them silently. Fix: restore from an older table snapshot/replay, or accept the "
+            f"loss by setting spec.source.onOffsetOutOfRange=earliest (source option onOffsetOutOfRange=earliest), "
+            f"which skips to the earliest available offset and records the gap.")
+
+
+class SourceConfigError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure planning logic (unit-tested without Kafka)
+# ------------------------------------------------------------------------------------------------
+def to_offsets(mapping: Mapping[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, partition), off in sorted(mapping.items()):
+        out.setdefault(topic, {})[str(partition)] = int(off)
+    return out
+
+
+def from_offsets(offsets: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+def admit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int],
+          max_rows: int | None) -> dict[tuple[str, int], int]:
+    """End offsets for the next micro-batch: all of `latest`, or at most `max_rows` offsets in total,
+    shared across partitions in proportion to their backlog (every partition with backlog progresses).
+
+    Offsets are an upper bound on records (gaps hold none), so ≤ max_rows offsets ⇒ ≤ max_rows records.
+    Only partitions in `start` are considered (new ones enter through `add_new_partitions`); a partition
+    missing from `latest` keeps its start.
+    """
+    end = {tp: max(off, latest.get(tp, off)) for tp, off in start.items()}
+    if max_rows is None:
+        return end
+    backlog = {tp: end[tp] - start[tp] for tp in start if end[tp] > start[tp]}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return end
+    grants = {tp: (lag * max_rows) // total for tp, lag in backlog.items()}
+    spare = max_rows - sum(grants.values())
+    # Hand out the rounding remainder one offset at a time, biggest backlog first; give starving
+    # partitions (grant 0) at least one offset when there is room, so none is starved forever.
+    for tp in sorted(backlog, key=lambda t: (grants[t] > 0, -backlog[t], t)):
+        if spare <= 0:
+            break
+        if grants[tp] < backlog[tp]:
+            grants[tp] += 1
+            spare -= 1
+    for tp, grant in grants.items():
+        end[tp] = start[tp] + grant
+    return end
+
+
+def add_new_partitions(start: Mapping[tuple[str, int], int], end: dict[tuple[str, int], int],
+                       known: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Partitions in `known` (value: their earliest offset) that are absent from `start` enter `end` at
+    their earliest offset: an empty range this batch, read from the next one. Why: the start of every
+    range then comes from Spark's offset log, never from a guess."""
+    for tp, earliest in known.items():
+        if tp not in start:
+            end[tp] = earliest
+    return end
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def plan_ranges(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, int], int]) -> list[OffsetRange]:
+    """Non-empty `[start, end)` per partition; a partition absent from `start` has an empty range."""
+    return [OffsetRange(t, p, start[(t, p)], e) for (t, p), e in sorted(end.items())
+            if (t, p) in start and e > start[(t, p)]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Checkpoint side files
+# ------------------------------------------------------------------------------------------------
+def _local_dir(checkpoint: str) -> Path:
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else checkpoint)
+    raise SourceConfigError(f"checkpointLocation {checkpoint!r}: only local paths and file:// URIs are supported "
+                            f"by the handoff-kafka source (mount a volume for the checkpoint)")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Options
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceOptions:
+    topics: tuple[str, ...]
+    kafka: dict[str, str]
+    starting_offsets: str = "earliest"
+    max_records_per_batch: int | None = None
+    on_offset_out_of_range: str = "fail"
+    checkpoint: str | None = None
+    stop_marker: str | None = None
+    read_timeout_s: float = 120.0
+    consume_batch: int = 10000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+        opts = {k.lower(): v for k, v in options.items()}
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        if not topics:
+            raise SourceConfigError("handoff-kafka needs option subscribe=<topic>[,<topic>...]")
+        kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+        if "bootstrap.servers" not in kafka:
+            raise SourceConfigError("handoff-kafka needs option kafka.bootstrap.servers")
+        starting = opts.get("startingoffsets", "earliest")
+        if starting not in ("earliest", "latest"):
+            raise SourceConfigError(f"startingOffsets must be earliest or latest, not {starting!r}")
+        policy = opts.get("onoffsetoutofrange", "fail")
+        if policy not in ("fail", "earliest"):
+            raise SourceConfigError(f"onOffsetOutOfRange must be fail or earliest, not {policy!r}")
+        max_rows = opts.get("maxrecordsperbatch")
+        return cls(topics=topics, kafka=kafka, starting_offsets=starting,
+                   max_records_per_batch=int(max_rows) if max_rows else None,
+                   on_offset_out_of_range=policy, checkpoint=opts.get("checkpointlocation") or None,
+                   stop_marker=opts.get("stopmarker") or None,
+                   read_timeout_s=float(opts.get("readtimeoutseconds", 120)),
+                   consume_batch=int(opts.get("consumebatch", 10000)))
+
+    def client_conf(self) -> dict[str, str]:
+        # read_committed always: a Handoff table must never contain aborted records.
+        return {**self.kafka, "isolation.level": "read_committed"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Broker queries (driver side)
+# ------------------------------------------------------------------------------------------------
+class _Broker:
+    """Metadata and ListOffsets through one AdminClient (one round trip per query for all partitions)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        conf = {k: v for k, v in opts.kafka.items() if not k.startswith(("isolation.", "auto.offset", "group."))}
+        self.admin = AdminClient(conf)
+        self.topics = opts.topics
+
+    def partitions(self) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        for topic in self.topics:
+            md = self.admin.list_topics(topic=topic, timeout=30).topics.get(topic)
+            if md is None or md.error is not None or not md.partitions:
+                raise SourceConfigError(f"Kafka topic {topic!r} does not exist or has no partitions "
+                                        f"({md.error if md is not None else 'unknown topic'})")
+            found.extend((topic, p) for p in sorted(md.partitions))
+        return found
+
+    def list_offsets(self, tps: list[tuple[str, int]], which: str) -> dict[tuple[str, int], int]:
+        """`which` = earliest | latest; latest is the last stable offset (READ_COMMITTED)."""
+        if not tps:
+            return {}
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+        futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
+                                          isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# The data source
+# ------------------------------------------------------------------------------------------------
+class KafkaPartition(InputPartition):
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+class HandoffKafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
+        return KafkaStreamReader(SourceOptions.parse(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets/planning run in Spark's long-lived Python source runner on the driver; `read` runs on
+    executors from a pickled copy (broker clients are dropped on pickling)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._broker: _Broker | None = None
+        self._target: dict[tuple[str, int], int] | None = None  # AvailableNow
+        self._latest: dict[tuple[str, int], int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts, "_broker": None, "_target": None, "_latest": {}}
+
+    @property
+    def broker(self) -> _Broker:
+        if self._broker is None:
+            self._broker = _Broker(self.opts)
+        return self._broker
+
+    # -- offsets -------------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        path = _local_dir(self.opts.checkpoint) / INITIAL_OFFSETS_FILE if self.opts.checkpoint else None
+        if path is not None and path.exists():
+            return json.loads(path.read_text())
+        tps = self.broker.partitions()
+        initial = self.broker.list_offsets(tps, self.opts.starting_offsets)
+        doc = to_offsets(initial)
+        if path is not None:
+            _atomic_write(path, json.dumps(doc, sort_keys=True))
+        log.info("handoff-kafka initial offsets (%s): %s", self.opts.starting_offsets, doc)
+        return doc
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_batch:
+            return ReadMaxRows(self.opts.max_records_per_batch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self.broker.partitions()
+        self._target = self.broker.list_offsets(tps, "latest")
+        log.info("handoff-kafka AvailableNow target: %s", to_offsets(self._target))
+
+    def _stopping(self) -> bool:
+        return bool(self.opts.stop_marker) and os.path.exists(self.opts.stop_marker)  # type: ignore[arg-type]
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_offsets(start)
+        if self._stopping():
+            return start  # graceful stop: admit nothing new, the driver stops at this batch boundary
+        if self._target is not None:
+            tps = sorted(self._target)
+            latest = dict(self._target)
+            self._latest = dict(latest)
+        else:
+            tps = self.broker.partitions()
+            latest = self.broker.list_offsets(tps, "latest")
+            self._latest = dict(latest)
+        new = [tp for tp in tps if tp not in begin]
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = admit(begin, {tp: off for tp, off in latest.items() if tp in begin}, max_rows)
+        if new:
+            earliest = self.broker.list_offsets(new, "earliest")
+            log.info("handoff-kafka: new partitions %s enter at their earliest offsets %s", new, earliest)
+            end = add_new_partitions(begin, end, earliest)
+        return to_offsets(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_offsets(self._latest) if self._latest else None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        ranges = plan_ranges(from_offsets(start), from_offsets(end))
+        if not ranges:
+            return []
+        earliest = self.broker.list_offsets([(r.topic, r.partition) for r in ranges], "earliest")
+        planned: list[InputPartition] = []
+        for r in ranges:
+            low = earliest[(r.topic, r.partition)]
+            if r.start < low:
+                if self.opts.on_offset_out_of_range == "fail":
+                    raise OffsetOutOfRange(r.topic, r.partition, r.start, low)
+                self._record_gap(r, low)
+                r = OffsetRange(r.topic, r.partition, min(low, r.end), r.end)
+                if r.start >= r.end:
+                    continue
+            planned.append(KafkaPartition(r))
+        return planned
+
+    def _record_gap(self, r: OffsetRange, low: int) -> None:
+        lost_to = min(low, r.end)
+        log.warning("handoff-kafka: %s[%d] offsets %d..%d were deleted by retention before being handed off; "
+                    "skipping to %d (onOffsetOutOfRange=earliest)", r.topic, r.partition, r.start, lost_to - 1,
+                    lost_to)
+        if self.opts.checkpoint:
+            path = _local_dir(self.opts.checkpoint) / GAPS_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as fh:
+                fh.write(json.dumps({"topic": r.topic, "partition": r.partition, "from": r.start,
+                                     "to": lost_to, "detectedAtMs": int(time.time() * 1000)}) + "\n")
+
+    def commit(self, end: dict) -> None:
+        # Consumer-group offsets are committed by the sink after the table commit is durable.
+        pass
+
+    def stop(self) -> None:
+        self._broker = None
+
+    # -- reading (executors) ---------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rng: OffsetRange = partition.range  # type: ignore[attr-defined]
+        yield from read_range(self.opts, rng)
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Records of `rng` in offset order as Arrow batches of ≤ `opts.consume_batch` rows.
+
+    Done when a record at offset ≥ end-1 arrives, or the consumer's position (which moves past
+    transaction markers and aborted records) reaches `end`, or end-of-partition is reported at ≥ end.
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    conf = {
+        **opts.client_conf(),
+        "group.id": opts.kafka.get("group.id", "handoff-reader"),  # never joined nor committed (assign only)
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+    }
+    consumer = Consumer(conf)
+    tp = TopicPartition(rng.topic, rng.partition, rng.start)
+    try:
+        consumer.assign([tp])
+        end, last_progress, position = rng.end, time.monotonic(), rng.start
+        n_batch = max(1, min(opts.consume_batch, rng.end - rng.start))
+        while position < end:
+            msgs = consumer.consume(num_messages=n_batch, timeout=1.0)
+            good = []
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    good.append(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, m.offset())
+                elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
+                elif not err.retriable():
+                    raise KafkaException(err)
+            if good:
+                last = good[-1].offset()
+                position = max(position, last + 1)
+                if last >= end:
+                    good = [m for m in good if m.offset() < end]
+                if good:
+                    yield _to_batch(rng.topic, rng.partition, good)
+                last_progress = time.monotonic()
+            elif position < end:
+                pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
+                if pos >= 0 and pos > position:
+                    position = pos
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > opts.read_timeout_s:
+                    raise TimeoutError(f"handoff-kafka: reading {rng.topic}[{rng.partition}] {rng.start}..{end}: no "
+                                       f"progress at offset {position} for {opts.read_timeout_s:.0f}s")
+    finally:
+        consumer.close()
+
+
+def _to_batch(topic: str, partition: int, msgs: list) -> pa.RecordBatch:
+    """Column-wise Arrow batch from confluent-kafka messages."""
+    n = len(msgs)
+    offsets = [m.offset() for m in msgs]
+    ts = [m.timestamp() for m in msgs]
+    keys = [m.key() for m in msgs]
+    values = [m.value() for m in msgs]
+    headers = [m.headers() for m in msgs]
+    ts_us = pa.array([t[1] * 1000 if t[0] else None for t in ts], pa.int64())
+    if any(h is not None for h in headers):
+        header_arr = pa.array(headers, HEADER_TYPE)
+    else:
+        header_arr = pa.nulls(n, HEADER_TYPE)
+    return pa.RecordBatch.from_arrays([
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        ts_us.cast(pa.timestamp("us", tz="UTC")),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        header_arr,
+    ], schema=ARROW_SCHEMA)
