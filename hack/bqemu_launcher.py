@@ -1,0 +1,32 @@
+"""Runs the bqemulator CLI with its per-write table snapshot turned off.
+
+Why: bqemulator 1.4.0 copies the whole table into `_bqemulator_snapshots` after EVERY write (AUTO
+snapshots for `FOR SYSTEM_TIME AS OF`), so N appends cost O(N^2) time and space (7 GB after 400
+Storage Write appends in a probe). Handoff never time-travels on BigQuery, so AUTO captures are
+skipped; USER snapshots (`CREATE SNAPSHOT TABLE`) still work. `capture` may return None by contract
+(the "table vanished" case), so callers cope.
+
+Runs inside the emulator's own virtualenv (see hack/handoff_testbed/bigquery.py), never the repo's.
+Usage: <emulator-venv>/bin/python hack/bqemu_launcher.py start --rest-port P1 --grpc-port P2 ...
+"""
+from __future__ import annotations
+
+import sys
+
+from bqemulator.versioning import snapshots
+
+_original_capture = snapshots.SnapshotManager.capture
+
+
+def _capture_user_snapshots_only(self, project_id, dataset_id, table_id, *, kind="AUTO"):
+    if kind == "AUTO":
+        return None
+    return _original_capture(self, project_id, dataset_id, table_id, kind=kind)
+
+
+snapshots.SnapshotManager.capture = _capture_user_snapshots_only
+
+if __name__ == "__main__":
+    from bqemulator.cli import main
+
+    sys.exit(main())
