@@ -8,7 +8,7 @@ from .replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayReque
 from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, ColumnSpec,
                                    CommittedStatus, DeadLetterSpec, ExecutorsStatus, FreshnessSpec,
                                    IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, ReplaySpec,
-                                   ResourcesSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
+                                   DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
                                    SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
                                    StreamTableHandoffStatus)
 
@@ -19,7 +19,7 @@ __all__ = [
     "Condition", "CustomResource", "DeadLetterSpec", "ExecutorsStatus", "FreshnessSpec", "HandoffRef",
     "IcebergCatalogSpec", "IcebergSinkSpec", "KafkaSourceSpec", "PropertyFrom", "ReplayPlan",
     "ReplayProgress", "ReplayRequest", "ReplayRequestSpec", "ReplayRequestStatus", "ReplaySpec",
-    "ReplayTarget", "ResourcesSpec", "RetentionSpec", "ScalingSpec", "SchemaSpec", "SecretKeyRef",
+    "ReplayTarget", "DriverSpec", "ExecutorSpec", "RetentionSpec", "ScalingSpec", "SchemaSpec", "SecretKeyRef",
     "SecretRef", "SinkSpec", "SparkSpec", "StreamTableHandoff", "StreamTableHandoffSpec",
     "StreamTableHandoffStatus", "find_condition", "format_duration", "parse_duration",
     "quantity_to_bytes", "spark_memory",

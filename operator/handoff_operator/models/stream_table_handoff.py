@@ -81,10 +81,10 @@ class KafkaSourceSpec(SpecModel):
     checkpoint), not by a consumer group; the group only mirrors committed offsets for lag tools."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": f"self.properties.all(k, !(k in {_cel_list(RESERVED_KAFKA_PROPERTIES)}))",
+        {"rule": f"!has(self.properties) || self.properties.all(k, !(k in {_cel_list(RESERVED_KAFKA_PROPERTIES)}))",
          "message": "source.properties must not set " + ", ".join(RESERVED_KAFKA_PROPERTIES)
                     + " (Handoff manages them for exactly-once)"},
-        {"rule": f"self.properties.all(k, !(k in {_cel_list(SECRET_KAFKA_PROPERTIES)}))",
+        {"rule": f"!has(self.properties) || self.properties.all(k, !(k in {_cel_list(SECRET_KAFKA_PROPERTIES)}))",
          "message": "credentials in source.properties: put them in a Secret and use source.propertiesFrom"},
     ]})
 
@@ -132,7 +132,7 @@ class IcebergCatalogSpec(SpecModel):
     """A PyIceberg catalog (REST, SQL, Glue, Hive ...) given by its PyIceberg properties."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": f"self.properties.all(k, !(k in {_cel_list(SECRET_CATALOG_PROPERTIES)}))",
+        {"rule": f"!has(self.properties) || self.properties.all(k, !(k in {_cel_list(SECRET_CATALOG_PROPERTIES)}))",
          "message": "credentials in catalog.properties: put them in a Secret and use catalog.propertiesFrom"},
     ]})
 
@@ -226,7 +226,7 @@ class SchemaSpec(SpecModel):
     """The declared columns and what happens when records or the table drift from them."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "!has(self.eventTimeColumn) || self.columns.exists(c, c.name == self.eventTimeColumn "
+        {"rule": "!has(self.eventTimeColumn) || has(self.columns) && self.columns.exists(c, c.name == self.eventTimeColumn "
                  "&& c.type == 'timestamp')",
          "message": "schema.eventTimeColumn must name a declared column of type timestamp"},
     ]})
@@ -311,23 +311,27 @@ class ScalingSpec(SpecModel):
         return self
 
 
-class ResourcesSpec(SpecModel):
-    """Cores and memory of one Spark pod."""
+class DriverSpec(SpecModel):
+    """Cores and memory of the Spark driver pod."""
 
-    cores: int = Field(default=1, ge=1, le=64, description="CPU cores (Spark task slots on executors).")
-    memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 2Gi "
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores of the driver.")
+    memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 1Gi "
                                                               "(JVM heap; Spark adds overhead).")
 
 
-def _executor_resources() -> ResourcesSpec:
-    return ResourcesSpec(cores=1, memory="2Gi")
+class ExecutorSpec(SpecModel):
+    """Cores and memory of each Spark executor pod."""
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores (task slots) per executor.")
+    memory: MemoryQuantity = Field(default="2Gi", description="Memory as a Kubernetes quantity, e.g. 2Gi "
+                                                              "(JVM heap; Spark adds overhead).")
 
 
 class SparkSpec(SpecModel):
     """How the Spark driver and executors run."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": f"self.sparkConf.all(k, !(k in {_cel_list(RESERVED_SPARK_CONF)}) && "
+        {"rule": f"!has(self.sparkConf) || self.sparkConf.all(k, !(k in {_cel_list(RESERVED_SPARK_CONF)}) && "
                  f"!k.startsWith('{RESERVED_SPARK_CONF_PREFIXES[0]}'))",
          "message": "spark.sparkConf must not set " + ", ".join(RESERVED_SPARK_CONF + tuple(
              p + "*" for p in RESERVED_SPARK_CONF_PREFIXES)) + " (the operator sets them)"},
@@ -337,8 +341,8 @@ class SparkSpec(SpecModel):
                               description="Container image with the Handoff Spark app; default: the operator's image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Pull policy for the Spark pods.")
-    driver: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Driver pod resources.")
-    executor: ResourcesSpec = Field(default_factory=_executor_resources, description="Resources of each executor pod.")
+    driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver pod resources.")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Resources of each executor pod.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128, description="Extra Spark configuration (spark.* keys).")
     service_account_name: str | None = Field(
