@@ -1,0 +1,382 @@
+"""Kafka records (raw Arrow from `handoff-kafka`) → rows of the declared schema, plus dead letters.
+
+Why here and not in each sink: every sink must agree on what a valid record is, and "nothing dropped
+silently" is easiest to guarantee in one place. Rules (docs/design/data-plane-contract.md, "Decoding"):
+
+* `json` format: each value must be one UTF-8 JSON object. Declared columns are typed strictly — no
+  string→number coercion, no float→int truncation, no silent narrowing. Accepted spellings: `timestamp`
+  = ISO-8601 string (no zone ⇒ UTC) or integer epoch milliseconds; `date` = `YYYY-MM-DD`; `binary` =
+  base64 string; `decimal(p,s)` = number or numeric string that fits; `float`/`double` accept integers.
+* A bad record (null value/tombstone, unparseable, not an object, required column missing/null, type
+  mismatch) becomes a dead letter under `onIncompatible=deadLetter`, or raises `SchemaIncompatible`
+  naming the column, topic/partition/offset and the fix under `halt`.
+* Fields not declared: with `evolution=compatible` they become extra columns of the decoded table (JSON
+  types: boolean, long, double, string; nested objects/arrays as their JSON text; a field mixing types
+  becomes a JSON-text string column) so the sink can add them as optional table columns; fields that
+  are null in every record of the batch are left out until a typed value appears. With `evolution=none`
+  they are ignored (the table keeps the declared schema; the record itself is kept) — producers adding
+  fields ahead of the table is normal forward-compatible evolution, not an error.
+* `raw` format: `key`/`value` as binary columns, never a dead letter.
+
+Speed: a JSON batch first goes through `pyarrow.json.read_json` over the newline-joined values (C++);
+only a batch in which that fails (some bad record, an int epoch timestamp, pretty-printed JSON, …) is
+decoded record by record in Python, which also pinpoints the bad records.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from .config import Column, SchemaPolicy
+
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
+_KAFKA_SOURCE = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
+                 "_kafka_timestamp": "timestamp"}
+
+Reason = Literal["null-value", "unparseable", "not-an-object", "missing-required", "type-mismatch"]
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One record that did not make it into the table. `index` is its row in the raw batch."""
+
+    index: int
+    topic: str
+    partition: int
+    offset: int
+    reason: Reason
+    detail: str
+
+
+class SchemaIncompatible(RuntimeError):
+    """A record does not fit the declared schema and the policy is `halt`."""
+
+
+def arrow_type(column_type: str) -> pa.DataType:
+    simple = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+              "double": pa.float64(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
+              "date": pa.date32(), "binary": pa.binary()}
+    if column_type in simple:
+        return simple[column_type]
+    m = _DECIMAL.match(column_type)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    raise ValueError(f"unsupported column type {column_type!r}")
+
+
+def declared_arrow_schema(policy: SchemaPolicy) -> pa.Schema:
+    """Declared columns (required ones non-nullable, as Iceberg wants for required fields)."""
+    return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=not c.required) for c in policy.columns])
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-value converters (the slow path; also the reference semantics the fast path must match)
+# ------------------------------------------------------------------------------------------------
+class _Mismatch(Exception):
+    pass
+
+
+def _kind(v: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object",
+            list: "array"}.get(type(v), type(v).__name__)
+
+
+def _converter(column_type: str) -> Callable[[Any], Any]:
+    def expect(ok: bool, v: Any, what: str) -> None:
+        if not ok:
+            raise _Mismatch(f"expected {what}, got {_kind(v)} {json.dumps(v)[:60]}")
+
+    if column_type == "string":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, str), v, "string")
+            return v
+    elif column_type in ("int", "long"):
+        lo, hi = _INT32 if column_type == "int" else _INT64
+
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, int) and not isinstance(v, bool), v, f"integer ({column_type})")
+            if not lo <= v <= hi:
+                raise _Mismatch(f"{v} does not fit {column_type}")
+            return v
+    elif column_type in ("float", "double"):
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, (int, float)) and not isinstance(v, bool), v, "number")
+            return float(v)
+    elif column_type == "boolean":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, bool), v, "boolean")
+            return v
+    elif column_type == "timestamp":
+        def conv(v: Any) -> Any:
+            if isinstance(v, int) and not isinstance(v, bool):
+                return dt.datetime.fromtimestamp(v / 1000, tz=dt.timezone.utc)
+            expect(isinstance(v, str), v, "ISO-8601 timestamp string or epoch milliseconds")
+            try:
+                ts = dt.datetime.fromisoformat(v)
+            except ValueError:
+                raise _Mismatch(f"not an ISO-8601 timestamp: {v[:60]!r}") from None
+            return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    elif column_type == "date":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, str), v, "date string YYYY-MM-DD")
+            try:
+                return dt.date.fromisoformat(v)
+            except ValueError:
+                raise _Mismatch(f"not a date: {v[:60]!r}") from None
+    elif column_type == "binary":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, str), v, "base64 string")
+            try:
+                return base64.b64decode(v, validate=True)
+            except (binascii.Error, ValueError):
+                raise _Mismatch("not valid base64") from None
+    else:
+        m = _DECIMAL.match(column_type)
+        if not m:
+            raise ValueError(f"unsupported column type {column_type!r}")
+        precision, scale = int(m.group(1)), int(m.group(2))
+        quantum = decimal.Decimal(1).scaleb(-scale)
+
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, (int, float, str)) and not isinstance(v, bool), v, f"number ({column_type})")
+            try:
+                d = decimal.Decimal(str(v))
+            except decimal.InvalidOperation:
+                raise _Mismatch(f"not a decimal: {str(v)[:60]!r}") from None
+            if not d.is_finite():
+                raise _Mismatch(f"{v} is not finite")
+            q = d.quantize(quantum)
+            if q != d:
+                raise _Mismatch(f"{v} has more than {scale} decimal places (would be rounded)")
+            if len(q.as_tuple().digits) > precision and q != 0:
+                raise _Mismatch(f"{v} does not fit {column_type}")
+            return q
+    return conv
+
+
+# ------------------------------------------------------------------------------------------------
+# Decoding
+# ------------------------------------------------------------------------------------------------
+def _as_table(raw: pa.Table | pa.RecordBatch) -> pa.Table:
+    return pa.Table.from_batches([raw]) if isinstance(raw, pa.RecordBatch) else raw
+
+
+def _kafka_columns(raw: pa.Table, keep: pa.Array | None) -> dict[str, pa.ChunkedArray | pa.Array]:
+    cols = {}
+    for name, src in _KAFKA_SOURCE.items():
+        col = raw.column(src)
+        cols[name] = col if keep is None else col.take(keep)
+    return cols
+
+
+def decode_batch(raw: pa.Table | pa.RecordBatch, policy: SchemaPolicy,
+                 fmt: Literal["json", "raw"] = "json") -> tuple[pa.Table, list[DeadLetter]]:
+    """Decode one raw batch. Returns (table, dead letters); raises `SchemaIncompatible` under `halt`.
+
+    The table has the declared columns (declared order), then discovered extra columns
+    (`evolution=compatible` only), then `_kafka_topic`, `_kafka_partition`, `_kafka_offset`,
+    `_kafka_timestamp`.
+    """
+    table = _as_table(raw)
+    if fmt == "raw":
+        cols = {"key": table.column("key"), "value": table.column("value"), **_kafka_columns(table, None)}
+        return pa.table(cols), []
+    if fmt != "json":
+        raise ValueError(f"unknown format {fmt!r}")
+    if table.num_rows == 0:
+        return _empty(policy, table), []
+    decoded = _fast_path(table, policy)
+    if decoded is None:
+        decoded, dead = _slow_path(table, policy)
+    else:
+        dead = []
+    if dead and policy.on_incompatible == "halt":
+        first = dead[0]
+        column = f" column {first.detail.split(':', 1)[0]!r}" if first.reason in ("missing-required",
+                                                                                  "type-mismatch") else ""
+        raise SchemaIncompatible(
+            f"record {first.topic}[{first.partition}]@{first.offset} does not fit the declared schema{column}: "
+            f"{first.reason}: {first.detail} ({len(dead)} such record(s) in this batch). "
+            f"schema.onIncompatible=halt stops the hand-off instead of skipping it. Fix: correct the producer "
+            f"(or the declared type in spec.schema.columns), or set spec.schema.onIncompatible=deadLetter with "
+            f"spec.deadLetter.topic to divert such records.")
+    return decoded, dead
+
+
+def _empty(policy: SchemaPolicy, raw: pa.Table) -> pa.Table:
+    schema = declared_arrow_schema(policy)
+    cols = {f.name: pa.array([], f.type) for f in schema}
+    cols.update({name: raw.column(src) for name, src in _KAFKA_SOURCE.items()})
+    return pa.table(cols)
+
+
+def _assemble(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[str, pa.Array],
+              raw: pa.Table, keep: pa.Array | None) -> pa.Table:
+    schema = declared_arrow_schema(policy)
+    arrays: list[Any] = []
+    fields: list[pa.Field] = []
+    for f in schema:
+        arrays.append(columns[f.name])
+        fields.append(f)
+    for name, arr in extras.items():
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    for name, col in _kafka_columns(raw, keep).items():
+        arrays.append(col)
+        fields.append(pa.field(name, col.type, nullable=name != "_kafka_timestamp"))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+_FAST_EXTRA_TYPES = (pa.bool_(), pa.int64(), pa.float64(), pa.string())
+
+
+def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
+    """C++ JSON parse of the whole batch; None when any record needs the per-record path."""
+    values = raw.column("value")
+    if values.null_count:
+        return None
+    declared = {c.name: c for c in policy.columns}
+    if any(c.type in ("binary",) for c in policy.columns):
+        return None  # base64 decoding is per value anyway
+    try:
+        lengths = pc.binary_length(values)
+        if pc.min(lengths).as_py() == 0:
+            return None
+        if pc.any(pc.match_substring(values, "\n")).as_py():
+            return None  # pretty-printed JSON would break newline framing
+    except pa.ArrowNotImplementedError:
+        return None
+    # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
+    parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else arrow_type(c.type))
+                              for c in policy.columns])
+    blob = b"\n".join(values.to_pylist())
+    try:
+        parsed = pj.read_json(io.BytesIO(blob), read_options=pj.ReadOptions(block_size=max(1 << 20, len(blob) + 1)),
+                              parse_options=pj.ParseOptions(
+                                  explicit_schema=parse_schema,
+                                  unexpected_field_behavior="infer" if policy.evolution == "compatible" else "ignore"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if parsed.num_rows != raw.num_rows:
+        return None
+    columns: dict[str, Any] = {}
+    for name, col in declared.items():
+        arr = parsed.column(name)
+        if col.required and arr.null_count:
+            return None
+        if col.type == "date":
+            try:
+                arr = arr.cast(pa.date32())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        columns[name] = arr
+    extras: dict[str, Any] = {}
+    for f in parsed.schema:
+        if f.name in declared:
+            continue
+        if pa.types.is_null(f.type):
+            continue
+        if f.type not in _FAST_EXTRA_TYPES:
+            return None  # nested or inferred timestamp: the slow path keeps JSON text / strings
+        extras[f.name] = parsed.column(f.name)
+    return _assemble(columns, policy, extras, raw, None)
+
+
+def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLetter]]:
+    values = raw.column("value").to_pylist()
+    topics = raw.column("topic")
+    partitions = raw.column("partition")
+    offsets = raw.column("offset")
+    converters = [(c, _converter(c.type)) for c in policy.columns]
+    declared = {c.name for c in policy.columns}
+    compatible = policy.evolution == "compatible"
+    out: dict[str, list[Any]] = {c.name: [] for c in policy.columns}
+    extra_values: dict[str, dict[int, Any]] = {}
+    keep: list[int] = []
+    dead: list[DeadLetter] = []
+
+    def reject(i: int, reason: Reason, detail: str) -> None:
+        dead.append(DeadLetter(i, topics[i].as_py(), partitions[i].as_py(), offsets[i].as_py(), reason, detail))
+
+    for i, v in enumerate(values):
+        if v is None:
+            reject(i, "null-value", "record value is null (tombstone)")
+            continue
+        try:
+            doc = json.loads(v)
+        except (ValueError, UnicodeDecodeError) as exc:
+            reject(i, "unparseable", f"not JSON: {exc}")
+            continue
+        if not isinstance(doc, dict):
+            reject(i, "not-an-object", f"JSON {_kind(doc)}, expected an object")
+            continue
+        row: list[Any] = []
+        bad = False
+        for col, conv in converters:
+            x = doc.get(col.name)
+            if x is None:
+                if col.required:
+                    reject(i, "missing-required", f"{col.name}: required column is missing or null")
+                    bad = True
+                    break
+                row.append(None)
+                continue
+            try:
+                row.append(conv(x))
+            except _Mismatch as exc:
+                reject(i, "type-mismatch", f"{col.name}: {exc}")
+                bad = True
+                break
+        if bad:
+            continue
+        n = len(keep)
+        keep.append(i)
+        for col, x in zip(policy.columns, row):
+            out[col.name].append(x)
+        if compatible:
+            for k, x in doc.items():
+                if k not in declared and x is not None:
+                    extra_values.setdefault(k, {})[n] = x
+    columns = {c.name: pa.array(out[c.name], arrow_type(c.type)) for c in policy.columns}
+    extras = {name: _extra_array(vals, len(keep)) for name, vals in extra_values.items()}
+    keep_arr = pa.array(keep, pa.int64())
+    return _assemble(columns, policy, extras, raw, keep_arr), dead
+
+
+def _extra_array(vals: dict[int, Any], n: int) -> pa.Array:
+    """Typed column for an undeclared field: boolean/long/double/string, else JSON text."""
+    kinds = {_kind(v) for v in vals.values()}
+    dense: list[Any] = [None] * n
+    if kinds == {"boolean"}:
+        typ: pa.DataType = pa.bool_()
+    elif kinds == {"integer"} and all(_INT64[0] <= v <= _INT64[1] for v in vals.values()):
+        typ = pa.int64()
+    elif kinds <= {"integer", "number"}:
+        typ = pa.float64()
+        vals = {i: float(v) for i, v in vals.items()}
+    elif kinds == {"string"}:
+        typ = pa.string()
+    else:
+        typ = pa.string()
+        vals = {i: json.dumps(v, separators=(",", ":")) for i, v in vals.items()}
+    for i, v in vals.items():
+        dense[i] = v
+    return pa.array(dense, typ)
+
+
+def required_columns(policy: SchemaPolicy) -> list[Column]:
+    return [c for c in policy.columns if c.required]

@@ -1,0 +1,69 @@
+"""Pure planning logic of the handoff-kafka source: admission control, new partitions, ranges, schema."""
+from __future__ import annotations
+
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from handoff_spark.kafka_source import (ARROW_SCHEMA, SPARK_SCHEMA, OffsetRange, SourceOptions, add_new_partitions,
+                                        admit, from_offsets, plan_ranges, to_offsets)
+
+A, B, C = ("t", 0), ("t", 1), ("u", 0)
+
+
+def test_arrow_schema_equals_what_spark_expects() -> None:
+    assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+
+
+def test_offsets_round_trip_through_json_form() -> None:
+    doc = to_offsets({A: 5, B: 7, C: 0})
+    assert doc == {"t": {"0": 5, "1": 7}, "u": {"0": 0}}
+    assert from_offsets(doc) == {A: 5, B: 7, C: 0}
+
+
+def test_admit_without_limit_takes_everything() -> None:
+    assert admit({A: 0, B: 10}, {A: 100, B: 12}, None) == {A: 100, B: 12}
+
+
+def test_admit_caps_total_and_shares_by_backlog() -> None:
+    end = admit({A: 0, B: 10, C: 0}, {A: 900, B: 110, C: 0}, 100)
+    taken = {tp: end[tp] - s for tp, s in {A: 0, B: 10, C: 0}.items()}
+    assert sum(taken.values()) == 100
+    assert taken[A] == 90 and taken[B] == 10 and taken[C] == 0
+
+
+def test_admit_never_exceeds_limit_and_drains_eventually() -> None:
+    start, latest = {A: 0, B: 0, C: 0}, {A: 1000, B: 3, C: 1}
+    batches = 0
+    while start != latest:
+        end = admit(start, latest, 7)
+        assert sum(end[tp] - start[tp] for tp in start) <= 7
+        assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+        start, batches = end, batches + 1
+    assert batches == 144  # ceil(1004 / 7): every batch is full until the end
+
+
+def test_admit_ignores_partitions_behind_start() -> None:
+    assert admit({A: 50}, {A: 40}, 10) == {A: 50}
+
+
+def test_new_partitions_enter_at_earliest_with_an_empty_range() -> None:
+    start = {A: 5}
+    end = add_new_partitions(start, {A: 9}, {A: 0, B: 3})
+    assert end == {A: 9, B: 3}
+    assert plan_ranges(start, end) == [OffsetRange("t", 0, 5, 9)]
+    # next batch reads the new partition from where it entered
+    assert plan_ranges(end, {A: 9, B: 8}) == [OffsetRange("t", 1, 3, 8)]
+
+
+def test_options_parse_and_validate() -> None:
+    opts = SourceOptions.parse({"subscribe": "a, b", "kafka.bootstrap.servers": "h:1", "maxrecordsperbatch": "10",
+                                "kafka.security.protocol": "SSL", "onoffsetoutofrange": "earliest"})
+    assert opts.topics == ("a", "b") and opts.max_records_per_batch == 10
+    assert opts.client_conf()["isolation.level"] == "read_committed"
+    assert opts.client_conf()["security.protocol"] == "SSL"
+    for bad in ({"kafka.bootstrap.servers": "h:1"}, {"subscribe": "a"},
+                {"subscribe": "a", "kafka.bootstrap.servers": "h", "onoffsetoutofrange": "skip"}):
+        try:
+            SourceOptions.parse(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
