@@ -95,6 +95,8 @@ class Maintenance(_Model):
         default=None, description="Replay window: snapshots older than this may be expired (never newer).")
     every_batches: int = Field(default=50, gt=0)
     compact: bool = True
+    orphan_min_age_seconds: int = Field(
+        default=600, ge=0, description="Unreferenced data files younger than this are never swept (in-flight writes).")
 
 
 class AppConfig(_Model):

@@ -1,0 +1,468 @@
+"""The `handoff-iceberg` streaming sink: executors write Parquet data files, the driver commits exactly one
+Iceberg snapshot per micro-batch carrying the batch's offset range (the ledger), then the Kafka group offsets.
+
+Exactly-once rests on three rules:
+1. The snapshot of batch N records (handoff id, query, Spark query id, N, offsets). Before committing, the
+   driver walks the table's *current ancestry*; if batch N is already there (a crash between the table commit
+   and Spark's own commit log), the batch is skipped — a replay never lands twice.
+2. Data files of an attempt are unique to it (fresh write UUID per task attempt) and only become table data
+   through the one snapshot commit, so failed attempts leave only unreferenced files, which `abort`, the
+   task's own error path and the orphan sweep delete. A file referenced by any snapshot is never deleted.
+3. Kafka consumer-group offsets are committed after the table commit is durable, never before.
+
+Usage (the app does this):
+    prepare(cfg)                                   # driver, before starting the query
+    raw.writeStream.format("handoff-iceberg").option("config", cfg.to_json()) ...
+Executors need the same catalog access as the driver (the catalog properties travel in the config).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import IcebergType
+
+from . import faults, ledger, offset_log
+from .config import AppConfig, IcebergSink
+from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_table, forget_catalog,
+                            iceberg_type, iceberg_type_of_arrow, load_catalog_cached, plan_schema_changes)
+from .kafka_offsets import commit_group_offsets
+
+from .decode import decode_batch
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+except ImportError:  # the operator imports pieces of this package without pyspark
+    DataSource = object  # type: ignore[misc,assignment]
+    DataSourceStreamArrowWriter = object  # type: ignore[misc,assignment]
+    WriterCommitMessage = object  # type: ignore[misc,assignment]
+
+log = logging.getLogger(__name__)
+
+LAST_COMMIT_FILE = "handoff/last-commit.json"
+
+
+class SchemaIncompatibleError(RuntimeError):
+    """Records or the declared schema need a change Iceberg cannot make safely (narrowing, type change)."""
+
+
+class CatalogUnavailableError(RuntimeError):
+    """The catalog did not accept the commit within the bounded retries."""
+
+
+# --------------------------------------------------------------------------------------------- config
+
+def _sink(cfg: AppConfig) -> IcebergSink:
+    if not isinstance(cfg.sink, IcebergSink):
+        raise ValueError("handoff-iceberg needs an iceberg sink in the app config")
+    return cfg.sink
+
+
+def open_table(cfg: AppConfig, create: bool = True) -> Table:
+    sink = _sink(cfg)
+    catalog = load_catalog_cached(sink.catalog_name, sink.catalog_properties)
+    if not create:
+        return catalog.load_table(sink.table)
+    return ensure_table(catalog, sink.table, declared_schema(cfg.schema_.columns, cfg.source.format), sink.partition_by)
+
+
+def spark_query_id(checkpoint: str) -> str | None:
+    """Spark's query id, stable across restarts of one checkpoint (`<checkpoint>/metadata`)."""
+    try:
+        return json.loads(offset_log._local_path(checkpoint).joinpath("metadata").read_text())["id"]
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------ executors
+
+@dataclass
+class IcebergCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    """What a write task hands the driver. `added_ids` are the field ids the task gave new columns."""
+
+    write_uuid: str
+    files: list[DataFile] = field(default_factory=list)
+    rows: int = 0
+    dlq_rows: int = 0
+    max_event_time_ms: int | None = None
+    add: list[tuple[str, IcebergType]] = field(default_factory=list)
+    widen: list[tuple[str, IcebergType]] = field(default_factory=list)
+    added_ids: dict[str, int] = field(default_factory=dict)
+
+
+def _provisional_metadata(metadata: TableMetadata, schema: Schema) -> TableMetadata:
+    schema = schema.model_copy(update={"schema_id": max(s.schema_id for s in metadata.schemas) + 1})
+    return metadata.model_copy(update={
+        "schemas": [*metadata.schemas, schema], "current_schema_id": schema.schema_id,
+        "last_column_id": max(metadata.last_column_id, schema.highest_field_id)})
+
+
+def prepare_batch(decoded: pa.Table, metadata: TableMetadata, evolution: str) -> tuple[pa.Table, TableMetadata, SchemaPlan]:
+    """Plan schema changes for a decoded batch and shape the batch for the (possibly provisional) table."""
+    wanted: list[tuple[str, IcebergType]] = []
+    unsupported: list[str] = []
+    for f in decoded.schema:
+        t = iceberg_type_of_arrow(f.type)
+        if t is None:
+            if pa.types.is_null(f.type):
+                continue  # a discovered column that was null in every record: nothing to store yet
+            unsupported.append(f"column {f.name!r} has unsupported type {f.type}")
+        else:
+            wanted.append((f.name, t))
+    plan = plan_schema_changes(metadata.schema(), wanted, evolution)
+    if unsupported:
+        plan = SchemaPlan(add=plan.add, widen=plan.widen, incompatible=plan.incompatible + tuple(unsupported),
+                          ignored=plan.ignored)
+    if plan.incompatible:
+        return decoded, metadata, plan
+    target_meta = metadata
+    if plan.changes_table:
+        target_meta = _provisional_metadata(metadata, apply_plan_locally(metadata.schema(), plan,
+                                                                         metadata.last_column_id))
+    target = target_meta.schema()
+    arrow_schema = schema_to_pyarrow(target, include_field_ids=False)
+    arrays = []
+    for af in arrow_schema:
+        if af.name in decoded.column_names:
+            arrays.append(decoded.column(af.name).cast(af.type))
+        else:
+            arrays.append(pa.nulls(decoded.num_rows, af.type))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema), target_meta, plan
+
+
+def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
+    name = column if column and column in tbl.column_names else "_kafka_timestamp"
+    if name not in tbl.column_names or tbl.num_rows == 0:
+        return None
+    col = tbl.column(name)
+    if not pa.types.is_timestamp(col.type):
+        return None
+    m = pa.compute.max(col.cast(pa.timestamp("ms", col.type.tz))).value
+    return int(m) if m is not None else None
+
+
+def write_data_files(metadata: TableMetadata, io: Any, tbl: pa.Table, write_uuid: uuid.UUID) -> list[DataFile]:
+    """Parquet files for `tbl` through PyIceberg's writer (partitioning via pyiceberg-core): one file per
+    partition value (up to the table's target file size), named with the attempt's write UUID."""
+    written: list[DataFile] = []
+    try:
+        for df in _dataframe_to_data_files(metadata, tbl, io, write_uuid=write_uuid):
+            written.append(df)
+    except BaseException:
+        delete_files(io, [f.file_path for f in written])
+        raise
+    return written
+
+
+def delete_files(io: Any, paths: list[str]) -> None:
+    for p in paths:
+        try:
+            io.delete(p)
+        except FileNotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - best effort; the orphan sweep retries later
+            log.warning("could not delete %s", p, exc_info=True)
+
+
+def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
+    if not dead:
+        return
+    try:
+        from . import dlq  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise RuntimeError(f"{len(dead)} dead letters but handoff_spark.dlq is not available") from exc
+    dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]
+
+
+class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+    def __init__(self, config_json: str) -> None:
+        self.config_json = config_json
+        self._cfg: AppConfig | None = None
+
+    @property
+    def cfg(self) -> AppConfig:
+        if self._cfg is None:
+            self._cfg = AppConfig.model_validate_json(self.config_json)
+        return self._cfg
+
+    # -- executors ---------------------------------------------------------------------------------
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+        cfg = self.cfg
+        write_uuid = uuid.uuid4()
+        batches = [b for b in iterator if b.num_rows]
+        msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+        if not batches:
+            return msg
+        raw = pa.Table.from_batches(batches)
+        if faults.armed("fail-task"):
+            raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
+        decoded, dead = decode_batch(raw, cfg.schema_, cfg.source.format)
+        msg.dlq_rows = len(dead)
+        table = open_table(cfg)
+        shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
+        if plan.incompatible:
+            # Column-level conflicts (the decoder already dead-lettered record-level ones): halt the query.
+            raise SchemaIncompatibleError(
+                f"handoff {cfg.handoff_id}: table {_sink(cfg).table} cannot take this batch: "
+                + "; ".join(plan.incompatible)
+                + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
+        _send_dead_letters(cfg, raw, dead)
+        msg.add, msg.widen = list(plan.add), list(plan.widen)
+        msg.added_ids = {name: meta.schema().find_field(name).field_id for name, _ in plan.add}
+        msg.rows = shaped.num_rows
+        msg.max_event_time_ms = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
+        if shaped.num_rows:
+            msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+        if faults.armed("fail-after-write"):
+            delete_files(table.io, [f.file_path for f in msg.files])
+            raise RuntimeError("HANDOFF_FAULT fail-after-write (test hook)")
+        return msg
+
+    # -- driver --------------------------------------------------------------------------------------
+    def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+    def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+
+class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
+    """`df.writeStream.format("handoff-iceberg").option("config", AppConfig JSON)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "handoff-iceberg"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
+        return IcebergStreamWriter(self.options["config"])
+
+
+# ---------------------------------------------------------------------------------------- driver side
+
+@dataclass(frozen=True)
+class CommitResult:
+    batch_id: int
+    snapshot_id: int | None
+    skipped: bool
+    rows: int
+    dlq_rows: int
+    offsets: dict[str, dict[str, list[int]]]
+    commit_latency_ms: float
+    attempts: int
+    group_offsets_committed: bool
+
+
+def _is_catalog_outage(exc: BaseException) -> bool:
+    """Connection-level trouble with the catalog or storage (retry), as opposed to a logic error (raise)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"OperationalError", "InterfaceError", "DisconnectionError", "TimeoutError",
+                         "ConnectionError", "PermissionError", "OSError"})
+
+
+def _merge_plans(table: Table, msgs: list[IcebergCommitMessage], evolution: str) -> SchemaPlan:
+    wanted = [*(a for m in msgs for a in m.add), *(w for m in msgs for w in m.widen)]
+    return plan_schema_changes(table.schema(), wanted, evolution)
+
+
+def _rewrite_file(io: Any, metadata: TableMetadata, f: DataFile) -> list[DataFile]:
+    """Re-write a provisional file whose new-column ids differ from the ones the commit assigned (two tasks
+    discovered different new columns in one batch): read by name, write with the final schema."""
+    import pyarrow.parquet as pq
+    with io.new_input(f.file_path).open() as stream:
+        tbl = pq.read_table(stream)
+    arrow_schema = schema_to_pyarrow(metadata.schema(), include_field_ids=False)
+    arrays = [tbl.column(af.name).cast(af.type) if af.name in tbl.column_names else pa.nulls(tbl.num_rows, af.type)
+              for af in arrow_schema]
+    return write_data_files(metadata, io, pa.Table.from_arrays(arrays, schema=arrow_schema), uuid.uuid4())
+
+
+def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> CommitResult:
+    """Commit one micro-batch: skip if already in the ancestry, else one fast-append snapshot with the ledger
+    properties; bounded retries on conflicts and catalog outages; then group offsets; then upkeep."""
+    sink = _sink(cfg)
+    t0 = time.monotonic()
+    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
+    offsets_json = offset_log.to_json_ranges(ranges)
+    query_id = spark_query_id(cfg.checkpoint_location)
+    rows = sum(m.rows for m in msgs)
+    dlq_rows = sum(m.dlq_rows for m in msgs)
+    event_times = [m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None]
+    props = {
+        ledger.ID: cfg.handoff_id, ledger.QUERY: cfg.query_name, ledger.BATCH_ID: str(batch_id),
+        ledger.OFFSETS: json.dumps(offsets_json, separators=(",", ":")),
+        ledger.ROWS: str(rows), ledger.DLQ_ROWS: str(dlq_rows),
+        ledger.MAX_EVENT_TIME_MS: str(max(event_times)) if event_times else "",
+    }
+    if query_id:
+        props[ledger.QUERY_ID] = query_id
+    snapshot_id: int | None = None
+    skipped = False
+    attempts = 0
+    replaced: list[str] = []
+    table: Table | None = None
+    last_error: BaseException | None = None
+    while attempts <= sink.commit_retries:
+        attempts += 1
+        try:
+            table = open_table(cfg)
+            done = ledger.find_batch(table, cfg.handoff_id, cfg.query_name, batch_id, query_id)
+            if done is not None:
+                log.info("batch %s already committed as snapshot %s: skipping", batch_id, done.snapshot_id)
+                snapshot_id, skipped = done.snapshot_id, True
+                break
+            faults.maybe_crash("crash-before-table-commit", batch_id)
+            tx = table.transaction()
+            plan = _merge_plans(table, msgs, cfg.schema_.evolution)
+            if plan.incompatible:
+                raise SchemaIncompatibleError(f"batch {batch_id}: " + "; ".join(plan.incompatible))
+            if plan.changes_table:
+                with tx.update_schema() as us:
+                    for name, typ in plan.add:
+                        us.add_column(name, typ)
+                    for name, typ in plan.widen:
+                        us.update_column(name, field_type=typ)
+            final_schema = tx.table_metadata.schema()
+            files: list[DataFile] = []
+            replaced = []
+            for m in msgs:
+                ids_ok = all(final_schema.find_field(n).field_id == i for n, i in m.added_ids.items())
+                widen_ok = all(final_schema.find_field(n).field_type == t for n, t in m.widen)
+                if ids_ok and widen_ok:
+                    files.extend(m.files)
+                else:
+                    for f in m.files:
+                        files.extend(_rewrite_file(table.io, tx.table_metadata, f))
+                        replaced.append(f.file_path)
+            if not files and not any(se[0] != se[1] for se in ranges.values()):
+                log.info("batch %s is empty: nothing to commit", batch_id)
+                break
+            # merge_append when the table asks for manifest merging (Handoff's tables do): keeps the manifest
+            # list short so commit latency does not grow with history; fast_append otherwise.
+            producer = tx.update_snapshot(snapshot_properties=props)
+            merge = table.metadata.properties.get("commit.manifest-merge.enabled", "false").lower() == "true"
+            with (producer.merge_append() if merge else producer.fast_append()) as fa:
+                for f in files:
+                    fa.append_data_file(f)
+            table = tx.commit_transaction()
+            snapshot_id = table.current_snapshot().snapshot_id if table.current_snapshot() else None
+            break
+        except CommitFailedException as exc:
+            last_error = exc
+            log.warning("batch %s: commit conflict (attempt %s): %s", batch_id, attempts, exc)
+        except SchemaIncompatibleError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if not _is_catalog_outage(exc):
+                raise
+            last_error = exc
+            forget_catalog(sink.catalog_name, sink.catalog_properties)
+            log.warning("batch %s: catalog unavailable (attempt %s): %s", batch_id, attempts, exc)
+        time.sleep(min(8.0, 0.25 * 2 ** (attempts - 1)) * random.uniform(0.8, 1.2))
+    else:
+        raise CatalogUnavailableError(
+            f"batch {batch_id}: table {sink.table} did not accept the commit after {attempts} attempts "
+            f"(commitRetries={sink.commit_retries}): {last_error}. The batch will be replayed exactly once on "
+            f"restart.") from last_error
+    faults.maybe_crash("crash-after-table-commit", batch_id)
+    if replaced and table is not None:
+        delete_files(table.io, replaced)
+    group_ok = False
+    end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
+    if snapshot_id is not None or skipped:
+        group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end,
+                                        cfg.source.properties)
+    result = CommitResult(batch_id=batch_id, snapshot_id=snapshot_id, skipped=skipped, rows=rows,
+                          dlq_rows=dlq_rows, offsets=offsets_json,
+                          commit_latency_ms=round((time.monotonic() - t0) * 1000, 1), attempts=attempts,
+                          group_offsets_committed=group_ok)
+    _write_last_commit(cfg, result)
+    if table is not None and not skipped:
+        from . import maintenance
+        maintenance.after_commit(table, cfg, batch_id)
+    return result
+
+
+def _write_last_commit(cfg: AppConfig, result: CommitResult) -> None:
+    """`<checkpoint>/handoff/last-commit.json`: the commit runs in a Spark Python worker, not in the driver's
+    Python process, so this file is how the app's progress record learns the snapshot and commit latency."""
+    try:
+        path = offset_log._local_path(cfg.checkpoint_location) / LAST_COMMIT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
+            json.dump(result.__dict__, tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
+
+
+def abort_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> None:
+    """Delete this attempt's files — unless the batch did commit (abort after a commit whose acknowledgement
+    failed): then they are table data and stay."""
+    paths = [f.file_path for m in msgs for f in m.files]
+    if not paths:
+        return
+    table = open_table(cfg)
+    if ledger.find_batch(table, cfg.handoff_id, cfg.query_name, batch_id,
+                         spark_query_id(cfg.checkpoint_location)) is not None:
+        log.warning("abort of batch %s after it committed: keeping its files", batch_id)
+        return
+    delete_files(table.io, paths)
+
+
+# ------------------------------------------------------------------------------------- query start
+
+def prepare(cfg: AppConfig) -> Table:
+    """Driver, before the query starts: create the table if needed, reconcile the declared schema with it
+    (widen/add under evolution=compatible, halt on anything incompatible), sweep orphan files."""
+    sink = _sink(cfg)
+    catalog = load_catalog_cached(sink.catalog_name, sink.catalog_properties)
+    if sink.auto_create:
+        table = ensure_table(catalog, sink.table, declared_schema(cfg.schema_.columns, cfg.source.format), sink.partition_by)
+    else:
+        table = catalog.load_table(sink.table)
+    wanted = [(c.name, iceberg_type(c.type)) for c in cfg.schema_.columns]
+    plan = plan_schema_changes(table.schema(), wanted, cfg.schema_.evolution)
+    if plan.incompatible:
+        raise SchemaIncompatibleError(
+            f"handoff {cfg.handoff_id}: declared schema does not fit table {sink.table}: "
+            + "; ".join(plan.incompatible) + ". Handoff never narrows a column; declare a compatible type.")
+    if plan.changes_table:
+        with table.update_schema() as us:
+            for name, typ in plan.add:
+                us.add_column(name, typ)
+            for name, typ in plan.widen:
+                us.update_column(name, field_type=typ)
+        table = catalog.load_table(sink.table)
+    from . import maintenance
+    maintenance.remove_orphan_files(table, older_than_seconds=cfg.maintenance.orphan_min_age_seconds)
+    return table
+
+
+def register(spark: Any) -> None:
+    spark.dataSource.register(IcebergSinkDataSource)
+
+
+def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+__all__ = ["IcebergSinkDataSource", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare",
+           "register", "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
+           "CatalogUnavailableError"]

@@ -1,0 +1,55 @@
+"""Commit a handoff's consumer-group offsets to Kafka after a durable table commit.
+
+Why: the table (ledger) is the source of truth for where a query resumes; the group offsets exist so that
+ordinary lag tools (kcat, Burrow, kafka-consumer-groups) see the true lag of a handoff. They are therefore
+committed only *after* the table commit succeeded (never before, or lag tools would show data as delivered
+that a crash could still lose), with explicit partitions and offsets, by a consumer that never joins the
+group (no rebalance, works while nothing else consumes). A failure here is logged, not raised: the data is
+already committed and the next batch commits newer offsets.
+"""
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, dict[int, int]],
+                         properties: dict[str, str] | None = None, timeout_s: float = 10.0) -> bool:
+    """Commit `{topic: {partition: next offset}}` for `group`. Returns False (and logs) on failure."""
+    tps = [TopicPartition(topic, int(p), int(off)) for topic, parts in offsets.items() for p, off in parts.items()]
+    if not tps:
+        return True
+    conf = {**(properties or {}), "bootstrap.servers": bootstrap_servers, "group.id": group,
+            "enable.auto.commit": False, "socket.timeout.ms": int(timeout_s * 1000)}
+    consumer = Consumer(conf)
+    try:
+        result = consumer.commit(offsets=tps, asynchronous=False)
+        failed = [tp for tp in (result or []) if tp.error is not None]
+        if failed:
+            log.warning("consumer-group %s: offset commit failed for %s", group, failed)
+            return False
+        return True
+    except KafkaException as exc:
+        log.warning("consumer-group %s: offset commit failed: %s", group, exc)
+        return False
+    finally:
+        consumer.close()
+
+
+def committed_group_offsets(bootstrap_servers: str, group: str, partitions: list[tuple[str, int]],
+                            properties: dict[str, str] | None = None, timeout_s: float = 10.0) -> dict[str, dict[int, int]]:
+    """What lag tools see: the group's committed offsets (partitions without a commit are left out)."""
+    conf = {**(properties or {}), "bootstrap.servers": bootstrap_servers, "group.id": group,
+            "enable.auto.commit": False}
+    consumer = Consumer(conf)
+    try:
+        out: dict[str, dict[int, int]] = {}
+        for tp in consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s):
+            if tp.offset >= 0:
+                out.setdefault(tp.topic, {})[tp.partition] = tp.offset
+        return out
+    finally:
+        consumer.close()
