@@ -1,0 +1,249 @@
+"""Status conditions of a StreamTableHandoff, computed from observed facts (pure; no I/O).
+
+Conventions (Kubernetes API conventions, kstatus, Argo CD):
+- every condition has type, status ("True"/"False"/"Unknown"), reason (CamelCase), message,
+  lastTransitionTime (changes only when `status` changes) and observedGeneration;
+- `Ready` is the summary users `kubectl wait` on; `Progressing` is True while the operator is moving
+  the app towards the spec (first start, controlled restart, suspending); `Degraded` is True when the app
+  runs but is not doing its job (crash loop, freshness target missed while records wait, truth sources
+  unreachable);
+- the top-level `status.observedGeneration` is set by the caller, so kstatus sees staleness.
+
+The handlers gather `Facts` from the API server, the ledger and Kafka, call `evaluate`, merge with
+`merge_conditions` and emit one Event per entry of `transitions`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+
+# Container waiting/termination reasons that mean "the driver cannot run as configured".
+CRASH_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                           "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+                           "OOMKilled"})
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """What the API server says about the driver Deployment and its pod (None fields = unknown)."""
+
+    desired_replicas: int = 0                  # spec.replicas of the Deployment
+    replicas: int = 0                          # pods that exist (any hash)
+    ready_replicas: int = 0
+    updated_replicas: int = 0                  # pods of the current pod template
+    rollout_observed: bool = True              # Deployment status.observedGeneration >= generation
+    pod_name: str | None = None
+    pod_phase: str | None = None               # Pending/Running/Succeeded/Failed
+    pod_ready: bool = False
+    pod_config_hash: str | None = None         # handoff.io/config-hash of the running pod
+    restart_count: int = 0
+    waiting_reason: str | None = None
+    last_termination_reason: str | None = None
+    last_termination_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ProgressFacts:
+    """What the ledger (table) and Kafka say; None = not known (yet)."""
+
+    committed_snapshot: int | None = None
+    committed_batch: int | None = None
+    committed_at_ms: int | None = None
+    committed_offsets: Mapping[str, Mapping[str, int]] | None = None   # {topic: {partition: next}}
+    end_offsets: Mapping[str, Mapping[str, int]] | None = None
+    lag: int | None = None
+    max_event_time_ms: int | None = None
+    freshness_seconds: float | None = None
+    errors: Sequence[str] = ()                 # truth sources that could not be read, with why
+
+
+@dataclass(frozen=True)
+class Facts:
+    generation: int
+    suspended: bool
+    desired_hash: str | None
+    invalid: Sequence[str] = ()                # InvalidSpec messages ("spec.x: problem; fix: ...")
+    driver: DriverFacts | None = None          # None = no Deployment (yet)
+    progress: ProgressFacts = field(default_factory=ProgressFacts)
+    freshness_target_seconds: float | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    phase: str | None          # None: leave the phase as it is (deleting)
+    conditions: tuple[Condition, ...]
+
+
+def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
+    status = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type_, status, reason, message)
+
+
+def evaluate(facts: Facts) -> Evaluation:
+    """Phase + Ready/Progressing/Degraded from the facts. Order of checks = order of precedence.
+
+    Phases are the CRD's: an unworkable spec is Failed (reason InvalidSpec), a controlled restart is
+    Starting (Progressing reason Restarting)."""
+    if facts.invalid:
+        message = "; ".join(facts.invalid)
+        return Evaluation("Failed", (
+            _cond(READY, False, "InvalidSpec", message),
+            _cond(PROGRESSING, False, "InvalidSpec", "waiting for a spec change: " + message),
+            _cond(DEGRADED, True, "InvalidSpec", message),
+        ))
+
+    driver = facts.driver
+    progress = facts.progress
+    summary = _progress_summary(progress)
+
+    if facts.deleting:
+        return Evaluation(None, (
+            _cond(READY, False, "Terminating", "stopping the driver; table and checkpoint are kept"),
+            _cond(PROGRESSING, True, "Terminating", "stopping the driver at a batch boundary"),
+            _cond(DEGRADED, False, "Terminating", "deleting"),
+        ))
+
+    if facts.suspended:
+        stopped = driver is None or driver.replicas == 0
+        return Evaluation("Suspended", (
+            _cond(READY, False, "Suspended", "spec.suspend is true; the driver is stopped" + summary),
+            _cond(PROGRESSING, not stopped, "Suspending" if not stopped else "Suspended",
+                  "waiting for the driver to stop at a batch boundary" if not stopped
+                  else "suspended; resuming continues from the checkpoint"),
+            _cond(DEGRADED, False, "Suspended", "suspended by spec.suspend"),
+        ))
+
+    if driver is None:
+        return Evaluation("Pending", (
+            _cond(READY, False, "DriverPending", "the driver Deployment does not exist yet"),
+            _cond(PROGRESSING, True, "Creating", "creating the driver and its resources"),
+            _cond(DEGRADED, False, "AsExpected", "starting"),
+        ))
+
+    crash = _crash_reason(driver)
+    current = (driver.rollout_observed and driver.updated_replicas >= 1 and
+               driver.replicas == driver.updated_replicas and
+               (facts.desired_hash is None or driver.pod_config_hash in (None, facts.desired_hash)))
+    running = current and driver.pod_ready and driver.ready_replicas >= 1
+
+    if crash:
+        detail = driver.last_termination_message or driver.last_termination_reason or ""
+        message = (f"driver pod {driver.pod_name} is failing ({crash}, {driver.restart_count} restarts)"
+                   + (f": {detail.strip()[:300]}" if detail else "")
+                   + "; it is restarted automatically and resumes from the checkpoint")
+        ready = _cond(READY, False, "DriverFailing", message)
+        degraded = _cond(DEGRADED, True, "DriverFailing", message)
+        progressing = _cond(PROGRESSING, not current, "Restarting" if not current else "DriverFailing",
+                            message)
+        return Evaluation("Degraded", (ready, progressing, degraded))
+
+    if not running:
+        restarting = driver.pod_config_hash not in (None, facts.desired_hash) or (
+            driver.replicas > driver.updated_replicas) or not driver.rollout_observed
+        if restarting:
+            message = f"restarting the driver to apply generation {facts.generation}"
+            return Evaluation("Starting", (
+                _cond(READY, False, "Restarting", message),
+                _cond(PROGRESSING, True, "Restarting", message),
+                _cond(DEGRADED, False, "AsExpected", "controlled restart"),
+            ))
+        where = f"driver pod {driver.pod_name} is {driver.pod_phase or 'not created'}" if driver.pod_name \
+            else "waiting for the driver pod"
+        return Evaluation("Starting", (
+            _cond(READY, False, "DriverStarting", where),
+            _cond(PROGRESSING, True, "Starting", where),
+            _cond(DEGRADED, False, "AsExpected", "starting"),
+        ))
+
+    ready = _cond(READY, True, "Running", f"driver pod {driver.pod_name} is running" + summary)
+    progressing = _cond(PROGRESSING, False, "RolloutComplete",
+                        f"generation {facts.generation} is running")
+    degraded = _degraded_while_running(facts)
+    return Evaluation("Degraded" if degraded.status == "True" else "Running",
+                      (ready, progressing, degraded))
+
+
+def _degraded_while_running(facts: Facts) -> Condition:
+    progress = facts.progress
+    target = facts.freshness_target_seconds
+    if (target is not None and progress.freshness_seconds is not None and
+            progress.freshness_seconds > target and (progress.lag or 0) > 0):
+        return _cond(DEGRADED, True, "FreshnessTargetMissed",
+                     f"newest committed event is {progress.freshness_seconds:.0f}s old, target {target:.0f}s, "
+                     f"{progress.lag} records waiting; raise scaling.maxExecutors or lower the load")
+    if progress.errors:
+        return _cond(DEGRADED, True, "StatusUnavailable", "; ".join(progress.errors))
+    return _cond(DEGRADED, False, "AsExpected", "committing within target")
+
+
+def _crash_reason(driver: DriverFacts) -> str | None:
+    if driver.waiting_reason in CRASH_REASONS:
+        return driver.waiting_reason
+    if driver.pod_phase == "Failed":
+        return driver.last_termination_reason or "Failed"
+    return None
+
+
+def _progress_summary(progress: ProgressFacts) -> str:
+    parts = []
+    if progress.committed_snapshot is not None:
+        parts.append(f"snapshot {progress.committed_snapshot}")
+    if progress.lag is not None:
+        parts.append(f"lag {progress.lag}")
+    return ("; " + ", ".join(parts)) if parts else ""
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition],
+                     generation: int, now: str) -> list[dict[str, Any]]:
+    """New conditions as dicts; lastTransitionTime kept from `old` when the status did not change.
+
+    Conditions of other types in `old` (set by someone else) are kept as they are.
+    """
+    previous = {c.get("type"): c for c in (old or [])}
+    merged = []
+    for cond in new:
+        before = previous.pop(cond.type, None)
+        changed = before is None or before.get("status") != cond.status
+        merged.append({
+            "type": cond.type, "status": cond.status, "reason": cond.reason, "message": cond.message,
+            "lastTransitionTime": now if changed else before.get("lastTransitionTime", now),
+            "observedGeneration": generation,
+        })
+    merged.extend(dict(c) for c in previous.values())
+    return merged
+
+
+@dataclass(frozen=True)
+class Transition:
+    type: str           # Event type: Normal / Warning
+    reason: str
+    message: str
+
+
+def transitions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition]) -> list[Transition]:
+    """One Event per condition whose status or reason changed (the reason carries the meaning)."""
+    previous = {c.get("type"): c for c in (old or [])}
+    events = []
+    for cond in new:
+        before = previous.get(cond.type)
+        if before is not None and before.get("status") == cond.status and before.get("reason") == cond.reason:
+            continue
+        abnormal = (cond.type == DEGRADED and cond.status == "True") or cond.reason in {"InvalidSpec",
+                                                                                       "DriverFailing"}
+        if before is None and not abnormal and cond.type != READY:
+            continue  # the first status: one event (Ready) says enough unless something is wrong
+        events.append(Transition("Warning" if abnormal else "Normal", cond.reason,
+                                 f"{cond.type}={cond.status}: {cond.message}"))
+    return events

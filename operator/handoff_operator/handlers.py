@@ -1,0 +1,254 @@
+"""kopf handlers for StreamTableHandoff: thin glue between the API and the pure logic.
+
+One idempotent `reconcile` does everything (validate → render → apply children → observe → status →
+Events). The change handlers (create/update of spec/resume) and the status timer all call it. Why one
+function under a per-object lock, reading the object fresh and writing status itself:
+- kopf runs timers concurrently with change handlers; without the lock both could see the old config
+  hash and both announce the same restart;
+- kopf's `patch` would be applied after the handler returns, i.e. outside the lock;
+- a reconcile cut short by an operator restart is simply run again by the resume handler; server-side
+  apply with deterministic names makes the repeat converge on the same children.
+
+Deletion: a finalizer (`handoff.io/finalizer`) scales the driver to 0, waits for the pod to go (the
+app stops at a batch boundary on SIGTERM within terminationGracePeriodSeconds), then lets go; the
+children are garbage-collected through their ownerReferences. The table and the checkpoint (its own
+PVC, not owned by the handoff) stay.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+
+from . import metrics
+from .conditions import Facts, ProgressFacts, evaluate, merge_conditions, transitions
+from .kube import Kube, new_api_client
+from .models import format_duration
+from .render import GROUP, PLURAL, VERSION, Rendered, referenced_secrets, render
+from .settings import OperatorSettings
+from .truth import read_progress
+from .validation import Problem, check, parse_spec
+
+SETTINGS = OperatorSettings()
+FINALIZER = "handoff.io/finalizer"
+RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
+TRANSIENT_DELAY = 10.0
+
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+log = logging.getLogger("handoff.operator")
+
+
+def _lock(namespace: str, name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _kube(memo: Any) -> Kube:
+    kube = getattr(memo, "kube", None)
+    if kube is None:
+        kube = Kube(new_api_client())
+        memo.kube = kube
+    return kube
+
+
+# ---------------------------------------------------------------------------------------- startup
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="handoff.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="handoff.io", key="last-handled-configuration")
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8
+    memo.kube = Kube(new_api_client())
+    memo.settings = SETTINGS
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else $KUBECONFIG read now (the kubernetes client reads it at import)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+# --------------------------------------------------------------------------------------- reconcile
+
+def _status_progress(status: Mapping[str, Any]) -> ProgressFacts:
+    """The last known progress from the status (change handlers do not query the table and Kafka)."""
+    committed = status.get("committed") or {}
+    snapshot = committed.get("snapshot")
+    return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
+                         committed_batch=committed.get("batch"),
+                         committed_offsets=committed.get("offsets"), lag=status.get("lag"),
+                         freshness_seconds=status.get("freshnessSeconds"))
+
+
+def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if progress.committed_snapshot is not None:
+        at = (_iso(dt.datetime.fromtimestamp(progress.committed_at_ms / 1000, dt.timezone.utc))
+              if progress.committed_at_ms is not None else None)
+        out["committed"] = {"snapshot": str(progress.committed_snapshot), "batch": progress.committed_batch,
+                            "offsets": dict(progress.committed_offsets or {}), "at": at}
+    if progress.lag is not None:
+        out["lag"] = progress.lag
+    if progress.freshness_seconds is not None:
+        out["freshnessSeconds"] = round(progress.freshness_seconds, 3)
+        out["freshness"] = format_duration(progress.freshness_seconds)
+    return out
+
+
+def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
+              deleting: bool = False) -> list[Problem]:
+    """Bring one handoff's children and status in line with its spec and the world. Idempotent."""
+    with _lock(namespace, name), metrics.observe_reconcile():
+        obj = kube.get_handoff(namespace, name)
+        if obj is None:
+            return []
+        meta = obj["metadata"]
+        deleting = deleting or bool(meta.get("deletionTimestamp"))
+        generation = int(meta.get("generation") or 0)
+        status: dict[str, Any] = dict(obj.get("status") or {})
+        old_conditions = status.get("conditions") or []
+        app = dict(status.get("app") or {})
+
+        spec, problems = parse_spec(obj.get("spec") or {})
+        rendered: Rendered | None = None
+        if spec is not None:
+            secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
+            resolved, problems = check(name, spec, secrets)
+            if not problems:
+                rendered = render(obj, spec, SETTINGS.default_image, resolved)
+
+        events: list[tuple[str, str, str]] = []
+        if rendered is not None and not deleting:
+            for child in rendered.unowned:
+                if kube.create_if_missing(child):
+                    events.append(("Normal", "CheckpointVolumeCreated",
+                                   f"created PersistentVolumeClaim {child['metadata']['name']} for the "
+                                   f"checkpoint (kept when the handoff is deleted)"))
+            for child in rendered.children:
+                kube.apply(child)
+            old_hash = app.get("configHash")
+            if old_hash and old_hash != rendered.config_hash and not spec.suspend:  # type: ignore[union-attr]
+                app["restarts"] = int(app.get("restarts") or 0) + 1
+                events.append(("Normal", "Restarting", (
+                    f"generation {generation} changed the app config ({old_hash} → {rendered.config_hash}): "
+                    f"stopping the driver at a batch boundary, then starting it with the new config")))
+            app["configHash"] = rendered.config_hash
+
+        driver = kube.driver_facts(namespace, name)
+        if refresh_truth and rendered is not None:
+            progress = read_progress(rendered.config)
+        else:
+            progress = _status_progress(status)
+        facts = Facts(
+            generation=generation,
+            suspended=bool(spec.suspend) if spec is not None else False,
+            desired_hash=rendered.config_hash if rendered is not None else None,
+            invalid=[str(p) for p in problems],
+            driver=driver, progress=progress,
+            freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
+            deleting=deleting)
+        evaluation = evaluate(facts)
+        now = _iso(_now())
+        conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
+        for kind, reason, message in [(t.type, t.reason, t.message)
+                                      for t in transitions(old_conditions, evaluation.conditions)]:
+            events.append((kind, reason, message))
+
+        if driver is not None and driver.pod_name:
+            app["driver"] = driver.pod_name
+            if driver.last_termination_reason:
+                detail = (driver.last_termination_message or "").strip()
+                app["lastFailure"] = (driver.last_termination_reason + (f": {detail}" if detail else ""))[:4000]
+        new_status: dict[str, Any] = {
+            "observedGeneration": generation,
+            "conditions": conditions,
+            "app": app,
+            **_progress_status(progress),
+        }
+        if evaluation.phase is not None:
+            new_status["phase"] = evaluation.phase
+        if rendered is not None and not deleting:
+            new_status["executors"] = {**(status.get("executors") or {}),
+                                       "current": kube.executor_count(namespace, name)}
+        kube.patch_status(namespace, name, new_status)
+        if evaluation.phase is not None:
+            metrics.set_phase(namespace, name, evaluation.phase)
+        metrics.set_progress(namespace, name, {"lag": progress.lag,
+                                               "freshnessSeconds": progress.freshness_seconds})
+        seen: set[str] = set()
+        for kind, reason, message in events:
+            if reason in seen:
+                continue
+            seen.add(reason)
+            kopf.event(obj, type=kind, reason=reason, message=message[:1000])
+        return list(problems)
+
+
+def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool) -> None:
+    try:
+        problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth)
+    except ApiException as exc:
+        if exc.status in (400, 422):
+            raise kopf.PermanentError(f"the API server refused a child: {exc.reason}: {exc.body}") from exc
+        raise kopf.TemporaryError(f"API error {exc.status} {exc.reason}; retrying", delay=TRANSIENT_DELAY) from exc
+    except (OSError, TimeoutError) as exc:
+        raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}; retrying", delay=TRANSIENT_DELAY) from exc
+    if problems and permanent_on_invalid:
+        # Status already says Ready=False/InvalidSpec; this only stops kopf from retrying a spec that
+        # cannot work. The next spec change runs the handler again.
+        raise kopf.PermanentError("InvalidSpec: " + "; ".join(str(p) for p in problems))
+
+
+@kopf.on.resume(**RESOURCE)
+@kopf.on.create(**RESOURCE)
+@kopf.on.update(**RESOURCE, field="spec")
+def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
+    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True)
+
+
+@kopf.timer(**RESOURCE, interval=SETTINGS.status_interval, initial_delay=1.0, idle=None)
+def refresh_status(namespace: str, name: str, memo: Any, meta: Mapping[str, Any], **_: Any) -> None:
+    """Status from the truth (driver, ledger, Kafka), and drift repair of the children."""
+    if meta.get("deletionTimestamp"):
+        return
+    _run(namespace, name, memo, refresh_truth=True, permanent_on_invalid=False)
+
+
+@kopf.on.delete(**RESOURCE)
+def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], started: dt.datetime,
+              **_: Any) -> None:
+    """Stop the driver gracefully; keep the table and the checkpoint; then release the finalizer."""
+    kube = _kube(memo)
+    kube.scale_driver(namespace, name, 0)
+    pods = [p for p in kube.driver_pods(namespace, name)]
+    waited = (_now() - started.replace(tzinfo=started.tzinfo or dt.timezone.utc)).total_seconds()
+    if pods and waited < SETTINGS.delete_grace_seconds:
+        try:
+            reconcile(namespace, name, kube, refresh_truth=False, deleting=True)
+        except ApiException:
+            pass
+        raise kopf.TemporaryError(f"waiting for driver pod {pods[0].metadata.name} to stop at a batch "
+                                  f"boundary", delay=5)
+    kopf.event(body, type="Normal", reason="Deleted", message=(
+        "driver stopped; the table and its checkpoint are kept (delete the table and the "
+        f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
+    metrics.set_phase(namespace, name, None)

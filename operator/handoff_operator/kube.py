@@ -1,0 +1,163 @@
+"""Kubernetes API access for the handlers (I/O only; the decisions live in render/conditions/validation).
+
+Why the synchronous `kubernetes` client in kopf's sync handlers (which kopf runs in a thread pool) and not
+kubernetes_asyncio: it is already pinned for the whole project, and a reconcile is a handful of
+requests, so threads cost nothing that matters. Children are written with server-side apply
+(`fieldManager: handoff-operator`, force): the same request creates or updates, so a reconcile that is
+interrupted and repeated (operator restart) converges on the same objects, never duplicates.
+"""
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from .conditions import DriverFacts
+from .render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
+                     driver_name)
+
+FIELD_MANAGER = "handoff-operator"
+
+
+def new_api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else $KUBECONFIG (read now, not at import)."""
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        return config.new_client_from_config(config_file=path.split(os.pathsep)[0])
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return isinstance(exc, ApiException) and exc.status == 404
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._dynamic: DynamicClient | None = None
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api)
+        return self._dynamic
+
+    # -- the handoff itself ----------------------------------------------------------------------
+
+    def get_handoff(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)},
+            _content_type="application/merge-patch+json")
+
+    # -- children --------------------------------------------------------------------------------
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        meta = obj["metadata"]
+        result = resource.server_side_apply(body=dict(obj), name=meta["name"], namespace=meta["namespace"],
+                                            field_manager=FIELD_MANAGER, force_conflicts=True)
+        return result.to_dict()
+
+    def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
+        """For objects the operator must never change or delete afterwards (the checkpoint PVC)."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            resource.create(body=dict(obj), namespace=obj["metadata"]["namespace"])
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def read_secrets(self, namespace: str, names: Iterable[str]) -> dict[str, dict[str, str] | None]:
+        out: dict[str, dict[str, str] | None] = {}
+        for name in names:
+            try:
+                secret = self.core.read_namespaced_secret(name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    out[name] = None
+                    continue
+                raise
+            data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+            data.update(secret.string_data or {})
+            out[name] = data
+        return out
+
+    def scale_driver(self, namespace: str, name: str, replicas: int) -> bool:
+        try:
+            self.apps.patch_namespaced_deployment_scale(driver_name(name), namespace,
+                                                        {"spec": {"replicas": replicas}})
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def driver_pods(self, namespace: str, name: str) -> list[client.V1Pod]:
+        selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}=driver"
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def executor_count(self, namespace: str, name: str) -> int:
+        selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}=executor"
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return sum(1 for p in pods if p.status and p.status.phase == "Running"
+                   and p.metadata.deletion_timestamp is None)
+
+    def driver_facts(self, namespace: str, name: str) -> DriverFacts | None:
+        try:
+            deployment = self.apps.read_namespaced_deployment(driver_name(name), namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return driver_facts(deployment, self.driver_pods(namespace, name))
+
+
+def driver_facts(deployment: client.V1Deployment, pods: list[client.V1Pod]) -> DriverFacts:
+    """Facts from the Deployment and its pods (the newest live pod speaks for the driver)."""
+    st = deployment.status or client.V1DeploymentStatus()
+    live = [p for p in pods if p.metadata.deletion_timestamp is None]
+    pod = max(live, key=lambda p: p.metadata.creation_timestamp, default=None)
+    facts: dict[str, Any] = dict(
+        desired_replicas=deployment.spec.replicas or 0,
+        replicas=len(pods),
+        ready_replicas=st.ready_replicas or 0,
+        updated_replicas=st.updated_replicas or 0,
+        rollout_observed=(st.observed_generation or 0) >= (deployment.metadata.generation or 0),
+    )
+    if pod is not None:
+        status = pod.status or client.V1PodStatus()
+        ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []))
+        containers = [c for c in (status.container_statuses or []) if c.name == "driver"]
+        facts.update(pod_name=pod.metadata.name, pod_phase=status.phase, pod_ready=ready,
+                     pod_config_hash=(pod.metadata.annotations or {}).get(CONFIG_HASH_ANNOTATION))
+        if containers:
+            c = containers[0]
+            facts["restart_count"] = c.restart_count or 0
+            if c.state and c.state.waiting:
+                facts["waiting_reason"] = c.state.waiting.reason
+            term = (c.state.terminated if c.state and c.state.terminated else
+                    c.last_state.terminated if c.last_state else None)
+            if term is not None:
+                facts["last_termination_reason"] = f"{term.reason or 'Terminated'} (exit code {term.exit_code})"
+                facts["last_termination_message"] = term.message
+    return DriverFacts(**facts)

@@ -1,0 +1,74 @@
+"""Prometheus metrics of the operator itself (not of the Spark apps; those serve their own).
+
+One registry object per process is what prometheus-client expects; the handlers update these and
+`handoff operator` serves them with `start_http_server` on HANDOFF_METRICS_PORT.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter("handoff_reconciles_total", "Reconciles of StreamTableHandoffs by result",
+                     ["result"])
+RECONCILE_ERRORS = Counter("handoff_reconcile_errors_total", "Reconciles that raised an error",
+                           ["kind"])
+RECONCILE_DURATION = Histogram("handoff_reconcile_duration_seconds", "Wall time of one reconcile",
+                               buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+HANDOFFS = Gauge("handoff_handoffs", "StreamTableHandoffs by phase", ["phase"])
+LAG = Gauge("handoff_lag_records", "Kafka records not yet committed to the table",
+            ["namespace", "name"])
+FRESHNESS = Gauge("handoff_freshness_seconds", "Age of the newest committed event time",
+                  ["namespace", "name"])
+
+# Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
+_phases: dict[tuple[str, str], str] = {}
+_seen_phases: set[str] = set()
+
+
+@contextmanager
+def observe_reconcile() -> Iterator[None]:
+    """Times a reconcile and counts its result; `ok` unless it raised."""
+    start = time.monotonic()
+    try:
+        yield
+    except Exception as exc:  # re-raised: kopf decides retries
+        RECONCILES.labels(result="error").inc()
+        RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
+        raise
+    else:
+        RECONCILES.labels(result="ok").inc()
+    finally:
+        RECONCILE_DURATION.observe(time.monotonic() - start)
+
+
+def set_phase(namespace: str, name: str, phase: str | None) -> None:
+    """Records the phase of one handoff (None = deleted) and recomputes the per-phase counts."""
+    key = (namespace, name)
+    if phase is None:
+        _phases.pop(key, None)
+        for gauge in (LAG, FRESHNESS):
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
+    else:
+        _phases[key] = phase
+        _seen_phases.add(phase)
+    for known in _seen_phases:
+        HANDOFFS.labels(phase=known).set(sum(1 for value in _phases.values() if value == known))
+
+
+def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> None:
+    lag = progress.get("lag")
+    if isinstance(lag, int):
+        LAG.labels(namespace, name).set(lag)
+    freshness = progress.get("freshnessSeconds")
+    if isinstance(freshness, (int, float)):
+        FRESHNESS.labels(namespace, name).set(freshness)
+
+
+def serve(port: int) -> None:
+    start_http_server(port)

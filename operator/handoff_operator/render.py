@@ -1,0 +1,501 @@
+"""StreamTableHandoff spec → the app config and the child manifests (pure; no I/O).
+
+What the operator creates for a handoff `<name>` in namespace `<ns>`:
+
+- ConfigMap `<name>-app`: `app.json`, the rendered `handoff_spark.config.AppConfig` (values that came
+  from Secrets are shown as `<from Secret …>` there);
+- Secret `<name>-app` (only when propertiesFrom resolved something): the real `app.json`, mounted by
+  the driver instead of the ConfigMap, so credentials never sit in a ConfigMap;
+- ServiceAccount + Role + RoleBinding `<name>-driver`: exactly what a client-mode Spark driver needs to
+  run its executors (pods, services, configmaps, persistentvolumeclaims in its own namespace);
+- headless Service `<name>-driver`: a stable DNS name (`spark.driver.host`) executors connect back to;
+- Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
+  Spark client mode; Spark then creates the executor pods itself (spark.kubernetes.*), owned by the
+  driver pod, so they go when the driver goes;
+- PersistentVolumeClaim `<name>-checkpoint` when spec.checkpoint.location is empty. It is deliberately
+  NOT owned by the handoff: deleting a handoff keeps its table and its checkpoint.
+
+Why a Deployment (replicas 1, or 0 when suspended; strategy Recreate) and not a bare Pod:
+- a crashed driver comes back without the operator: the kubelet restarts the container, and the
+  ReplicaSet controller replaces a deleted or evicted pod. The operator may be down meanwhile;
+- Recreate stops the old driver (SIGTERM → the app finishes its batch, up to
+  terminationGracePeriodSeconds) before the new one starts, so a spec change is one controlled restart
+  and two drivers never run the same checkpoint side by side in normal operation. (In a node
+  partition Kubernetes cannot promise that for any workload; the ledger's batch-id check in the table
+  commit keeps the table exactly-once even then.);
+- suspend/resume is `replicas: 0/1`, the checkpoint makes the restart safe;
+- the config hash annotation on the pod template turns any change of the rendered config into exactly
+  one rollout, and kubectl/Argo CD show the rollout like any other.
+
+Children carry an ownerReference to the handoff (controller, blockOwnerDeletion), so the garbage
+collector removes them after the handoff is gone. The owner's labels are NOT copied (kopf.adopt
+would): Argo CD tracks its apps by a label, and children carrying the app's tracking label would be
+shown as out-of-sync extras and pruned.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from handoff_spark.config import AppConfig
+
+from .models import StreamTableHandoffSpec, quantity_to_bytes, spark_memory
+from .models.common import PropertyFrom
+
+GROUP = "handoff.io"
+VERSION = "v1alpha1"
+KIND = "StreamTableHandoff"
+PLURAL = "streamtablehandoffs"
+
+CONFIG_HASH_ANNOTATION = "handoff.io/config-hash"
+NAME_LABEL = "handoff.io/name"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "handoff-operator", "app.kubernetes.io/part-of": "handoff"}
+
+CONFIG_DIR = "/etc/handoff"
+CONFIG_FILE = f"{CONFIG_DIR}/app.json"
+CHECKPOINT_DIR = "/var/lib/handoff/checkpoint"
+RUN_DIR = "/var/run/handoff"
+PROGRESS_FILE = f"{RUN_DIR}/progress.json"
+BIGQUERY_CREDENTIALS_DIR = "/var/run/secrets/handoff/bigquery"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+UI_PORT = 4040
+METRICS_PORT = 9090
+DEFAULT_GRACE_SECONDS = 120
+
+# The longest handoff name whose children still have valid names: `<name>-driver` is a Service name
+# (DNS-1035 label, ≤ 63) and `<name>-checkpoint` a PVC name.
+MAX_NAME_LENGTH = 63 - len("-checkpoint")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Values the handlers read from Secrets for this spec (plain data, so rendering stays pure)."""
+
+    source_properties: dict[str, str] = field(default_factory=dict)
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def secret_values(self) -> bool:
+        return bool(self.source_properties or self.catalog_properties)
+
+
+# ------------------------------------------------------------------------------------------- names
+
+def driver_name(name: str) -> str:
+    return f"{name}-driver"
+
+
+def app_config_name(name: str) -> str:
+    return f"{name}-app"
+
+
+def checkpoint_pvc_name(name: str) -> str:
+    return f"{name}-checkpoint"
+
+
+def executor_pod_prefix(name: str) -> str:
+    """Spark wants a DNS label of at most 47 characters for the executor pod-name prefix."""
+    prefix = f"{name}-exec"
+    if len(prefix) <= 47:
+        return prefix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:47 - 14].rstrip('-')}-{digest}-exec"
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {NAME_LABEL: name, COMPONENT_LABEL: "driver"}
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    return {**MANAGED_BY, NAME_LABEL: name, COMPONENT_LABEL: component}
+
+
+def handoff_id(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+# --------------------------------------------------------------------------------- secret resolving
+
+def referenced_secrets(spec: StreamTableHandoffSpec) -> set[str]:
+    """Names of the Secrets the spec reads (the handlers fetch exactly these)."""
+    refs: list[PropertyFrom] = list(spec.source.properties_from)
+    if spec.sink.iceberg is not None:
+        refs += spec.sink.iceberg.catalog.properties_from
+    names = {(r.secret_ref or r.secret_key_ref).name for r in refs}  # type: ignore[union-attr]
+    if spec.sink.bigquery is not None and spec.sink.bigquery.credentials_from is not None:
+        names.add(spec.sink.bigquery.credentials_from.name)
+    return names
+
+
+def resolve_properties_from(refs: Sequence[PropertyFrom], secrets: Mapping[str, Mapping[str, str] | None],
+                            path: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Properties from `refs`, given the decoded data of the Secrets (None = Secret missing).
+
+    Returns (properties, problems); a problem is (field path, message) for validation to report.
+    Later entries win over earlier ones, as in a Pod's envFrom.
+    """
+    props: dict[str, str] = {}
+    problems: list[tuple[str, str]] = []
+    for i, ref in enumerate(refs):
+        where = f"{path}[{i}]"
+        if ref.secret_ref is not None:
+            data = secrets.get(ref.secret_ref.name)
+            if data is None:
+                problems.append((f"{where}.secretRef.name",
+                                 f"Secret {ref.secret_ref.name!r} not found in this namespace; create it "
+                                 f"or correct the name"))
+                continue
+            for key, value in data.items():
+                props[f"{ref.prefix or ''}{key}"] = value
+        elif ref.secret_key_ref is not None and ref.property is not None:
+            data = secrets.get(ref.secret_key_ref.name)
+            if data is None:
+                problems.append((f"{where}.secretKeyRef.name",
+                                 f"Secret {ref.secret_key_ref.name!r} not found in this namespace; create "
+                                 f"it or correct the name"))
+            elif ref.secret_key_ref.key not in data:
+                problems.append((f"{where}.secretKeyRef.key",
+                                 f"Secret {ref.secret_key_ref.name!r} has no key {ref.secret_key_ref.key!r} "
+                                 f"(it has: {', '.join(sorted(data)) or 'none'}); add it or correct the key"))
+            else:
+                props[ref.property] = data[ref.secret_key_ref.key]
+    return props, problems
+
+
+def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str] | None]
+            ) -> tuple[Resolved, list[tuple[str, str]]]:
+    source, problems = resolve_properties_from(spec.source.properties_from, secrets,
+                                               "spec.source.propertiesFrom")
+    catalog: dict[str, str] = {}
+    if spec.sink.iceberg is not None:
+        catalog, more = resolve_properties_from(spec.sink.iceberg.catalog.properties_from, secrets,
+                                                "spec.sink.iceberg.catalog.propertiesFrom")
+        problems += more
+    bq = spec.sink.bigquery
+    if bq is not None and bq.credentials_from is not None:
+        data = secrets.get(bq.credentials_from.name)
+        if data is None:
+            problems.append(("spec.sink.bigquery.credentialsFrom.name",
+                             f"Secret {bq.credentials_from.name!r} not found in this namespace; create it "
+                             f"or correct the name"))
+        elif bq.credentials_from.key not in data:
+            problems.append(("spec.sink.bigquery.credentialsFrom.key",
+                             f"Secret {bq.credentials_from.name!r} has no key {bq.credentials_from.key!r}; "
+                             f"add the service-account JSON under that key or correct the key"))
+    return Resolved(source, catalog), problems
+
+
+# ------------------------------------------------------------------------------------- app config
+
+def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str) -> dict[str, str]:
+    """Spark settings for a client-mode driver in a pod that starts its executors as pods.
+
+    User `spark.sparkConf` comes last but cannot override the reserved keys (the models reject them).
+    """
+    ex = spec.spark.executor
+    exec_labels = {NAME_LABEL: name, COMPONENT_LABEL: "executor", **MANAGED_BY}
+    conf = {
+        "spark.master": "k8s://https://kubernetes.default.svc",
+        "spark.submit.deployMode": "client",
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": image,
+        "spark.kubernetes.executor.podNamePrefix": executor_pod_prefix(name),
+        "spark.kubernetes.authenticate.caCertFile": f"{SA_DIR}/ca.crt",
+        "spark.kubernetes.authenticate.oauthTokenFile": f"{SA_DIR}/token",
+        "spark.driver.host": f"{driver_name(name)}.{namespace}.svc",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+        "spark.executor.cores": str(ex.cores),
+        "spark.executor.memory": spark_memory(ex.memory),
+        "spark.kubernetes.executor.request.cores": str(ex.cores),
+        "spark.kubernetes.executor.limit.cores": str(ex.cores),
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        "spark.dynamicAllocation.minExecutors": str(spec.scaling.min_executors),
+        "spark.dynamicAllocation.initialExecutors": str(spec.scaling.min_executors),
+        "spark.dynamicAllocation.maxExecutors": str(spec.scaling.max_executors),
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+    }
+    if spec.spark.image_pull_policy:
+        conf["spark.kubernetes.container.image.pullPolicy"] = spec.spark.image_pull_policy
+    for key, value in exec_labels.items():
+        conf[f"spark.kubernetes.executor.label.{key}"] = value
+    conf.update(spec.spark.spark_conf)
+    return conf
+
+
+def checkpoint_location(spec: StreamTableHandoffSpec) -> str:
+    return spec.checkpoint.location or f"file://{CHECKPOINT_DIR}"
+
+
+def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
+               resolved: Resolved = Resolved()) -> AppConfig:
+    """The AppConfig the driver runs (secrets included: it goes into a Secret when it has any)."""
+    src = spec.source
+    source = {
+        "bootstrapServers": src.bootstrap_servers, "topics": list(src.topics),
+        "startingOffsets": src.starting_offsets, "format": src.format,
+        "maxRecordsPerBatch": src.max_records_per_batch,
+        "properties": {**src.properties, **resolved.source_properties},
+        "onOffsetOutOfRange": src.on_offset_out_of_range, "consumerGroup": src.consumer_group,
+    }
+    if spec.sink.iceberg is not None:
+        ice = spec.sink.iceberg
+        sink: dict[str, Any] = {
+            "kind": "iceberg", "catalogName": ice.catalog.name,
+            "catalogProperties": {**ice.catalog.properties, **resolved.catalog_properties},
+            "table": ice.table, "partitionBy": list(ice.partition_by), "autoCreate": ice.auto_create,
+        }
+    else:
+        bq = spec.sink.bigquery
+        assert bq is not None
+        sink = {
+            "kind": "bigquery", "project": bq.project, "dataset": bq.dataset, "table": bq.table,
+            "writeMode": bq.write_mode, "partitionBy": bq.partition_by, "clusterBy": list(bq.cluster_by),
+            "autoCreate": bq.auto_create,
+            "credentialsFile": (f"{BIGQUERY_CREDENTIALS_DIR}/credentials.json"
+                                if bq.credentials_from is not None else None),
+        }
+    schema = spec.schema_
+    return AppConfig.model_validate({
+        "handoffId": handoff_id(namespace, name),
+        "source": source,
+        "sink": sink,
+        "schema": {"columns": [c.model_dump(by_alias=True, exclude_none=True) for c in schema.columns],
+                   "evolution": schema.evolution, "onIncompatible": schema.on_incompatible,
+                   "eventTimeColumn": schema.event_time_column},
+        "deadLetterTopic": spec.dead_letter.topic if spec.dead_letter is not None else None,
+        "triggerIntervalSeconds": spec.commit_interval_seconds,
+        "checkpointLocation": checkpoint_location(spec),
+        "metricsPort": METRICS_PORT,
+        "progressFile": PROGRESS_FILE,
+        "maintenance": {"expireOlderThanSeconds": int(spec.replay_window_seconds)},
+        "sparkConf": spark_conf(spec, namespace, name, image),
+    })
+
+
+def redacted_json(config: AppConfig, resolved: Resolved, spec: StreamTableHandoffSpec) -> str:
+    """app.json for the ConfigMap: values that came from Secrets replaced by where they came from."""
+    data = json.loads(config.to_json())
+    for key in resolved.source_properties:
+        data["source"]["properties"][key] = "<from a Secret: spec.source.propertiesFrom>"
+    if data["sink"].get("kind") == "iceberg":
+        for key in resolved.catalog_properties:
+            data["sink"]["catalogProperties"][key] = "<from a Secret: spec.sink.iceberg.catalog.propertiesFrom>"
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+# -------------------------------------------------------------------------------------- manifests
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _meta(name: str, namespace: str, component: str, owner: Mapping[str, Any] | None,
+          owned: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": labels(owner["metadata"]["name"] if owner else name, component)}
+    if owner is not None and owned:
+        meta["ownerReferences"] = [owner_reference(owner)]
+    return meta
+
+
+def _mib(n_bytes: int) -> int:
+    return -(-n_bytes // (1 << 20))
+
+
+def driver_pod_resources(spec: StreamTableHandoffSpec) -> dict[str, Any]:
+    """Container resources of the driver: JVM heap + Spark's non-JVM overhead (max(384Mi, 40%) for
+    PySpark, as Spark itself sizes a cluster-mode driver pod)."""
+    heap = _mib(quantity_to_bytes(spec.spark.driver.memory))
+    total = heap + max(384, int(heap * 0.4))
+    cpu = str(spec.spark.driver.cores)
+    return {"requests": {"cpu": cpu, "memory": f"{total}Mi"}, "limits": {"cpu": cpu, "memory": f"{total}Mi"}}
+
+
+def driver_heap(spec: StreamTableHandoffSpec) -> str:
+    return spark_memory(spec.spark.driver.memory)
+
+
+def service_account_name(spec: StreamTableHandoffSpec, name: str) -> str:
+    return spec.spark.service_account_name or driver_name(name)
+
+
+def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
+                        mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
+    """The pod template without the config-hash annotation (the hash is computed over it)."""
+    # Client mode: the driver JVM is started by pyspark inside this container, so its heap and the
+    # pod name (for executor ownerReferences) must be given at JVM launch: PYSPARK_SUBMIT_ARGS.
+    # $(POD_NAME) is expanded by the kubelet from the env var above it.
+    submit_args = (f"--driver-memory {driver_heap(spec)} "
+                   f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) pyspark-shell")
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_args},
+        {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
+    ]
+    mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
+              {"name": "run", "mountPath": RUN_DIR}]
+    config_source = ({"secret": {"secretName": app_config_name(name)}} if mount_secret
+                     else {"configMap": {"name": app_config_name(name)}})
+    volumes: list[dict[str, Any]] = [{"name": "app-config", **config_source},
+                                     {"name": "run", "emptyDir": {}}]
+    if spec.checkpoint.location is None:
+        mounts.append({"name": "checkpoint", "mountPath": CHECKPOINT_DIR})
+        volumes.append({"name": "checkpoint",
+                        "persistentVolumeClaim": {"claimName": checkpoint_pvc_name(name)}})
+    bq = spec.sink.bigquery
+    if bq is not None and bq.credentials_from is not None:
+        mounts.append({"name": "bigquery-credentials", "mountPath": BIGQUERY_CREDENTIALS_DIR, "readOnly": True})
+        volumes.append({"name": "bigquery-credentials", "secret": {
+            "secretName": bq.credentials_from.name,
+            "items": [{"key": bq.credentials_from.key, "path": "credentials.json"}]}})
+    container: dict[str, Any] = {
+        "name": "driver",
+        "image": image,
+        "command": ["python", "-m", "handoff_spark", "run", "--config", CONFIG_FILE],
+        "env": env,
+        "ports": [{"name": "driver", "containerPort": DRIVER_PORT},
+                  {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT},
+                  {"name": "ui", "containerPort": UI_PORT},
+                  {"name": "metrics", "containerPort": METRICS_PORT}],
+        "resources": driver_pod_resources(spec),
+        "volumeMounts": mounts,
+        # Ready once the SparkContext listens: executors can then register.
+        "readinessProbe": {"tcpSocket": {"port": DRIVER_PORT}, "periodSeconds": 10},
+    }
+    if spec.spark.image_pull_policy:
+        container["imagePullPolicy"] = spec.spark.image_pull_policy
+    return {
+        "metadata": {"labels": {**labels(name, "driver")}},
+        "spec": {
+            "serviceAccountName": service_account_name(spec, name),
+            "terminationGracePeriodSeconds": grace_seconds,
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def config_hash(app_json: str, template: Mapping[str, Any]) -> str:
+    """Hash of everything the driver runs with: a change means one restart, no change none."""
+    digest = hashlib.sha256()
+    digest.update(app_json.encode())
+    digest.update(json.dumps(template, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    config: AppConfig
+    config_hash: str
+    children: list[dict[str, Any]]        # owned by the handoff, applied in this order
+    unowned: list[dict[str, Any]]         # created if missing, never deleted by the operator
+
+    def child(self, kind: str) -> dict[str, Any]:
+        return next(c for c in self.children if c["kind"] == kind)
+
+
+def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
+           resolved: Resolved = Resolved(), grace_seconds: int = DEFAULT_GRACE_SECONDS) -> Rendered:
+    """Every child of one handoff. `owner` is the CR body (metadata.name/namespace/uid are used)."""
+    meta = owner["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    image = spec.spark.image or image
+    config = app_config(spec, namespace, name, image, resolved)
+    full_json = config.to_json()
+    template = driver_pod_template(spec, namespace, name, image, resolved.secret_values, grace_seconds)
+    digest = config_hash(full_json, template)
+    template["metadata"]["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
+    replicas = 0 if spec.suspend else 1
+
+    children: list[dict[str, Any]] = [{
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": _meta(app_config_name(name), namespace, "config", owner),
+        "data": {"app.json": redacted_json(config, resolved, spec)},
+    }]
+    if resolved.secret_values:
+        children.append({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(app_config_name(name), namespace, "config", owner),
+            "stringData": {"app.json": full_json},
+        })
+    if spec.spark.service_account_name is None:
+        children += rbac(owner, name, namespace)
+    children.append({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(driver_name(name), namespace, "driver", owner),
+        "spec": {
+            "clusterIP": "None",
+            # Executors resolve the driver before its readiness probe passes.
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(name),
+            "ports": [{"name": "driver", "port": DRIVER_PORT, "targetPort": DRIVER_PORT},
+                      {"name": "blockmanager", "port": BLOCK_MANAGER_PORT, "targetPort": BLOCK_MANAGER_PORT},
+                      {"name": "ui", "port": UI_PORT, "targetPort": UI_PORT},
+                      {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}],
+        },
+    })
+    deployment_meta = _meta(driver_name(name), namespace, "driver", owner)
+    deployment_meta["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
+    children.append({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": deployment_meta,
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(name)},
+            "template": template,
+        },
+    })
+    unowned = []
+    if spec.checkpoint.location is None:
+        pvc_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                    "resources": {"requests": {"storage": spec.checkpoint.storage_size}}}
+        if spec.checkpoint.storage_class_name:
+            pvc_spec["storageClassName"] = spec.checkpoint.storage_class_name
+        unowned.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": _meta(checkpoint_pvc_name(name), namespace, "checkpoint", owner,
+                                          owned=False),
+                        "spec": pvc_spec})
+    return Rendered(config, digest, children, unowned)
+
+
+def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:
+    """ServiceAccount + Role + RoleBinding: what a client-mode driver needs for its executors."""
+    verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+    sa = driver_name(name)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa, namespace, "driver", owner)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": _meta(sa, namespace, "driver", owner),
+         "rules": [{"apiGroups": [""], "resources": ["pods", "services", "configmaps",
+                                                     "persistentvolumeclaims"], "verbs": verbs}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": _meta(sa, namespace, "driver", owner),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]},
+    ]
+
+
+_PARTITION_ARG = re.compile(r"^\s*(?:[a-z]+\(\s*(?:[0-9]+\s*,\s*)?)?([A-Za-z_][A-Za-z0-9_]*)\s*\)?\s*$")
+
+
+def partition_source_column(transform: str) -> str | None:
+    """The column a partition transform reads: 'day(ts)' → ts, 'bucket(16, id)' → id, 'region' → region."""
+    match = _PARTITION_ARG.match(transform)
+    return match.group(1) if match else None

@@ -1,0 +1,41 @@
+"""Operator settings from the environment (`HANDOFF_*`), via pydantic-settings.
+
+Why env and not flags: the chart, `kopf run -m handoff_operator` and `handoff operator` all end up with
+the same settings without each having to forward flags.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HANDOFF_", extra="ignore")
+
+    # Empty = cluster-wide. Comma-separated in HANDOFF_NAMESPACES.
+    namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    log_level: str = "INFO"
+    # None (HANDOFF_METRICS_PORT=0 or empty) turns the Prometheus endpoint off.
+    metrics_port: int | None = Field(default=8080, ge=0, le=65535)
+    # Seconds between status refreshes from the truth (driver, ledger, Kafka).
+    status_interval: float = Field(default=15.0, gt=0)
+    # How long deletion waits for the driver to stop at a batch boundary before letting go.
+    delete_grace_seconds: float = Field(default=180.0, ge=0)
+    # Image used when a StreamTableHandoff names none.
+    default_image: str = "ghcr.io/handoff/handoff-spark:0.1.0"
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        if value in ("", "0", 0, "off", "none"):
+            return None
+        return value

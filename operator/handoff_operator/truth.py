@@ -1,0 +1,92 @@
+"""Reading the truth sources a status is made of: the table's ledger and Kafka's offsets (I/O).
+
+The operator never trusts what the driver says about itself for committed progress: the ledger in the
+table is what a reader of the table sees, and Kafka's end offsets are what is waiting. Errors are
+returned as text (they become a Degraded=StatusUnavailable message), never raised: one unreachable
+catalog must not stop the status of every other handoff.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from handoff_spark.config import AppConfig, IcebergSink
+
+from .conditions import ProgressFacts
+from .progress import progress_facts
+
+_admins: dict[tuple[str, tuple[tuple[str, str], ...]], AdminClient] = {}
+_admins_lock = threading.Lock()
+
+# librdkafka properties that only make sense for consumers/producers; the AdminClient would warn.
+_CLIENT_ONLY_PREFIXES = ("fetch.", "max.poll", "session.timeout", "auto.", "enable.", "queued.",
+                         "isolation.", "group.", "acks", "linger", "batch.", "compression.")
+
+
+def _admin(config: AppConfig) -> AdminClient:
+    props = {k: v for k, v in config.source.properties.items() if not k.startswith(_CLIENT_ONLY_PREFIXES)}
+    key = (config.source.bootstrap_servers, tuple(sorted(props.items())))
+    with _admins_lock:
+        admin = _admins.get(key)
+        if admin is None:
+            admin = AdminClient({**props, "bootstrap.servers": config.source.bootstrap_servers,
+                                 "client.id": "handoff-operator"})
+            _admins[key] = admin
+        return admin
+
+
+def kafka_offsets(config: AppConfig, timeout: float = 5.0
+                  ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]]:
+    """(end offsets, earliest offsets) per topic partition, read_committed like the source reads."""
+    admin = _admin(config)
+    metadata = admin.list_topics(timeout=timeout)
+    partitions = []
+    for topic in config.source.topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise RuntimeError(f"topic {topic!r} not found in Kafka")
+        partitions += [TopicPartition(topic, p) for p in meta.partitions]
+    result: list[dict[str, dict[int, int]]] = []
+    for spec in (OffsetSpec.latest(), OffsetSpec.earliest()):
+        futures = admin.list_offsets({tp: spec for tp in partitions},
+                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
+        offsets: dict[str, dict[int, int]] = {}
+        for tp, future in futures.items():
+            offsets.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout).offset
+        result.append(offsets)
+    return result[0], result[1]
+
+
+def latest_commit(config: AppConfig) -> Any:
+    """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink)."""
+    from handoff_spark import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
+
+    sink = config.sink
+    if not isinstance(sink, IcebergSink):
+        return None
+    try:
+        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
+    except Exception as exc:
+        if type(exc).__name__ == "NoSuchTableError":
+            return None  # created by the driver's first batch
+        raise
+    table.refresh()
+    return ledger.latest_commit(table, config.handoff_id)
+
+
+def read_progress(config: AppConfig) -> ProgressFacts:
+    errors: list[str] = []
+    commit = end = earliest = None
+    try:
+        commit = latest_commit(config)
+    except Exception as exc:  # noqa: BLE001 - any catalog failure is reported, not raised
+        errors.append(f"cannot read the table ledger: {type(exc).__name__}: {exc}")
+    try:
+        end, earliest = kafka_offsets(config)
+    except (KafkaException, RuntimeError, TimeoutError, Exception) as exc:  # noqa: BLE001
+        errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
+    return progress_facts(commit, end, earliest, int(time.time() * 1000), errors)

@@ -1,0 +1,117 @@
+"""Specs the CRD schema allows but that cannot work → `Ready=False, reason=InvalidSpec` (pure).
+
+The API server already refuses what the schema and its CEL rules can express. What remains needs either
+the rest of the cluster (does the Secret exist, does it have the key?) or rules the schema cannot say
+well (durations in days, partition transforms naming undeclared columns). Each problem names the field
+path and the fix, so the condition message is actionable. The operator keeps running; a previously
+running driver keeps its last good config until the spec is fixed.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from .models import StreamTableHandoffSpec
+from .render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
+
+MIN_COMMIT_INTERVAL_SECONDS = 1.0
+CHECKPOINT_SCHEMES = ("file", "s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
+KAFKA_METADATA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse_spec(raw: Mapping[str, Any]) -> tuple[StreamTableHandoffSpec | None, list[Problem]]:
+    """The typed spec, or the problems pydantic found (rules that are stricter than the CRD's)."""
+    try:
+        return StreamTableHandoffSpec.model_validate(dict(raw)), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(Problem(_loc(tuple(err.get("loc", ()))), msg))
+        return None, problems
+
+
+def check(name: str, spec: StreamTableHandoffSpec,
+          secrets: Mapping[str, Mapping[str, str] | None]) -> tuple[Resolved, list[Problem]]:
+    """Problems of a schema-valid spec, and the Secret values it resolves to (when there are none)."""
+    problems: list[Problem] = []
+    if len(name) > MAX_NAME_LENGTH or not _DNS_1035.match(name):
+        problems.append(Problem("metadata.name", (
+            f"{name!r} cannot name the driver Service and checkpoint volume: use at most {MAX_NAME_LENGTH} "
+            f"lower-case letters, digits and '-', starting with a letter")))
+
+    resolved, secret_problems = resolve(spec, secrets)
+    problems += [Problem(path, msg) for path, msg in secret_problems]
+
+    if spec.commit_interval_seconds < MIN_COMMIT_INTERVAL_SECONDS:
+        problems.append(Problem("spec.commitInterval", (
+            f"{spec.commit_interval} is shorter than 1s: every commit is a table snapshot, so this would "
+            f"flood the table's metadata; use 1s or more (10s is a good start)")))
+
+    schema = spec.schema_
+    if schema.on_incompatible == "deadLetter" and spec.dead_letter is None:
+        problems.append(Problem("spec.deadLetter.topic", (
+            "schema.onIncompatible=deadLetter needs a dead-letter topic; set deadLetter.topic or use "
+            "onIncompatible: halt")))
+
+    declared = {c.name: c for c in schema.columns}
+    if schema.event_time_column is not None:
+        column = declared.get(schema.event_time_column)
+        if column is None or column.type != "timestamp":
+            problems.append(Problem("spec.schema.eventTimeColumn", (
+                f"{schema.event_time_column!r} is not a declared column of type timestamp; declare it "
+                f"in schema.columns or remove eventTimeColumn (freshness then uses the Kafka timestamp)")))
+
+    known = set(declared) | set(KAFKA_METADATA_COLUMNS)
+    if spec.sink.iceberg is not None:
+        for i, transform in enumerate(spec.sink.iceberg.partition_by):
+            column = partition_source_column(transform)
+            if column is not None and column not in known:
+                problems.append(Problem(f"spec.sink.iceberg.partitionBy[{i}]", (
+                    f"{transform!r} reads column {column!r}, which schema.columns does not declare; "
+                    f"declare it or partition by one of: {', '.join(sorted(known))}")))
+    if spec.sink.bigquery is not None:
+        bq = spec.sink.bigquery
+        if bq.partition_by is not None and bq.partition_by not in known:
+            problems.append(Problem("spec.sink.bigquery.partitionBy", (
+                f"{bq.partition_by!r} is not a declared column; declare it (timestamp or date) in "
+                f"schema.columns or remove partitionBy")))
+        elif bq.partition_by is not None and bq.partition_by in declared and \
+                declared[bq.partition_by].type not in ("timestamp", "date"):
+            problems.append(Problem("spec.sink.bigquery.partitionBy", (
+                f"{bq.partition_by!r} is {declared[bq.partition_by].type}; BigQuery time partitioning "
+                f"needs a timestamp or date column")))
+        for i, column in enumerate(bq.cluster_by):
+            if column not in known:
+                problems.append(Problem(f"spec.sink.bigquery.clusterBy[{i}]", (
+                    f"{column!r} is not a declared column; declare it in schema.columns or remove it")))
+
+    location = spec.checkpoint.location
+    if location is not None:
+        scheme = location.split("://", 1)[0] if "://" in location else ""
+        if scheme not in CHECKPOINT_SCHEMES:
+            problems.append(Problem("spec.checkpoint.location", (
+                f"{location!r} has no supported scheme; use one of "
+                f"{', '.join(s + '://' for s in CHECKPOINT_SCHEMES)} or leave it empty for a volume")))
+    return resolved, problems

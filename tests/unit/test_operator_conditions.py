@@ -1,0 +1,112 @@
+"""conditions: Ready/Progressing/Degraded from observed facts; transitions → Events."""
+from __future__ import annotations
+
+from handoff_operator.conditions import (DriverFacts, Facts, ProgressFacts, evaluate, merge_conditions,
+                                         transitions)
+
+
+def _by_type(ev):
+    return {c.type: c for c in ev.conditions}
+
+
+RUNNING = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="d-1",
+                      pod_phase="Running", pod_ready=True, pod_config_hash="h1")
+
+
+def test_invalid_spec_is_failed_with_reason():
+    ev = evaluate(Facts(generation=3, suspended=False, desired_hash=None,
+                        invalid=["spec.commitInterval: too short"]))
+    c = _by_type(ev)
+    assert ev.phase == "Failed"
+    assert (c["Ready"].status, c["Ready"].reason) == ("False", "InvalidSpec")
+    assert "spec.commitInterval" in c["Ready"].message
+
+
+def test_no_driver_yet_is_pending_and_progressing():
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1"))
+    c = _by_type(ev)
+    assert ev.phase == "Pending" and c["Progressing"].status == "True" and c["Ready"].status == "False"
+
+
+def test_running_is_ready_and_not_progressing():
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING,
+                        progress=ProgressFacts(committed_snapshot=42, lag=0)))
+    c = _by_type(ev)
+    assert ev.phase == "Running"
+    assert c["Ready"].status == "True" and "snapshot 42" in c["Ready"].message
+    assert c["Progressing"].status == "False" and c["Degraded"].status == "False"
+
+
+def test_new_hash_means_restarting():
+    driver = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=0, pod_name="d-1",
+                         pod_phase="Running", pod_ready=True, pod_config_hash="h1", rollout_observed=False)
+    ev = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", driver=driver))
+    c = _by_type(ev)
+    assert ev.phase == "Starting" and c["Progressing"].reason == "Restarting"
+    assert c["Ready"].status == "False"
+
+
+def test_pending_pod_is_starting():
+    driver = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d-1", pod_phase="Pending",
+                         pod_config_hash="h1")
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=driver))
+    assert ev.phase == "Starting" and _by_type(ev)["Progressing"].reason == "Starting"
+
+
+def test_crash_loop_is_degraded():
+    driver = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d-1", pod_phase="Running",
+                         pod_config_hash="h1", restart_count=4, waiting_reason="CrashLoopBackOff",
+                         last_termination_reason="Error (exit code 1)", last_termination_message="boom")
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=driver))
+    c = _by_type(ev)
+    assert ev.phase == "Degraded" and c["Degraded"].status == "True" and "boom" in c["Degraded"].message
+
+
+def test_suspended_progressing_until_stopped():
+    stopping = DriverFacts(desired_replicas=0, replicas=1, pod_name="d-1", pod_phase="Running")
+    ev = evaluate(Facts(generation=2, suspended=True, desired_hash="h1", driver=stopping))
+    assert ev.phase == "Suspended" and _by_type(ev)["Progressing"].status == "True"
+    ev = evaluate(Facts(generation=2, suspended=True, desired_hash="h1", driver=DriverFacts()))
+    c = _by_type(ev)
+    assert c["Progressing"].status == "False" and c["Ready"].reason == "Suspended"
+
+
+def test_freshness_target_missed_only_with_waiting_records():
+    stale = ProgressFacts(freshness_seconds=600, lag=10)
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING, progress=stale,
+                        freshness_target_seconds=60))
+    assert ev.phase == "Degraded" and _by_type(ev)["Degraded"].reason == "FreshnessTargetMissed"
+    caught_up = ProgressFacts(freshness_seconds=600, lag=0)
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING, progress=caught_up,
+                        freshness_target_seconds=60))
+    assert ev.phase == "Running"
+
+
+def test_last_transition_time_changes_only_with_status():
+    first = evaluate(Facts(generation=1, suspended=False, desired_hash="h1"))
+    merged = merge_conditions(None, first.conditions, 1, "2026-01-01T00:00:00Z")
+    assert all(c["lastTransitionTime"] == "2026-01-01T00:00:00Z" and c["observedGeneration"] == 1 for c in merged)
+    pod = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d", pod_phase="Pending",
+                      pod_config_hash="h1")
+    second = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=pod))
+    again = {c["type"]: c for c in merge_conditions(merged, second.conditions, 2, "2026-01-01T00:01:00Z")}
+    # Ready stays False, Progressing stays True: times kept even though reasons changed.
+    assert again["Ready"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert again["Ready"]["observedGeneration"] == 2
+    third = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=RUNNING))
+    final = {c["type"]: c for c in merge_conditions(list(again.values()), third.conditions, 2, "2026-01-01T00:02:00Z")}
+    assert final["Ready"]["lastTransitionTime"] == "2026-01-01T00:02:00Z"
+
+
+def test_transitions_emit_one_event_per_change():
+    first = evaluate(Facts(generation=1, suspended=False, desired_hash="h1"))
+    events = transitions(None, first.conditions)
+    assert [e.reason for e in events] == ["DriverPending"]
+    old = merge_conditions(None, first.conditions, 1, "t")
+    assert transitions(old, first.conditions) == []
+    running = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING))
+    reasons = {e.reason for e in transitions(old, running.conditions)}
+    assert "Running" in reasons
+    invalid = evaluate(Facts(generation=2, suspended=False, desired_hash=None, invalid=["spec.x: bad"]))
+    warn = [e for e in transitions(old, invalid.conditions) if e.type == "Warning"]
+    assert warn and all(e.reason == "InvalidSpec" for e in warn)

@@ -1,0 +1,151 @@
+"""render: CR spec → AppConfig and child manifests."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from handoff_operator.render import (CONFIG_HASH_ANNOTATION, executor_pod_prefix, partition_source_column,
+                                     render)
+from handoff_operator.validation import check, parse_spec
+from handoff_spark.config import AppConfig
+
+from operator_spec_support import SECRETS, body, spec
+
+
+def _render(spec_dict=None, secrets=SECRETS, name="orders"):
+    b = body(spec_dict, name=name)
+    parsed, problems = parse_spec(b["spec"])
+    assert not problems
+    resolved, problems = check(name, parsed, secrets)
+    assert not problems, problems
+    return render(b, parsed, "default/image:1", resolved)
+
+
+def test_children_are_owned_and_named():
+    r = _render()
+    kinds = [c["kind"] for c in r.children]
+    assert kinds == ["ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"]
+    for child in r.children:
+        assert child["metadata"]["namespace"] == "shop"
+        assert child["metadata"]["ownerReferences"] == [{
+            "apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff", "name": "orders", "uid": "uid-1",
+            "controller": True, "blockOwnerDeletion": True}]
+    # The checkpoint volume outlives the handoff: no owner.
+    (pvc,) = r.unowned
+    assert pvc["kind"] == "PersistentVolumeClaim" and "ownerReferences" not in pvc["metadata"]
+    assert pvc["metadata"]["name"] == "orders-checkpoint"
+
+
+def test_app_config_resolves_secrets_into_secret_not_configmap():
+    r = _render()
+    cm, secret = r.child("ConfigMap"), r.child("Secret")
+    real = AppConfig.model_validate_json(secret["stringData"]["app.json"])
+    assert real.source.properties == {"security.protocol": "SASL_SSL", "sasl.password": "s3cret"}
+    assert real.sink.catalog_properties["s3.secret-access-key"] == "SK"
+    shown = json.loads(cm["data"]["app.json"])
+    assert "s3cret" not in cm["data"]["app.json"] and "SK" not in json.dumps(shown["sink"])
+    assert shown["source"]["properties"]["security.protocol"] == "SASL_SSL"
+    pod = r.child("Deployment")["spec"]["template"]["spec"]
+    assert {"name": "app-config", "secret": {"secretName": "orders-app"}} in pod["volumes"]
+    assert real.handoff_id == "shop/orders" and real.trigger_interval_seconds == 10
+    assert real.checkpoint_location == "file:///var/lib/handoff/checkpoint"
+
+
+def test_without_secrets_driver_mounts_the_configmap():
+    s = spec()
+    s["source"].pop("propertiesFrom")
+    s["sink"]["iceberg"]["catalog"].pop("propertiesFrom")
+    r = _render(s, secrets={})
+    assert "Secret" not in [c["kind"] for c in r.children]
+    pod = r.child("Deployment")["spec"]["template"]["spec"]
+    assert {"name": "app-config", "configMap": {"name": "orders-app"}} in pod["volumes"]
+
+
+def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
+    r = _render()
+    dep = r.child("Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    tpl = dep["spec"]["template"]
+    assert tpl["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.config_hash
+    assert dep["spec"]["selector"]["matchLabels"].items() <= tpl["metadata"]["labels"].items()
+    (c,) = tpl["spec"]["containers"]
+    assert c["image"] == "registry.example/handoff:1.2"
+    assert c["command"] == ["python", "-m", "handoff_spark", "run", "--config", "/etc/handoff/app.json"]
+    assert c["resources"]["requests"] == {"cpu": "1", "memory": "1433Mi"}  # 1024 heap + 40% overhead
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "spark.kubernetes.driver.pod.name=$(POD_NAME)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert "--driver-memory 1024m" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert tpl["spec"]["serviceAccountName"] == "orders-driver"
+    conf = r.config.spark_conf
+    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc"
+    assert conf["spark.submit.deployMode"] == "client"
+    assert conf["spark.kubernetes.namespace"] == "shop"
+    assert conf["spark.kubernetes.container.image"] == "registry.example/handoff:1.2"
+    assert conf["spark.kubernetes.executor.podNamePrefix"] == "orders-exec"
+    assert conf["spark.driver.host"] == "orders-driver.shop.svc"
+    assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
+    assert conf["spark.dynamicAllocation.enabled"] == "true"
+    assert conf["spark.dynamicAllocation.shuffleTracking.enabled"] == "true"
+    assert (conf["spark.dynamicAllocation.minExecutors"], conf["spark.dynamicAllocation.maxExecutors"]) == ("1", "5")
+    assert conf["spark.executor.cores"] == "2" and conf["spark.executor.memory"] == "3072m"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.kubernetes.executor.label.handoff.io/name"] == "orders"
+
+
+def test_service_is_headless_and_selects_only_the_driver():
+    svc = _render().child("Service")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"handoff.io/name": "orders", "app.kubernetes.io/component": "driver"}
+    assert {p["port"] for p in svc["spec"]["ports"]} >= {7078, 7079}
+
+
+def test_role_lets_the_driver_manage_executors():
+    role = _render().child("Role")
+    (rule,) = role["rules"]
+    assert set(rule["resources"]) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+    assert {"create", "delete", "watch", "list"} <= set(rule["verbs"])
+    binding = _render().child("RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-driver", "namespace": "shop"}]
+
+
+def test_suspend_scales_to_zero_without_changing_the_hash():
+    running, suspended = _render(), _render(spec(suspend=True))
+    assert suspended.child("Deployment")["spec"]["replicas"] == 0
+    assert running.config_hash == suspended.config_hash
+
+
+def test_hash_changes_with_config_and_only_then():
+    a, b = _render(), _render()
+    assert a.config_hash == b.config_hash
+    assert _render(spec(commitInterval="20s")).config_hash != a.config_hash
+    changed_secret = {**SECRETS, "kafka-creds": {"password": "rotated"}}
+    assert _render(secrets=changed_secret).config_hash != a.config_hash
+
+
+def test_own_service_account_skips_rbac():
+    s = spec()
+    s["spark"]["serviceAccountName"] = "spark"
+    r = _render(s)
+    assert not {"ServiceAccount", "Role", "RoleBinding"} & {c["kind"] for c in r.children}
+    assert r.child("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "spark"
+
+
+def test_checkpoint_location_given_means_no_volume():
+    r = _render(spec(checkpoint={"location": "s3a://bucket/ckpt/orders"}))
+    assert r.unowned == [] and r.config.checkpoint_location == "s3a://bucket/ckpt/orders"
+    pod = r.child("Deployment")["spec"]["template"]["spec"]
+    assert "checkpoint" not in [v["name"] for v in pod["volumes"]]
+
+
+def test_executor_prefix_is_a_short_dns_label():
+    long = "a" * 52
+    prefix = executor_pod_prefix(long)
+    assert len(prefix) <= 47 and prefix.endswith("-exec") and prefix != executor_pod_prefix("b" * 52)
+
+
+@pytest.mark.parametrize("text,column", [("day(ts)", "ts"), ("bucket(16, id)", "id"), ("region", "region"),
+                                         ("truncate(4,name)", "name")])
+def test_partition_source_column(text, column):
+    assert partition_source_column(text) == column
