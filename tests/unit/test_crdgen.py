@@ -31,7 +31,7 @@ def test_check_mode_detects_a_stale_file(tmp_path: Path, capsys: pytest.CaptureF
     crd.write_text(crd.read_text().replace("maxExecutors", "maxExecutor"))
     assert crdgen.main(["--root", str(tmp_path), "--check"]) == 1
     err = capsys.readouterr().err
-    assert "maxExecutors" in err and "1 CRD file(s) stale" in err
+    assert "maxExecutors" in err and "1 generated file(s) stale" in err
 
 
 _ALLOWED_KEYS = {

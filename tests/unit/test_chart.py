@@ -1,0 +1,159 @@
+"""The Helm chart, offline: it lints clean (strict), its values schema rejects bad values, and every
+rendered manifest validates against the Kubernetes API schemas (kubernetes-validate, strict: unknown
+fields are errors) for the oldest supported and the test bed's Kubernetes versions. RBAC gets its own
+checks: the operator holds what it needs, and at least what it grants the Spark driver (a Role can only
+grant what its creator holds)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from handoff_operator.models import StreamTableHandoffSpec
+from handoff_operator.render import rbac
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "handoff-operator"
+KUBE_VERSIONS = ("1.29", "1.35")
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced": {"watchNamespaces": ["shop", "analytics"]},
+    "everything-on": {"watchNamespaces": ["shop"], "argocd": {"healthChecks": True},
+                      "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+                      "imagePullSecrets": [{"name": "regcred"}], "sparkImage": "registry.local/spark:1",
+                      "extraEnv": [{"name": "HANDOFF_X", "value": "1"}], "nodeSelector": {"pool": "ops"}},
+    "metrics-off": {"metrics": {"enabled": False}, "serviceAccount": {"create": False, "name": "existing"}},
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.Chart.load(CHART)
+    out = chart.render(values, name="handoff", namespace="handoff-system", is_install=True)
+    docs = []
+    for path, text in out.items():
+        if path.endswith(".yaml"):
+            docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint_is_clean() -> None:
+    for values in VALUE_SETS.values():
+        report = helm.lint(CHART, values, strict=True, namespace="handoff-system", kube_version="v1.35.0")
+        assert report["errors"] == []
+        assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_rendered_manifests_are_valid(name: str, kube_version: str) -> None:
+    docs = render(VALUE_SETS[name])
+    assert docs
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":  # a Prometheus Operator CRD: not in the built-in schemas
+            assert doc["spec"]["endpoints"][0]["port"] == "metrics"
+            continue
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+    # The chart's CRDs are valid CustomResourceDefinitions as well.
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        kubernetes_validate.validate(yaml.safe_load(path.read_text()), kube_version, strict=True)
+
+
+def test_values_schema_rejects_bad_values() -> None:
+    chart = helm.Chart.load(CHART)
+    chart.validate_schema({})
+    for bad in ({"watchNamespaces": ["Not_A_Namespace"]}, {"metrics": {"port": 0}},
+                {"image": {"pullPolicy": "Sometimes"}}, {"replicaCount": 3}, {"logLevel": "LOUD"}):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
+def test_deployment_wiring() -> None:
+    docs = render(VALUE_SETS["everything-on"])
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["args"][0] == "operator"
+    assert env["HANDOFF_NAMESPACES"] == "shop"
+    assert env["HANDOFF_DEFAULT_IMAGE"] == "registry.local/spark:1"
+    assert env["HANDOFF_METRICS_PORT"] == "8080" and env["HANDOFF_X"] == "1"
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
+    (service,) = by_kind(docs, "Service")
+    assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    (cm,) = by_kind(docs, "ConfigMap")
+    lua = cm["data"]["resource.customizations.health.handoff.io_StreamTableHandoff"]
+    assert "hs.status" in lua and "Suspended" in lua
+    off = render(VALUE_SETS["metrics-off"])
+    assert not by_kind(off, "Service") and not by_kind(off, "ServiceAccount")
+    env_off = {e["name"]: e.get("value") for e in by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]
+               ["containers"][0]["env"]}
+    assert env_off["HANDOFF_METRICS_PORT"] == "0"
+    assert by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+NEEDED = [  # (group, resource, verbs) the operator uses in a managed namespace
+    ("handoff.io", "streamtablehandoffs", ["get", "list", "watch", "patch"]),
+    ("handoff.io", "streamtablehandoffs/status", ["patch"]),
+    ("handoff.io", "streamtablehandoffs/finalizers", ["update"]),
+    ("handoff.io", "replayrequests", ["get", "list", "watch", "patch"]),
+    ("handoff.io", "replayrequests/status", ["patch"]),
+    ("", "configmaps", ["get", "create", "patch", "delete"]),
+    ("", "secrets", ["get", "create", "patch"]),
+    ("", "services", ["get", "create", "patch"]),
+    ("", "serviceaccounts", ["get", "create", "patch"]),
+    ("", "persistentvolumeclaims", ["get", "create"]),
+    ("", "pods", ["get", "list", "watch"]),
+    ("apps", "deployments", ["get", "create", "patch", "delete"]),
+    ("apps", "deployments/scale", ["patch"]),
+    ("rbac.authorization.k8s.io", "roles", ["get", "create", "patch"]),
+    ("rbac.authorization.k8s.io", "rolebindings", ["get", "create", "patch"]),
+    ("", "events", ["create"]),
+]
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_rbac_covers_what_the_operator_does(name: str) -> None:
+    docs = render(VALUE_SETS[name])
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert _allows(cluster_role["rules"], "apiextensions.k8s.io", "customresourcedefinitions", "list")
+    roles = by_kind(docs, "Role")
+    if name == "defaults":
+        assert roles == [] and len(by_kind(docs, "ClusterRoleBinding")) == 1
+        scopes = [cluster_role["rules"]]
+    else:
+        assert sorted(r["metadata"]["namespace"] for r in roles) == ["analytics", "shop"]
+        assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["analytics", "shop"]
+        # Namespaced mode: nothing namespaced is granted cluster-wide.
+        assert not _allows(cluster_role["rules"], "", "secrets", "get")
+        scopes = [r["rules"] for r in roles]
+    for rules in scopes:
+        missing = [(g, res, v) for g, res, verbs in NEEDED for v in verbs if not _allows(rules, g, res, v)]
+        assert missing == []
+        # What render.rbac() grants the driver must be held by the operator (RBAC escalation check).
+        spec = StreamTableHandoffSpec.model_validate({"source": {"bootstrapServers": "k:9092", "topics": ["t"]},
+                                                      "sink": {"iceberg": {"table": "db.t"}}})
+        assert spec.spark.service_account_name is None
+        owner = {"metadata": {"name": "x", "namespace": "shop", "uid": "u"}}
+        driver_role = next(o for o in rbac(owner, "x", "shop") if o["kind"] == "Role")
+        for rule in driver_role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert _allows(rules, group, resource, verb), (group, resource, verb)
+    # Never cluster-wide write access to RBAC objects that could grant more than the operator holds.
+    assert not _allows(cluster_role["rules"], "rbac.authorization.k8s.io", "clusterroles", "create")
+    assert not any("escalate" in r["verbs"] or "bind" in r["verbs"] or "*" in r["verbs"]
+                   for r in cluster_role["rules"])
