@@ -26,8 +26,9 @@ POM = HACK_DIR / "kafka" / "pom.xml"
 READY_TIMEOUT_S = 90.0
 
 # Small broker for tests: one replica everywhere, few internal partitions (the 50 default
-# __consumer_offsets partitions cost seconds on first group use), fast retention checks so
-# retention drills finish in seconds, no topic auto-creation so a typo fails loudly.
+# __consumer_offsets partitions cost seconds on first group use), retention checked every 5 s (after
+# a 1 s initial delay instead of 30 s) so retention drills finish in seconds, no topic
+# auto-creation so a typo fails loudly.
 _BASE_PROPERTIES: dict[str, str] = {
     "process.roles": "broker,controller",
     "node.id": "1",
@@ -49,6 +50,11 @@ _BASE_PROPERTIES: dict[str, str] = {
     "log.retention.check.interval.ms": "5000",
     "log.initial.task.delay.ms": "1000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    # After kill -9 the restarted broker cannot register until its old incarnation's session expires
+    # (default 9 s); 6 s keeps crash drills shorter while a GC pause on a busy 2-core box still
+    # cannot fence the only broker.
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "1000",
 }
 
 _LOG4J2 = """\

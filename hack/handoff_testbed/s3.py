@@ -6,6 +6,7 @@ overrides) is the one production uses. moto speaks the S3 REST protocol over HTT
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 import urllib.request
@@ -36,8 +37,10 @@ class S3(Component):
         self.startup_seconds: float | None = None
 
     def build(self) -> None:
-        """Nothing to build; moto[server] comes with the test dependencies."""
-        import moto.server  # noqa: F401  (fail early with ImportError if the venv lacks it)
+        """Nothing to build; moto[server] comes with the test dependencies (checked without importing
+        it: importing moto costs a second; flask + flask_cors are its `server` extra)."""
+        if any(importlib.util.find_spec(mod) is None for mod in ("moto", "flask", "flask_cors")):
+            raise RuntimeError("moto[server] is missing from the virtualenv: make venv")
 
     @property
     def endpoint(self) -> str:

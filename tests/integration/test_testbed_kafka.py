@@ -86,6 +86,25 @@ def test_retention_config_roundtrip(kafka):
     assert configs["cleanup.policy"].value == "delete"
 
 
+def test_retention_deletes_closed_segments(kafka):
+    """retention.ms is enforced (look-alikes only store it): old records leave, the earliest offset
+    moves forward. The first records carry hour-old timestamps, so the next produce rolls the segment
+    (segment.ms counts from the segment's first timestamp) and the closed segment is past retention."""
+    topic = _topic("expire")
+    kafka.create_topic(topic, partitions=1, config={"retention.ms": "60000", "segment.ms": "100"})
+    old = int(time.time() * 1000) - 3_600_000
+    _produce(kafka.bootstrap, topic, [b"old-0", b"old-1"], partition=0, timestamps=[old, old])
+    _produce(kafka.bootstrap, topic, [b"new-2"], partition=0)
+    tp = TopicPartition(topic, 0)
+    admin = kafka.admin()
+    deadline = time.monotonic() + 60
+    earliest = 0
+    while time.monotonic() < deadline and earliest == 0:
+        earliest = admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset
+        time.sleep(0.5)
+    assert earliest == 2  # the closed segment (offsets 0-1) is gone, the fresh record stays
+
+
 def test_list_offsets_latest_is_high_watermark(kafka):
     topic = _topic("offsets")
     kafka.create_topic(topic, partitions=1)
