@@ -1,0 +1,147 @@
+"""Builds kube-apiserver, kube-controller-manager and etcd from their Go modules into the cache.
+
+No release binaries of the Kubernetes control plane exist in the registries this project may use, but
+the Go module proxy has the sources. `hack/k8s/` and `hack/etcd/` are two tiny Go modules whose go.mod
+and go.sum pin the exact releases, so every machine compiles the same thing. They are separate modules
+because etcd's server and Kubernetes want different grpc/otel versions and Go's minimal version
+selection would otherwise push one graph's versions onto the other.
+
+The first build takes a while on 2 cores (it compiles most of Kubernetes); afterwards `build()` is a
+stamp check. The stamp hashes both modules' go.mod/go.sum, so bumping a pin rebuilds.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import HACK_DIR, cache_dir
+from .proc import run
+
+K8S_MODULE = HACK_DIR / "k8s"
+ETCD_MODULE = HACK_DIR / "etcd"
+
+# (Go module dir, package, binary name). kube-apiserver and kube-controller-manager share almost all
+# of their compiled packages, so building them from one module costs little more than one of them.
+TARGETS: tuple[tuple[Path, str, str], ...] = (
+    (ETCD_MODULE, "go.etcd.io/etcd/server/v3", "etcd"),
+    (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+    (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
+)
+
+
+def _required_version(module_dir: Path, module: str) -> str:
+    text = (module_dir / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"{module} is not required in {module_dir / 'go.mod'}")
+    return match.group(1)
+
+
+def kubernetes_version() -> str:
+    return _required_version(K8S_MODULE, "k8s.io/kubernetes")
+
+
+def etcd_version() -> str:
+    return _required_version(ETCD_MODULE, "go.etcd.io/etcd/server/v3")
+
+
+def go_binary() -> str:
+    """`$GO`, else `go` on PATH, else the usual /usr/local/go install."""
+    for candidate in (os.environ.get("GO"), shutil.which("go"), "/usr/local/go/bin/go"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise RuntimeError("the apiserver test bed needs a Go toolchain (>= 1.25): set $GO or put go on PATH")
+
+
+@dataclass(frozen=True)
+class ControlPlaneBinaries:
+    bin_dir: Path
+
+    @property
+    def etcd(self) -> Path:
+        return self.bin_dir / "etcd"
+
+    @property
+    def kube_apiserver(self) -> Path:
+        return self.bin_dir / "kube-apiserver"
+
+    @property
+    def kube_controller_manager(self) -> Path:
+        return self.bin_dir / "kube-controller-manager"
+
+
+def _stamp_text() -> str:
+    digest = hashlib.sha256()
+    for module_dir in (K8S_MODULE, ETCD_MODULE):
+        for name in ("go.mod", "go.sum"):
+            digest.update((module_dir / name).read_bytes())
+    return f"kubernetes {kubernetes_version()} etcd {etcd_version()} modules {digest.hexdigest()}\n"
+
+
+def _ldflags(module_dir: Path) -> str:
+    """Strip symbols (binaries a third the size); stamp Kubernetes' version like its release build.
+
+    Without the -X stamps `kubectl version` reports v0.0.0-master and clients that gate on the
+    server version misjudge it.
+    """
+    flags = ["-s", "-w"]
+    if module_dir == K8S_MODULE:
+        version = kubernetes_version()
+        major, minor = version.lstrip("v").split(".")[:2]
+        for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            flags += [f"-X {package}.gitVersion={version}", f"-X {package}.gitMajor={major}",
+                      f"-X {package}.gitMinor={minor}", f"-X {package}.gitTreeState=clean"]
+    return " ".join(flags)
+
+
+def binaries() -> ControlPlaneBinaries:
+    return ControlPlaneBinaries(cache_dir() / f"k8s-{kubernetes_version()}" / "bin")
+
+
+def build_control_plane() -> ControlPlaneBinaries:
+    """Compile the three binaries unless the cache already holds this exact pin set.
+
+    A file lock serialises concurrent builders (a pytest session and `hack/testbed up` started
+    together); each binary is built into a temporary name and renamed, so a killed build never
+    leaves a half-written binary behind the stamp.
+    """
+    result = binaries()
+    stamp = result.bin_dir / ".stamp"
+    wanted = _stamp_text()
+    names = [name for _, _, name in TARGETS]
+
+    def up_to_date() -> bool:
+        return (stamp.exists() and stamp.read_text() == wanted
+                and all((result.bin_dir / name).exists() for name in names))
+
+    if up_to_date():
+        return result
+    result.bin_dir.mkdir(parents=True, exist_ok=True)
+    with open(result.bin_dir.parent / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if up_to_date():
+            return result
+        stamp.unlink(missing_ok=True)
+        go = go_binary()
+        env = {
+            # Static binaries (what Kubernetes releases ship) need no C toolchain on the machine.
+            "CGO_ENABLED": "0",
+            # Never download another toolchain: fail plainly if the local one is too old.
+            "GOTOOLCHAIN": "local",
+            "GOFLAGS": "-mod=mod -buildvcs=false",
+        }
+        started = time.monotonic()
+        for module_dir, package, name in TARGETS:
+            tmp = result.bin_dir / f".{name}.tmp"
+            run([go, "build", "-trimpath", f"-ldflags={_ldflags(module_dir)}", "-o", str(tmp), package],
+                cwd=module_dir, env=env, log=result.bin_dir.parent / f"build-{name}.log")
+            tmp.rename(result.bin_dir / name)
+        (result.bin_dir.parent / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+        stamp.write_text(wanted)
+    return result
