@@ -148,6 +148,14 @@ class Kafka(Component):
         return path
 
     def start(self, workdir: Path) -> dict[str, str]:
+        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
+        try:
+            return self._start(workdir)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, workdir: Path) -> dict[str, str]:
         """Fresh data dir: write config, format storage with a new cluster id, start, wait for a broker."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -89,6 +89,14 @@ class Postgres(Component):
             os.chown(path, user.pw_uid, user.pw_gid)
 
     def start(self, workdir: Path) -> dict[str, str]:
+        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
+        try:
+            return self._start(workdir)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, workdir: Path) -> dict[str, str]:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()

@@ -47,6 +47,14 @@ class S3(Component):
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, workdir: Path) -> dict[str, str]:
+        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
+        try:
+            return self._start(workdir)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, workdir: Path) -> dict[str, str]:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
