@@ -1,0 +1,253 @@
+"""The driver: one Structured Streaming query `handoff-kafka` → table sink, run from an AppConfig.
+
+`python -m handoff_spark run --config app.json [--available-now]` is what the driver pod runs (the operator
+renders app.json; spark-submit supplies master/executor conf) and what `handoff run -f manifest.yaml` runs
+locally (the config then carries `spark.master=local[N]`).
+
+Why a graceful stop is built in: the operator restarts drivers for upgrades and rescaling by sending SIGTERM.
+Stopping mid-batch would be safe (the sink skips replayed batches) but wasteful, so on SIGTERM/SIGINT the app
+tells the source to admit no new data (a stop-marker file the source checks in `latestOffset`), lets the
+running batch commit, stops the query at that batch boundary and exits 0. A second signal stops at once.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import inspect
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import AppConfig
+from .kafka_source import HandoffKafkaDataSource
+from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
+                       write_progress_file)
+
+log = logging.getLogger("handoff.app")
+
+#: Sink kind → (module, data source name). Sinks are PySpark Python data sources taking options
+#: `config` (AppConfig JSON) and `checkpointLocation`.
+SINKS: dict[str, tuple[str, str]] = {
+    "iceberg": ("handoff_spark.iceberg_sink", "handoff-iceberg"),
+    "bigquery": ("handoff_spark.bigquery_sink", "handoff-bigquery"),
+}
+STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
+
+
+def build_session(cfg: AppConfig) -> Any:
+    """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
+    conf = dict(cfg.spark_conf)
+    master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
+    if master:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            conf.setdefault("spark.ui.enabled", "false")
+            conf.setdefault("spark.ui.showConsoleProgress", "false")
+            conf.setdefault("spark.sql.shuffle.partitions", "2")
+            conf.setdefault("spark.driver.host", "127.0.0.1")
+            conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "WARN"))
+    register_data_sources(spark, cfg)
+    return spark
+
+
+def register_data_sources(spark: Any, cfg: AppConfig) -> None:
+    from pyspark.sql.datasource import DataSource
+
+    spark.dataSource.register(HandoffKafkaDataSource)
+    module_name, source_name = SINKS[cfg.sink.kind]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"sink {cfg.sink.kind!r} is not available ({module_name}: {exc})") from exc
+    for _, obj in inspect.getmembers(module, inspect.isclass):
+        if issubclass(obj, DataSource) and obj is not DataSource and obj.name() == source_name:
+            spark.dataSource.register(obj)
+            return
+    raise SystemExit(f"{module_name} defines no data source named {source_name!r}")
+
+
+def source_options(cfg: AppConfig, stop_marker: str | None) -> dict[str, str]:
+    src = cfg.source
+    opts = {f"kafka.{k}": v for k, v in src.properties.items()}
+    opts.update({
+        "subscribe": ",".join(src.topics),
+        "kafka.bootstrap.servers": src.bootstrap_servers,
+        "startingOffsets": src.starting_offsets,
+        "onOffsetOutOfRange": src.on_offset_out_of_range,
+        "checkpointLocation": cfg.checkpoint_location,
+    })
+    if src.max_records_per_batch:
+        opts["maxRecordsPerBatch"] = str(src.max_records_per_batch)
+    if stop_marker:
+        opts["stopMarker"] = stop_marker
+    return opts
+
+
+def prepare_sink(cfg: AppConfig) -> None:
+    """Driver-side preparation the sink offers (create table, reconcile schema) before the query starts."""
+    module_name, _ = SINKS[cfg.sink.kind]
+    module = importlib.import_module(module_name)
+    prepare = getattr(module, "prepare", None)
+    if callable(prepare):
+        prepare(cfg)
+
+
+def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop_marker: str | None = None,
+                sink_format: str | None = None) -> Any:
+    """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench)."""
+    reader = spark.readStream.format("handoff-kafka")
+    for key, value in source_options(cfg, stop_marker).items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    if sink_format is None:
+        _, fmt = SINKS[cfg.sink.kind]
+        writer = df.writeStream.format(fmt).option("config", cfg.to_json())
+    else:
+        writer = df.writeStream.format(sink_format)
+        if sink_format == "memory":
+            writer = writer.queryName(cfg.query_name)
+    writer = writer.option("checkpointLocation", cfg.checkpoint_location)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif cfg.trigger_interval_seconds > 0:
+        writer = writer.trigger(processingTime=f"{cfg.trigger_interval_seconds} seconds")
+    return writer.start()
+
+
+class ProgressReporter:
+    """Turns each finished micro-batch into a console line, a progress-file rewrite and metrics.
+
+    Why polling `query.recentProgress` rather than a StreamingQueryListener: listener events are delivered
+    asynchronously through py4j and the last ones are lost when an AvailableNow query ends and the driver
+    exits; the progress list is synchronous and still readable after the query terminated.
+    """
+
+    def __init__(self, cfg: AppConfig, metrics: Metrics | None, echo: Callable[[str], None]) -> None:
+        self.cfg, self.metrics, self.echo = cfg, metrics, echo
+        self.last_batch_id = -1
+        self.max_event_time_ms: int | None = None
+        self.reports: list[BatchReport] = []
+
+    def poll(self, query: Any) -> None:
+        try:
+            progresses = query.recentProgress
+        except Exception:  # noqa: BLE001 - the JVM side may be shutting down
+            return
+        for progress in progresses:
+            data = progress.jsonValue() if hasattr(progress, "jsonValue") else progress
+            if isinstance(data, str):
+                data = json.loads(data)
+            if int(data.get("batchId", -1)) <= self.last_batch_id:
+                continue
+            try:
+                self._report(data)
+            except Exception:  # noqa: BLE001 - a reporting bug must not kill the stream
+                log.exception("progress reporting failed")
+            self.last_batch_id = int(data["batchId"])
+
+    def _report(self, data: dict[str, Any]) -> None:
+        cfg = self.cfg
+        report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
+                                      initial_offsets=read_initial_offsets(cfg.checkpoint_location))
+        self.max_event_time_ms = report.max_event_time_ms
+        self.reports.append(report)
+        self.echo(report.line())
+        if self.metrics is not None:
+            self.metrics.observe(report)
+        if cfg.progress_file:
+            write_progress_file(cfg.progress_file, report.record(cfg.handoff_id))
+
+
+def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,
+        echo: Callable[[str], None] = print) -> int:
+    """Run until AvailableNow drains, a stop signal arrives (exit 0), or the query fails (exit 1)."""
+    stop_requested = threading.Event()
+    marker_dir = tempfile.mkdtemp(prefix="handoff-stop-")
+    stop_marker = str(Path(marker_dir) / "stop")
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop_requested.is_set():
+            echo(f"second {signal.Signals(signum).name}: stopping now")
+            raise KeyboardInterrupt
+        echo(f"{signal.Signals(signum).name}: finishing the current micro-batch, then stopping")
+        stop_requested.set()
+        Path(stop_marker).touch()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    spark = build_session(cfg)
+    metrics = Metrics(cfg.handoff_id)
+    if cfg.metrics_port is not None:
+        port = metrics.serve(cfg.metrics_port)
+        echo(f"metrics on :{port}/metrics")
+    reporter = ProgressReporter(cfg, metrics, echo)
+    if sink_format is None:
+        prepare_sink(cfg)
+    query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format)
+    try:
+        return wait(query, stop_requested, echo, reporter)
+    except KeyboardInterrupt:
+        query.stop()
+        return 130
+    finally:
+        Path(stop_marker).unlink(missing_ok=True)
+        os.rmdir(marker_dir)
+
+
+def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],
+         reporter: ProgressReporter | None = None) -> int:
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while query.isActive:
+            if reporter is not None:
+                reporter.poll(query)
+            if stop_requested.is_set():
+                stop_at_batch_boundary(query, echo)
+                break
+            query.awaitTermination(0.5)
+        if reporter is not None:
+            reporter.poll(query)
+        exc = query.exception()
+        if exc is not None:
+            raise exc
+    except StreamingQueryException as exc:
+        echo(f"query failed: {exc}")
+        return 1
+    echo("stopped" if stop_requested.is_set() else "done")
+    return 0
+
+
+def stop_at_batch_boundary(query: Any, echo: Callable[[str], None]) -> None:
+    """The source admits nothing new once the stop marker exists; wait until no trigger is running
+    (seen twice, so a trigger that merely polls for data is not mistaken for a batch), then stop."""
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    idle_seen = 0
+    while query.isActive and time.monotonic() < deadline:
+        status = query.status
+        idle_seen = idle_seen + 1 if not status.get("isTriggerActive") else 0
+        if idle_seen >= 2:
+            break
+        time.sleep(0.2)
+    else:
+        if query.isActive:
+            echo(f"no batch boundary within {STOP_GRACE_SECONDS:.0f}s: stopping mid-batch (the batch will replay)")
+    if query.isActive:
+        query.stop()

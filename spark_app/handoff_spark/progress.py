@@ -1,0 +1,225 @@
+"""Per-micro-batch progress: the console line, the JSON progress record the operator reads, and the
+Prometheus metrics — all from one place so the three never disagree.
+
+Inputs per batch: Spark's own `StreamingQueryProgress` (batch id, input rows, durations, start/end/latest
+source offsets) and the sink's last-commit record (`<checkpoint>/handoff/last-commit.json`, written by
+the sink's driver-side commit in a Spark Python worker: snapshot id, commit latency, dead letters,
+newest committed event time). Pure functions over dicts; the Spark listener in `app.py` only feeds them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlparse
+
+LAST_COMMIT_FILE = "handoff/last-commit.json"
+INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
+
+
+def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:
+    if not text:
+        return {}
+    try:
+        doc = json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {(t, int(p)): int(o) for t, parts in doc.items() if isinstance(parts, dict) for p, o in parts.items()}
+
+
+def lag_per_partition(end: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Records (offsets) available in Kafka but not yet in the table, per partition."""
+    return {tp: max(0, latest.get(tp, e) - e) for tp, e in end.items()} | {
+        tp: lt for tp, lt in latest.items() if tp not in end}
+
+
+def _read_json(checkpoint: str, relative: str) -> Any:
+    parsed = urlparse(checkpoint)
+    base = Path(parsed.path if parsed.scheme == "file" else checkpoint)
+    try:
+        return json.loads((base / relative).read_text())
+    except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError):
+        return None
+
+
+def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
+    return _read_json(checkpoint, LAST_COMMIT_FILE)
+
+
+def read_initial_offsets(checkpoint: str) -> dict[tuple[str, int], int]:
+    """The source's initial offsets (the start of batch 0, which Spark's progress leaves empty)."""
+    return _parse_offsets(_read_json(checkpoint, INITIAL_OFFSETS_FILE))
+
+
+@dataclass
+class BatchReport:
+    batch_id: int
+    rows: int
+    duration_ms: int
+    start: dict[tuple[str, int], int]
+    end: dict[tuple[str, int], int]
+    lag: dict[tuple[str, int], int]
+    commit: dict[str, Any] | None  # the sink's record for this batch, if it wrote one
+    max_event_time_ms: int | None  # newest event time committed so far (any batch)
+    input_rows_per_second: float | None = None
+    timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def freshness_seconds(self) -> float | None:
+        if self.max_event_time_ms is None:
+            return None
+        return max(0.0, (time.time() * 1000 - self.max_event_time_ms) / 1000)
+
+    def line(self) -> str:
+        """One console line per micro-batch."""
+        parts = [f"batch {self.batch_id}: {self.rows} rows in {self.duration_ms} ms"]
+        if self.commit is not None:
+            if self.commit.get("skipped"):
+                parts.append("already committed (replay skipped)")
+            else:
+                parts.append(f"snapshot {self.commit.get('snapshot_id')} "
+                             f"(commit {float(self.commit.get('commit_latency_ms') or 0):.0f} ms)")
+            if self.commit.get("dlq_rows"):
+                parts.append(f"{self.commit['dlq_rows']} dead letters")
+        parts.append("offsets " + _fmt_ranges(self.start, self.end))
+        parts.append(f"lag {sum(self.lag.values())}")
+        fresh = self.freshness_seconds
+        if fresh is not None:
+            parts.append(f"freshness {fresh:.1f} s")
+        return ", ".join(parts)
+
+    def record(self, handoff_id: str) -> dict[str, Any]:
+        """The progress record (docs/design/data-plane-contract.md, "Progress record")."""
+        commit = self.commit or {}
+        return {
+            "handoffId": handoff_id,
+            "batchId": self.batch_id,
+            "rows": self.rows,
+            "dlqRows": int(commit.get("dlq_rows") or 0),
+            "committedSnapshot": commit.get("snapshot_id"),
+            "offsets": _nest(self.end),
+            "durationMs": self.duration_ms,
+            "commitLatencyMs": commit.get("commit_latency_ms"),
+            "freshnessSeconds": self.freshness_seconds,
+            "maxEventTimeMs": self.max_event_time_ms,
+            "lag": _nest(self.lag),
+            "lagTotal": sum(self.lag.values()),
+            "inputRowsPerSecond": self.input_rows_per_second,
+            "timestampMs": self.timestamp_ms,
+        }
+
+
+def _nest(flat: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), v in sorted(flat.items()):
+        out.setdefault(t, {})[str(p)] = v
+    return out
+
+
+def _fmt_ranges(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, int], int]) -> str:
+    items = [f"{t}[{p}] {start.get((t, p), e)}→{e}" for (t, p), e in sorted(end.items())
+             if start.get((t, p), e) != e]
+    return " ".join(items) if items else "(none new)"
+
+
+def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, Any] | None,
+                         prev_max_event_time_ms: int | None,
+                         initial_offsets: Mapping[tuple[str, int], int] | None = None) -> BatchReport:
+    """Combine Spark's progress JSON (as a dict) with the sink's last-commit record."""
+    batch_id = int(progress["batchId"])
+    src = (progress.get("sources") or [{}])[0]
+    start, end = _parse_offsets(src.get("startOffset")), _parse_offsets(src.get("endOffset"))
+    if not start and initial_offsets:
+        start = dict(initial_offsets)
+    latest = _parse_offsets(src.get("latestOffset")) or end
+    commit = dict(last_commit) if last_commit and int(last_commit.get("batch_id", -1)) == batch_id else None
+    max_event = prev_max_event_time_ms
+    if commit and commit.get("max_event_time_ms") not in (None, ""):
+        candidate = int(commit["max_event_time_ms"])
+        max_event = candidate if max_event is None else max(max_event, candidate)
+    durations = progress.get("durationMs") or {}
+    return BatchReport(batch_id=batch_id, rows=int(progress.get("numInputRows") or 0),
+                       duration_ms=int(durations.get("triggerExecution") or 0), start=start, end=end,
+                       lag=lag_per_partition(end, latest), commit=commit, max_event_time_ms=max_event,
+                       input_rows_per_second=progress.get("processedRowsPerSecond"))
+
+
+def write_progress_file(path: str, record: Mapping[str, Any]) -> None:
+    """Atomic rewrite (readers never see a half-written record)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(record, tmp)
+    os.replace(tmp.name, target)
+
+
+class Metrics:
+    """Prometheus metrics of one Handoff app (own registry, so tests can run several)."""
+
+    def __init__(self, handoff_id: str) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.handoff_id = handoff_id
+        lbl = ["handoff"]
+        self.rows = Counter("handoff_rows", "Kafka records read into committed micro-batches", lbl,
+                            registry=self.registry)
+        self.bytes = Counter("handoff_bytes", "Bytes of record values committed (reported by the sink)", lbl,
+                             registry=self.registry)
+        self.dead_letters = Counter("handoff_dead_letters", "Records sent to the dead-letter topic", lbl,
+                                    registry=self.registry)
+        self.batches = Counter("handoff_batches", "Micro-batches completed", lbl, registry=self.registry)
+        self.batch_duration = Histogram("handoff_batch_duration_seconds", "Micro-batch wall time", lbl,
+                                        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+                                        registry=self.registry)
+        self.commit_latency = Histogram("handoff_commit_latency_seconds", "Table commit latency", lbl,
+                                        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                                        registry=self.registry)
+        self.lag = Gauge("handoff_lag_records", "Records in Kafka not yet in the table", lbl + ["topic", "partition"],
+                         registry=self.registry)
+        self.last_batch = Gauge("handoff_last_batch_id", "Id of the last completed micro-batch", lbl,
+                                registry=self.registry)
+        self.max_event_time = Gauge("handoff_max_event_time_seconds",
+                                    "Newest event time committed to the table (unix seconds)", lbl,
+                                    registry=self.registry)
+        self._max_event_ms: int | None = None
+        freshness = Gauge("handoff_freshness_seconds", "now - newest event time committed to the table", lbl,
+                          registry=self.registry)
+        freshness.labels(handoff_id).set_function(self._freshness)
+
+    def _freshness(self) -> float:
+        if self._max_event_ms is None:
+            return float("nan")
+        return max(0.0, time.time() - self._max_event_ms / 1000)
+
+    def observe(self, report: BatchReport) -> None:
+        h = self.handoff_id
+        self.rows.labels(h).inc(report.rows)
+        self.batches.labels(h).inc()
+        self.batch_duration.labels(h).observe(report.duration_ms / 1000)
+        self.last_batch.labels(h).set(report.batch_id)
+        for (topic, partition), lag in report.lag.items():
+            self.lag.labels(h, topic, str(partition)).set(lag)
+        commit = report.commit or {}
+        if commit.get("dlq_rows"):
+            self.dead_letters.labels(h).inc(int(commit["dlq_rows"]))
+        if commit.get("bytes"):
+            self.bytes.labels(h).inc(int(commit["bytes"]))
+        if commit.get("commit_latency_ms") is not None and not commit.get("skipped"):
+            self.commit_latency.labels(h).observe(float(commit["commit_latency_ms"]) / 1000)
+        if report.max_event_time_ms is not None:
+            self._max_event_ms = report.max_event_time_ms
+            self.max_event_time.labels(h).set(report.max_event_time_ms / 1000)
+
+    def serve(self, port: int) -> int:
+        """Start the HTTP endpoint; returns the bound port (0 → an ephemeral one)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, registry=self.registry)
+        return int(server.server_address[1])
