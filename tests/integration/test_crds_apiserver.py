@@ -5,6 +5,7 @@ the status schema and shows up in the printer columns."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 import uuid
 from pathlib import Path
@@ -83,7 +84,9 @@ def _rejected(api: client.ApiClient, obj: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as err:
         _create(api, obj)
     assert err.value.status == 422, err.value.body
-    return err.value.body
+    status = json.loads(err.value.body)
+    causes = (status.get("details") or {}).get("causes") or []
+    return "\n".join([status["message"]] + [f"{c.get('field')}: {c.get('message')}" for c in causes])
 
 
 @pytest.mark.parametrize("name", ["orders-to-iceberg.yaml", "clicks-to-bigquery.yaml", "replay-rollback.yaml",
@@ -166,6 +169,15 @@ def test_invalid_handoffs_are_rejected_with_the_rule_message(api: client.ApiClie
     assert "spec.sink.iceberg.table" in _rejected(api, table)
 
 
+def _get_json(api: client.ApiClient, path: str, accept: str = "application/json") -> dict[str, Any]:
+    method, url, headers, body, post = api.param_serialize(
+        "GET", path, header_params={"Accept": accept}, auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    assert response.status == 200, response.data
+    return json.loads(response.data)
+
+
 def _replay(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ReplayRequest",
             "metadata": {"name": name, "namespace": namespace},
@@ -192,7 +204,7 @@ def test_replay_spec_is_immutable_but_status_is_writable(api: client.ApiClient, 
     changed["spec"]["dryRun"] = True
     with pytest.raises(ApiException) as err:
         objs.replace_namespaced_custom_object(GROUP, VERSION, namespace, "replayrequests", "immutable", changed)
-    assert err.value.status == 422 and "spec is immutable" in err.value.body
+    assert err.value.status == 422 and "spec is immutable" in json.loads(err.value.body)["message"]
     status = ReplayRequestStatus(phase="Planned", observed_generation=1,
                                  conditions=[Condition(type="Progressing", status="True", reason="Planned")])
     patched = objs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "replayrequests",
@@ -222,10 +234,8 @@ def test_status_from_models_and_printer_columns(api: client.ApiClient, namespace
     assert err.value.status == 422
 
     # What `kubectl get sth` shows: the server-side Table with the printer columns.
-    table = api.call_api(
-        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/streamtablehandoffs/with-status", "GET",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    table = _get_json(api, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/streamtablehandoffs/with-status",
+                      accept="application/json;as=Table;v=v1;g=meta.k8s.io")
     names = [c["name"] for c in table["columnDefinitions"]]
     row = dict(zip(names, table["rows"][0]["cells"]))
     assert row["Phase"] == "Running" and row["Lag"] == 1234 and row["Freshness"] == "42s"
@@ -233,8 +243,7 @@ def test_status_from_models_and_printer_columns(api: client.ApiClient, namespace
 
 
 def test_short_names_and_categories(api: client.ApiClient) -> None:
-    listing = api.call_api(f"/apis/{GROUP}/{VERSION}", "GET", response_type="object",
-                           auth_settings=["BearerToken"], _return_http_data_only=True)
+    listing = _get_json(api, f"/apis/{GROUP}/{VERSION}")
     by_name = {r["name"]: r for r in listing["resources"]}
     assert by_name["streamtablehandoffs"]["shortNames"] == ["sth"]
     assert by_name["replayrequests"]["shortNames"] == ["replay"]

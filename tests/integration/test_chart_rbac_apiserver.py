@@ -1,0 +1,142 @@
+"""The chart's RBAC against a real kube-apiserver: as the chart's ServiceAccount (a real token from the
+TokenRequest API, real RBAC authorization), do everything the operator does in a watched namespace —
+read the handoff and its Secrets, write its status, server-side-apply every rendered child including the
+driver's Role (which the API server only allows if the operator holds every right it grants), create the
+checkpoint PVC, scale the driver, post an Event — and check it is refused in a namespace it does not
+watch."""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import helm_python as helm
+import pytest
+import yaml
+from kubernetes import client, config, utils
+from kubernetes.client.rest import ApiException
+
+from handoff_operator.kube import Kube
+from handoff_operator.models import StreamTableHandoffSpec
+from handoff_operator.render import Resolved, render
+
+pytestmark = pytest.mark.apiserver
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "handoff.io", "v1alpha1"
+
+
+def _apply_crds(admin: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(admin)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        deadline = time.monotonic() + 60
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(name).status.conditions or []):
+            assert time.monotonic() < deadline, f"CRD {name} never became Established"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def setup(apiserver) -> Iterator[dict[str, Any]]:
+    admin = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
+    core = client.CoreV1Api(admin)
+    suffix = uuid.uuid4().hex[:6]
+    release, watched, other = f"rel-{suffix}", f"watched-{suffix}", f"other-{suffix}"
+    for ns in (release, watched, other):
+        core.create_namespace({"metadata": {"name": ns}})
+    _apply_crds(admin)
+    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(
+        {"watchNamespaces": [watched]}, name=f"h{suffix}", namespace=release, is_install=True)
+    docs = [d for path, text in rendered.items() if path.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+    rbac_docs = [d for d in docs if d["kind"] in
+                 ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    utils.create_from_yaml(admin, yaml_objects=rbac_docs)
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    token = core.create_namespaced_service_account_token(
+        sa["metadata"]["name"], release, {"spec": {"expirationSeconds": 3600}}).status.token
+    cfg = client.Configuration()
+    cfg.host = apiserver.server
+    cfg.ssl_ca_cert = str(apiserver.ca_cert)
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    operator = client.ApiClient(cfg)
+    try:
+        yield {"admin": admin, "operator": operator, "watched": watched, "other": other}
+    finally:
+        operator.close()
+        rbac = client.RbacAuthorizationV1Api(admin)
+        for d in rbac_docs:
+            if d["kind"] == "ClusterRole":
+                rbac.delete_cluster_role(d["metadata"]["name"])
+            elif d["kind"] == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(d["metadata"]["name"])
+        for ns in (release, watched, other):
+            core.delete_namespace(ns)
+        admin.close()
+
+
+SPEC = {"source": {"bootstrapServers": "kafka:9092", "topics": ["orders"],
+                   "propertiesFrom": [{"property": "sasl.password",
+                                       "secretKeyRef": {"name": "kafka-creds", "key": "password"}}]},
+        "sink": {"iceberg": {"table": "shop.orders"}}}
+
+
+def test_operator_service_account_can_do_its_job(setup: dict[str, Any]) -> None:
+    admin, operator, ns = setup["admin"], setup["operator"], setup["watched"]
+    client.CoreV1Api(admin).create_namespaced_secret(
+        ns, {"metadata": {"name": "kafka-creds"}, "stringData": {"password": "s3cret"}})
+    client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "streamtablehandoffs",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTableHandoff",
+         "metadata": {"name": "orders"}, "spec": SPEC})
+
+    kube = Kube(operator)
+    obj = kube.get_handoff(ns, "orders")
+    assert obj is not None
+    client.CustomObjectsApi(operator).list_namespaced_custom_object(GROUP, VERSION, ns, "streamtablehandoffs")
+    client.CustomObjectsApi(operator).list_namespaced_custom_object(GROUP, VERSION, ns, "replayrequests")
+    assert kube.read_secrets(ns, ["kafka-creds"]) == {"kafka-creds": {"password": "s3cret"}}
+
+    spec = StreamTableHandoffSpec.model_validate(obj["spec"])
+    rendered = render(obj, spec, "handoff:test", Resolved(source_properties={"sasl.password": "s3cret"}))
+    kinds = [c["kind"] for c in rendered.children]
+    assert {"ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"} <= set(kinds)
+    for child in rendered.children:
+        kube.apply(child)  # the Role is refused unless the operator holds what it grants
+    for child in rendered.unowned:
+        assert kube.create_if_missing(child)
+    assert kube.scale_driver(ns, "orders", 0)
+    assert kube.driver_facts(ns, "orders") is not None
+    assert kube.executor_count(ns, "orders") == 0
+    kube.patch_status(ns, "orders", {"observedGeneration": 1, "phase": "Starting"})
+    client.CoreV1Api(operator).create_namespaced_event(ns, {
+        "metadata": {"generateName": "orders."},
+        "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTableHandoff",
+                           "name": "orders", "namespace": ns, "uid": obj["metadata"]["uid"]},
+        "reason": "Test", "message": "rbac test", "type": "Normal"})
+    # Cluster-level reads kopf makes at startup.
+    client.ApiextensionsV1Api(operator).list_custom_resource_definition()
+    client.CoreV1Api(operator).list_namespace()
+
+
+def test_operator_service_account_is_refused_elsewhere(setup: dict[str, Any]) -> None:
+    operator, other = setup["operator"], setup["other"]
+    core = client.CoreV1Api(operator)
+    for call in (lambda: core.list_namespaced_secret(other),
+                 lambda: core.create_namespaced_config_map(other, {"metadata": {"name": "x"}}),
+                 lambda: client.CustomObjectsApi(operator).list_namespaced_custom_object(
+                     GROUP, VERSION, other, "streamtablehandoffs"),
+                 lambda: client.RbacAuthorizationV1Api(operator).create_cluster_role(
+                     {"metadata": {"name": f"evil-{other}"}, "rules": []})):
+        with pytest.raises(ApiException) as err:
+            call()
+        assert err.value.status == 403
