@@ -3,7 +3,9 @@
 `HANDOFF_FAULT=<point>:batch=<N>[,once=<marker file>]` makes the process group die with SIGKILL (the
 equivalent of `kill -9` on the whole app: driver, JVM and Python workers) when the sink reaches `<point>`
 for batch N. Points: `crash-after-table-commit` (the table holds the batch, Spark's commit log does not),
-`crash-before-table-commit`, `fail-task` (one write task raises; with `local[N,F]` Spark retries it).
+`crash-before-table-commit`, `catalog-outage` (the commit attempt fails as if the catalog were unreachable),
+`crash-mid-write` (an executor dies after writing its data files, before the
+task reports), `fail-task` (a write task raises; with `local[N,F]` Spark retries it).
 `once=<file>` fires only if the file does not exist yet and creates it, so a restarted app runs clean.
 
 Drills must start the app in its own session (`start_new_session=True`) so the kill stays inside it.
@@ -45,8 +47,31 @@ def armed(point: str, batch_id: int | None = None) -> bool:
     return False
 
 
-def maybe_crash(point: str, batch_id: int) -> None:
-    """SIGKILL the whole process group if `point` is armed for this batch."""
+def _app_process_group() -> int:
+    """The app's process group. Spark's Python daemon moves its workers into a group of their own, so walk up
+    the parents to the first process in another group (the JVM, in the app's group)."""
+    mine = os.getpgrp()
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        fields = stat.rsplit(")", 1)[1].split()
+        ppid, pgid = int(fields[1]), int(fields[2])
+        if pgid != mine:
+            return pgid
+        pid = ppid
+    return mine
+
+
+def maybe_crash(point: str, batch_id: int | None) -> None:
+    """SIGKILL the app's process group (and this worker's) if `point` is armed for this batch."""
     if armed(point, batch_id):
-        Path(os.environ.get("HANDOFF_FAULT_LOG", os.devnull)).open("a").write(f"{point} batch={batch_id}\n")
+        log = os.environ.get("HANDOFF_FAULT_LOG")
+        if log:
+            with open(log, "a") as fh:
+                fh.write(f"{point} batch={batch_id}\n")
+        target = _app_process_group()
+        os.killpg(target, signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)

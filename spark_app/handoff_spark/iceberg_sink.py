@@ -188,6 +188,17 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
     dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]
 
 
+def _task_batch_id() -> int | None:
+    """The micro-batch id a write task belongs to (Spark sets it as a local property), for fault hooks."""
+    try:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        return int(value) if value is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     def __init__(self, config_json: str) -> None:
         self.config_json = config_json
@@ -208,8 +219,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         if not batches:
             return msg
         raw = pa.Table.from_batches(batches)
-        if faults.armed("fail-task"):
-            raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
+        batch_id = _task_batch_id()
         decoded, dead = decode_batch(raw, cfg.schema_, cfg.source.format)
         msg.dlq_rows = len(dead)
         table = open_table(cfg)
@@ -220,16 +230,21 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
                 f"handoff {cfg.handoff_id}: table {_sink(cfg).table} cannot take this batch: "
                 + "; ".join(plan.incompatible)
                 + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
-        _send_dead_letters(cfg, raw, dead)
         msg.add, msg.widen = list(plan.add), list(plan.widen)
         msg.added_ids = {name: meta.schema().find_field(name).field_id for name, _ in plan.add}
         msg.rows = shaped.num_rows
         msg.max_event_time_ms = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
-        if shaped.num_rows:
-            msg.files = write_data_files(meta, table.io, shaped, write_uuid)
-        if faults.armed("fail-after-write"):
+        try:
+            if shaped.num_rows:
+                msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+            if faults.armed("fail-task", batch_id):
+                raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
+            _send_dead_letters(cfg, raw, dead)
+        except BaseException:
+            # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
             delete_files(table.io, [f.file_path for f in msg.files])
-            raise RuntimeError("HANDOFF_FAULT fail-after-write (test hook)")
+            raise
+        faults.maybe_crash("crash-mid-write", batch_id)
         return msg
 
     # -- driver --------------------------------------------------------------------------------------
@@ -290,27 +305,31 @@ def _rewrite_file(io: Any, metadata: TableMetadata, f: DataFile) -> list[DataFil
     return write_data_files(metadata, io, pa.Table.from_arrays(arrays, schema=arrow_schema), uuid.uuid4())
 
 
-def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> CommitResult:
-    """Commit one micro-batch: skip if already in the ancestry, else one fast-append snapshot with the ledger
-    properties; bounded retries on conflicts and catalog outages; then group offsets; then upkeep."""
+@dataclass(frozen=True)
+class TableCommit:
+    table: Table | None
+    snapshot_id: int | None
+    skipped: bool
+    attempts: int
+
+
+def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
+                    ranges: offset_log.OffsetRange, query_id: str | None) -> TableCommit:
+    """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
+    (schema evolution + append in ONE transaction) carrying the ledger properties. Bounded retries: a
+    conflict or a catalog outage reloads the table and re-checks the ancestry before trying again (the
+    previous attempt may have landed even if it reported failure)."""
     sink = _sink(cfg)
-    t0 = time.monotonic()
-    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
     offsets_json = offset_log.to_json_ranges(ranges)
-    query_id = spark_query_id(cfg.checkpoint_location)
-    rows = sum(m.rows for m in msgs)
-    dlq_rows = sum(m.dlq_rows for m in msgs)
     event_times = [m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None]
     props = {
         ledger.ID: cfg.handoff_id, ledger.QUERY: cfg.query_name, ledger.BATCH_ID: str(batch_id),
         ledger.OFFSETS: json.dumps(offsets_json, separators=(",", ":")),
-        ledger.ROWS: str(rows), ledger.DLQ_ROWS: str(dlq_rows),
+        ledger.ROWS: str(sum(m.rows for m in msgs)), ledger.DLQ_ROWS: str(sum(m.dlq_rows for m in msgs)),
         ledger.MAX_EVENT_TIME_MS: str(max(event_times)) if event_times else "",
     }
     if query_id:
         props[ledger.QUERY_ID] = query_id
-    snapshot_id: int | None = None
-    skipped = False
     attempts = 0
     replaced: list[str] = []
     table: Table | None = None
@@ -322,9 +341,10 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
             done = ledger.find_batch(table, cfg.handoff_id, cfg.query_name, batch_id, query_id)
             if done is not None:
                 log.info("batch %s already committed as snapshot %s: skipping", batch_id, done.snapshot_id)
-                snapshot_id, skipped = done.snapshot_id, True
-                break
+                return TableCommit(table, done.snapshot_id, True, attempts)
             faults.maybe_crash("crash-before-table-commit", batch_id)
+            if faults.armed("catalog-outage", batch_id):
+                raise ConnectionError("HANDOFF_FAULT catalog-outage (test hook)")
             tx = table.transaction()
             plan = _merge_plans(table, msgs, cfg.schema_.evolution)
             if plan.incompatible:
@@ -349,7 +369,7 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
                         replaced.append(f.file_path)
             if not files and not any(se[0] != se[1] for se in ranges.values()):
                 log.info("batch %s is empty: nothing to commit", batch_id)
-                break
+                return TableCommit(table, None, False, attempts)
             # merge_append when the table asks for manifest merging (Handoff's tables do): keeps the manifest
             # list short so commit latency does not grow with history; fast_append otherwise.
             producer = tx.update_snapshot(snapshot_properties=props)
@@ -358,8 +378,10 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
                 for f in files:
                     fa.append_data_file(f)
             table = tx.commit_transaction()
-            snapshot_id = table.current_snapshot().snapshot_id if table.current_snapshot() else None
-            break
+            snap = table.current_snapshot()
+            if replaced:
+                delete_files(table.io, replaced)
+            return TableCommit(table, snap.snapshot_id if snap else None, False, attempts)
         except CommitFailedException as exc:
             last_error = exc
             log.warning("batch %s: commit conflict (attempt %s): %s", batch_id, attempts, exc)
@@ -372,27 +394,34 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
             forget_catalog(sink.catalog_name, sink.catalog_properties)
             log.warning("batch %s: catalog unavailable (attempt %s): %s", batch_id, attempts, exc)
         time.sleep(min(8.0, 0.25 * 2 ** (attempts - 1)) * random.uniform(0.8, 1.2))
-    else:
-        raise CatalogUnavailableError(
-            f"batch {batch_id}: table {sink.table} did not accept the commit after {attempts} attempts "
-            f"(commitRetries={sink.commit_retries}): {last_error}. The batch will be replayed exactly once on "
-            f"restart.") from last_error
+    raise CatalogUnavailableError(
+        f"batch {batch_id}: table {sink.table} did not accept the commit after {attempts} attempts "
+        f"(commitRetries={sink.commit_retries}): {last_error}. The batch will be replayed exactly once on "
+        f"restart.") from last_error
+
+
+def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> CommitResult:
+    """Driver commit of one micro-batch: offsets from Spark's offset log, the table commit, then (only after
+    it is durable) the consumer-group offsets, the progress record and periodic upkeep."""
+    t0 = time.monotonic()
+    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
+    offsets_json = offset_log.to_json_ranges(ranges)
+    tc = commit_to_table(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location))
+    commit_ms = round((time.monotonic() - t0) * 1000, 1)
     faults.maybe_crash("crash-after-table-commit", batch_id)
-    if replaced and table is not None:
-        delete_files(table.io, replaced)
     group_ok = False
-    end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
-    if snapshot_id is not None or skipped:
+    if tc.snapshot_id is not None:
+        end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
         group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end,
                                         cfg.source.properties)
-    result = CommitResult(batch_id=batch_id, snapshot_id=snapshot_id, skipped=skipped, rows=rows,
-                          dlq_rows=dlq_rows, offsets=offsets_json,
-                          commit_latency_ms=round((time.monotonic() - t0) * 1000, 1), attempts=attempts,
+    result = CommitResult(batch_id=batch_id, snapshot_id=tc.snapshot_id, skipped=tc.skipped,
+                          rows=sum(m.rows for m in msgs), dlq_rows=sum(m.dlq_rows for m in msgs),
+                          offsets=offsets_json, commit_latency_ms=commit_ms, attempts=tc.attempts,
                           group_offsets_committed=group_ok)
     _write_last_commit(cfg, result)
-    if table is not None and not skipped:
+    if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
         from . import maintenance
-        maintenance.after_commit(table, cfg, batch_id)
+        maintenance.after_commit(tc.table, cfg, batch_id)
     return result
 
 
