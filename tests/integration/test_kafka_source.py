@@ -1,0 +1,198 @@
+"""The handoff-kafka streaming source against a real Kafka broker and a real (local) Spark.
+
+One Spark session for the module (start-up costs seconds); queries write through foreachBatch into a
+driver-side list so each test sees exactly which records each micro-batch held.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import NewPartitions
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from handoff_spark.kafka_source import HandoffKafkaDataSource
+
+    session = (SparkSession.builder.master("local[2]").appName("test-kafka-source")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(HandoffKafkaDataSource)
+    yield session
+    session.stop()
+
+
+def new_topic(kafka: Any, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+    name = f"src-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(name, partitions=partitions, config=config)
+    return name
+
+
+def produce(kafka: Any, topic: str, values: list[bytes], partition: int | None = None) -> None:
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for v in values:
+        if partition is None:
+            p.produce(topic, v)
+        else:
+            p.produce(topic, v, partition=partition)
+    assert p.flush(30) == 0
+
+
+class Collect:
+    """foreachBatch target: per batch, the (partition, offset, value) rows."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[tuple[int, int, bytes]]] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = df.select("partition", "offset", "value").collect()
+        self.batches[batch_id] = [(r.partition, r.offset, bytes(r.value)) for r in rows]
+
+    @property
+    def rows(self) -> list[tuple[int, int, bytes]]:
+        return [r for b in sorted(self.batches) for r in self.batches[b]]
+
+
+def start(spark: Any, kafka: Any, topic: str, checkpoint: Path, sink: Any, available_now: bool = True,
+          **options: str) -> Any:
+    reader = (spark.readStream.format("handoff-kafka").option("subscribe", topic)
+              .option("kafka.bootstrap.servers", kafka.bootstrap).option("checkpointLocation", str(checkpoint)))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    writer = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="500 milliseconds")
+    return writer.start()
+
+
+def test_backlog_is_split_into_batches_of_at_most_max_records_and_available_now_stops(spark, kafka, tmp_path):
+    topic = new_topic(kafka, partitions=3)
+    values = [json.dumps({"i": i}).encode() for i in range(1000)]
+    produce(kafka, topic, values)
+    sink = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink, maxRecordsPerBatch="300")
+    assert query.awaitTermination(300), "AvailableNow query did not stop after draining the backlog"
+    assert query.exception() is None
+    sizes = [len(sink.batches[b]) for b in sorted(sink.batches)]
+    assert all(0 < n <= 300 for n in sizes), sizes
+    assert sum(sizes) == 1000 and len(sizes) == 4
+    assert sorted(v for _, _, v in sink.rows) == sorted(values)
+    assert len({(p, o) for p, o, _ in sink.rows}) == 1000
+    # the initial offsets (start of batch 0) are persisted for the sink and for replays of batch 0
+    initial = json.loads((tmp_path / "ck" / "sources" / "handoff-initial.json").read_text())
+    assert initial == {topic: {"0": 0, "1": 0, "2": 0}}
+    # a second AvailableNow run on the same checkpoint finds nothing new and stops at once
+    produce(kafka, topic, [b'{"late": 1}'])
+    sink2 = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink2, maxRecordsPerBatch="300")
+    assert query.awaitTermination(300)
+    assert [v for _, _, v in sink2.rows] == [b'{"late": 1}']
+
+
+def test_aborted_transactions_never_appear_and_ranges_advance_past_markers(spark, kafka, tmp_path):
+    topic = new_topic(kafka)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{topic}"})
+    p.init_transactions()
+    expected = []
+    for round_ in range(3):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, f"committed-{round_}-{i}".encode())
+            expected.append(f"committed-{round_}-{i}".encode())
+        p.commit_transaction()
+        p.begin_transaction()
+        for i in range(4):
+            p.produce(topic, f"aborted-{round_}-{i}".encode())
+        p.flush()
+        p.abort_transaction()
+    sink = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink, maxRecordsPerBatch="7")
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    values = [v for _, _, v in sink.rows]
+    assert values == expected
+    # 3 × (5 committed + marker + 4 aborted + marker) = 33 offsets consumed, end offset past the last marker
+    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    assert end == {topic: {"0": 33}}
+    # an open transaction bounds the range at the last stable offset: its records are not read until committed
+    p.begin_transaction()
+    p.produce(topic, b"pending")
+    p.flush()
+    sink2 = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink2)
+    assert query.awaitTermination(300)
+    assert sink2.rows == []
+    p.commit_transaction()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink2)
+    assert query.awaitTermination(300)
+    assert [v for _, _, v in sink2.rows] == [b"pending"]
+
+
+def test_partition_added_mid_stream_is_read(spark, kafka, tmp_path):
+    topic = new_topic(kafka, partitions=1)
+    produce(kafka, topic, [b"p0-a", b"p0-b"], partition=0)
+    sink = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink, available_now=False)
+    try:
+        query.processAllAvailable()
+        assert sorted(v for _, _, v in sink.rows) == [b"p0-a", b"p0-b"]
+        admin = kafka.admin()  # keep a reference: a collected client cancels its futures
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        produce(kafka, topic, [b"p1-a", b"p1-b", b"p1-c"], partition=1)
+        produce(kafka, topic, [b"p0-c"], partition=0)
+        deadline = time.monotonic() + 120
+        while len(sink.rows) < 6 and time.monotonic() < deadline:
+            query.processAllAvailable()
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    assert sorted((p, v) for p, _, v in sink.rows) == [(0, b"p0-a"), (0, b"p0-b"), (0, b"p0-c"),
+                                                       (1, b"p1-a"), (1, b"p1-b"), (1, b"p1-c")]
+    assert len(sink.rows) == 6
+
+
+def test_start_offset_deleted_by_retention_fails_clearly_or_skips_when_told(spark, kafka, tmp_path):
+    topic = new_topic(kafka, partitions=1)
+    produce(kafka, topic, [f"first-{i}".encode() for i in range(10)])
+    sink = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink)
+    assert query.awaitTermination(300)
+    assert len(sink.rows) == 10
+    # 10 more records, then retention (here: DeleteRecords) removes everything below offset 15
+    produce(kafka, topic, [f"second-{i}".encode() for i in range(10)])
+    admin = kafka.admin()
+    result = admin.delete_records([TopicPartition(topic, 0, 15)])
+    for fut in result.values():
+        fut.result(30)
+    query = start(spark, kafka, topic, tmp_path / "ck", Collect())
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(300)
+    message = str(err.value)
+    assert f"{topic}[0]" in message and "offset 10" in message and "starts at 15" in message
+    assert "onOffsetOutOfRange" in message
+    # the same checkpoint with onOffsetOutOfRange=earliest: skips to 15 and records the gap
+    sink2 = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink2, onOffsetOutOfRange="earliest")
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert [(o, v) for _, o, v in sink2.rows] == [(15 + i, f"second-{5 + i}".encode()) for i in range(5)]
+    gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
+    assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 15)]
