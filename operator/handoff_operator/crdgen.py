@@ -149,7 +149,7 @@ def openapi_schema(model: type[CustomResource]) -> dict[str, Any]:
     """The openAPIV3Schema of a resource: apiVersion/kind/metadata plus the model's spec and status."""
     spec = _field_schema(model, "spec")
     status = _field_schema(model, "status")
-    return {
+    root: dict[str, Any] = {
         "description": clean_description(model.__doc__ or model.__name__),
         "type": "object",
         "required": ["spec"],
@@ -161,6 +161,9 @@ def openapi_schema(model: type[CustomResource]) -> dict[str, Any]:
             "status": status,
         },
     }
+    if model.root_validations:
+        root["x-kubernetes-validations"] = copy.deepcopy(model.root_validations)
+    return root
 
 
 def crd_for(model: type[CustomResource]) -> dict[str, Any]:

@@ -164,6 +164,9 @@ def test_invalid_handoffs_are_rejected_with_the_rule_message(api: client.ApiClie
     duration["spec"]["commitInterval"] = "30"
     assert "spec.commitInterval" in _rejected(api, duration)
 
+    long_name = _orders(namespace, "x" * 53)
+    assert "metadata.name must be at most 52" in _rejected(api, long_name)
+
     table = _orders(namespace, "bad-table")
     table["spec"]["sink"]["iceberg"]["table"] = "orders"
     assert "spec.sink.iceberg.table" in _rejected(api, table)
@@ -193,6 +196,8 @@ def test_invalid_replays_are_rejected(api: client.ApiClient, namespace: str) -> 
         api, _replay(namespace, "r3", mode="RollbackAndReplay", target={"tag": "a", "snapshotId": 1}))
     assert "from and to must name the same topics" in _rejected(
         api, _replay(namespace, "r4", mode="Backfill", **{"from": {"a": {"0": 1}}}, to={"b": {"0": 5}}))
+    assert "target.snapshotId must be an integer" in _rejected(
+        api, _replay(namespace, "r6", mode="Rollback", target={"snapshotId": "latest"}))
     body = _rejected(api, _replay(namespace, "r5", mode="Restore", target={"tag": "a"}))
     assert "spec.mode" in body and "Unsupported value" in body
 

@@ -179,3 +179,17 @@ def test_status_round_trip_keeps_snapshot_ids_exact() -> None:
     assert wire["conditions"][0]["lastTransitionTime"] == "2026-11-22T03:00:00Z"
     assert StreamTableHandoffStatus.model_validate(wire) == status
     assert Condition(type="Ready", status="False", reason="SinkUnavailable").to_dict()["lastTransitionTime"].endswith("Z")
+
+
+def test_resource_name_rule_matches_the_renderer() -> None:
+    from handoff_operator import render
+    from handoff_operator.models import stream_table_handoff as sth
+
+    assert sth.MAX_NAME_LENGTH == render.MAX_NAME_LENGTH
+    manifest = _load("orders-to-iceberg.yaml")
+    manifest["metadata"]["name"] = "x" * (sth.MAX_NAME_LENGTH + 1)
+    with pytest.raises(ValidationError, match="metadata.name must be at most"):
+        StreamTableHandoff.model_validate(manifest)
+    manifest["metadata"]["name"] = "Orders"
+    with pytest.raises(ValidationError, match="metadata.name must be at most"):
+        StreamTableHandoff.model_validate(manifest)

@@ -279,6 +279,8 @@ class CustomResource(BaseModel):
     categories: ClassVar[list[str]] = ["handoff"]
     printer_columns: ClassVar[list[dict[str, Any]]] = []
     scope: ClassVar[str] = "Namespaced"
+    # CEL rules on the whole object (the only place that can see metadata.name).
+    root_validations: ClassVar[list[dict[str, str]]] = []
 
     api_version: str = Field(default="handoff.io/v1alpha1")
     kind: str

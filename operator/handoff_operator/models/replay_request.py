@@ -36,6 +36,8 @@ class ReplayTarget(SpecModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "[has(self.snapshotId), has(self.timestamp), has(self.tag)].filter(x, x).size() == 1",
          "message": "target needs exactly one of snapshotId, timestamp or tag"},
+        {"rule": "!has(self.snapshotId) || type(self.snapshotId) == int || self.snapshotId.matches('^[0-9]+$')",
+         "message": "target.snapshotId must be an integer (or a string of digits)"},
     ]})
 
     snapshot_id: SnapshotId | None = Field(default=None, description="Iceberg snapshot id to go back to.")

@@ -492,6 +492,11 @@ class StreamTableHandoffStatus(StatusModel):
 # ---------------------------------------------------------------------------------------------------
 # The resource
 
+# Children are named <name>-driver, <name>-checkpoint ...: with the longest suffix they must still fit the
+# 63 characters of a DNS label (Service names, label values). Must equal render.MAX_NAME_LENGTH.
+MAX_NAME_LENGTH = 63 - len("-checkpoint")
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 
 class StreamTableHandoff(CustomResource):
     """StreamTableHandoff hands Kafka topics off to an Iceberg or BigQuery table, exactly once: every
@@ -509,6 +514,19 @@ class StreamTableHandoff(CustomResource):
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 
+    root_validations: ClassVar[list[dict[str, str]]] = [
+        {"rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
+         "message": f"metadata.name must be at most {MAX_NAME_LENGTH} lower-case letters, digits and '-', "
+                    f"starting with a letter (it names the driver Service and the checkpoint volume)"},
+    ]
+
     kind: Literal["StreamTableHandoff"] = "StreamTableHandoff"
     spec: StreamTableHandoffSpec
     status: StreamTableHandoffStatus | None = None
+
+    @model_validator(mode="after")
+    def _name(self) -> "StreamTableHandoff":
+        name = self.metadata.get("name")
+        if name is not None and (len(name) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, name)):
+            raise ValueError(self.root_validations[0]["message"])
+        return self
