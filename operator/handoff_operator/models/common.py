@@ -281,6 +281,8 @@ class CustomResource(BaseModel):
     scope: ClassVar[str] = "Namespaced"
     # CEL rules on the whole object (the only place that can see metadata.name).
     root_validations: ClassVar[list[dict[str, str]]] = []
+    # Spec rules only the model enforces (not expressible in CEL), listed in the API reference.
+    operator_checks: ClassVar[list[str]] = []
 
     api_version: str = Field(default="handoff.io/v1alpha1")
     kind: str

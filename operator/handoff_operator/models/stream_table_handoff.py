@@ -520,6 +520,11 @@ class StreamTableHandoff(CustomResource):
                     f"starting with a letter (it names the driver Service and the checkpoint volume)"},
     ]
 
+    operator_checks: ClassVar[list[str]] = [
+        "replay.maxOutage must not exceed replay.window",
+        "freshness.target must be at least commitInterval",
+    ]
+
     kind: Literal["StreamTableHandoff"] = "StreamTableHandoff"
     spec: StreamTableHandoffSpec
     status: StreamTableHandoffStatus | None = None
