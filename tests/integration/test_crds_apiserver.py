@@ -237,6 +237,13 @@ def test_status_from_models_and_printer_columns(api: client.ApiClient, namespace
         objs.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, "streamtablehandoffs", "with-status", {"status": {"phase": "Exploded"}})
     assert err.value.status == 422
+    # Conditions are a map keyed by type: two Ready conditions are refused.
+    twice = status.to_dict()
+    twice["conditions"].append(dict(twice["conditions"][0], status="False"))
+    with pytest.raises(ApiException) as err:
+        objs.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "streamtablehandoffs", "with-status", {"status": twice})
+    assert err.value.status == 422 and "Duplicate value" in err.value.body
 
     # What `kubectl get sth` shows: the server-side Table with the printer columns.
     table = _get_json(api, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/streamtablehandoffs/with-status",
