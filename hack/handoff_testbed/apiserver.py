@@ -1,17 +1,21 @@
-"""A real Kubernetes control plane on loopback: etcd + kube-apiserver + kube-controller-manager.
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, and kwok standing in for the kubelets.
 
-Modelled on controller-runtime's envtest, but with kube-controller-manager added, because the operator
-relies on behaviour that lives there, not in the apiserver: garbage collection of children through
-ownerReferences, Deployment → ReplicaSet → Pod, the default ServiceAccount in each namespace. There is
-no kubelet or scheduler, so Pods stay Pending; the tests assert on the objects, not on containers.
+Modelled on controller-runtime's envtest, but with the controllers added, because the operator relies
+on behaviour that lives there, not in the apiserver: garbage collection of children through
+ownerReferences, Deployment → ReplicaSet → Pod, the default ServiceAccount in each namespace. kwok
+fakes one Node and walks every Pod scheduled to it through Running/Ready without starting containers,
+so Deployments become Available; nothing actually runs in a pod. Set HANDOFF_TESTBED_NODES=0 for a
+node-less cluster where Pods stay Pending.
 
 Authorization is real RBAC, so the operator's Role/RoleBinding manifests can be tested for what they
 actually allow. Clients authenticate with static bearer tokens: `admin` (system:masters) is what the
-kubeconfig carries; kube-controller-manager has its own token so its requests are told apart in logs.
+kubeconfig carries; each control-plane component has its own token so its requests are told apart.
 """
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import time
 import urllib.error
@@ -26,10 +30,17 @@ from .proc import Service, free_port, wait_until
 SERVICE_CIDR = "10.96.0.0/24"
 SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+FAKE_NODE = "kwok-node-0"
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+
+
+def nodes_enabled() -> bool:
+    return os.environ.get("HANDOFF_TESTBED_NODES", "1") != "0"
 
 
 class ApiServer(Component):
-    """`.kubeconfig` (Path), `.server` (https URL), `.token` (admin bearer token), `.ca_cert` (Path)."""
+    """`.kubeconfig` (Path), `.server` (https URL), `.token` (admin bearer token), `.ca_cert` (Path),
+    `.nodes` (names of the fake nodes; empty when started without them)."""
 
     name = "apiserver"
 
@@ -39,6 +50,9 @@ class ApiServer(Component):
         self.etcd: Service | None = None
         self.kube_apiserver: Service | None = None
         self.controller_manager: Service | None = None
+        self.scheduler: Service | None = None
+        self.kwok: Service | None = None
+        self.nodes: list[str] = []
         self.kubeconfig: Path | None = None
         self.server: str = ""
         self.token: str = ""
@@ -62,7 +76,9 @@ class ApiServer(Component):
         self.ca_cert = pki.ca_cert
         admin = TokenUser.new("admin", "system:masters")
         kcm_user = TokenUser.new("system:kube-controller-manager", "system:masters")
-        write_token_file(workdir / "tokens.csv", [admin, kcm_user])
+        scheduler_user = TokenUser.new("system:kube-scheduler", "system:masters")
+        kwok_user = TokenUser.new("kwok", "system:masters")
+        write_token_file(workdir / "tokens.csv", [admin, kcm_user, scheduler_user, kwok_user])
         try:
             self.token = admin.token
             etcd_url = self._start_etcd(workdir)
@@ -70,6 +86,9 @@ class ApiServer(Component):
             self.kubeconfig = workdir / "kubeconfig"
             write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
             self._start_controller_manager(workdir, pki, kcm_user)
+            if nodes_enabled():
+                self._start_scheduler(workdir, pki, scheduler_user)
+                self._start_kwok(workdir, pki, kwok_user)
         except BaseException:
             self.stop()
             raise
@@ -134,23 +153,77 @@ class ApiServer(Component):
         wait_until(lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
                    60, "kube-controller-manager (default ServiceAccount)", self.controller_manager, 0.2)
 
-    def _get(self, path: str) -> int:
+    def _start_scheduler(self, workdir: Path, pki: Pki, user: TokenUser) -> None:
+        assert self.bins is not None
+        kubeconfig = workdir / "kube-scheduler.kubeconfig"
+        write_kubeconfig(kubeconfig, self.server, pki.ca_cert, user)
+        self.scheduler = Service("kube-scheduler", [
+            str(self.bins.kube_scheduler), f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+            "--profiling=false", "--v=1",
+        ], workdir / "kube-scheduler.log").start()
+
+    def _start_kwok(self, workdir: Path, pki: Pki, user: TokenUser) -> None:
+        """kwok with its built-in fast stages: nodes go Ready, pods bound to them go Running at once."""
+        assert self.bins is not None
+        kubeconfig = workdir / "kwok.kubeconfig"
+        write_kubeconfig(kubeconfig, self.server, pki.ca_cert, user)
+        key, value = KWOK_ANNOTATION
+        self.kwok = Service("kwok", [
+            str(self.bins.kwok), f"--kubeconfig={kubeconfig}",
+            f"--manage-nodes-with-annotation-selector={key}={value}",
+            "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1",
+        ], workdir / "kwok.log", env={"HOME": str(workdir)}).start()  # HOME: ignore a user's ~/.kwok
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": FAKE_NODE, "annotations": {key: value},
+                         "labels": {"kubernetes.io/hostname": FAKE_NODE, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64", "type": "kwok"}},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"},
+                       "capacity": {"cpu": "64", "memory": "256Gi", "pods": "250"}},
+        }
+        status, _ = self._request("POST", "/api/v1/nodes", node)
+        if status not in (201, 409):
+            raise RuntimeError(f"creating fake node {FAKE_NODE}: HTTP {status}")
+        self.nodes = [FAKE_NODE]
+
+        def node_ready() -> bool:
+            code, body = self._request("GET", f"/api/v1/nodes/{FAKE_NODE}")
+            conditions = body.get("status", {}).get("conditions", []) if code == 200 else []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_until(node_ready, 60, "kwok (fake node Ready)", self.kwok, 0.2)
+        if self.scheduler is not None and not self.scheduler.alive():
+            raise RuntimeError(f"kube-scheduler exited:\n{self.scheduler.log_tail()}")
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        """One authenticated API call with the admin token (no client library in the test bed)."""
         assert self.ca_cert is not None
         context = ssl.create_default_context(cafile=str(self.ca_cert))
-        request = urllib.request.Request(self.server + path)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(request, timeout=5, context=context) as resp:
-                return int(resp.status)
+                payload = resp.read()
+                is_json = resp.headers.get_content_type() == "application/json"
+                return int(resp.status), json.loads(payload) if is_json else {}
         except urllib.error.HTTPError as err:
-            return int(err.code)
+            return int(err.code), {}
+
+    def _get(self, path: str) -> int:
+        return self._request("GET", path)[0]
 
     # -- stop --------------------------------------------------------------------------------
 
     def _services(self) -> list[Service]:
-        """In stop order: controllers first, the store last."""
-        return [s for s in (self.controller_manager, self.kube_apiserver, self.etcd) if s is not None]
+        """In stop order: clients of the apiserver first, the store last."""
+        order = (self.kwok, self.scheduler, self.controller_manager, self.kube_apiserver, self.etcd)
+        return [s for s in order if s is not None]
 
     def stop(self) -> None:
         for service in self._services():

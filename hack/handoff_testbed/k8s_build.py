@@ -1,13 +1,13 @@
-"""Builds kube-apiserver, kube-controller-manager and etcd from their Go modules into the cache.
+"""Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok into the cache.
 
 No release binaries of the Kubernetes control plane exist in the registries this project may use, but
-the Go module proxy has the sources. `hack/k8s/` and `hack/etcd/` are two tiny Go modules whose go.mod
-and go.sum pin the exact releases, so every machine compiles the same thing. They are separate modules
-because etcd's server and Kubernetes want different grpc/otel versions and Go's minimal version
-selection would otherwise push one graph's versions onto the other.
+the Go module proxy has the sources. `hack/k8s/`, `hack/etcd/` and `hack/kwok/` are tiny Go modules
+whose go.mod and go.sum pin the exact releases, so every machine compiles the same thing. They are
+separate modules because etcd's server, kwok and Kubernetes want different grpc/otel/client-go
+versions and Go's minimal version selection would otherwise push one graph's versions onto another.
 
 The first build takes a while on 2 cores (it compiles most of Kubernetes); afterwards `build()` is a
-stamp check. The stamp hashes both modules' go.mod/go.sum, so bumping a pin rebuilds.
+stamp check. The stamp hashes the modules' go.mod/go.sum, so bumping a pin rebuilds.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .proc import run
 
 K8S_MODULE = HACK_DIR / "k8s"
 ETCD_MODULE = HACK_DIR / "etcd"
+KWOK_MODULE = HACK_DIR / "kwok"
 
 # (Go module dir, package, binary name). kube-apiserver and kube-controller-manager share almost all
 # of their compiled packages, so building them from one module costs little more than one of them.
@@ -32,6 +33,8 @@ TARGETS: tuple[tuple[Path, str, str], ...] = (
     (ETCD_MODULE, "go.etcd.io/etcd/server/v3", "etcd"),
     (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
     (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
+    (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
+    (KWOK_MODULE, "sigs.k8s.io/kwok/cmd/kwok", "kwok"),
 )
 
 
@@ -49,6 +52,10 @@ def kubernetes_version() -> str:
 
 def etcd_version() -> str:
     return _required_version(ETCD_MODULE, "go.etcd.io/etcd/server/v3")
+
+
+def kwok_version() -> str:
+    return _required_version(KWOK_MODULE, "sigs.k8s.io/kwok")
 
 
 def go_binary() -> str:
@@ -75,13 +82,22 @@ class ControlPlaneBinaries:
     def kube_controller_manager(self) -> Path:
         return self.bin_dir / "kube-controller-manager"
 
+    @property
+    def kube_scheduler(self) -> Path:
+        return self.bin_dir / "kube-scheduler"
+
+    @property
+    def kwok(self) -> Path:
+        return self.bin_dir / "kwok"
+
 
 def _stamp_text() -> str:
     digest = hashlib.sha256()
-    for module_dir in (K8S_MODULE, ETCD_MODULE):
+    for module_dir in (K8S_MODULE, ETCD_MODULE, KWOK_MODULE):
         for name in ("go.mod", "go.sum"):
             digest.update((module_dir / name).read_bytes())
-    return f"kubernetes {kubernetes_version()} etcd {etcd_version()} modules {digest.hexdigest()}\n"
+    return (f"kubernetes {kubernetes_version()} etcd {etcd_version()} kwok {kwok_version()}"
+            f" modules {digest.hexdigest()}\n")
 
 
 def _ldflags(module_dir: Path) -> str:

@@ -214,7 +214,7 @@ def test_garbage_collector_deletes_children_of_a_deleted_owner(api: client.ApiCl
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 
-def test_deployment_controllers_create_replicaset_and_pods(api: client.ApiClient, namespace: str) -> None:
+def test_deployment_controllers_create_replicaset_and_pods(apiserver, api: client.ApiClient, namespace: str) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     labels = {"app": "smoke"}
     deployment = apps.create_namespaced_deployment(namespace, client.V1Deployment(
@@ -236,7 +236,19 @@ def test_deployment_controllers_create_replicaset_and_pods(api: client.ApiClient
     pods = eventually(two_pods, "2 Pods created")
     for pod in pods:
         assert pod.metadata.owner_references[0].uid == replicasets[0].metadata.uid
-        assert pod.status.phase == "Pending"  # no kubelet in the test bed
         # ServiceAccount admission ran: the bound token volume is projected into every pod.
         assert pod.spec.service_account_name == "default"
         assert any(v.name.startswith("kube-api-access-") for v in pod.spec.volumes)
+
+    if not apiserver.nodes:  # HANDOFF_TESTBED_NODES=0: nothing schedules or runs pods
+        assert {pod.status.phase for pod in pods} == {"Pending"}
+        return
+    # kube-scheduler binds the pods to kwok's fake node, kwok reports them Running and Ready, and the
+    # Deployment controller counts them available — the signal an operator waits for.
+    available = eventually(
+        lambda: apps.read_namespaced_deployment_status("smoke", namespace).status.available_replicas == 2,
+        "Deployment has 2 available replicas")
+    assert available
+    running = core.list_namespaced_pod(namespace, label_selector="app=smoke").items
+    assert {pod.status.phase for pod in running} == {"Running"}
+    assert {pod.spec.node_name for pod in running} <= set(apiserver.nodes)
