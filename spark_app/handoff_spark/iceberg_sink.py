@@ -313,6 +313,17 @@ class TableCommit:
     attempts: int
 
 
+def _drop_replay_files(table: Table, snapshot_id: int, msgs: list[IcebergCommitMessage]) -> None:
+    """A skipped replay wrote files of its own; delete those the committed snapshot does not reference (if an
+    earlier attempt of *this* commit landed despite reporting failure, its files are the committed ones)."""
+    paths = [f.file_path for m in msgs for f in m.files]
+    if not paths:
+        return
+    from . import maintenance
+    committed = maintenance.files_in_snapshot(table, snapshot_id)
+    delete_files(table.io, [p for p in paths if p not in committed])
+
+
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
                     ranges: offset_log.OffsetRange, query_id: str | None) -> TableCommit:
     """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
@@ -341,6 +352,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
             done = ledger.find_batch(table, cfg.handoff_id, cfg.query_name, batch_id, query_id)
             if done is not None:
                 log.info("batch %s already committed as snapshot %s: skipping", batch_id, done.snapshot_id)
+                _drop_replay_files(table, done.snapshot_id, msgs)
                 return TableCommit(table, done.snapshot_id, True, attempts)
             faults.maybe_crash("crash-before-table-commit", batch_id)
             if faults.armed("catalog-outage", batch_id):

@@ -31,9 +31,12 @@ KAFKA_COLUMNS: tuple[tuple[str, IcebergType], ...] = (
     ("_kafka_timestamp", TimestamptzType()),
 )
 
-#: Streaming commits must fail fast and let the driver decide (PyIceberg's default backoff waits up to 60 s).
+#: Streaming commits fail fast and let Handoff decide. PyIceberg's own retry (default: 4 retries, backoff up
+#: to 60 s) re-applies a commit on the new base *without* re-checking the ledger, and would re-apply a
+#: compaction over files another compaction already replaced; Handoff's callers retry themselves instead
+#: (the sink re-checks the ancestry, compaction waits for its next round).
 STREAMING_TABLE_PROPERTIES: dict[str, str] = {
-    "commit.retry.num-retries": "4",
+    "commit.retry.num-retries": "0",
     "commit.retry.min-wait-ms": "50",
     "commit.retry.max-wait-ms": "2000",
     "commit.retry.total-timeout-ms": "15000",

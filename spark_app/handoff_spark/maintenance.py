@@ -104,6 +104,15 @@ def expire_snapshots(table: Table, window_seconds: int, now_ms: int | None = Non
     return ids
 
 
+def files_in_snapshot(table: Table, snapshot_id: int) -> set[str]:
+    """Paths of the data files live in one snapshot."""
+    snap = table.metadata.snapshot_by_id(snapshot_id)
+    if snap is None:
+        return set()
+    return {e.data_file.file_path for m in snap.manifests(table.io)
+            for e in m.fetch_manifest_entry(table.io, discard_deleted=True)}
+
+
 def live_data_files(table: Table) -> list[DataFile]:
     snap = table.current_snapshot()
     if snap is None:

@@ -44,11 +44,19 @@ def test_commit_records_ledger_skips_replay_and_commits_group_offsets(kafka, tmp
     replay = _write(cfg, raw_batch(topic, 0, 0, [record(i) for i in range(5)]))
     r0b = commit_batch(cfg, replay, 0)
     assert r0b.skipped and r0b.snapshot_id == r0.snapshot_id
-    abort_batch(cfg, replay, 0)  # abort after commit must keep committed data; replay's files are orphans
+    # the skipped replay removed its own files; the committed batch's files are untouched
     table = open_table(cfg)
     assert table.scan().to_arrow().num_rows == 8
-    orphans = maintenance.orphan_files(table)
-    assert sorted(orphans) == sorted(table.io.parse_location(f.file_path)[2] for m in replay for f in m.files)
+    assert maintenance.orphan_files(table) == []
+    # abort of a batch that did commit (commit acknowledged as failed) must keep the committed files
+    abort_batch(cfg, msgs, 0)
+    assert open_table(cfg).scan().to_arrow().num_rows == 8
+    # files of a killed attempt are orphans: swept (age 0 here), never a committed file
+    killed = _write(cfg, raw_batch(topic, 0, 0, [record(i) for i in range(5)]))
+    table = open_table(cfg)
+    assert sorted(maintenance.orphan_files(table)) == sorted(
+        table.io.parse_location(f.file_path)[2] for m in killed for f in m.files)
+    assert maintenance.orphan_files(table, older_than_seconds=3600) == []  # young files are never swept
     maintenance.remove_orphan_files(table, 0)
     assert maintenance.orphan_files(table) == []
     assert table.scan().to_arrow().num_rows == 8

@@ -132,3 +132,39 @@ def test_partition_transforms_parse():
     assert parse_partition_field("region") == ("region", IdentityTransform())
     with pytest.raises(ValueError):
         parse_partition_field("bucket(id)")
+
+
+def _streaming_table(tmp_path):
+    from handoff_spark.iceberg_table import STREAMING_TABLE_PROPERTIES
+    cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    cat.create_namespace("ns")
+    return cat, cat.create_table("ns.t", SCHEMA, properties=STREAMING_TABLE_PROPERTIES)
+
+
+def test_compaction_keeps_rows_and_ledger_and_loses_races_safely(tmp_path):
+    cat, t = _streaming_table(tmp_path)
+    for i in range(10):
+        _commit(t, i, {"a": {0: (i * 10, i * 10 + 10)}}, rows=10)
+    before = sorted(t.scan().to_arrow()["_kafka_offset"].to_pylist())
+    assert len(maintenance.live_data_files(t)) == 10
+    assert maintenance.compact(t, min_files=4) == 10
+    t = cat.load_table("ns.t")
+    assert len(maintenance.live_data_files(t)) == 1
+    assert sorted(t.scan().to_arrow()["_kafka_offset"].to_pylist()) == before
+    assert t.current_snapshot().summary.additional_properties.get(maintenance.COMPACT_PROPERTY) == "true"
+    # the ledger survives: batches behind the compaction snapshot are still found, resume point unchanged
+    assert [c.batch_id for c in ledger.list_commits(t)] == list(range(9, -1, -1))
+    assert ledger.find_batch(t, "ns/h", "q", 9, "qid") is not None
+    assert ledger.resume_offsets(t) == {"a": {0: 100}}
+    # replaced files are history now, not orphans (the snapshots before compaction still reference them)
+    assert maintenance.orphan_files(t) == []
+
+    # a compaction planned on a stale table loses to a concurrent append instead of clobbering it
+    for i in range(10, 15):
+        _commit(t, i, {"a": {0: (i * 10, i * 10 + 10)}}, rows=10)
+    stale = cat.load_table("ns.t")
+    _commit(cat.load_table("ns.t"), 15, {"a": {0: (150, 160)}}, rows=10)
+    assert maintenance.compact(stale, min_files=4) == 0
+    t = cat.load_table("ns.t")
+    assert t.scan().to_arrow().num_rows == 160
+    assert maintenance.orphan_files(t) == []  # the losing compaction removed its own files
