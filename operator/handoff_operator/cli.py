@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,18 @@ def _run(args: argparse.Namespace) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         fh.write(text)
     try:
-        return subprocess.call([sys.executable, "-m", "handoff_spark", "run", "--config", fh.name])
+        extra = ["--available-now"] if args.available_now else []
+        child = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", fh.name, *extra])
+
+        # Forward SIGTERM (and let Ctrl-C reach the child through the terminal's process group) so the
+        # driver stops at a batch boundary; subprocess.call would SIGKILL it on KeyboardInterrupt.
+        def forward(signum: int, _frame: Any) -> None:
+            if signum != signal.SIGINT:
+                child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        return child.wait()
     finally:
         os.unlink(fh.name)
 
@@ -98,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-f", "--file", required=True, help="StreamTableHandoff manifest (YAML)")
     run.add_argument("--checkpoint", help="checkpoint directory (default ./.handoff/<ns>/<name>/checkpoint)")
     run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.add_argument("--available-now", action="store_true",
+                     help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--print-config", action="store_true", help="print the app config and exit")
     run.set_defaults(func=_run)
     args = parser.parse_args(argv)
