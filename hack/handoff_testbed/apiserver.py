@@ -59,6 +59,8 @@ class ApiServer(Component):
         self.ca_cert: Path | None = None
         self.version = kubernetes_version()
         self.startup_seconds: float | None = None
+        # Seconds from start() until each stage was ready, for bench/ (not for test assertions).
+        self.startup_marks: dict[str, float] = {}
 
     def build(self) -> None:
         self.bins = build_control_plane()
@@ -67,6 +69,10 @@ class ApiServer(Component):
 
     def start(self, workdir: Path) -> dict[str, str]:
         started = time.monotonic()
+
+        def mark(stage: str) -> None:
+            self.startup_marks[stage] = round(time.monotonic() - started, 2)
+
         if self.bins is None:
             self.build()
         assert self.bins is not None
@@ -81,14 +87,19 @@ class ApiServer(Component):
         write_token_file(workdir / "tokens.csv", [admin, kcm_user, scheduler_user, kwok_user])
         try:
             self.token = admin.token
+            mark("pki")
             etcd_url = self._start_etcd(workdir)
+            mark("etcd")
             self._start_apiserver(workdir, pki, etcd_url)
+            mark("kube-apiserver")
             self.kubeconfig = workdir / "kubeconfig"
             write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
             self._start_controller_manager(workdir, pki, kcm_user)
+            mark("kube-controller-manager")
             if nodes_enabled():
                 self._start_scheduler(workdir, pki, scheduler_user)
                 self._start_kwok(workdir, pki, kwok_user)
+                mark("kwok-node")
         except BaseException:
             self.stop()
             raise
