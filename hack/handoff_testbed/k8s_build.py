@@ -151,7 +151,8 @@ def build_control_plane() -> ControlPlaneBinaries:
             "CGO_ENABLED": "0",
             # Never download another toolchain: fail plainly if the local one is too old.
             "GOTOOLCHAIN": "local",
-            "GOFLAGS": "-mod=mod -buildvcs=false",
+            # go.mod/go.sum are complete and committed: a build must never rewrite them.
+            "GOFLAGS": "-mod=readonly -buildvcs=false",
         }
         started = time.monotonic()
 
