@@ -70,6 +70,8 @@ class Facts:
     progress: ProgressFacts = field(default_factory=ProgressFacts)
     freshness_target_seconds: float | None = None
     deleting: bool = False
+    previous_hash: str | None = None           # config hash the driver ran before this reconcile
+    restart_in_progress: bool = False          # the last status said Progressing=Restarting
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ def evaluate(facts: Facts) -> Evaluation:
         return Evaluation("Degraded", (ready, progressing, degraded))
 
     if not running:
-        restarting = driver.pod_config_hash not in (None, facts.desired_hash) or (
-            driver.replicas > driver.updated_replicas) or not driver.rollout_observed
+        # A restart replaces a driver that ran another config; the very first rollout is a start.
+        restarting = (driver.pod_config_hash not in (None, facts.desired_hash) or
+                      facts.previous_hash not in (None, facts.desired_hash) or facts.restart_in_progress)
         if restarting:
             message = f"restarting the driver to apply generation {facts.generation}"
             return Evaluation("Starting", (
@@ -164,7 +167,8 @@ def evaluate(facts: Facts) -> Evaluation:
         return Evaluation("Starting", (
             _cond(READY, False, "DriverStarting", where),
             _cond(PROGRESSING, True, "Starting", where),
-            _cond(DEGRADED, False, "AsExpected", "starting"),
+            _cond(DEGRADED, True, "StatusUnavailable", "; ".join(progress.errors)) if progress.errors
+            else _cond(DEGRADED, False, "AsExpected", "starting"),
         ))
 
     ready = _cond(READY, True, "Running", f"driver pod {driver.pod_name} is running" + summary)

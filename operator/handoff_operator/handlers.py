@@ -16,6 +16,7 @@ PVC, not owned by the handoff) stay.
 """
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import threading
@@ -29,7 +30,8 @@ from . import metrics
 from .conditions import Facts, ProgressFacts, evaluate, merge_conditions, transitions
 from .kube import Kube, new_api_client
 from .models import format_duration
-from .render import GROUP, PLURAL, VERSION, Rendered, referenced_secrets, render
+from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
+                     referenced_secrets, render)
 from .settings import OperatorSettings
 from .truth import read_progress
 from .validation import Problem, check, parse_spec
@@ -114,9 +116,30 @@ def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
     return out
 
 
+def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
+    """Committed progress (ledger) and Kafka offsets for the handoff's current spec; None if it has
+    no workable spec."""
+    obj = kube.get_handoff(namespace, name)
+    if obj is None:
+        return None
+    spec, problems = parse_spec(obj.get("spec") or {})
+    if spec is None:
+        return None
+    resolved, problems = check(name, spec, kube.read_secrets(namespace, sorted(referenced_secrets(spec))))
+    if problems:
+        return None
+    return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config)
+
+
 def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
               deleting: bool = False) -> list[Problem]:
-    """Bring one handoff's children and status in line with its spec and the world. Idempotent."""
+    """Bring one handoff's children and status in line with its spec and the world. Idempotent.
+
+    The table and Kafka are read first, outside the per-object lock: they can be slow (timeouts)
+    and must not hold up a spec change waiting for the lock."""
+    truth: ProgressFacts | None = None
+    if refresh_truth and not deleting:
+        truth = _read_truth(namespace, name, kube)
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = kube.get_handoff(namespace, name)
         if obj is None:
@@ -137,6 +160,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                 rendered = render(obj, spec, SETTINGS.default_image, resolved)
 
         events: list[tuple[str, str, str]] = []
+        old_hash = app.get("configHash")
         if rendered is not None and not deleting:
             for child in rendered.unowned:
                 if kube.create_if_missing(child):
@@ -145,7 +169,6 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                    f"checkpoint (kept when the handoff is deleted)"))
             for child in rendered.children:
                 kube.apply(child)
-            old_hash = app.get("configHash")
             if old_hash and old_hash != rendered.config_hash and not spec.suspend:  # type: ignore[union-attr]
                 app["restarts"] = int(app.get("restarts") or 0) + 1
                 events.append(("Normal", "Restarting", (
@@ -154,8 +177,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             app["configHash"] = rendered.config_hash
 
         driver = kube.driver_facts(namespace, name)
-        if refresh_truth and rendered is not None:
-            progress = read_progress(rendered.config)
+        if truth is not None and rendered is not None:
+            progress = truth
         else:
             progress = _status_progress(status)
         facts = Facts(
@@ -165,7 +188,9 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             invalid=[str(p) for p in problems],
             driver=driver, progress=progress,
             freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
-            deleting=deleting)
+            deleting=deleting, previous_hash=old_hash,
+            restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
+                                    for c in old_conditions))
         evaluation = evaluate(facts)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
@@ -184,6 +209,10 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             "app": app,
             **_progress_status(progress),
         }
+        if refresh_truth:
+            # Unknown now = unknown: clear what an earlier refresh found (merge patch: null deletes).
+            for key in ("lag", "freshness", "freshnessSeconds"):
+                new_status.setdefault(key, None)
         if evaluation.phase is not None:
             new_status["phase"] = evaluation.phase
         if rendered is not None and not deleting:
@@ -225,12 +254,61 @@ def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
     _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True)
 
 
-@kopf.timer(**RESOURCE, interval=SETTINGS.status_interval, initial_delay=1.0, idle=None)
-def refresh_status(namespace: str, name: str, memo: Any, meta: Mapping[str, Any], **_: Any) -> None:
-    """Status from the truth (driver, ledger, Kafka), and drift repair of the children."""
-    if meta.get("deletionTimestamp"):
+@kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
+async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.DaemonStopped, logger: Any,
+                         **_: Any) -> None:
+    """Status from the truth (driver, ledger, Kafka) every HANDOFF_STATUS_INTERVAL, and drift repair.
+
+    An async daemon (not a timer) so the interval is read from the settings at run time; the blocking
+    reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context
+    for Events), so a thousand idle handoffs hold no threads."""
+    while not stopped:
+        try:
+            await asyncio.to_thread(_run, namespace, name, memo, refresh_truth=True,
+                                    permanent_on_invalid=False)
+        except (kopf.TemporaryError, kopf.PermanentError) as exc:
+            logger.warning(f"status refresh failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
+            metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
+            logger.exception(f"status refresh failed: {exc}")
+        await stopped.wait(SETTINGS.status_interval)
+
+
+def _owner_name(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/"):
+            return ref.get("name")
+    return (meta.get("labels") or {}).get(NAME_LABEL)
+
+
+def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any) -> None:
+    """A driver Deployment/pod changed (became ready, crashed, rolled): update the owner's status now
+    instead of at the next refresh. No table/Kafka reads here: those are the daemon's."""
+    name = _owner_name(meta)
+    if not name:
         return
-    _run(namespace, name, memo, refresh_truth=True, permanent_on_invalid=False)
+    try:
+        reconcile(namespace, name, _kube(memo), refresh_truth=False)
+    except Exception as exc:  # noqa: BLE001 - the daemon will try again
+        logger.debug(f"child-triggered reconcile of {namespace}/{name} failed: {exc}")
+
+
+_DRIVER_LABELS = {NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver",
+                  "app.kubernetes.io/managed-by": "handoff-operator"}
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=_DRIVER_LABELS)
+def on_driver_deployment(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any,
+                         type: str | None, **_: Any) -> None:
+    if type is not None:  # None = the initial listing at startup; the resume handler covers it
+        _on_child(namespace, meta, memo, logger)
+
+
+@kopf.on.event("", "v1", "pods", labels=_DRIVER_LABELS)
+def on_driver_pod(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any,
+                  type: str | None, **_: Any) -> None:
+    if type is not None:
+        _on_child(namespace, meta, memo, logger)
 
 
 @kopf.on.delete(**RESOURCE)

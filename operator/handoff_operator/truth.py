@@ -7,6 +7,7 @@ catalog must not stop the status of every other handoff.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from .progress import progress_facts
 
 _admins: dict[tuple[str, tuple[tuple[str, str], ...]], AdminClient] = {}
 _admins_lock = threading.Lock()
+_KAFKA_LOG = logging.getLogger("handoff.operator.kafka")
 
 # librdkafka properties that only make sense for consumers/producers; the AdminClient would warn.
 _CLIENT_ONLY_PREFIXES = ("fetch.", "max.poll", "session.timeout", "auto.", "enable.", "queued.",
@@ -33,8 +35,10 @@ def _admin(config: AppConfig) -> AdminClient:
     with _admins_lock:
         admin = _admins.get(key)
         if admin is None:
+            # librdkafka's own log lines go to Python logging (debug), not to stderr: an unreachable
+            # broker is reported once per refresh in the status, not 20 times a second in the log.
             admin = AdminClient({**props, "bootstrap.servers": config.source.bootstrap_servers,
-                                 "client.id": "handoff-operator"})
+                                 "client.id": "handoff-operator", "logger": _KAFKA_LOG})
             _admins[key] = admin
         return admin
 

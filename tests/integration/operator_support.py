@@ -1,0 +1,204 @@
+"""Running the operator in-process against the test-bed kube-apiserver, and small helpers for its tests.
+
+kopf runs in a thread with its own event loop (kopf.operator with stop_flag/ready_flag), so a test can
+stop and start it (operator restart) and inspect everything through the real API meanwhile. There is no
+kubelet: where a test needs a running driver, it writes the pod's status itself (pods/status).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+import handoff_operator.handlers as handlers
+from handoff_operator.settings import OperatorSettings
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "handoff.io", "v1alpha1", "streamtablehandoffs"
+IMAGE = "registry.test/handoff-spark:test"
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            result = probe()
+        except ApiException as exc:  # the object may not exist yet
+            result, last = None, exc
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what} (last error: {last})")
+        time.sleep(0.2)
+
+
+def kubectl(kubeconfig: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], check=check, capture_output=True,
+                          text=True, timeout=120)
+
+
+def install_crds(kubeconfig: str) -> None:
+    out = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"),
+                  check=False)
+    assert out.returncode == 0, out.stderr
+    eventually(lambda: kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=30s",
+                               f"crd/{PLURAL}.{GROUP}", check=False).returncode == 0, "CRD Established")
+
+
+class Operator:
+    """The operator in a background thread; `start()`/`stop()` may be called repeatedly."""
+
+    def __init__(self, kubeconfig: str, **settings: Any) -> None:
+        self.kubeconfig = kubeconfig
+        self.settings = OperatorSettings(metrics_port=None, default_image=IMAGE, **settings)
+        self.thread: threading.Thread | None = None
+        self.stop_flag: threading.Event | None = None
+
+    def start(self) -> None:
+        os.environ["KUBECONFIG"] = self.kubeconfig
+        handlers.SETTINGS = self.settings
+        ready, stop = threading.Event(), threading.Event()
+        self.stop_flag = stop
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(kopf.operator(clusterwide=True, standalone=True,
+                                                      ready_flag=ready, stop_flag=stop))
+            loop.close()
+
+        self.thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
+        self.thread.start()
+        if not ready.wait(60):
+            raise AssertionError("the operator did not become ready")
+
+    def stop(self) -> None:
+        if self.thread is None or self.stop_flag is None:
+            return
+        self.stop_flag.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the operator did not stop"
+        self.thread = None
+
+
+class Cluster:
+    """Typed API clients plus helpers over one namespace."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.api = config.new_client_from_config(config_file=kubeconfig)
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def new_namespace(self, prefix: str = "op") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        return name
+
+    def create(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTableHandoff",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def patch_spec(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                          {"spec": patch},
+                                                          _content_type="application/merge-patch+json")
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        status = self.get(namespace, name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+    def wait_condition(self, namespace: str, name: str, type_: str, status: str,
+                       reason: str | None = None, timeout: float = 60.0) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            cond = self.condition(namespace, name, type_)
+            if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
+                return cond
+            return None
+        return eventually(probe, f"{name}: {type_}={status} {reason or ''}", timeout)
+
+    def driver_pods(self, namespace: str, name: str) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=f"handoff.io/name={name},app.kubernetes.io/component=driver").items
+        return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+    def make_driver_ready(self, namespace: str, name: str) -> client.V1Pod:
+        """Play kubelet: mark the (single) driver pod Running and Ready through pods/status."""
+        pods = eventually(lambda: self.driver_pods(namespace, name), f"a driver pod for {name}")
+        assert len(pods) == 1, [p.metadata.name for p in pods]
+        pod = pods[0]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patched = self.core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
+            "phase": "Running", "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
+                           {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": [{"name": "driver", "ready": True, "restartCount": 0, "image": IMAGE,
+                                   "imageID": "", "started": True,
+                                   "state": {"running": {"startedAt": now}}}],
+        }})
+        assert patched.status.phase == "Running", patched.status
+        return pod
+
+    def events(self, namespace: str, name: str) -> list[client.CoreV1Event]:
+        return [e for e in self.core.list_namespaced_event(namespace).items
+                if e.involved_object.name == name and e.involved_object.kind == "StreamTableHandoff"]
+
+    def children(self, namespace: str, name: str) -> dict[str, list[Any]]:
+        sel = f"handoff.io/name={name}"
+        return {
+            "Deployment": self.apps.list_namespaced_deployment(namespace, label_selector=sel).items,
+            "ReplicaSet": self.apps.list_namespaced_replica_set(namespace, label_selector=sel).items,
+            "Service": self.core.list_namespaced_service(namespace, label_selector=sel).items,
+            "ConfigMap": self.core.list_namespaced_config_map(namespace, label_selector=sel).items,
+            "Secret": self.core.list_namespaced_secret(namespace, label_selector=sel).items,
+            "ServiceAccount": self.core.list_namespaced_service_account(namespace, label_selector=sel).items,
+            "Role": self.rbac.list_namespaced_role(namespace, label_selector=sel).items,
+            "RoleBinding": self.rbac.list_namespaced_role_binding(namespace, label_selector=sel).items,
+            "PersistentVolumeClaim": self.core.list_namespaced_persistent_volume_claim(
+                namespace, label_selector=sel).items,
+        }
+
+
+@contextlib.contextmanager
+def operator_running(kubeconfig: str, **settings: Any) -> Iterator[Operator]:
+    op = Operator(kubeconfig, **settings)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def base_spec(bootstrap: str = "127.0.0.1:9", **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "source": {"bootstrapServers": bootstrap, "topics": ["orders"]},
+        "sink": {"iceberg": {"catalog": {"name": "lake", "properties": {
+            "type": "sql", "uri": "sqlite:////nonexistent/lake.db", "warehouse": "file:///nonexistent"}},
+            "table": "shop.orders", "partitionBy": ["day(created_at)"]}},
+        "schema": {"columns": [{"name": "id", "type": "long"}, {"name": "created_at", "type": "timestamp"}],
+                   "eventTimeColumn": "created_at"},
+        "commitInterval": "10s",
+        "scaling": {"minExecutors": 1, "maxExecutors": 3},
+        "spark": {"driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 2, "memory": "2Gi"}},
+    }
+    spec.update(overrides)
+    return spec

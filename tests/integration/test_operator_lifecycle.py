@@ -1,0 +1,245 @@
+"""The operator (kopf, in-process) against the real test-bed kube-apiserver + kube-controller-manager:
+create → children, driver ready → Ready, spec change → one controlled restart, suspend/resume, delete →
+finalizer + garbage collection, InvalidSpec, operator restart without duplicates, kubectl views."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from handoff_spark.config import AppConfig
+from operator_support import (IMAGE, Cluster, Operator, base_spec, eventually, install_crds, kubectl)
+
+pytestmark = pytest.mark.apiserver
+
+OWNED = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver) -> Iterator[Cluster]:
+    kubeconfig = str(apiserver.kubeconfig)
+    install_crds(kubeconfig)
+    c = Cluster(kubeconfig)
+    yield c
+    c.api.close()
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster) -> Iterator[Operator]:
+    op = Operator(cluster.kubeconfig, status_interval=2.0, delete_grace_seconds=30.0)
+    op.start()
+    yield op
+    op.stop()
+
+
+def _deployment(cluster: Cluster, ns: str, name: str):
+    return cluster.apps.read_namespaced_deployment(f"{name}-driver", ns)
+
+
+def _hash(dep) -> str:
+    return dep.spec.template.metadata.annotations["handoff.io/config-hash"]
+
+
+def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cr = cluster.create(ns, "orders", base_spec())
+    uid = cr["metadata"]["uid"]
+    eventually(lambda: _deployment(cluster, ns, "orders"), "driver Deployment")
+    children = cluster.children(ns, "orders")
+    for kind in OWNED:
+        assert len(children[kind]) == 1, (kind, children[kind])
+        (obj,) = children[kind]
+        refs = obj.metadata.owner_references
+        assert [(r.kind, r.name, r.uid, r.controller, r.block_owner_deletion) for r in refs] == [
+            ("StreamTableHandoff", "orders", uid, True, True)], kind
+    # The checkpoint volume is created but not owned: deleting the handoff keeps it.
+    (pvc,) = children["PersistentVolumeClaim"]
+    assert not pvc.metadata.owner_references
+
+    dep = children["Deployment"][0]
+    assert dep.spec.replicas == 1 and dep.spec.strategy.type == "Recreate"
+    pod = dep.spec.template.spec
+    (container,) = pod.containers
+    assert container.image == IMAGE
+    assert container.command == ["python", "-m", "handoff_spark", "run", "--config", "/etc/handoff/app.json"]
+    assert container.resources.requests == {"cpu": "1", "memory": "1433Mi"}
+    assert pod.service_account_name == "orders-driver"
+    assert pod.termination_grace_period_seconds == 120
+
+    svc = children["Service"][0]
+    assert svc.spec.cluster_ip == "None"
+    assert svc.spec.selector == {"handoff.io/name": "orders", "app.kubernetes.io/component": "driver"}
+
+    config = AppConfig.model_validate(json.loads(children["ConfigMap"][0].data["app.json"]))
+    conf = config.spark_conf
+    assert config.handoff_id == f"{ns}/orders"
+    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc"
+    assert conf["spark.kubernetes.namespace"] == ns
+    assert conf["spark.kubernetes.container.image"] == IMAGE
+    assert conf["spark.driver.host"] == f"orders-driver.{ns}.svc"
+    assert conf["spark.dynamicAllocation.maxExecutors"] == "3"
+    assert conf["spark.executor.memory"] == "2048m"
+
+    role = children["Role"][0]
+    assert set(role.rules[0].resources) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+
+    # The driver pod exists (kube-controller-manager ran the Deployment) but is Pending: Progressing.
+    eventually(lambda: cluster.driver_pods(ns, "orders"), "driver pod")
+    cond = cluster.wait_condition(ns, "orders", "Progressing", "True")
+    assert cond["observedGeneration"] == 1 and cond["lastTransitionTime"]
+    status = cluster.get(ns, "orders")["status"]
+    assert status["phase"] in ("Pending", "Starting") and status["observedGeneration"] == 1
+    out = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Progressing", "--timeout=60s",
+                  "sth/orders")
+    assert "condition met" in out.stdout
+
+
+def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "clicks", base_spec())
+    first = cluster.make_driver_ready(ns, "clicks")
+    cluster.wait_condition(ns, "clicks", "Ready", "True", "Running")
+    out = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "sth/clicks")
+    assert "condition met" in out.stdout
+    status = cluster.get(ns, "clicks")["status"]
+    assert status["phase"] == "Running" and status["app"]["driver"] == first.metadata.name
+    old_hash = _hash(_deployment(cluster, ns, "clicks"))
+
+    # kubectl shows the printer columns.
+    table = kubectl(cluster.kubeconfig, "get", "sth", "-n", ns).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "LAG", "FRESHNESS", "EXECUTORS", "AGE"]
+    assert table[1].split()[:2] == ["clicks", "Running"]
+
+    cluster.patch_spec(ns, "clicks", {"commitInterval": "20s"})
+    new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "clicks")) != old_hash
+                          and _hash(_deployment(cluster, ns, "clicks")), "new config hash on the pod template")
+    cluster.wait_condition(ns, "clicks", "Progressing", "True", "Restarting")
+    # Recreate: the old driver pod goes, one new pod comes with the new config.
+    pods = eventually(lambda: [p for p in cluster.driver_pods(ns, "clicks")
+                               if p.metadata.name != first.metadata.name], "a new driver pod")
+    assert [p.metadata.annotations["handoff.io/config-hash"] for p in pods] == [new_hash]
+    config = AppConfig.model_validate(json.loads(
+        cluster.core.read_namespaced_config_map("clicks-app", ns).data["app.json"]))
+    assert config.trigger_interval_seconds == 20
+    cluster.make_driver_ready(ns, "clicks")
+    cluster.wait_condition(ns, "clicks", "Ready", "True", "Running")
+    cond = cluster.wait_condition(ns, "clicks", "Progressing", "False", "RolloutComplete")
+    assert cond["observedGeneration"] == 2
+    status = cluster.get(ns, "clicks")["status"]
+    assert status["app"]["restarts"] == 1 and status["app"]["configHash"] == new_hash
+    restarts = [e for e in cluster.events(ns, "clicks") if e.reason == "Restarting"]
+    assert len(restarts) == 1 and (restarts[0].count or 1) == 1, [(e.reason, e.message) for e in restarts]
+    assert old_hash in restarts[0].message and new_hash in restarts[0].message
+
+
+def test_suspend_stops_the_driver_and_resume_continues(cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "views", base_spec())
+    cluster.make_driver_ready(ns, "views")
+    cluster.wait_condition(ns, "views", "Ready", "True")
+    config_hash = _hash(_deployment(cluster, ns, "views"))
+
+    cluster.patch_spec(ns, "views", {"suspend": True})
+    eventually(lambda: _deployment(cluster, ns, "views").spec.replicas == 0, "replicas 0")
+    eventually(lambda: not cluster.driver_pods(ns, "views"), "driver pod gone")
+    cluster.wait_condition(ns, "views", "Ready", "False", "Suspended")
+    cluster.wait_condition(ns, "views", "Progressing", "False", "Suspended")
+    assert cluster.get(ns, "views")["status"]["phase"] == "Suspended"
+    # The config (and so the checkpoint it points at) is unchanged: resuming continues from it.
+    assert _hash(_deployment(cluster, ns, "views")) == config_hash
+
+    cluster.patch_spec(ns, "views", {"suspend": False})
+    eventually(lambda: _deployment(cluster, ns, "views").spec.replicas == 1, "replicas 1")
+    cluster.make_driver_ready(ns, "views")
+    cluster.wait_condition(ns, "views", "Ready", "True", "Running")
+    status = cluster.get(ns, "views")["status"]
+    assert status["phase"] == "Running" and status["app"]["configHash"] == config_hash
+    assert not status["app"].get("restarts"), "suspend/resume is not a config restart"
+    reasons = [e.reason for e in cluster.events(ns, "views")]
+    assert "Suspended" in reasons
+
+
+def test_delete_stops_driver_releases_finalizer_and_keeps_checkpoint(cluster: Cluster,
+                                                                     operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "gone", base_spec())
+    eventually(lambda: cluster.driver_pods(ns, "gone"), "driver pod")
+    assert "handoff.io/finalizer" in cluster.get(ns, "gone")["metadata"]["finalizers"]
+    cluster.custom.delete_namespaced_custom_object("handoff.io", "v1alpha1", ns, "streamtablehandoffs", "gone")
+
+    def gone() -> bool:
+        try:
+            cluster.get(ns, "gone")
+            return False
+        except Exception as exc:  # noqa: BLE001
+            return getattr(exc, "status", None) == 404
+    eventually(gone, "the handoff released by its finalizer")
+    # kube-controller-manager's garbage collector removes every owned child.
+    eventually(lambda: all(not cluster.children(ns, "gone")[k] for k in OWNED + ("ReplicaSet",)),
+               "children garbage-collected", timeout=90)
+    eventually(lambda: not cluster.driver_pods(ns, "gone"), "driver pod gone")
+    # The checkpoint volume stays (and the table is never touched).
+    assert [p.metadata.name for p in cluster.children(ns, "gone")["PersistentVolumeClaim"]] == ["gone-checkpoint"]
+
+
+def test_unworkable_spec_gets_invalid_spec_and_recovers(cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    spec = base_spec()
+    spec["source"]["propertiesFrom"] = [{"property": "sasl.password",
+                                         "secretKeyRef": {"name": "kafka-creds", "key": "password"}}]
+    spec["sink"]["iceberg"]["partitionBy"] = ["day(created_at)", "region"]
+    cluster.create(ns, "bad", spec)
+    cond = cluster.wait_condition(ns, "bad", "Ready", "False", "InvalidSpec")
+    assert "spec.source.propertiesFrom[0].secretKeyRef.name" in cond["message"]
+    assert "kafka-creds" in cond["message"] and "create it" in cond["message"]
+    assert "spec.sink.iceberg.partitionBy[1]" in cond["message"]
+    assert cluster.get(ns, "bad")["status"]["phase"] == "Failed"
+    assert not cluster.children(ns, "bad")["Deployment"], "no app for a spec that cannot work"
+    assert any(e.reason == "InvalidSpec" and e.type == "Warning" for e in cluster.events(ns, "bad"))
+
+    # The operator is still serving other resources.
+    cluster.create(ns, "good", base_spec())
+    eventually(lambda: cluster.children(ns, "good")["Deployment"], "the good handoff's Deployment")
+
+    # Fix it: the Secret appears and the partition column is declared → the app is created.
+    cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "kafka-creds"},
+                                               "stringData": {"password": "pw"}})
+    cluster.patch_spec(ns, "bad", {"sink": {"iceberg": {"partitionBy": ["day(created_at)"]}}})
+    eventually(lambda: cluster.children(ns, "bad")["Deployment"], "Deployment after the fix")
+    cluster.wait_condition(ns, "bad", "Progressing", "True")
+    # The credential went into a Secret the driver mounts, not into the ConfigMap.
+    config_map = cluster.core.read_namespaced_config_map("bad-app", ns).data["app.json"]
+    assert "pw" not in json.loads(config_map)["source"]["properties"].values()
+    secret_names = [s.metadata.name for s in cluster.children(ns, "bad")["Secret"]]
+    assert secret_names == ["bad-app"]
+
+
+def test_operator_restart_mid_reconcile_converges_without_duplicates(cluster: Cluster,
+                                                                     operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "steady", base_spec())
+    eventually(lambda: cluster.children(ns, "steady")["Deployment"], "Deployment")
+    old_hash = _hash(_deployment(cluster, ns, "steady"))
+    # Stop the operator, change the spec meanwhile, then stop it again right after it starts
+    # (mid-reconcile), and start it once more.
+    operator.stop()
+    try:
+        cluster.patch_spec(ns, "steady", {"commitInterval": "15s"})
+        operator.start()
+        operator.stop()
+    finally:
+        operator.start()
+    eventually(lambda: AppConfig.model_validate(json.loads(cluster.core.read_namespaced_config_map(
+        "steady-app", ns).data["app.json"])).trigger_interval_seconds == 15, "new config applied")
+    new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "steady")) != old_hash
+                          and _hash(_deployment(cluster, ns, "steady")), "new config hash")
+    eventually(lambda: [p.metadata.annotations["handoff.io/config-hash"]
+                        for p in cluster.driver_pods(ns, "steady")] == [new_hash], "one driver of the new config")
+    cluster.make_driver_ready(ns, "steady")
+    cluster.wait_condition(ns, "steady", "Ready", "True")
+    children = cluster.children(ns, "steady")
+    for kind in OWNED:
+        assert len(children[kind]) == 1, (kind, [c.metadata.name for c in children[kind]])
+    assert len(children["PersistentVolumeClaim"]) == 1
+    assert cluster.get(ns, "steady")["status"]["observedGeneration"] == 2
