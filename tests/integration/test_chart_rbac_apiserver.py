@@ -3,9 +3,14 @@ TokenRequest API, real RBAC authorization), do everything the operator does in a
 read the handoff and its Secrets, write its status, server-side-apply every rendered child including the
 driver's Role (which the API server only allows if the operator holds every right it grants), create the
 checkpoint PVC, scale the driver, post an Event — and check it is refused in a namespace it does not
-watch."""
+watch. Last, the operator itself (`handoff operator`) runs with only that token and must take a handoff
+through create → status → delete without one Forbidden."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -69,8 +74,17 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
     cfg.ssl_ca_cert = str(apiserver.ca_cert)
     cfg.api_key = {"authorization": f"Bearer {token}"}
     operator = client.ApiClient(cfg)
+    kubeconfig = apiserver.workdir / f"operator-{suffix}.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "test", "cluster": {"server": apiserver.server,
+                                                  "certificate-authority": str(apiserver.ca_cert)}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
+    }))
     try:
-        yield {"admin": admin, "operator": operator, "watched": watched, "other": other}
+        yield {"admin": admin, "operator": operator, "watched": watched, "other": other,
+               "kubeconfig": kubeconfig}
     finally:
         operator.close()
         rbac = client.RbacAuthorizationV1Api(admin)
@@ -140,3 +154,63 @@ def test_operator_service_account_is_refused_elsewhere(setup: dict[str, Any]) ->
         with pytest.raises(ApiException) as err:
             call()
         assert err.value.status == 403
+
+
+def test_operator_runs_with_only_the_chart_rbac(setup: dict[str, Any], tmp_path: Path) -> None:
+    admin, ns = setup["admin"], setup["watched"]
+    objs = client.CustomObjectsApi(admin)
+    env = {**os.environ, "KUBECONFIG": str(setup["kubeconfig"]), "HANDOFF_NAMESPACES": ns,
+           "HANDOFF_METRICS_PORT": "0", "HANDOFF_STATUS_INTERVAL": "3600", "HANDOFF_DELETE_GRACE_SECONDS": "5"}
+    log_path = tmp_path / "operator.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "handoff_operator.cli", "operator"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        objs.create_namespaced_custom_object(GROUP, VERSION, ns, "streamtablehandoffs", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTableHandoff",
+            "metadata": {"name": "as-sa"},
+            "spec": {"source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
+                     "sink": {"iceberg": {"table": "db.t", "catalog": {"properties": {
+                         "type": "sql", "uri": "sqlite:////tmp/never.db"}}}}}})
+
+        def reconciled() -> dict[str, Any] | None:
+            obj = objs.get_namespaced_custom_object(GROUP, VERSION, ns, "streamtablehandoffs", "as-sa")
+            status = obj.get("status") or {}
+            return obj if status.get("observedGeneration") == 1 and status.get("conditions") else None
+
+        obj = _eventually(reconciled, proc, log_path, "the operator (as its ServiceAccount) wrote status")
+        assert "handoff.io/finalizer" in obj["metadata"].get("finalizers", [])
+        apps = client.AppsV1Api(admin)
+        assert apps.read_namespaced_deployment("as-sa-driver", ns) is not None
+
+        objs.delete_namespaced_custom_object(GROUP, VERSION, ns, "streamtablehandoffs", "as-sa")
+
+        def gone() -> bool:
+            try:
+                objs.get_namespaced_custom_object(GROUP, VERSION, ns, "streamtablehandoffs", "as-sa")
+                return False
+            except ApiException as err:
+                return err.status == 404
+
+        _eventually(gone, proc, log_path, "the operator released its finalizer")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log_text = log_path.read_text()
+    assert "Forbidden" not in log_text and " 403" not in log_text, log_text[-5000:]
+
+
+def _eventually(probe: Any, proc: subprocess.Popen, log_path: Path, what: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}\n--- operator log ---\n"
+                                 f"{log_path.read_text()[-5000:]}")
+        time.sleep(0.5)
