@@ -18,7 +18,9 @@ from .base import Component
 from .paths import REPO_ROOT
 from .registry import component
 
-LOG_ROOT = REPO_ROOT / ".test-logs" / time.strftime("%Y%m%d-%H%M%S")
+# The pid keeps two sessions started in the same second (parallel engineers, CI shards) from sharing
+# a root, where one's start_component/cleanup would delete the other's running components' files.
+LOG_ROOT = REPO_ROOT / ".test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def start_component(name: str) -> Component:
