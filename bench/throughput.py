@@ -1,0 +1,246 @@
+"""Throughput on the same data in the same run: how much of Kafka's raw speed survives each pipeline.
+
+Pipelines (all read the same topic from the beginning, all to completion):
+  * `raw-consume`   — one confluent-kafka consumer, `consume(num_messages=10000)`, counts rows/bytes: the ceiling.
+  * `naive-pyiceberg` — one process: consume → `pyarrow.json` decode → PyIceberg `append` every N records
+                      (what a hand-written consumer does; no exactly-once ledger).
+  * `handoff-noop`  — the Spark app (`handoff-kafka` source, AvailableNow) into Spark's `noop` sink: the source alone.
+  * `handoff-iceberg` — the Spark app end to end (`handoff-kafka` → decode → `handoff-iceberg` sink with ledger).
+Spark session start-up is reported separately and excluded from the Spark pipelines' times.
+
+Prints a table and writes bench/results/throughput.json.
+
+    .venv/bin/python bench/throughput.py [--records 200000] [--partitions 3] [--bootstrap HOST:PORT]
+        [--pipelines raw-consume,naive-pyiceberg,handoff-noop,handoff-iceberg]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+sys.path.insert(0, str(ROOT / "hack"))
+
+COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
+           {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
+           {"name": "region", "type": "string"}]
+ALL = ("raw-consume", "naive-pyiceberg", "handoff-noop", "handoff-iceberg")
+
+
+def produce(bootstrap: str, topic: str, records: int) -> int:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    total = 0
+    base = 1_767_225_600_000
+    for i in range(records):
+        v = json.dumps({"id": i, "ts": base + i, "customer": f"c{i % 9973:05d}", "amount": round(i * 0.37 % 500, 2),
+                        "region": ("eu", "us", "ap")[i % 3], "note": "x" * 60}).encode()
+        total += len(v)
+        while True:
+            try:
+                p.produce(topic, v)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+    return total
+
+
+def _consumer(bootstrap: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "isolation.level": "read_committed", "enable.partition.eof": True})
+
+
+def raw_consume(bootstrap: str, topic: str, records: int, partitions: int) -> dict[str, Any]:
+    c = _consumer(bootstrap)
+    c.subscribe([topic])
+    rows = nbytes = eof = 0
+    t0 = time.perf_counter()
+    while rows < records or eof < partitions:
+        for m in c.consume(num_messages=10000, timeout=1.0):
+            if m.error() is None:
+                rows += 1
+                nbytes += len(m.value())
+            else:
+                eof += 1
+        if rows >= records:
+            break
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return {"rows": rows, "bytes": nbytes, "seconds": elapsed}
+
+
+def naive_pyiceberg(bootstrap: str, topic: str, records: int, tmp: Path, every: int) -> dict[str, Any]:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from handoff_spark.decode import declared_arrow_schema
+    from handoff_spark.config import SchemaPolicy
+
+    catalog = SqlCatalog("naive", uri=f"sqlite:///{tmp}/naive.db", warehouse=f"file://{tmp}/naive-wh")
+    catalog.create_namespace("bench")
+    schema = declared_arrow_schema(SchemaPolicy.model_validate({"columns": COLUMNS}))
+    parse_schema = pa.schema([f.with_nullable(True) for f in schema])
+    table = catalog.create_table("bench.naive", schema=parse_schema)
+    c = _consumer(bootstrap)
+    c.subscribe([topic])
+    rows = nbytes = commits = 0
+    commit_s: list[float] = []
+    buf: list[bytes] = []
+    t0 = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal commits
+        data = pj.read_json(io.BytesIO(b"\n".join(buf)), parse_options=pj.ParseOptions(
+            explicit_schema=parse_schema, unexpected_field_behavior="ignore"))
+        t = time.perf_counter()
+        table.append(data)
+        commit_s.append(time.perf_counter() - t)
+        commits += 1
+        buf.clear()
+
+    while rows < records:
+        for m in c.consume(num_messages=10000, timeout=1.0):
+            if m.error() is None:
+                rows += 1
+                v = m.value()
+                nbytes += len(v)
+                buf.append(v)
+        if len(buf) >= every or (rows >= records and buf):
+            flush()
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return {"rows": rows, "bytes": nbytes, "seconds": elapsed, "commits": commits,
+            "commit_p50_ms": 1000 * sorted(commit_s)[len(commit_s) // 2] if commit_s else None}
+
+
+def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, sink: str, max_records: int,
+            value_bytes: int) -> dict[str, Any]:
+    from handoff_spark.app import ProgressReporter, prepare_sink, start_query
+    from handoff_spark.config import AppConfig
+
+    cfg = AppConfig.model_validate({
+        "handoffId": f"bench/{sink}", "source": {"bootstrapServers": bootstrap, "topics": [topic],
+                                                  "maxRecordsPerBatch": max_records},
+        "sink": {"kind": "iceberg", "catalogName": f"bench-{sink}", "table": "bench.handoff",
+                 "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/{sink}.db",
+                                       "warehouse": f"file://{tmp}/{sink}-wh"}},
+        "schema": {"columns": COLUMNS, "onIncompatible": "halt", "evolution": "none"},
+        "checkpointLocation": str(tmp / f"ck-{sink}")})
+    lines: list[str] = []
+    reporter = ProgressReporter(cfg, None, lines.append)
+    if sink == "iceberg":
+        prepare_sink(cfg)
+    t0 = time.perf_counter()
+    query = start_query(spark, cfg, available_now=True, sink_format="noop" if sink == "noop" else None)
+    while query.isActive:
+        reporter.poll(query)
+        query.awaitTermination(0.5)
+    elapsed = time.perf_counter() - t0
+    reporter.poll(query)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    rows = sum(r.rows for r in reporter.reports)
+    commits = [float(r.commit["commit_latency_ms"]) for r in reporter.reports
+               if r.commit and r.commit.get("commit_latency_ms") is not None]
+    return {"rows": rows, "bytes": value_bytes if rows else 0, "seconds": elapsed, "batches": len(reporter.reports),
+            "commit_p50_ms": sorted(commits)[len(commits) // 2] if commits else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    ap.add_argument("--max-records-per-batch", type=int, default=50_000)
+    ap.add_argument("--pipelines", default=",".join(ALL))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "throughput.json"))
+    args = ap.parse_args(argv)
+    pipelines = [p for p in args.pipelines.split(",") if p]
+    kafka = None
+    if args.bootstrap:
+        bootstrap = args.bootstrap
+    else:
+        from handoff_testbed.kafka import Kafka
+
+        kafka = Kafka()
+        kafka.build()
+        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
+    results: dict[str, Any] = {}
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        topic = f"bench-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
+        time.sleep(1)
+        t = time.perf_counter()
+        value_bytes = produce(bootstrap, topic, args.records)
+        print(f"produced {args.records} records ({value_bytes / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s",
+              flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-tp-"))
+        if "raw-consume" in pipelines:
+            results["raw-consume"] = raw_consume(bootstrap, topic, args.records, args.partitions)
+        if "naive-pyiceberg" in pipelines:
+            results["naive-pyiceberg"] = naive_pyiceberg(bootstrap, topic, args.records, tmp,
+                                                         args.max_records_per_batch)
+        spark_pipes = [p for p in pipelines if p.startswith("handoff-")]
+        if spark_pipes:
+            from handoff_spark.app import build_session
+            from handoff_spark.config import AppConfig
+
+            cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap,
+                                                                               "topics": [topic]},
+                                            "sink": {"kind": "iceberg", "table": "bench.x"},
+                                            "schema": {"onIncompatible": "halt"}, "checkpointLocation": str(tmp),
+                                            "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
+            t = time.perf_counter()
+            spark = build_session(cfg)
+            results["spark-session-start"] = {"seconds": time.perf_counter() - t}
+            for pipe in spark_pipes:
+                results[pipe] = handoff(spark, bootstrap, topic, tmp, pipe.split("-", 1)[1],
+                                        args.max_records_per_batch, value_bytes)
+            spark.stop()
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    for r in results.values():
+        if "rows" in r and r["seconds"]:
+            r["rows_per_s"] = r["rows"] / r["seconds"]
+            r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
+    doc = {"records": args.records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
+           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
+           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2))
+    print(f"\n{'pipeline':<18} {'rows':>9} {'seconds':>8} {'rows/s':>9} {'MB/s':>7} {'commit p50 ms':>14}")
+    for name, r in results.items():
+        if "rows" not in r:
+            print(f"{name:<18} {'':>9} {r['seconds']:>8.1f}")
+            continue
+        cp = r.get("commit_p50_ms")
+        print(f"{name:<18} {r['rows']:>9} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>9.0f} "
+              f"{r.get('mb_per_s', 0):>7.1f} {'' if cp is None else f'{cp:.0f}':>14}")
+    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
