@@ -1,0 +1,590 @@
+"""The `handoff-bigquery` streaming sink: executors append Arrow record batches to PENDING write streams they
+create; the driver finalizes them and commits all of a micro-batch's streams with one BatchCommitWriteStreams
+— atomic because they all target one table. The protocol and why it is exactly-once are in
+docs/bigquery-exactly-once.md; in short:
+
+1. The data table is its own ledger: every row carries `_kafka_topic/_kafka_partition/_kafka_offset` (and
+   `_handoff_batch_id`). BatchCommitWriteStreams is atomic only within one table, so nothing that must be
+   atomic with the data may live in another table.
+2. Before committing batch N, the driver asks the table whether any row of batch N's offset range (from
+   Spark's offset log) is already there. One batch commit is all-or-nothing, so "any" means "all": the batch
+   was committed before Spark recorded it (crash between the two) and is skipped. Streams of a skipped or
+   failed attempt are never committed, so their rows never become visible.
+3. The check costs one query, so it runs only when this process cannot know the answer: the first commit
+   after start, or after any failed commit. A process that itself committed batch N-1 knows batch N is new.
+4. A separate `<table>__handoff_ledger` table (batch, offsets, rows) is written after the data commit as an
+   index for the operator: best effort, never consulted for correctness, rebuildable from the data table.
+
+Usage (the app does this):
+    prepare(cfg)                 # driver, before the query: create/evolve the table
+    raw.writeStream.format("handoff-bigquery").option("config", cfg.to_json()) ...
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import bigquery_client, bigquery_ledger, faults, offset_log
+from .bigquery_append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
+from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
+                              arrow_schema, conform, declared_fields, plan_schema)
+from .config import AppConfig, BigQuerySink
+from .decode import DeadLetter, decode_batch
+from .kafka_offsets import commit_group_offsets
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+except ImportError:  # the operator imports pieces of this package without pyspark
+    DataSource = object  # type: ignore[misc,assignment]
+    DataSourceStreamArrowWriter = object  # type: ignore[misc,assignment]
+    WriterCommitMessage = object  # type: ignore[misc,assignment]
+
+log = logging.getLogger(__name__)
+
+LAST_COMMIT_FILE = "handoff/last-commit.json"  # same file and shape as the Iceberg sink's progress hand-over
+
+# Environment overrides of the append tuning (benchmarks, drills); the defaults suit real BigQuery.
+ENV_MAX_ROWS = "HANDOFF_BQ_MAX_ROWS_PER_REQUEST"
+ENV_MAX_BYTES = "HANDOFF_BQ_MAX_REQUEST_BYTES"
+ENV_FORMAT = "HANDOFF_BQ_APPEND_FORMAT"
+ENV_MAX_INFLIGHT = "HANDOFF_BQ_MAX_INFLIGHT"
+
+
+class SchemaIncompatibleError(RuntimeError):
+    """The declared schema (or a batch) needs a change BigQuery cannot make, and onIncompatible=halt."""
+
+
+class BatchCommitError(RuntimeError):
+    """BigQuery refused the batch commit, or the batch's rows do not add up; the batch is not applied."""
+
+
+def _sink(cfg: AppConfig) -> BigQuerySink:
+    if not isinstance(cfg.sink, BigQuerySink):
+        raise ValueError("handoff-bigquery needs a bigquery sink in the app config")
+    return cfg.sink
+
+
+# ------------------------------------------------------------------------------------------ table setup
+
+def _fields_of(table: Any) -> list[Field]:
+    return [Field(f.name, f.field_type, f.mode or "NULLABLE") for f in table.schema]
+
+
+def _schema_fields(fields: Sequence[Field]) -> list[Any]:
+    from google.cloud import bigquery
+
+    return [bigquery.SchemaField(f.name, f.type, mode=f.mode) for f in fields]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What executors need to know about the table: its columns, and columns to leave out (conflicts under
+    onIncompatible=deadLetter)."""
+
+    fields: tuple[Field, ...]
+    dropped: tuple[str, ...] = ()
+
+
+def prepare(cfg: AppConfig) -> TablePlan:
+    """Driver, before the query: create the table (time partitioning, clustering) if missing; add declared
+    columns it lacks as NULLABLE under evolution=compatible (tables.patch); never change a column's type."""
+    from google.api_core.exceptions import NotFound
+    from google.cloud import bigquery
+
+    sink = _sink(cfg)
+    client = bigquery_client.rest_client(sink)
+    wanted = declared_fields(cfg.schema_.columns)
+    ref = bigquery_client.table_ref(sink)
+    try:
+        table = client.get_table(ref, retry=None)
+    except NotFound:
+        if not sink.auto_create:
+            raise RuntimeError(f"BigQuery table {ref} does not exist and sink.autoCreate is false") from None
+        try:
+            client.create_dataset(f"{sink.project}.{sink.dataset}", exists_ok=True, retry=None)
+        except Exception:  # noqa: BLE001 — no permission to create datasets is fine if it exists
+            log.debug("create_dataset failed", exc_info=True)
+        table = bigquery.Table(ref, schema=_schema_fields(wanted))
+        if sink.partition_by:
+            table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY,
+                                                                field=sink.partition_by)
+        # Clustering on the Kafka coordinates by default: it keeps the replay check (a range scan over
+        # _kafka_partition/_kafka_offset) cheap on a large table.
+        table.clustering_fields = list(sink.cluster_by) or [KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET]
+        try:
+            table = client.create_table(table, retry=None)
+        except Exception:  # noqa: BLE001 — created concurrently (another query start): use it
+            table = client.get_table(ref, retry=None)
+    plan = plan_schema(_fields_of(table), wanted)
+    dropped: list[str] = []
+    if plan.conflicts:
+        text = "; ".join(f"column {n!r} is declared {d} but the table has {t}" for n, d, t in plan.conflicts)
+        if cfg.schema_.on_incompatible == "halt":
+            raise SchemaIncompatibleError(
+                f"handoff {cfg.handoff_id}: declared schema does not fit BigQuery table {ref}: {text}. Handoff "
+                f"never changes a column's type; declare the table's type or migrate the table.")
+        log.warning("%s; values of these columns go to the dead-letter topic", text)
+        dropped = [n for n, _, _ in plan.conflicts]
+    if plan.add:
+        if cfg.schema_.evolution != "compatible":
+            missing = ", ".join(f.name for f in plan.add)
+            raise SchemaIncompatibleError(
+                f"handoff {cfg.handoff_id}: table {ref} lacks columns {missing} and schema.evolution is none. "
+                f"Add them to the table, or set schema.evolution=compatible.")
+        table = add_columns(client, ref, list(plan.add))
+    return TablePlan(tuple(_fields_of(table)), tuple(dropped))
+
+
+def add_columns(client: Any, ref: str, fields: list[Field]) -> Any:
+    """Add NULLABLE columns (the only kind BigQuery adds to an existing table): tables.patch with the extended
+    schema, retried on a concurrent patch; then `ALTER TABLE … ADD COLUMN IF NOT EXISTS` for each.
+
+    On BigQuery the DDL step is a no-op (the patch already added the columns). The emulator keeps table
+    metadata and storage apart — a patch changes only the metadata, DDL only the storage — so the pair is
+    what makes both agree there; both steps are idempotent."""
+    from google.api_core.exceptions import PreconditionFailed
+
+    table = None
+    for attempt in range(5):
+        table = client.get_table(ref, retry=None)
+        have = {f.name.lower() for f in table.schema}
+        new = [f for f in fields if f.name.lower() not in have]
+        if not new:
+            break
+        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "NULLABLE") for f in new])
+        try:
+            table = client.update_table(table, ["schema"], retry=None)
+            break
+        except PreconditionFailed:
+            time.sleep(0.2 * (attempt + 1))
+    else:
+        raise RuntimeError(f"could not add columns to {ref}: concurrent schema changes")
+    for f in fields:
+        client.query(f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{f.name}` {f.type}", retry=None).result()
+    return client.get_table(ref, retry=None)
+
+
+# ------------------------------------------------------------------------------------------ executors
+
+@dataclass
+class BigQueryCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    """What a write task hands the driver: its streams with confirmed row counts, and what it did."""
+
+    streams: list[StreamResult] = field(default_factory=list)
+    rows: int = 0
+    dlq_rows: int = 0
+    max_event_time_ms: int | None = None
+    stats: AppendStats = field(default_factory=AppendStats)
+    new_columns: list[str] = field(default_factory=list)
+
+
+def _task_batch_id() -> int | None:
+    """Spark sets the micro-batch id as a job-local property; executors read it through the task context."""
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        value = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+        return int(value) if value is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
+    name = column if column and column in tbl.column_names else "_kafka_timestamp"
+    if name not in tbl.column_names or tbl.num_rows == 0 or not pa.types.is_timestamp(tbl.column(name).type):
+        return None
+    value = pc.max(tbl.column(name).cast(pa.timestamp("ms", "UTC"))).value
+    return int(value) if value is not None else None
+
+
+def writer_settings(sink: BigQuerySink) -> dict[str, Any]:
+    return {
+        "fmt": os.environ.get(ENV_FORMAT, "arrow"),
+        "max_rows": int(os.environ.get(ENV_MAX_ROWS, "10000")),
+        "max_bytes": int(os.environ.get(ENV_MAX_BYTES, str(9 * 1024 * 1024))),
+        "max_inflight": int(os.environ.get(ENV_MAX_INFLIGHT, "16")),
+    }
+
+
+class _DeadLetters:
+    """Dead letters of one task, grouped by the raw batch they came from (the DLQ record keeps the original
+    key, value and headers)."""
+
+    def __init__(self) -> None:
+        self.by_raw: list[tuple[pa.Table, list[DeadLetter]]] = []
+        self.count = 0
+
+    def add(self, raw: pa.Table, dead: list[DeadLetter]) -> None:
+        if dead:
+            self.by_raw.append((raw, dead))
+            self.count += len(dead)
+
+    def send(self, cfg: AppConfig) -> None:
+        if not self.count:
+            return
+        from . import dlq
+
+        for raw, dead in self.by_raw:
+            dlq.send_dead_letters(cfg, raw, dead)
+
+
+def _rejections_to_dead(raw: pa.Table, decoded: pa.Table, rejected: list[tuple[int, str]], reason: str
+                        ) -> list[DeadLetter]:
+    """Rows of `decoded` (by index) → dead letters pointing at their rows in `raw` (by Kafka coordinates)."""
+    if not rejected:
+        return []
+    where = {(t, p, o): i for i, (t, p, o) in enumerate(zip(raw.column("topic").to_pylist(),
+                                                           raw.column("partition").to_pylist(),
+                                                           raw.column("offset").to_pylist()))}
+    topics = decoded.column(KAFKA_TOPIC).to_pylist()
+    parts = decoded.column(KAFKA_PARTITION).to_pylist()
+    offs = decoded.column(KAFKA_OFFSET).to_pylist()
+    out = []
+    for i, detail in rejected:
+        key = (topics[i], parts[i], offs[i])
+        out.append(DeadLetter(index=where[key], topic=key[0], partition=int(key[1]), offset=int(key[2]),
+                              reason=reason, detail=detail))  # type: ignore[arg-type]
+    return out
+
+
+def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.RecordBatch],
+                    batch_id: int | None) -> BigQueryCommitMessage:
+    """One write task: decode, dead-letter what BigQuery would reject, append the rest, return the streams."""
+    sink = _sink(cfg)
+    exactly_once = sink.write_mode == "exactlyOnce"
+    fields = list(plan.fields)
+    schema = arrow_schema(fields)
+    settings = writer_settings(sink)
+    requests_sent = 0
+
+    def on_request() -> None:
+        nonlocal requests_sent
+        requests_sent += 1
+        if batch_id is not None and requests_sent == 2:
+            faults.maybe_crash("crash-mid-append", batch_id)
+
+    writer = StreamWriter(bigquery_client.write_client(sink), bigquery_client.table_path(sink), schema,
+                          pending=exactly_once, retry=RetryPolicy(), on_request=on_request, **settings)
+    msg = BigQueryCommitMessage()
+    dead = _DeadLetters()
+    # Each appended row's origin, for BigQuery row errors found after the fact: (raw batch no., row no.).
+    origins: list[tuple[pa.Table, pa.Table]] = []
+    event_times: list[int] = []
+    for rb in batches:
+        if rb.num_rows == 0:
+            continue
+        raw = pa.Table.from_batches([rb])
+        decoded, dead_decode = decode_batch(raw, cfg.schema_, cfg.source.format)
+        dead.add(raw, dead_decode)
+        decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
+                                        pa.array([batch_id] * decoded.num_rows, pa.int64()))
+        try:
+            shaped, rejected = conform(decoded, fields, plan.dropped)
+        except UnknownColumns as exc:
+            # Discovered columns (evolution=compatible in decode): BigQuery would reject the append. Add them
+            # (NULLABLE) when allowed, else follow onIncompatible.
+            if cfg.schema_.evolution == "compatible":
+                fields = _add_discovered(cfg, decoded, exc.names)
+                schema = arrow_schema(fields)
+                writer = _reopen(writer, schema, sink, on_request, settings, msg)
+                msg.new_columns += exc.names
+                shaped, rejected = conform(decoded, fields, plan.dropped)
+            elif cfg.schema_.on_incompatible == "halt":
+                raise SchemaIncompatibleError(
+                    f"handoff {cfg.handoff_id}: records have columns {exc.names} the BigQuery table lacks and "
+                    f"schema.evolution is none") from exc
+            else:
+                decoded = decoded.drop_columns(exc.names)
+                shaped, rejected = conform(decoded, fields, plan.dropped)
+        dead.add(raw, _rejections_to_dead(raw, decoded, [(r.index, r.reason) for r in rejected],
+                                          "missing-required" if all("REQUIRED" in r.reason for r in rejected)
+                                          else "type-mismatch"))
+        met = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
+        if met is not None:
+            event_times.append(met)
+        if shaped.num_rows:
+            origins.append((raw, shaped.select([KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET])))
+            writer.write(shaped)
+    streams = writer.close()
+    msg.stats.merge(writer.stats)
+    if writer.rejected:
+        # Rows BigQuery refused (row errors): the rest of their requests was resent, these go to the DLQ with
+        # BigQuery's message.
+        coords = pa.concat_tables([c for _, c in origins])
+        row_of = {}
+        for raw, _ in origins:
+            for j, key in enumerate(zip(raw.column("topic").to_pylist(), raw.column("partition").to_pylist(),
+                                        raw.column("offset").to_pylist())):
+                row_of[key] = (raw, j)
+        t, p, o = (coords.column(n).to_pylist() for n in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET))
+        for i, text in writer.rejected:
+            raw, j = row_of[(t[i], p[i], o[i])]
+            dead.add(raw, [DeadLetter(index=j, topic=t[i], partition=int(p[i]), offset=int(o[i]),
+                                      reason="rejected-by-bigquery", detail=text)])  # type: ignore[arg-type]
+    dead.send(cfg)  # durable before the task reports success
+    msg.streams = streams
+    msg.rows = msg.stats.rows
+    msg.dlq_rows = dead.count
+    msg.max_event_time_ms = max(event_times) if event_times else None
+    return msg
+
+
+def _add_discovered(cfg: AppConfig, decoded: pa.Table, names: list[str]) -> list[Field]:
+    from .bigquery_schema import canonical_type
+
+    arrow_to_bq = {pa.string(): "STRING", pa.int64(): "INT64", pa.int32(): "INT64", pa.float64(): "FLOAT64",
+                   pa.float32(): "FLOAT64", pa.bool_(): "BOOL", pa.binary(): "BYTES", pa.date32(): "DATE"}
+    new = []
+    for n in names:
+        t = decoded.schema.field(n).type
+        bq = "TIMESTAMP" if pa.types.is_timestamp(t) else arrow_to_bq.get(t, "STRING")
+        new.append(Field(n, canonical_type(bq), "NULLABLE"))
+    sink = _sink(cfg)
+    table = add_columns(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), new)
+    return _fields_of(table)
+
+
+def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_request: Any,
+            settings: dict[str, Any], msg: BigQueryCommitMessage) -> StreamWriter:
+    """A new writer schema needs new connections; the old writer's streams stay part of this task."""
+    previous = writer.close()
+    msg.stats.merge(writer.stats)
+    fresh = StreamWriter(writer.client, writer.table_path, schema, pending=writer.pending,
+                         retry=writer.retry, on_request=on_request, **settings)
+    fresh.streams = list(previous)
+    fresh.rejected = writer.rejected  # row numbers keep counting across both writers
+    fresh._rows_in = writer._rows_in
+    return fresh
+
+
+class BigQueryStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+    def __init__(self, config_json: str, plan: TablePlan) -> None:
+        self.config_json = config_json
+        self.plan = plan
+        self._cfg: AppConfig | None = None
+
+    @property
+    def cfg(self) -> AppConfig:
+        if self._cfg is None:
+            self._cfg = AppConfig.model_validate_json(self.config_json)
+        return self._cfg
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
+        if faults.armed("fail-task"):
+            raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
+        return write_partition(self.cfg, self.plan, iterator, _task_batch_id())
+
+    def commit(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+    def abort(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        # Nothing to undo: uncommitted PENDING streams never become visible and BigQuery drops them.
+        log.warning("batch %s aborted: %d task stream(s) left uncommitted", batchId,
+                    sum(len(m.streams) for m in messages if m is not None))
+
+
+class BigQuerySinkDataSource(DataSource):  # type: ignore[misc,valid-type]
+    """`df.writeStream.format("handoff-bigquery").option("config", AppConfig JSON)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "handoff-bigquery"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> BigQueryStreamWriter:  # noqa: N802
+        cfg = AppConfig.model_validate_json(self.options["config"])
+        return BigQueryStreamWriter(self.options["config"], prepare(cfg))
+
+
+def register(spark: Any) -> None:
+    spark.dataSource.register(BigQuerySinkDataSource)
+
+
+# ---------------------------------------------------------------------------------------- driver side
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Same keys as the Iceberg sink's, so the progress record and the operator treat both sinks alike.
+    `snapshot_id` is BigQuery's commit time in microseconds (BigQuery has no snapshot ids; the commit time is
+    what time travel takes)."""
+
+    batch_id: int
+    snapshot_id: int | None
+    skipped: bool
+    rows: int
+    dlq_rows: int
+    offsets: dict[str, dict[str, list[int]]]
+    commit_latency_ms: float
+    attempts: int
+    group_offsets_committed: bool
+    append_requests: int = 0
+    append_retries: dict[str, int] = field(default_factory=dict)
+    append_latency_p50_ms: float | None = None
+    append_latency_p99_ms: float | None = None
+    degraded_reason: str | None = None
+
+
+# Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver
+# skip the replay query when it already knows; cleared on any commit failure so the next try asks the table.
+_known_committed: dict[tuple[str, str], int] = {}
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def rows_in_range(client: Any, ref: str, ranges: offset_log.OffsetRange) -> int:
+    """How many rows of the table lie in the offset ranges (the replay check; see the module docstring)."""
+    conds = []
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        if end <= start:
+            continue
+        if not _TOPIC.match(topic):
+            raise ValueError(f"unexpected topic name {topic!r}")
+        conds.append(f"({KAFKA_TOPIC} = '{topic}' AND {KAFKA_PARTITION} = {int(partition)} AND "
+                     f"{KAFKA_OFFSET} >= {int(start)} AND {KAFKA_OFFSET} < {int(end)})")
+    if not conds:
+        return 0
+    sql = f"SELECT COUNT(*) AS n FROM `{ref}` WHERE " + " OR ".join(conds)
+    rows = list(client.query(sql, retry=None).result())
+    return int(rows[0]["n"])
+
+
+def _finalize_all(write_client: Any, streams: list[StreamResult], retry: RetryPolicy) -> None:
+    """Finalize every stream (concurrently) and check BigQuery holds exactly the rows the tasks confirmed."""
+    import random
+
+    rng = random.Random()
+
+    def one(s: StreamResult) -> None:
+        for attempt in range(retry.max_attempts):
+            try:
+                resp = write_client.finalize_write_stream(name=s.name)
+                break
+            except Exception as exc:  # noqa: BLE001
+                from .bigquery_append import Action, classify, exception_code
+
+                code, message = exception_code(exc)
+                if classify(code, message, False, 0, False) is not Action.RETRY or attempt + 1 == retry.max_attempts:
+                    raise
+                time.sleep(retry.delay(attempt, rng))
+        if int(resp.row_count) != s.rows:
+            raise BatchCommitError(f"stream {s.name} holds {resp.row_count} rows, the task confirmed {s.rows}; "
+                                   f"not committing a batch whose rows do not add up")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, max(1, len(streams)))) as pool:
+        list(pool.map(one, streams))
+
+
+def _batch_commit(write_client: Any, parent: str, streams: list[StreamResult]) -> int:
+    from google.cloud.bigquery_storage_v1 import types
+
+    resp = write_client.batch_commit_write_streams(
+        types.BatchCommitWriteStreamsRequest(parent=parent, write_streams=[s.name for s in streams]))
+    if resp.stream_errors:
+        errors = "; ".join(f"{e.entity}: {e.error_message}" for e in resp.stream_errors)
+        raise BatchCommitError(f"BatchCommitWriteStreams refused the batch (nothing applied): {errors}")
+    ct = resp.commit_time
+    return int(ct.timestamp() * 1_000_000) if ct is not None else int(time.time() * 1_000_000)
+
+
+def degraded_reason(stats: AppendStats) -> str | None:
+    """`BigQueryQuota` when the batch needed quota backoff, `BigQueryUnavailable` for transient server
+    errors; the operator turns it into a Degraded condition."""
+    if stats.retries.get("RESOURCE_EXHAUSTED"):
+        return "BigQueryQuota"
+    if any(stats.retries.get(k) for k in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")):
+        return "BigQueryUnavailable"
+    return None
+
+
+def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: int) -> CommitResult:
+    """Driver: make batch `batch_id` visible exactly once (see the module docstring), then record it."""
+    sink = _sink(cfg)
+    t0 = time.monotonic()
+    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
+    offsets_json = offset_log.to_json_ranges(ranges)
+    ref = bigquery_client.table_ref(sink)
+    rows = sum(m.rows for m in msgs)
+    dlq_rows = sum(m.dlq_rows for m in msgs)
+    streams = [s for m in msgs for s in m.streams if s.rows > 0]
+    stats = AppendStats()
+    for m in msgs:
+        stats.merge(m.stats)
+    key = (ref, cfg.checkpoint_location)
+    snapshot_id: int | None = None
+    skipped = False
+    if sink.write_mode == "exactlyOnce":
+        try:
+            if _known_committed.get(key) != batch_id - 1:
+                present = rows_in_range(bigquery_client.rest_client(sink), ref, ranges)
+                if present:
+                    if present != rows:
+                        raise BatchCommitError(
+                            f"batch {batch_id}: the table already holds {present} rows of this batch's offset range "
+                            f"{offsets_json}, the replay produced {rows}. A batch commit is all-or-nothing, so the "
+                            f"range was written by something else (another query or a reset checkpoint). Resume "
+                            f"from the table's offsets (handoff ledger) instead of replaying over them.")
+                    log.info("batch %s already in %s (%d rows): skipping the replay", batch_id, ref, present)
+                    skipped = True
+            if not skipped:
+                faults.maybe_crash("crash-before-table-commit", batch_id)
+                if streams:
+                    wc = bigquery_client.write_client(sink)
+                    _finalize_all(wc, streams, RetryPolicy())
+                    snapshot_id = _batch_commit(wc, bigquery_client.table_path(sink), streams)
+            _known_committed[key] = batch_id
+        except BaseException:
+            _known_committed.pop(key, None)
+            raise
+        faults.maybe_crash("crash-after-table-commit", batch_id)
+    end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
+    nonempty = any(se[0] != se[1] for se in ranges.values())
+    if nonempty:
+        # After the data commit, never before; on a skipped replay only if the crash came before it.
+        bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows,
+                                     max((m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None),
+                                         default=None), snapshot_id, only_if_missing=skipped)
+    group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
+        if nonempty else True
+    result = CommitResult(
+        batch_id=batch_id, snapshot_id=snapshot_id, skipped=skipped, rows=rows, dlq_rows=dlq_rows,
+        offsets=offsets_json, commit_latency_ms=round((time.monotonic() - t0) * 1000, 1), attempts=1,
+        group_offsets_committed=group_ok, append_requests=stats.requests, append_retries=dict(stats.retries),
+        append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
+        degraded_reason=degraded_reason(stats))
+    _write_last_commit(cfg, result)
+    return result
+
+
+def _write_last_commit(cfg: AppConfig, result: CommitResult) -> None:
+    """`<checkpoint>/handoff/last-commit.json`, as the Iceberg sink writes it: the commit runs in a Spark Python
+    worker, so this file is how the app's progress record and metrics learn about the commit."""
+    try:
+        path = offset_log._local_path(cfg.checkpoint_location) / LAST_COMMIT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
+            json.dump(asdict(result), tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
+
+
+def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+__all__ = ["BigQuerySinkDataSource", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
+           "prepare", "register", "commit_batch", "write_partition", "rows_in_range", "read_last_commit",
+           "SchemaIncompatibleError", "BatchCommitError"]
