@@ -1,0 +1,57 @@
+"""Progress record, console line and metrics from Spark progress + the sink's last-commit record."""
+from __future__ import annotations
+
+import json
+import time
+
+from prometheus_client import generate_latest
+
+from handoff_spark.progress import Metrics, lag_per_partition, report_from_progress
+
+
+def progress(batch_id: int, start: dict | None, end: dict, latest: dict, rows: int = 10) -> dict:
+    return {"batchId": batch_id, "numInputRows": rows, "durationMs": {"triggerExecution": 1234},
+            "sources": [{"startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
+                         "latestOffset": json.dumps(latest)}]}
+
+
+def test_lag_is_latest_minus_end_and_counts_partitions_not_yet_read() -> None:
+    assert lag_per_partition({("t", 0): 5, ("t", 1): 9}, {("t", 0): 8, ("t", 1): 9, ("t", 2): 4}) == {
+        ("t", 0): 3, ("t", 1): 0, ("t", 2): 4}
+
+
+def test_report_combines_spark_progress_with_the_matching_sink_commit() -> None:
+    now_ms = int(time.time() * 1000)
+    commit = {"batch_id": 3, "snapshot_id": 42, "commit_latency_ms": 12.5, "dlq_rows": 2,
+              "max_event_time_ms": now_ms - 5000, "skipped": False}
+    r = report_from_progress(progress(3, {"t": {"0": 0}}, {"t": {"0": 10}}, {"t": {"0": 15}}), commit, None)
+    assert r.lag == {("t", 0): 5}
+    rec = r.record("ns/h")
+    assert rec["committedSnapshot"] == 42 and rec["dlqRows"] == 2 and rec["lagTotal"] == 5
+    assert rec["offsets"] == {"t": {"0": 10}} and rec["durationMs"] == 1234
+    assert 4.0 <= rec["freshnessSeconds"] < 60
+    line = r.line()
+    assert line.startswith("batch 3: 10 rows in 1234 ms") and "snapshot 42" in line and "t[0] 0→10" in line
+    # a stale commit record (other batch) is not attributed to this batch; freshness carries over
+    r2 = report_from_progress(progress(4, {"t": {"0": 10}}, {"t": {"0": 15}}, {"t": {"0": 15}}), commit,
+                              r.max_event_time_ms)
+    assert r2.commit is None and r2.max_event_time_ms == now_ms - 5000
+
+
+def test_batch_zero_start_comes_from_the_initial_offsets() -> None:
+    r = report_from_progress(progress(0, None, {"t": {"0": 7}}, {"t": {"0": 7}}), None, None,
+                             initial_offsets={("t", 0): 2})
+    assert "t[0] 2→7" in r.line()
+
+
+def test_metrics_expose_rows_lag_dead_letters_and_freshness() -> None:
+    m = Metrics("ns/h")
+    commit = {"batch_id": 1, "snapshot_id": 1, "commit_latency_ms": 20, "dlq_rows": 3,
+              "max_event_time_ms": int(time.time() * 1000) - 2000}
+    m.observe(report_from_progress(progress(1, {"t": {"0": 0}}, {"t": {"0": 10}}, {"t": {"0": 12}}), commit, None))
+    text = generate_latest(m.registry).decode()
+    assert 'handoff_rows_total{handoff="ns/h"} 10.0' in text
+    assert 'handoff_dead_letters_total{handoff="ns/h"} 3.0' in text
+    assert 'handoff_lag_records{handoff="ns/h",partition="0",topic="t"} 2.0' in text
+    fresh = [line for line in text.splitlines() if line.startswith('handoff_freshness_seconds{')]
+    assert fresh and 1.5 < float(fresh[0].split()[-1]) < 60
