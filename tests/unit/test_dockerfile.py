@@ -97,3 +97,61 @@ def test_entrypoint_script_routes_to_the_cli() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "operator" in out.stdout and "run" in out.stdout
+
+
+def _runtime_closure() -> set[str]:
+    """Distributions the image installs: pyproject's runtime dependencies and everything they require
+    (extras included where pyproject names them), as installed in this environment."""
+    from importlib import metadata
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    todo = [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = norm(req.name)
+        key = name + "[" + ",".join(sorted(req.extras)) + "]"
+        if key in seen:
+            continue
+        seen.add(key)
+        seen.add(name)
+        try:
+            requires = metadata.requires(req.name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in (req.extras or {""})):
+                todo.append(sub)
+    return {s for s in seen if "[" not in s}
+
+
+def test_every_third_party_import_is_a_runtime_dependency() -> None:
+    """The image installs only the runtime dependencies (not the lock's test tools), so an import of a
+    package that only a test tool pulls in would pass every test here and crash in the image."""
+    import ast
+    from importlib import metadata
+
+    closure = _runtime_closure()
+    dists_of = metadata.packages_distributions()
+    local = {"handoff_operator", "handoff_spark"}
+    missing: dict[str, set[str]] = {}
+    for root in ("operator/handoff_operator", "spark_app/handoff_spark"):
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name.split(".")[0] for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module.split(".")[0]]
+                for top in names:
+                    if top in local or top in sys.stdlib_module_names or top not in dists_of:
+                        continue
+                    dists = {re.sub(r"[-_.]+", "-", d).lower() for d in dists_of[top]}
+                    if not dists & closure:
+                        missing.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    assert not missing, ("imported but not a runtime dependency in pyproject.toml (the image would lack "
+                         f"them): {missing}")
