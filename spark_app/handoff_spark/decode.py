@@ -261,15 +261,25 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     except pa.ArrowNotImplementedError:
         return None
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
-    parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else arrow_type(c.type))
-                              for c in policy.columns])
+    # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
+    has_ts = any(c.type == "timestamp" for c in policy.columns)
     blob = b"\n".join(values.to_pylist())
-    try:
-        parsed = pj.read_json(io.BytesIO(blob), read_options=pj.ReadOptions(block_size=max(1 << 20, len(blob) + 1)),
-                              parse_options=pj.ParseOptions(
-                                  explicit_schema=parse_schema,
-                                  unexpected_field_behavior="infer" if policy.evolution == "compatible" else "ignore"))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    parsed = None
+    for ts_as_millis in ((False, True) if has_ts else (False,)):
+        parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else
+                                           pa.int64() if c.type == "timestamp" and ts_as_millis else
+                                           arrow_type(c.type)) for c in policy.columns])
+        try:
+            parsed = pj.read_json(io.BytesIO(blob),
+                                  read_options=pj.ReadOptions(block_size=max(1 << 20, len(blob) + 1)),
+                                  parse_options=pj.ParseOptions(
+                                      explicit_schema=parse_schema,
+                                      unexpected_field_behavior="infer" if policy.evolution == "compatible"
+                                      else "ignore"))
+            break
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    if parsed is None:
         return None
     if parsed.num_rows != raw.num_rows:
         return None
@@ -283,6 +293,8 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
                 arr = arr.cast(pa.date32())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
+        elif col.type == "timestamp" and pa.types.is_integer(arr.type):
+            arr = arr.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
         columns[name] = arr
     extras: dict[str, Any] = {}
     for f in parsed.schema:

@@ -120,3 +120,14 @@ def test_raw_format_keeps_bytes() -> None:
     table, dead = decode_batch(raw([b"\x00\x01", None]), POLICY, fmt="raw")
     assert dead == [] and table.column("value").to_pylist() == [b"\x00\x01", None]
     assert table.column_names[:2] == ["key", "value"]
+
+
+def test_epoch_millis_batches_take_the_fast_path_and_match_the_slow_one() -> None:
+    from handoff_spark.decode import _fast_path
+
+    docs = [{"id": i, "ts": 1_700_000_000_000 + i} for i in range(20)]
+    batch = raw([j(d) for d in docs])
+    assert _fast_path(pa.Table.from_batches([batch]), POLICY) is not None
+    fast, _ = decode_batch(batch, POLICY)
+    slow, dead = decode_batch(raw([j(d) for d in docs] + [b"x"]), POLICY)
+    assert len(dead) == 1 and fast.to_pylist() == slow.to_pylist()
