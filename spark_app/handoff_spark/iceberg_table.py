@@ -44,6 +44,9 @@ STREAMING_TABLE_PROPERTIES: dict[str, str] = {
     "commit.manifest-merge.enabled": "true",
     "commit.manifest.min-count-to-merge": "50",
     "write.parquet.compression-codec": "zstd",
+    # Old metadata.json versions beyond the last 50 are deleted on commit (one per batch otherwise piles up).
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "50",
 }
 
 _catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}

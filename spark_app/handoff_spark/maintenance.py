@@ -100,8 +100,27 @@ def expire_snapshots(table: Table, window_seconds: int, now_ms: int | None = Non
     ids = snapshots_to_expire((SnapshotInfo(s.snapshot_id, s.timestamp_ms) for s in metadata.snapshots),
                               protected_snapshots(metadata), now_ms, window_seconds * 1000)
     if ids:
+        expired = [s for s in metadata.snapshots if s.snapshot_id in set(ids)]
         table.maintenance.expire_snapshots().by_ids(ids).commit()
+        table.refresh()
+        _delete_expired_metadata(table, expired)
     return ids
+
+
+def _delete_expired_metadata(table: Table, expired: list[Any]) -> None:
+    """PyIceberg's expiry only edits the metadata; delete the expired snapshots' manifest lists and the
+    manifests no remaining snapshot lists (data files are left to the orphan sweep and its safety age)."""
+    keep: set[str] = set()
+    for snap in table.metadata.snapshots:
+        keep.update(m.manifest_path for m in snap.manifests(table.io))
+    doomed: set[str] = set()
+    for snap in expired:
+        try:
+            doomed.update(m.manifest_path for m in snap.manifests(table.io) if m.manifest_path not in keep)
+        except FileNotFoundError:
+            pass
+        doomed.add(snap.manifest_list)
+    _delete(table, sorted(doomed - keep))
 
 
 def files_in_snapshot(table: Table, snapshot_id: int) -> set[str]:

@@ -77,7 +77,9 @@ def test_expiry_keeps_window_current_tags_and_resume_point(tmp_path):
     newest = snaps[-1].timestamp_ms
     # window 0 relative to a "now" after the newest commit: everything is old, but the current snapshot
     # (= newest ledger commit) and the tagged one survive
+    expired_lists = [snaps[i].manifest_list for i in (0, 2, 3)]
     expired = maintenance.expire_snapshots(t, 0, now_ms=newest + 1)
+    assert not any(t.io.new_input(p).exists() for p in expired_lists)  # their metadata files are deleted
     left = {s.snapshot_id for s in t.metadata.snapshots}
     assert left == {snaps[1].snapshot_id, snaps[4].snapshot_id}
     assert set(expired) == {snaps[0].snapshot_id, snaps[2].snapshot_id, snaps[3].snapshot_id}
