@@ -1,0 +1,102 @@
+"""The "done" check of the operator, as a user does it: `kubectl apply -f crds/`, `kubectl apply -f
+examples/` (plus the Secrets the examples reference), `handoff operator` as a separate process with its
+settings from the environment → every example handoff gets its children and a status that
+`kubectl wait --for=condition=Progressing` uses; the operator's Prometheus endpoint counts reconciles."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from handoff_testbed.proc import free_port
+from operator_support import REPO, Cluster, eventually, install_crds, kubectl
+
+pytestmark = pytest.mark.apiserver
+
+SECRETS = {
+    "shop": {"kafka-orders-credentials": {"username": "orders", "password": "pw"},
+             "lakehouse-s3": {"s3.access-key-id": "AK", "s3.secret-access-key": "SK"}},
+    "analytics": {"bigquery-writer": {"key.json": "{}"}},
+}
+
+
+def _handoffs() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "StreamTableHandoff":
+                out.append((doc["metadata"]["namespace"], doc["metadata"]["name"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver) -> Iterator[Cluster]:
+    install_crds(str(apiserver.kubeconfig))
+    c = Cluster(str(apiserver.kubeconfig))
+    yield c
+    c.api.close()
+
+
+@pytest.fixture
+def handoff_operator(cluster: Cluster, tmp_path: Path) -> Iterator[int]:
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": cluster.kubeconfig, "HANDOFF_METRICS_PORT": str(port),
+           "HANDOFF_STATUS_INTERVAL": "2", "HANDOFF_LOG_LEVEL": "INFO"}
+    log = open(tmp_path / "operator.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "handoff_operator", "operator"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def test_examples_get_children_and_a_waitable_status(cluster: Cluster, handoff_operator: int) -> None:
+    handoffs = _handoffs()
+    assert handoffs, "examples/ has StreamTableHandoffs"
+    for ns, secrets in SECRETS.items():
+        try:
+            cluster.core.create_namespace({"metadata": {"name": ns}})
+        except ApiException as exc:
+            assert exc.status == 409
+        for name, data in secrets.items():
+            try:
+                cluster.core.create_namespaced_secret(ns, {"metadata": {"name": name}, "stringData": data})
+            except ApiException as exc:
+                assert exc.status == 409
+    out = kubectl(cluster.kubeconfig, "apply", "-f", str(REPO / "examples"), check=False)
+    assert out.returncode == 0, out.stderr
+    try:
+        for ns, name in handoffs:
+            eventually(lambda: cluster.apps.read_namespaced_deployment(f"{name}-driver", ns), f"{ns}/{name} driver",
+                       timeout=90)
+            children = cluster.children(ns, name)
+            for kind in ("ConfigMap", "Service", "ServiceAccount", "Role", "RoleBinding"):
+                assert len(children[kind]) == 1, (ns, name, kind)
+            if name == "orders-to-iceberg":  # its Kafka/S3 credentials come from Secrets
+                assert [s.metadata.name for s in children["Secret"]] == [f"{name}-app"]
+            waited = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Progressing",
+                             "--timeout=90s", f"sth/{name}", check=False)
+            assert waited.returncode == 0 and "condition met" in waited.stdout, waited.stderr
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{handoff_operator}/metrics", timeout=10).read().decode()
+        assert 'handoff_reconciles_total{result="ok"}' in metrics
+        assert "handoff_reconcile_duration_seconds_bucket" in metrics
+        assert 'handoff_handoffs{phase="Starting"}' in metrics
+    finally:
+        for ns, name in handoffs:
+            kubectl(cluster.kubeconfig, "delete", "-n", ns, f"sth/{name}", "--wait=true", "--timeout=90s",
+                    check=False)
