@@ -104,10 +104,12 @@ class Cluster:
         self.apps = client.AppsV1Api(self.api)
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.namespaces: list[str] = []
 
     def new_namespace(self, prefix: str = "op") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        self.namespaces.append(name)
         return name
 
     def create(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +142,33 @@ class Cluster:
         pods = self.core.list_namespaced_pod(
             namespace, label_selector=f"handoff.io/name={name},app.kubernetes.io/component=driver").items
         return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+    def make_driver_crash(self, namespace: str, name: str, restarts: int, message: str) -> client.V1Pod:
+        """Play kubelet: the driver container exited with an error and is in CrashLoopBackOff."""
+        (pod,) = eventually(lambda: self.driver_pods(namespace, name), f"a driver pod for {name}")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
+            "phase": "Running", "startTime": now,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": [{"name": "driver", "ready": False, "restartCount": restarts, "image": IMAGE,
+                                   "imageID": "", "started": False,
+                                   "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                   "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                                                "message": message,
+                                                                "startedAt": now, "finishedAt": now}}}],
+        }})
+        return pod
+
+    def delete_all_handoffs(self, timeout: float = 90.0) -> None:
+        """Delete every handoff in the namespaces this object created (the operator must be running
+        to release the finalizers), so no later test meets leftovers."""
+        for ns in self.namespaces:
+            for item in self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]:
+                with contextlib.suppress(ApiException):
+                    self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                item["metadata"]["name"])
+        eventually(lambda: all(not self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+                               for ns in self.namespaces), "all test handoffs deleted", timeout)
 
     def make_driver_ready(self, namespace: str, name: str) -> client.V1Pod:
         """Play kubelet: mark the (single) driver pod Running and Ready through pods/status."""

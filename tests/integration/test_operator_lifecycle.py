@@ -29,8 +29,11 @@ def cluster(apiserver) -> Iterator[Cluster]:
 def operator(cluster: Cluster) -> Iterator[Operator]:
     op = Operator(cluster.kubeconfig, status_interval=2.0, delete_grace_seconds=30.0)
     op.start()
-    yield op
-    op.stop()
+    try:
+        yield op
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()
 
 
 def _deployment(cluster: Cluster, ns: str, name: str):
@@ -243,3 +246,20 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(cluster: Cl
         assert len(children[kind]) == 1, (kind, [c.metadata.name for c in children[kind]])
     assert len(children["PersistentVolumeClaim"]) == 1
     assert cluster.get(ns, "steady")["status"]["observedGeneration"] == 2
+
+
+def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "flaky", base_spec())
+    cluster.make_driver_crash(ns, "flaky", restarts=3, message="Py4JError: catalog unreachable")
+    cond = cluster.wait_condition(ns, "flaky", "Degraded", "True", "DriverFailing")
+    assert "CrashLoopBackOff" in cond["message"] and "catalog unreachable" in cond["message"]
+    status = cluster.get(ns, "flaky")["status"]
+    assert status["phase"] == "Degraded" and status["app"]["lastFailure"].startswith("Error (exit code 1)")
+    assert cluster.condition(ns, "flaky", "Ready")["status"] == "False"
+    assert any(e.reason == "DriverFailing" and e.type == "Warning" for e in cluster.events(ns, "flaky"))
+    # The kubelet restarts the container (Deployment, restartPolicy Always): no operator action needed,
+    # and the status follows when it runs again.
+    cluster.make_driver_ready(ns, "flaky")
+    cluster.wait_condition(ns, "flaky", "Ready", "True", "Running")
+    cluster.wait_condition(ns, "flaky", "Degraded", "False")

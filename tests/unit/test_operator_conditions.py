@@ -110,3 +110,23 @@ def test_transitions_emit_one_event_per_change():
     invalid = evaluate(Facts(generation=2, suspended=False, desired_hash=None, invalid=["spec.x: bad"]))
     warn = [e for e in transitions(old, invalid.conditions) if e.type == "Warning"]
     assert warn and all(e.reason == "InvalidSpec" for e in warn)
+
+
+def test_first_rollout_is_a_start_not_a_restart():
+    fresh = DriverFacts(desired_replicas=1, replicas=0, updated_replicas=0, rollout_observed=False)
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=fresh))
+    assert _by_type(ev)["Progressing"].reason == "Starting"
+
+
+def test_restart_stays_restarting_until_the_new_driver_runs():
+    # Old pod gone, new pod not yet created: still the same controlled restart.
+    between = DriverFacts(desired_replicas=1, replicas=0, updated_replicas=0)
+    ev = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", driver=between,
+                        previous_hash="h2", restart_in_progress=True))
+    assert _by_type(ev)["Progressing"].reason == "Restarting"
+    done = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", previous_hash="h2",
+                          restart_in_progress=True,
+                          driver=DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1,
+                                             pod_name="d-2", pod_phase="Running", pod_ready=True,
+                                             pod_config_hash="h2")))
+    assert done.phase == "Running" and _by_type(done)["Progressing"].reason == "RolloutComplete"

@@ -1,0 +1,38 @@
+"""Operator settings from the environment and the `handoff` CLI's local config rendering."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from handoff_operator.cli import local_config
+from handoff_operator.settings import OperatorSettings
+
+from operator_spec_support import body
+
+
+def test_settings_from_env(monkeypatch):
+    monkeypatch.setenv("HANDOFF_NAMESPACES", "shop, analytics")
+    monkeypatch.setenv("HANDOFF_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("HANDOFF_METRICS_PORT", "9102")
+    monkeypatch.setenv("HANDOFF_STATUS_INTERVAL", "7.5")
+    s = OperatorSettings()
+    assert (s.namespaces, s.log_level, s.metrics_port, s.status_interval) == (["shop", "analytics"], "DEBUG",
+                                                                            9102, 7.5)
+
+
+def test_settings_defaults_and_metrics_off(monkeypatch):
+    for key in ("HANDOFF_NAMESPACES", "HANDOFF_METRICS_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert OperatorSettings().namespaces == []
+    monkeypatch.setenv("HANDOFF_METRICS_PORT", "0")
+    assert OperatorSettings().metrics_port is None
+
+
+def test_local_config_runs_spark_locally(tmp_path):
+    manifest = yaml.safe_load(yaml.safe_dump(body()))
+    config = json.loads(local_config(manifest, str(tmp_path / "ckpt"), "local[2]"))
+    assert config["sparkConf"]["spark.master"] == "local[2]"
+    assert not any(k.startswith("spark.kubernetes.") for k in config["sparkConf"])
+    assert config["checkpointLocation"] == str(tmp_path / "ckpt")
+    assert config["handoffId"] == "shop/orders"
