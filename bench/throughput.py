@@ -42,9 +42,12 @@ def produce(bootstrap: str, topic: str, records: int) -> int:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
                   "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
     total = 0
-    base = 1_767_225_600_000
+    import datetime as dt
+
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     for i in range(records):
-        v = json.dumps({"id": i, "ts": base + i, "customer": f"c{i % 9973:05d}", "amount": round(i * 0.37 % 500, 2),
+        ts = (base + dt.timedelta(milliseconds=i)).isoformat(timespec="milliseconds")
+        v = json.dumps({"id": i, "ts": ts, "customer": f"c{i % 9973:05d}", "amount": round(i * 0.37 % 500, 2),
                         "region": ("eu", "us", "ap")[i % 3], "note": "x" * 60}).encode()
         total += len(v)
         while True:
