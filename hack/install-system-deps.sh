@@ -7,6 +7,7 @@ need=()
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
 { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
+command -v kubectl >/dev/null || need+=(kubectl)
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
