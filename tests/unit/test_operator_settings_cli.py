@@ -36,3 +36,19 @@ def test_local_config_runs_spark_locally(tmp_path):
     assert not any(k.startswith("spark.kubernetes.") for k in config["sparkConf"])
     assert config["checkpointLocation"] == str(tmp_path / "ckpt")
     assert config["handoffId"] == "shop/orders"
+
+
+def test_kopf_run_module_import_registers_the_handlers():
+    """`kopf run -m handoff_operator` imports the package (with kopf loaded): handlers must register."""
+    import subprocess
+    import sys
+
+    code = ("import kopf, handoff_operator; reg = kopf.get_default_registry(); "
+            "print(sorted(h.id for h in reg._changing.get_all_handlers()), "
+            "sorted(h.id for h in reg._spawning.get_all_handlers()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "on_spec" in out and "refresh_status" in out
+    # Without kopf loaded (models, CRD generator) nothing operator-ish is imported.
+    code = "import sys, handoff_operator.models; print('kopf' in sys.modules, 'kubernetes' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
