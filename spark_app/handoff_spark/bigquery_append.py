@@ -100,7 +100,8 @@ class AppendStats:
     requests: int = 0
     rows: int = 0
     bytes: int = 0
-    retries: dict[str, int] = field(default_factory=dict)  # by gRPC code name
+    retries: dict[str, int] = field(default_factory=dict)  # backoff retries, by gRPC code name
+    errors: dict[str, int] = field(default_factory=dict)  # every refused request, by gRPC code name
     splits: int = 0
     rotations: int = 0
     reconnects: int = 0
@@ -112,6 +113,8 @@ class AppendStats:
         self.bytes += other.bytes
         for k, v in other.retries.items():
             self.retries[k] = self.retries.get(k, 0) + v
+        for k, v in other.errors.items():
+            self.errors[k] = self.errors.get(k, 0) + v
         self.splits += other.splits
         self.rotations += other.rotations
         self.reconnects += other.reconnects
@@ -526,6 +529,8 @@ class StreamWriter:
         rotate = False
         for chunk, code, message, row_errors in failures:
             action = classify(code, message, bool(row_errors), chunk.table.num_rows, self.pending)
+            name = CODE_NAMES.get(code, str(code))
+            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
             if row_errors is None and action is not Action.FAIL:
                 reconnect = True  # transport failure: this connection is gone
             if action is Action.FAIL:

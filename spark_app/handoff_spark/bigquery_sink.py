@@ -272,7 +272,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
         nonlocal requests_sent
         requests_sent += 1
         if batch_id is not None and requests_sent == 2:
-            faults.maybe_crash("crash-mid-append", batch_id)
+            faults.maybe_crash("crash-mid-write", batch_id)  # kill -9 mid-append
 
     writer = StreamWriter(bigquery_client.write_client(sink), bigquery_client.table_path(sink), schema,
                           pending=exactly_once, retry=RetryPolicy(), on_request=on_request, **settings)
@@ -381,9 +381,10 @@ class BigQueryStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,va
         return self._cfg
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
-        if faults.armed("fail-task"):
+        batch_id = _task_batch_id()
+        if faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
-        return write_partition(self.cfg, self.plan, iterator, _task_batch_id())
+        return write_partition(self.cfg, self.plan, iterator, batch_id)
 
     def commit(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
         commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
@@ -427,8 +428,10 @@ class CommitResult:
     commit_latency_ms: float
     attempts: int
     group_offsets_committed: bool
+    bytes: int = 0
     append_requests: int = 0
     append_retries: dict[str, int] = field(default_factory=dict)
+    append_errors: dict[str, int] = field(default_factory=dict)
     append_latency_p50_ms: float | None = None
     append_latency_p99_ms: float | None = None
     degraded_reason: str | None = None
@@ -497,10 +500,10 @@ def _batch_commit(write_client: Any, parent: str, streams: list[StreamResult]) -
 
 
 def degraded_reason(stats: AppendStats) -> str | None:
-    """`BigQueryQuota` when the batch needed quota backoff, `BigQueryUnavailable` for transient server
-    errors; the operator turns it into a Degraded condition."""
-    if stats.retries.get("RESOURCE_EXHAUSTED"):
-        return "BigQueryQuota"
+    """`BigQueryResourceExhausted` when the batch met quota or size limits, `BigQueryUnavailable` for transient
+    server errors; the progress record carries it and the operator turns it into a Degraded condition."""
+    if stats.retries.get("RESOURCE_EXHAUSTED") or stats.errors.get("RESOURCE_EXHAUSTED"):
+        return "BigQueryResourceExhausted"
     if any(stats.retries.get(k) for k in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")):
         return "BigQueryUnavailable"
     return None
@@ -558,7 +561,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     result = CommitResult(
         batch_id=batch_id, snapshot_id=snapshot_id, skipped=skipped, rows=rows, dlq_rows=dlq_rows,
         offsets=offsets_json, commit_latency_ms=round((time.monotonic() - t0) * 1000, 1), attempts=1,
-        group_offsets_committed=group_ok, append_requests=stats.requests, append_retries=dict(stats.retries),
+        group_offsets_committed=group_ok, bytes=stats.bytes, append_requests=stats.requests,
+        append_retries=dict(stats.retries), append_errors=dict(stats.errors),
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
         degraded_reason=degraded_reason(stats))
     _write_last_commit(cfg, result)

@@ -1,0 +1,108 @@
+"""The BigQuery sink's pure decisions: error classification, backoff bounds, the checks BigQuery makes on rows
+(REQUIRED, unknown fields, types), schema planning. No server: these are the rules the emulator does not
+enforce, so they must hold on their own."""
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from handoff_spark.bigquery_append import (ALREADY_EXISTS, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, NOT_FOUND,
+                                           OUT_OF_RANGE, RESOURCE_EXHAUSTED, UNAVAILABLE, Action, AppendStats,
+                                           RetryPolicy, classify, percentile)
+from handoff_spark.bigquery_schema import (Field, UnknownColumns, arrow_schema, bq_type, conform, declared_fields,
+                                           plan_schema)
+from handoff_spark.bigquery_sink import degraded_reason
+from handoff_spark.config import Column
+
+
+@pytest.mark.parametrize("code,message,row_errors,rows,offsets,expected", [
+    (0, "", False, 10, True, Action.DONE),
+    (INVALID_ARGUMENT, "row errors", True, 10, True, Action.ROW_ERRORS),
+    (ALREADY_EXISTS, "Offset 0 already buffered", False, 10, True, Action.DONE),  # resent after a lost response
+    (OUT_OF_RANGE, "Offset 20 beyond next expected 10", False, 10, True, Action.RESEND),
+    (RESOURCE_EXHAUSTED, "AppendRowsRequest exceeds the 16384-byte size cap", False, 10, True, Action.SPLIT),
+    (INVALID_ARGUMENT, "AppendRows request too large: 11000000 limit 10485760", False, 10, True, Action.SPLIT),
+    (RESOURCE_EXHAUSTED, "AppendRowsRequest exceeds the 1024-byte size cap", False, 1, True, Action.FAIL),
+    (RESOURCE_EXHAUSTED, "PENDING stream buffer would exceed the per-stream cap", False, 10, True, Action.ROTATE),
+    (RESOURCE_EXHAUSTED, "Exceeds 'AppendRows throughput' quota", False, 10, True, Action.RETRY),
+    (UNAVAILABLE, "connection reset", False, 10, True, Action.RETRY),
+    (INTERNAL, "internal error", False, 10, False, Action.RETRY),
+    (DEADLINE_EXCEEDED, "deadline", False, 10, True, Action.RETRY),
+    (NOT_FOUND, "Stream not found", False, 10, True, Action.FAIL),
+    (INVALID_ARGUMENT, "bad schema", False, 10, True, Action.FAIL),
+])
+def test_classify(code, message, row_errors, rows, offsets, expected):
+    assert classify(code, message, row_errors, rows, offsets) is expected
+
+
+def test_backoff_is_bounded_exponential_with_full_jitter():
+    policy = RetryPolicy(max_attempts=8, initial_seconds=0.1, max_seconds=2.0)
+    rng = random.Random(7)
+    for attempt in range(10):
+        cap = min(2.0, 0.1 * 2 ** attempt)
+        samples = [policy.delay(attempt, rng) for _ in range(200)]
+        assert all(0 <= s <= cap for s in samples)
+        assert max(samples) > cap * 0.8  # jitter spans the window, not a constant
+    assert len({policy.delay(3, rng) for _ in range(20)}) > 1
+
+
+FIELDS = [Field("id", "INT64", "REQUIRED"), Field("name", "STRING"), Field("ts", "TIMESTAMP"),
+          Field("_kafka_topic", "STRING", "REQUIRED"), Field("_kafka_partition", "INT64", "REQUIRED"),
+          Field("_kafka_offset", "INT64", "REQUIRED")]
+
+
+def _batch(**cols):
+    base = {"_kafka_topic": ["t"] * 4, "_kafka_partition": pa.array([0] * 4, pa.int32()),
+            "_kafka_offset": [0, 1, 2, 3]}
+    return pa.table({**cols, **base})
+
+
+def test_conform_rejects_null_in_required_column_and_keeps_the_rest():
+    shaped, rejected = conform(_batch(id=pa.array([1, None, 3, None], pa.int32()), name=["a", "b", None, "d"]), FIELDS)
+    assert [r.index for r in rejected] == [1, 3]
+    assert "missing required field id" in rejected[0].reason
+    assert shaped.column("id").to_pylist() == [1, 3]
+    assert shaped.schema == arrow_schema(FIELDS)  # table's column order and types (int32 → INT64 etc.)
+    assert shaped.column("ts").null_count == 2  # absent column → NULL
+
+
+def test_conform_refuses_unknown_columns():
+    with pytest.raises(UnknownColumns) as err:
+        conform(_batch(id=[1, 2, 3, 4], coupon=["x"] * 4), FIELDS)
+    assert err.value.names == ["coupon"]
+
+
+def test_conform_rejects_values_that_do_not_fit_and_dropped_conflicting_columns():
+    shaped, rejected = conform(_batch(id=["1", "2", "x", "4"]), FIELDS)
+    assert [r.index for r in rejected] == [2] and "does not fit" in rejected[0].reason
+    assert shaped.column("id").to_pylist() == [1, 2, 4]
+    shaped, rejected = conform(_batch(id=[1, 2, 3, 4], name=["a", None, None, "d"]), FIELDS, dropped=["name"])
+    assert [r.index for r in rejected] == [0, 3]  # a value that cannot be written is never dropped silently
+
+
+def test_declared_fields_and_types():
+    fields = declared_fields([Column(name="id", type="long", required=True), Column(name="p", type="decimal(10,2)"),
+                              Column(name="big", type="decimal(60,20)")])
+    assert fields[0] == Field("id", "INT64", "NULLABLE")  # required is decode's job; BigQuery cannot add REQUIRED later
+    assert [f.type for f in fields[:3]] == ["INT64", "NUMERIC", "BIGNUMERIC"]
+    assert [f.name for f in fields[3:]] == ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp",
+                                            "_handoff_batch_id"]
+    assert bq_type("timestamp") == "TIMESTAMP" and bq_type("binary") == "BYTES"
+
+
+def test_plan_schema_adds_missing_as_nullable_and_reports_conflicts():
+    table = [Field("id", "INTEGER", "REQUIRED"), Field("amount", "FLOAT"), Field("region", "STRING")]
+    wanted = [Field("id", "INT64"), Field("amount", "INT64"), Field("region", "INT64"), Field("new", "STRING")]
+    plan = plan_schema(table, wanted)
+    assert plan.add == (Field("new", "STRING", "NULLABLE"),)
+    assert plan.conflicts == (("region", "INT64", "STRING"),)  # INT64 into FLOAT64 is a write-time widening
+
+
+def test_percentile_and_degraded_reason():
+    assert percentile([], 50) is None
+    assert percentile(list(range(1, 101)), 50) in (50, 51) and percentile(list(range(1, 101)), 99) == 99
+    assert degraded_reason(AppendStats()) is None
+    assert degraded_reason(AppendStats(errors={"RESOURCE_EXHAUSTED": 2})) == "BigQueryResourceExhausted"
+    assert degraded_reason(AppendStats(retries={"UNAVAILABLE": 1})) == "BigQueryUnavailable"
