@@ -103,10 +103,12 @@ def _status_progress(status: Mapping[str, Any]) -> ProgressFacts:
 
 def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if progress.committed_snapshot is not None:
+    if progress.committed_snapshot is not None or progress.committed_offsets:
         at = (_iso(dt.datetime.fromtimestamp(progress.committed_at_ms / 1000, dt.timezone.utc))
               if progress.committed_at_ms is not None else None)
-        out["committed"] = {"snapshot": str(progress.committed_snapshot), "batch": progress.committed_batch,
+        out["committed"] = {"snapshot": (str(progress.committed_snapshot)
+                                         if progress.committed_snapshot is not None else None),
+                            "batch": progress.committed_batch,
                             "offsets": dict(progress.committed_offsets or {}), "at": at}
     if progress.lag is not None:
         out["lag"] = progress.lag
@@ -129,6 +131,20 @@ def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
     if problems:
         return None
     return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config)
+
+
+def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """Would this merge patch change anything? (No write, no watch event, when a refresh finds nothing new.)"""
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(current.get(key), Mapping):
+            if _differs(current[key], value):
+                return True
+        elif value is None:
+            if current.get(key) is not None:
+                return True
+        elif current.get(key) != value:
+            return True
+    return False
 
 
 def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
@@ -218,7 +234,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if rendered is not None and not deleting:
             new_status["executors"] = {**(status.get("executors") or {}),
                                        "current": kube.executor_count(namespace, name)}
-        kube.patch_status(namespace, name, new_status)
+        if _differs(status, new_status):
+            kube.patch_status(namespace, name, new_status)
         if evaluation.phase is not None:
             metrics.set_phase(namespace, name, evaluation.phase)
         metrics.set_progress(namespace, name, {"lag": progress.lag,
@@ -237,7 +254,7 @@ def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent
         problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth)
     except ApiException as exc:
         if exc.status in (400, 422):
-            raise kopf.PermanentError(f"the API server refused a child: {exc.reason}: {exc.body}") from exc
+            raise kopf.PermanentError(f"the API server refused a request: {exc.reason}: {exc.body}") from exc
         raise kopf.TemporaryError(f"API error {exc.status} {exc.reason}; retrying", delay=TRANSIENT_DELAY) from exc
     except (OSError, TimeoutError) as exc:
         raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}; retrying", delay=TRANSIENT_DELAY) from exc
@@ -330,3 +347,5 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
     metrics.set_phase(namespace, name, None)
+    with _locks_guard:
+        _locks.pop((namespace, name), None)

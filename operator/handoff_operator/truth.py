@@ -12,10 +12,13 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from dataclasses import dataclass
+
+from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.kafka_offsets import committed_group_offsets
 
 from .conditions import ProgressFacts
 from .progress import progress_facts
@@ -68,6 +71,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0
 def latest_commit(config: AppConfig) -> Any:
     """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink)."""
     from handoff_spark import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
+    from handoff_spark.iceberg_table import forget_catalog
 
     sink = config.sink
     if not isinstance(sink, IcebergSink):
@@ -77,20 +81,43 @@ def latest_commit(config: AppConfig) -> Any:
     except Exception as exc:
         if type(exc).__name__ == "NoSuchTableError":
             return None  # created by the driver's first batch
+        forget_catalog(sink.catalog_name, dict(sink.catalog_properties))  # reconnect next time
         raise
-    table.refresh()
     return ledger.latest_commit(table, config.handoff_id)
+
+
+@dataclass(frozen=True)
+class GroupCommit:
+    """Committed progress of a sink without a table ledger (BigQuery): the consumer group's offsets,
+    which the data plane commits only after the table commit is durable."""
+
+    end_offsets: dict[str, dict[int, int]]
+    snapshot_id: None = None
+    batch_id: None = None
+    timestamp_ms: None = None
+    max_event_time_ms: None = None
+
+
+def group_commit(config: AppConfig, end: dict[str, dict[int, int]]) -> GroupCommit | None:
+    partitions = [(t, p) for t, parts in end.items() for p in parts]
+    committed = committed_group_offsets(config.source.bootstrap_servers, config.consumer_group, partitions,
+                                        dict(config.source.properties))
+    return GroupCommit(committed) if committed else None
 
 
 def read_progress(config: AppConfig) -> ProgressFacts:
     errors: list[str] = []
     commit = end = earliest = None
     try:
-        commit = latest_commit(config)
-    except Exception as exc:  # noqa: BLE001 - any catalog failure is reported, not raised
-        errors.append(f"cannot read the table ledger: {type(exc).__name__}: {exc}")
-    try:
         end, earliest = kafka_offsets(config)
-    except (KafkaException, RuntimeError, TimeoutError, Exception) as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
+    try:
+        if isinstance(config.sink, IcebergSink):
+            commit = latest_commit(config)
+        elif end is not None:
+            commit = group_commit(config, end)
+    except Exception as exc:  # noqa: BLE001
+        where = "the table ledger" if isinstance(config.sink, IcebergSink) else "the consumer group's offsets"
+        errors.append(f"cannot read {where}: {type(exc).__name__}: {exc}")
     return progress_facts(commit, end, earliest, int(time.time() * 1000), errors)

@@ -112,3 +112,34 @@ def test_status_reports_ledger_commit_lag_and_freshness(cluster: Cluster, kafka,
         assert values[header.index("SNAPSHOT")] == str(snapshot2)
     finally:
         op.stop()
+
+
+def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka) -> None:
+    """Without a table ledger (BigQuery), committed offsets are the consumer group's, which the data plane
+    commits only after the table commit is durable."""
+    from handoff_spark.kafka_offsets import commit_group_offsets
+
+    bootstrap = kafka.bootstrap
+    topic = f"clicks-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    _produce(bootstrap, topic, {0: 5, 1: 5})
+    ns = cluster.new_namespace("truth")
+    spec = base_spec(bootstrap, sink={"bigquery": {"project": "test-project", "dataset": "web", "table": "clicks"}})
+    spec["source"]["topics"] = [topic]
+    # The first commit of a new group may meet a coordinator that is still loading: retry.
+    eventually(lambda: commit_group_offsets(bootstrap, f"handoff-{ns}.clicks", {topic: {0: 4, 1: 2}},
+                                            timeout_s=10.0), "group offsets committed")
+
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+    try:
+        cluster.create(ns, "clicks", spec)
+        status = eventually(lambda: (s := cluster.get(ns, "clicks").get("status") or {}).get("lag") is not None
+                            and s, "status with lag")
+        assert status["committed"]["offsets"] == {topic: {"0": 4, "1": 2}}
+        assert "snapshot" not in status["committed"]
+        assert status["lag"] == (5 - 4) + (5 - 2)
+    finally:
+        op.stop()
