@@ -143,6 +143,25 @@ class ProgressReporter:
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
 
+    def _last_commit(self, batch_id: int) -> dict[str, Any] | None:
+        """The sink's record of this batch; when it lacks the newest event time (needed for freshness), read it
+        from the Iceberg ledger (the snapshot summary carries `handoff.max-event-time-ms`)."""
+        commit = read_last_commit(self.cfg.checkpoint_location)
+        if (commit is None or int(commit.get("batch_id", -1)) != batch_id or "max_event_time_ms" in commit
+                or not commit.get("snapshot_id") or self.cfg.sink.kind != "iceberg"):
+            return commit
+        try:
+            from . import ledger
+
+            sink = self.cfg.sink
+            table = ledger.load_table(sink.catalog_name, sink.catalog_properties, sink.table)  # type: ignore[union-attr]
+            snapshot = table.metadata.snapshot_by_id(int(commit["snapshot_id"]))
+            entry = ledger.commit_of(snapshot) if snapshot is not None else None
+            commit = {**commit, "max_event_time_ms": entry.max_event_time_ms if entry else None}
+        except Exception:  # noqa: BLE001 - freshness is best effort; the stream goes on
+            log.warning("could not read the committed event time from the ledger", exc_info=True)
+        return commit
+
     def poll(self, query: Any) -> None:
         try:
             progresses = query.recentProgress
@@ -162,7 +181,7 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
-        report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
+        report = report_from_progress(data, self._last_commit(int(data["batchId"])), self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         self.max_event_time_ms = report.max_event_time_ms
         self.reports.append(report)

@@ -62,6 +62,7 @@ def test_handoff_run_available_now_drains_into_iceberg_and_exits_zero(kafka, tmp
     assert run.returncode == 0, (out + run.stderr)[-4000:]
     batch_lines = [line for line in out.splitlines() if line.startswith("batch ")]
     assert len(batch_lines) >= 3 and all("snapshot " in line for line in batch_lines), out
+    assert all(" freshness " in line for line in batch_lines), out  # newest committed event time, from the sink
     assert out.splitlines()[-1] == "done"
 
     from handoff_spark import ledger

@@ -1,0 +1,148 @@
+"""Freshness of the Iceberg table under a steady stream, at 1 s and 10 s triggers.
+
+A producer writes `--rate` records/s (event time = produce time) for `--seconds`; the Handoff app (handoff-kafka
+→ handoff-iceberg, SQLite catalog, local Spark) runs with `processingTime` = the trigger. From the ledger alone:
+  * `commit freshness` per commit = snapshot commit time − newest event time in it (how stale the table is
+    right after a commit; between commits staleness grows by up to one trigger interval + batch time);
+  * `worst-case staleness` ≈ commit freshness + the gap to the next commit, p50/p99 over commits.
+Warm-up commits (the first 3: Python worker start, table creation) are excluded.
+Prints a table and writes bench/results/freshness.json.
+
+    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--bootstrap HOST:PORT]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+sys.path.insert(0, str(ROOT / "hack"))
+
+COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
+           {"name": "payload", "type": "string"}]
+WARMUP_COMMITS = 3
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop: threading.Event) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    t0 = time.monotonic()
+    i = 0
+    while not stop.is_set() and time.monotonic() - t0 < seconds:
+        due = int((time.monotonic() - t0) * rate)
+        while i < due:
+            now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+            p.produce(topic, json.dumps({"id": i, "ts": now, "payload": "x" * 100}).encode())
+            i += 1
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(30)
+
+
+def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path) -> dict[str, Any]:
+    from handoff_spark import ledger
+    from handoff_spark.app import prepare_sink, start_query
+    from handoff_spark.config import AppConfig
+
+    topic = f"fresh-{uuid.uuid4().hex[:6]}"
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    props = {"type": "sql", "uri": f"sqlite:///{tmp}/fresh-{trigger_s}.db", "warehouse": f"file://{tmp}/wh-{trigger_s}"}
+    cfg = AppConfig.model_validate({
+        "handoffId": f"bench/fresh-{trigger_s}", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "sink": {"kind": "iceberg", "catalogName": f"fresh{trigger_s}", "table": "bench.fresh",
+                 "catalogProperties": props},
+        "schema": {"columns": COLUMNS, "onIncompatible": "halt", "eventTimeColumn": "ts"},
+        "triggerIntervalSeconds": trigger_s, "checkpointLocation": str(tmp / f"ck-{trigger_s}")})
+    prepare_sink(cfg)
+    query = start_query(spark, cfg)
+    stop = threading.Event()
+    producer = threading.Thread(target=steady_producer, args=(bootstrap, topic, rate, seconds, stop), daemon=True)
+    producer.start()
+    producer.join()
+    time.sleep(2 * trigger_s + 5)
+    query.stop()
+    table = ledger.load_table(f"fresh{trigger_s}", props, "bench.fresh")
+    commits = sorted((c for c in ledger.list_commits(table, cfg.handoff_id) if c.rows and c.max_event_time_ms),
+                     key=lambda c: c.timestamp_ms)[WARMUP_COMMITS:]
+    fresh = [(c.timestamp_ms - c.max_event_time_ms) / 1000 for c in commits]
+    worst = [(n.timestamp_ms - c.max_event_time_ms) / 1000 for c, n in zip(commits, commits[1:])]
+    return {"trigger_s": trigger_s, "rate": rate, "seconds": seconds, "commits": len(commits),
+            "rows": sum(c.rows for c in commits),
+            "commit_freshness_p50_s": pct(fresh, 0.5), "commit_freshness_p99_s": pct(fresh, 0.99),
+            "worst_staleness_p50_s": pct(worst, 0.5), "worst_staleness_p99_s": pct(worst, 0.99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--triggers", default="1,10")
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "freshness.json"))
+    args = ap.parse_args(argv)
+    kafka = None
+    if args.bootstrap:
+        bootstrap = args.bootstrap
+    else:
+        from handoff_testbed.kafka import Kafka
+
+        kafka = Kafka()
+        kafka.build()
+        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
+    results = []
+    try:
+        from handoff_spark.app import build_session
+        from handoff_spark.config import AppConfig
+
+        tmp = Path(tempfile.mkdtemp(prefix="bench-fresh-"))
+        cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap,
+                                                                           "topics": ["x"]},
+                                        "sink": {"kind": "iceberg", "table": "bench.x"},
+                                        "schema": {"onIncompatible": "halt"}, "checkpointLocation": str(tmp),
+                                        "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
+        spark = build_session(cfg)
+        for trig in [float(t) for t in args.triggers.split(",")]:
+            results.append(run_trigger(spark, bootstrap, trig, args.rate, args.seconds, tmp))
+            print(json.dumps(results[-1]), flush=True)
+        spark.stop()
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    doc = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2))
+    print(f"\n{'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
+          f"{'worst p99':>10}")
+    f = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
+    for r in results:
+        print(f"{r['trigger_s']:>7.0f}s {r['commits']:>8} {r['rows']:>8} {f(r['commit_freshness_p50_s']):>10} "
+              f"{f(r['commit_freshness_p99_s']):>10} {f(r['worst_staleness_p50_s']):>10} "
+              f"{f(r['worst_staleness_p99_s']):>10}")
+    print(f"\nload average: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
