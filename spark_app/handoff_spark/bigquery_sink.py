@@ -53,13 +53,6 @@ log = logging.getLogger(__name__)
 
 LAST_COMMIT_FILE = "handoff/last-commit.json"  # same file and shape as the Iceberg sink's progress hand-over
 
-# Environment overrides of the append tuning (benchmarks, drills); the defaults suit real BigQuery.
-ENV_MAX_ROWS = "HANDOFF_BQ_MAX_ROWS_PER_REQUEST"
-ENV_MAX_BYTES = "HANDOFF_BQ_MAX_REQUEST_BYTES"
-ENV_FORMAT = "HANDOFF_BQ_APPEND_FORMAT"
-ENV_MAX_INFLIGHT = "HANDOFF_BQ_MAX_INFLIGHT"
-
-
 class SchemaIncompatibleError(RuntimeError):
     """The declared schema (or a batch) needs a change BigQuery cannot make, and onIncompatible=halt."""
 
@@ -209,12 +202,8 @@ def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
 
 
 def writer_settings(sink: BigQuerySink) -> dict[str, Any]:
-    return {
-        "fmt": os.environ.get(ENV_FORMAT, "arrow"),
-        "max_rows": int(os.environ.get(ENV_MAX_ROWS, "10000")),
-        "max_bytes": int(os.environ.get(ENV_MAX_BYTES, str(9 * 1024 * 1024))),
-        "max_inflight": int(os.environ.get(ENV_MAX_INFLIGHT, "16")),
-    }
+    return {"fmt": sink.append_format, "max_rows": sink.max_rows_per_request, "max_bytes": sink.max_request_bytes,
+            "max_inflight": sink.max_inflight}
 
 
 class _DeadLetters:

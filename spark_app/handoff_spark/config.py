@@ -86,6 +86,12 @@ class BigQuerySink(_Model):
     partition_by: str | None = Field(default=None, description="time-partitioning column (DAY)")
     cluster_by: list[str] = Field(default_factory=list)
     auto_create: bool = True
+    # Storage Write API tuning (defaults suit real BigQuery; the benchmark and drills vary them). Requests are
+    # cut at this many rows / bytes (BigQuery's cap is 10 MB), with up to `max_inflight` pipelined per stream.
+    append_format: Literal["arrow", "proto"] = "arrow"
+    max_rows_per_request: int = Field(default=10_000, gt=0)
+    max_request_bytes: int = Field(default=9 * 1024 * 1024, ge=1024, le=10_000_000)
+    max_inflight: int = Field(default=16, gt=0, le=1000)
 
 
 class Maintenance(_Model):

@@ -112,6 +112,9 @@ class BatchReport:
             "lagTotal": sum(self.lag.values()),
             "inputRowsPerSecond": self.input_rows_per_second,
             "timestampMs": self.timestamp_ms,
+            # Set by a sink that met quota/size limits or transient server errors in this batch (BigQuery:
+            # BigQueryResourceExhausted | BigQueryUnavailable); the operator's Degraded condition reason.
+            "degradedReason": commit.get("degraded_reason"),
         }
 
 
@@ -188,6 +191,15 @@ class Metrics:
         self.max_event_time = Gauge("handoff_max_event_time_seconds",
                                     "Newest event time committed to the table (unix seconds)", lbl,
                                     registry=self.registry)
+        # Sink-side request trouble (the BigQuery sink reports it; the Iceberg sink reports none): refused
+        # requests and backoff retries by gRPC code, and the append latency of the last batch.
+        self.sink_errors = Counter("handoff_sink_request_errors", "Sink requests refused, by gRPC code",
+                                   lbl + ["code"], registry=self.registry)
+        self.sink_retries = Counter("handoff_sink_retries", "Sink requests retried after backoff, by gRPC code",
+                                    lbl + ["code"], registry=self.registry)
+        self.append_latency = Gauge("handoff_sink_append_latency_seconds",
+                                    "Append request latency in the last batch", lbl + ["quantile"],
+                                    registry=self.registry)
         self._max_event_ms: int | None = None
         freshness = Gauge("handoff_freshness_seconds", "now - newest event time committed to the table", lbl,
                           registry=self.registry)
@@ -211,6 +223,13 @@ class Metrics:
             self.dead_letters.labels(h).inc(int(commit["dlq_rows"]))
         if commit.get("bytes"):
             self.bytes.labels(h).inc(int(commit["bytes"]))
+        for code, n in (commit.get("append_errors") or {}).items():
+            self.sink_errors.labels(h, code).inc(int(n))
+        for code, n in (commit.get("append_retries") or {}).items():
+            self.sink_retries.labels(h, code).inc(int(n))
+        for q, key in (("0.5", "append_latency_p50_ms"), ("0.99", "append_latency_p99_ms")):
+            if commit.get(key) is not None:
+                self.append_latency.labels(h, q).set(float(commit[key]) / 1000)
         if commit.get("commit_latency_ms") is not None and not commit.get("skipped"):
             self.commit_latency.labels(h).observe(float(commit["commit_latency_ms"]) / 1000)
         if report.max_event_time_ms is not None:

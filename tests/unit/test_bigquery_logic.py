@@ -106,3 +106,25 @@ def test_percentile_and_degraded_reason():
     assert degraded_reason(AppendStats()) is None
     assert degraded_reason(AppendStats(errors={"RESOURCE_EXHAUSTED": 2})) == "BigQueryResourceExhausted"
     assert degraded_reason(AppendStats(retries={"UNAVAILABLE": 1})) == "BigQueryUnavailable"
+
+
+def test_progress_record_and_metrics_carry_the_sinks_request_trouble():
+    """The BigQuery sink's commit record → the same progress record and metrics as the Iceberg sink, plus the
+    Degraded reason and refused/retried requests by code."""
+    from handoff_spark.progress import Metrics, report_from_progress
+
+    progress = {"batchId": 3, "numInputRows": 10, "durationMs": {"triggerExecution": 100},
+                "sources": [{"startOffset": '{"t": {"0": 0}}', "endOffset": '{"t": {"0": 10}}'}]}
+    commit = {"batch_id": 3, "snapshot_id": 1795318656243373, "skipped": False, "rows": 10, "dlq_rows": 0,
+              "commit_latency_ms": 12.0, "append_errors": {"RESOURCE_EXHAUSTED": 4},
+              "append_retries": {"UNAVAILABLE": 2}, "append_latency_p50_ms": 20.0, "append_latency_p99_ms": 80.0,
+              "degraded_reason": "BigQueryResourceExhausted"}
+    report = report_from_progress(progress, commit, None)
+    record = report.record("ns/h")
+    assert record["degradedReason"] == "BigQueryResourceExhausted" and record["committedSnapshot"] == 1795318656243373
+    m = Metrics("ns/h")
+    m.observe(report)
+    get = m.registry.get_sample_value
+    assert get("handoff_sink_request_errors_total", {"handoff": "ns/h", "code": "RESOURCE_EXHAUSTED"}) == 4
+    assert get("handoff_sink_retries_total", {"handoff": "ns/h", "code": "UNAVAILABLE"}) == 2
+    assert get("handoff_sink_append_latency_seconds", {"handoff": "ns/h", "quantile": "0.99"}) == 0.08

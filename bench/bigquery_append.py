@@ -1,0 +1,270 @@
+"""Kafka → BigQuery, in one run on the same topic: how much of Kafka's raw speed survives each way of appending.
+
+Pipelines:
+  * `raw-consume`           — one confluent-kafka consumer counting records: the ceiling.
+  * `naive-insertall-500`   — the pattern from the "25 billion events" write-up: consume, decode, legacy streaming
+                              `insertAll` (`insert_rows_json`) of 500 rows, wait for the answer, repeat.
+  * `naive-sync-append-500` — the same loop on the Storage Write API `_default` stream with the client library's
+                              `AppendRowsStream`, one blocking `result()` per 500-row request.
+  * `handoff-{arrow,proto}-{500,2000,10000}` — the Spark app end to end (`handoff-kafka` → decode →
+                              `handoff-bigquery`, exactlyOnce: PENDING streams, pipelined appends, atomic batch
+                              commit) with that append format and rows per request.
+Reported: rows/s, and append latency p50/p99 per request (the naive loops measure each call; the Spark runs take
+the per-batch p50/p99 from the sink's commit record: median of the p50s, max of the p99s). Spark session start
+is excluded. Against the BigQuery emulator (test bed) unless endpoints are given; figures from the emulator say
+how the client side scales, not what BigQuery itself sustains.
+
+    .venv/bin/python bench/bigquery_append.py [--records 60000] [--partitions 2] [--sizes 500,2000,10000]
+        [--formats arrow,proto] [--bootstrap HOST:PORT] [--rest URL --grpc HOST:PORT --project P]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from throughput import COLUMNS, _consumer, produce, raw_consume  # noqa: E402
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def _sink(args: Any, dataset: str, table: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "bigquery", "project": args.project, "dataset": dataset, "table": table,
+            "restEndpoint": args.rest, "grpcEndpoint": args.grpc, **extra}
+
+
+def _cfg(args: Any, bootstrap: str, topic: str, tmp: Path, name: str, sink: dict[str, Any]) -> Any:
+    from handoff_spark.config import AppConfig
+
+    return AppConfig.model_validate({
+        "handoffId": f"bench/{name}", "source": {"bootstrapServers": bootstrap, "topics": [topic],
+                                                 "maxRecordsPerBatch": args.max_records_per_batch},
+        "sink": sink, "schema": {"columns": COLUMNS, "onIncompatible": "halt", "evolution": "none"},
+        "checkpointLocation": str(tmp / f"ck-{name}")})
+
+
+def _decoded_batches(bootstrap: str, topic: str, records: int, size: int, cfg: Any):
+    """Consume and decode `size` records at a time (what a hand-written consumer does before each insert)."""
+    import pyarrow as pa
+
+    from handoff_spark.decode import decode_batch
+    from handoff_spark.kafka_source import ARROW_SCHEMA
+
+    c = _consumer(bootstrap)
+    c.subscribe([topic])
+    rows = 0
+    buf: list[Any] = []
+    try:
+        while rows < records:
+            for m in c.consume(num_messages=size - len(buf), timeout=1.0):
+                if m.error() is None:
+                    buf.append(m)
+            if len(buf) >= size or (buf and rows + len(buf) >= records):
+                raw = pa.RecordBatch.from_pydict({
+                    "topic": [m.topic() for m in buf], "partition": [m.partition() for m in buf],
+                    "offset": [m.offset() for m in buf], "timestamp": [m.timestamp()[1] * 1000 for m in buf],
+                    "key": [m.key() for m in buf], "value": [m.value() for m in buf],
+                    "headers": [[] for _ in buf]}, schema=ARROW_SCHEMA)
+                decoded, _ = decode_batch(raw, cfg.schema_, "json")
+                rows += len(buf)
+                buf = []
+                yield decoded
+    finally:
+        c.close()
+
+
+def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int = 500) -> dict[str, Any]:
+    """One process, one request at a time, each waited for: the seed's pattern."""
+    from handoff_spark import bigquery_client
+    from handoff_spark.bigquery_sink import prepare
+
+    dataset = f"bench_{uuid.uuid4().hex[:6]}"
+    cfg = _cfg(args, bootstrap, topic, tmp, f"naive-{mode}", _sink(args, dataset, f"naive_{mode}"))
+    plan = prepare(cfg)
+    sink = cfg.sink
+    client = bigquery_client.rest_client(sink)
+    ref = bigquery_client.table_ref(sink)
+    lat: list[float] = []
+    rows = 0
+    t0 = time.perf_counter()
+    if mode == "insertall":
+        table = client.get_table(ref)
+        for decoded in _decoded_batches(bootstrap, topic, args.records, size, cfg):
+            docs = decoded.to_pylist()
+            for d in docs:
+                for k, v in d.items():
+                    if hasattr(v, "isoformat"):
+                        d[k] = v.isoformat()
+            t = time.perf_counter()
+            errors = client.insert_rows_json(table, docs, retry=None)
+            lat.append((time.perf_counter() - t) * 1000)
+            if errors:
+                raise RuntimeError(f"insertAll errors: {errors[:3]}")
+            rows += len(docs)
+    else:
+        from google.cloud.bigquery_storage_v1 import types, writer
+
+        from handoff_spark.bigquery_schema import arrow_schema, conform
+
+        schema = arrow_schema(plan.fields)
+        wc = bigquery_client.write_client(sink)
+        stream = f"{bigquery_client.table_path(sink)}/streams/_default"
+        template = types.AppendRowsRequest(write_stream=stream)
+        template.arrow_rows = types.AppendRowsRequest.ArrowData(
+            writer_schema=types.ArrowSchema(serialized_schema=schema.serialize().to_pybytes()))
+        appender = writer.AppendRowsStream(wc, template)
+        for decoded in _decoded_batches(bootstrap, topic, args.records, size, cfg):
+            import pyarrow as pa
+
+            decoded = decoded.append_column("_handoff_batch_id", pa.nulls(decoded.num_rows, pa.int64()))
+            shaped, _ = conform(decoded, plan.fields)
+            req = types.AppendRowsRequest(write_stream=stream)
+            req.arrow_rows = types.AppendRowsRequest.ArrowData(rows=types.ArrowRecordBatch(
+                serialized_record_batch=shaped.combine_chunks().to_batches()[0].serialize().to_pybytes(),
+                row_count=shaped.num_rows))
+            t = time.perf_counter()
+            appender.send(req).result()  # the anti-pattern: one blocking result() per request
+            lat.append((time.perf_counter() - t) * 1000)
+            rows += shaped.num_rows
+        appender.close()
+    elapsed = time.perf_counter() - t0
+    return {"rows": rows, "seconds": elapsed, "requests": len(lat), "append_p50_ms": _pct(lat, 50),
+            "append_p99_ms": _pct(lat, 99)}
+
+
+def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int) -> dict[str, Any]:
+    from handoff_spark.app import ProgressReporter, prepare_sink, start_query
+
+    name = f"{fmt}-{size}"
+    cfg = _cfg(args, bootstrap, topic, tmp, name, _sink(args, f"bench_{uuid.uuid4().hex[:6]}", f"h_{fmt}_{size}",
+                                                         appendFormat=fmt, maxRowsPerRequest=size))
+    lines: list[str] = []
+    reporter = ProgressReporter(cfg, None, lines.append)
+    prepare_sink(cfg)
+    t0 = time.perf_counter()
+    query = start_query(spark, cfg, available_now=True)
+    while query.isActive:
+        reporter.poll(query)
+        query.awaitTermination(0.5)
+    elapsed = time.perf_counter() - t0
+    reporter.poll(query)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    commits = [r.commit for r in reporter.reports if r.commit]
+    p50s = [c["append_latency_p50_ms"] for c in commits if c.get("append_latency_p50_ms") is not None]
+    p99s = [c["append_latency_p99_ms"] for c in commits if c.get("append_latency_p99_ms") is not None]
+    return {"rows": sum(r.rows for r in reporter.reports), "seconds": elapsed, "batches": len(reporter.reports),
+            "requests": sum(int(c.get("append_requests") or 0) for c in commits),
+            "append_p50_ms": statistics.median(p50s) if p50s else None, "append_p99_ms": max(p99s) if p99s else None,
+            "commit_p50_ms": _pct([float(c["commit_latency_ms"]) for c in commits], 50)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=60_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--sizes", default="500,2000,10000")
+    ap.add_argument("--formats", default="arrow,proto")
+    ap.add_argument("--max-records-per-batch", type=int, default=20_000)
+    ap.add_argument("--naive", default="insertall,sync-append")
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--rest")
+    ap.add_argument("--grpc")
+    ap.add_argument("--project", default="test-project")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bigquery_append.json"))
+    args = ap.parse_args(argv)
+    started: list[Any] = []
+    results: dict[str, Any] = {}
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            from handoff_testbed.kafka import Kafka
+
+            kafka = Kafka()
+            kafka.build()
+            bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
+            started.append(kafka)
+        if not args.rest:
+            from handoff_testbed.bigquery import BigQueryEmulator
+
+            emu = BigQueryEmulator()
+            emu.build()
+            emu.start(Path(tempfile.mkdtemp(prefix="bench-bq-")))
+            started.append(emu)
+            args.rest, args.grpc, args.project = emu.rest_endpoint, emu.grpc_endpoint, emu.project
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        topic = f"bench-bq-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
+        time.sleep(1)
+        produce(bootstrap, topic, args.records)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-bq-"))
+        results["raw-consume"] = raw_consume(bootstrap, topic, args.records, args.partitions)
+        print(f"raw-consume done: {results['raw-consume']['seconds']:.1f}s", flush=True)
+        for mode in [m for m in args.naive.split(",") if m]:
+            results[f"naive-{mode}-500"] = naive(args, bootstrap, topic, tmp, mode)
+            print(f"naive-{mode} done: {results[f'naive-{mode}-500']['seconds']:.1f}s", flush=True)
+        from handoff_spark.app import build_session
+        from handoff_spark.config import AppConfig
+
+        cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+                                        "sink": _sink(args, "x", "x"), "schema": {"onIncompatible": "halt"},
+                                        "checkpointLocation": str(tmp),
+                                        "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
+        t = time.perf_counter()
+        spark = build_session(cfg)
+        results["spark-session-start"] = {"seconds": time.perf_counter() - t}
+        for fmt in [f for f in args.formats.split(",") if f]:
+            for size in [int(s) for s in args.sizes.split(",") if s]:
+                results[f"handoff-{fmt}-{size}"] = handoff(spark, args, bootstrap, topic, tmp, fmt, size)
+                print(f"handoff-{fmt}-{size} done: {results[f'handoff-{fmt}-{size}']['seconds']:.1f}s", flush=True)
+        spark.stop()
+    finally:
+        for comp in reversed(started):
+            comp.stop()
+    for r in results.values():
+        if "rows" in r and r["seconds"]:
+            r["rows_per_s"] = r["rows"] / r["seconds"]
+    doc = {"records": args.records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
+           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
+           "target": "bqemulator 1.4.0 (test bed)" if started else args.rest,
+           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2))
+    print(f"\n{'pipeline':<24} {'rows':>7} {'seconds':>8} {'rows/s':>8} {'requests':>9} {'p50 ms':>7} {'p99 ms':>7}")
+    for name, r in results.items():
+        if "rows" not in r:
+            print(f"{name:<24} {'':>7} {r['seconds']:>8.1f}")
+            continue
+
+        def f(v: Any) -> str:
+            return "" if v is None else f"{v:.1f}"
+
+        print(f"{name:<24} {r['rows']:>7} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>8.0f} "
+              f"{r.get('requests', ''):>9} {f(r.get('append_p50_ms')):>7} {f(r.get('append_p99_ms')):>7}")
+    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
