@@ -263,3 +263,26 @@ def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Op
     cluster.make_driver_ready(ns, "flaky")
     cluster.wait_condition(ns, "flaky", "Ready", "True", "Running")
     cluster.wait_condition(ns, "flaky", "Degraded", "False")
+
+
+def test_kwok_node_runs_the_driver_to_ready_and_delete_waits_for_it(cluster: Cluster, operator: Operator) -> None:
+    """With the test bed's scheduler + kwok node, a schedulable driver (checkpoint in object storage, no
+    volume) is bound and reported Running/Ready by kwok: no test-written pod status at all."""
+    ns = cluster.new_namespace()
+    cluster.create(ns, "lake", base_spec(checkpoint={"location": "s3a://checkpoints/lake"}))
+    out = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "sth/lake",
+                  check=False)
+    assert out.returncode == 0 and "condition met" in out.stdout, (out.stderr, cluster.get(ns, "lake").get("status"))
+    (pod,) = cluster.driver_pods(ns, "lake")
+    assert pod.spec.node_name, "bound to the kwok node"
+    assert "checkpoint" not in [v.name for v in pod.spec.volumes]
+    status = cluster.get(ns, "lake")["status"]
+    assert status["phase"] == "Running" and status["app"]["driver"] == pod.metadata.name
+    assert not cluster.children(ns, "lake")["PersistentVolumeClaim"]
+
+    cluster.custom.delete_namespaced_custom_object("handoff.io", "v1alpha1", ns, "streamtablehandoffs", "lake")
+    eventually(lambda: not cluster.custom.list_namespaced_custom_object(
+        "handoff.io", "v1alpha1", ns, "streamtablehandoffs")["items"], "handoff released", timeout=90)
+    # The finalizer waited until the driver pod was gone (not merely terminating).
+    assert not cluster.core.list_namespaced_pod(ns, label_selector="handoff.io/name=lake").items
+    eventually(lambda: not cluster.children(ns, "lake")["Deployment"], "Deployment garbage-collected")
