@@ -76,8 +76,10 @@ class Operator:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             with contextlib.suppress(asyncio.CancelledError):
-                loop.run_until_complete(kopf.operator(clusterwide=True, standalone=True,
-                                                      ready_flag=ready, stop_flag=stop))
+                scope: dict[str, Any] = ({"namespaces": self.settings.namespaces} if self.settings.namespaces
+                                         else {"clusterwide": True})
+                loop.run_until_complete(kopf.operator(standalone=True, ready_flag=ready, stop_flag=stop,
+                                                      **scope))
             loop.close()
 
         self.thread = threading.Thread(target=run, name="kopf-operator", daemon=True)

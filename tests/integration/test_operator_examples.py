@@ -100,3 +100,23 @@ def test_examples_get_children_and_a_waitable_status(cluster: Cluster, handoff_o
         for ns, name in handoffs:
             kubectl(cluster.kubeconfig, "delete", "-n", ns, f"sth/{name}", "--wait=true", "--timeout=90s",
                     check=False)
+
+
+def test_watched_namespaces_limit_the_operator(cluster: Cluster) -> None:
+    """HANDOFF_NAMESPACES: handoffs elsewhere are left alone (no finalizer, no children, no status)."""
+    from operator_support import Operator, base_spec
+
+    watched, other = cluster.new_namespace("watched"), cluster.new_namespace("other")
+    op = Operator(cluster.kubeconfig, namespaces=[watched], status_interval=1.0)
+    op.start()
+    try:
+        cluster.create(other, "ignored", base_spec())
+        cluster.create(watched, "managed", base_spec())
+        eventually(lambda: cluster.children(watched, "managed")["Deployment"], "managed handoff's Deployment")
+        cluster.wait_condition(watched, "managed", "Progressing", "True")
+        ignored = cluster.get(other, "ignored")
+        assert not ignored.get("status") and not ignored["metadata"].get("finalizers")
+        assert not cluster.children(other, "ignored")["Deployment"]
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()
