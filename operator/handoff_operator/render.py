@@ -102,12 +102,12 @@ def checkpoint_pvc_name(name: str) -> str:
 
 
 def executor_pod_prefix(name: str) -> str:
-    """Spark wants a DNS label of at most 47 characters for the executor pod-name prefix."""
-    prefix = f"{name}-exec"
-    if len(prefix) <= 47:
-        return prefix
+    """Spark names executor pods `<prefix>-exec-<n>` and wants the prefix to be a DNS label of at most
+    47 characters; longer handoff names are cut and made unique with a hash."""
+    if len(name) <= 47:
+        return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[:47 - 14].rstrip('-')}-{digest}-exec"
+    return f"{name[:47 - 9].rstrip('-')}-{digest}"
 
 
 def selector_labels(name: str) -> dict[str, str]:

@@ -1,0 +1,90 @@
+"""Spark itself (pyspark 4.3's own Kubernetes backend, no mocks) creates executor pods from the settings the
+operator rendered into the handoff's app.json, against the real kube-apiserver: pod names from the prefix,
+image, executor resources, the handoff's labels, and an ownerReference to the driver pod (so executors go
+when the driver goes). The driver runs in a subprocess on this machine instead of in the driver pod, so only
+its API address, credentials and host are overridden; everything else is the rendered config. kwok runs the
+executor pods, and the operator's status counts them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Iterator
+
+import pytest
+
+from operator_support import Cluster, Operator, base_spec, eventually, install_crds
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.e2e]
+
+DRIVER = textwrap.dedent("""
+    import json, sys, time
+    from pyspark.sql import SparkSession
+    conf = json.loads(sys.argv[1])
+    builder = SparkSession.builder.appName("handoff-executor-probe")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    print("driver up", flush=True)
+    sys.stdin.read()          # until the test closes stdin
+    spark.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver) -> Iterator[Cluster]:
+    install_crds(str(apiserver.kubeconfig))
+    c = Cluster(str(apiserver.kubeconfig))
+    yield c
+    c.api.close()
+
+
+def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster, apiserver, tmp_path) -> None:
+    ns = cluster.new_namespace("spark")
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+    driver = None
+    try:
+        cluster.create(ns, "orders", base_spec(checkpoint={"location": "s3a://checkpoints/orders"}))
+        cluster.wait_condition(ns, "orders", "Ready", "True", timeout=90)  # kwok runs the driver pod
+        (driver_pod,) = cluster.driver_pods(ns, "orders")
+        app = json.loads(cluster.core.read_namespaced_config_map("orders-app", ns).data["app.json"])
+        conf = dict(app["sparkConf"])
+        # Only what differs between "in the driver pod" and "on this machine":
+        conf.update({
+            "spark.master": f"k8s://{apiserver.server}",
+            "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
+            "spark.kubernetes.authenticate.oauthToken": apiserver.token,
+            "spark.driver.host": "127.0.0.1",
+            "spark.kubernetes.driver.pod.name": driver_pod.metadata.name,
+            "spark.driver.memory": "512m",
+        })
+        conf.pop("spark.kubernetes.authenticate.oauthTokenFile")
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
+                                  stdout=open(tmp_path / "driver.log", "w"), stderr=subprocess.STDOUT, text=True)
+        selector = "handoff.io/name=orders,app.kubernetes.io/component=executor"
+        pods = eventually(lambda: cluster.core.list_namespaced_pod(ns, label_selector=selector).items,
+                          "executor pods created by Spark", timeout=240)
+        pod = pods[0]
+        assert pod.metadata.name.startswith("orders-exec-")
+        assert pod.metadata.labels["spark-role"] == "executor"
+        assert pod.metadata.labels["app.kubernetes.io/managed-by"] == "handoff-operator"
+        (container,) = pod.spec.containers
+        assert container.image == app["sparkConf"]["spark.kubernetes.container.image"]
+        assert container.resources.requests["cpu"] == "2"  # spec.spark.executor.cores
+        assert [(r.kind, r.name) for r in pod.metadata.owner_references] == [("Pod", driver_pod.metadata.name)]
+        assert len(pods) <= 3  # spec.scaling.maxExecutors
+        # kwok runs the executor; the handoff's status counts it.
+        eventually(lambda: (cluster.get(ns, "orders")["status"].get("executors") or {}).get("current", 0) >= 1,
+                   "status.executors.current", timeout=90)
+    finally:
+        if driver is not None:
+            driver.stdin.close()
+            try:
+                driver.wait(120)
+            except subprocess.TimeoutExpired:
+                driver.kill()
+                driver.wait(30)
+        cluster.delete_all_handoffs()
+        op.stop()
