@@ -1,0 +1,160 @@
+"""Shared machinery of the BigQuery exactly-once drills: the app config for the emulator, the app run as a
+subprocess (reusing the Iceberg drills' runner, which takes a commit counter), and the invariants every drill
+ends with — checked from BigQuery alone."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from handoff_spark import bigquery_client, bigquery_ledger
+from handoff_spark.config import AppConfig
+
+from iceberg_drill_support import PY, REPO, Run, end_offsets
+
+COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
+           {"name": "region", "type": "string"}]
+
+
+def bq_drill_config(tmp_path: Path, emulator: Any, bootstrap: str, topic: str, *, max_records: int = 400,
+                    schema: dict[str, Any] | None = None, sink: dict[str, Any] | None = None,
+                    **overrides: Any) -> AppConfig:
+    doc: dict[str, Any] = {
+        "handoffId": "drills/" + topic,
+        "source": {"bootstrapServers": bootstrap, "topics": [topic], "maxRecordsPerBatch": max_records},
+        "sink": {"kind": "bigquery", "project": emulator.project, "dataset": f"drill_{uuid.uuid4().hex[:8]}",
+                 "table": "t_" + topic.replace("-", "_"), "restEndpoint": emulator.rest_endpoint,
+                 "grpcEndpoint": emulator.grpc_endpoint, "partitionBy": "ts", **(sink or {})},
+        "schema": schema or {"columns": COLUMNS, "onIncompatible": "halt"},
+        "checkpointLocation": str(tmp_path / "checkpoint"),
+        "progressFile": str(tmp_path / "progress.json"),
+    }
+    doc.update(overrides)
+    cfg = AppConfig.model_validate(doc)
+    (tmp_path / "app.json").write_text(cfg.to_json())
+    return cfg
+
+
+def bq_commits(cfg: AppConfig) -> int:
+    """Batches committed so far, from the data table (the truth, not the best-effort ledger)."""
+    try:
+        client = bigquery_client.rest_client(cfg.sink)
+        ref = bigquery_client.table_ref(cfg.sink)
+        rows = list(client.query(f"SELECT COUNT(DISTINCT _handoff_batch_id) AS n FROM `{ref}`", retry=None).result())
+        return int(rows[0]["n"])
+    except Exception:  # noqa: BLE001 — table not there yet, emulator restarting
+        return 0
+
+
+def counts(cfg: AppConfig) -> tuple[int, int]:
+    client = bigquery_client.rest_client(cfg.sink)
+    ref = bigquery_client.table_ref(cfg.sink)
+    row = list(client.query(
+        f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(_kafka_topic, '/', CAST(_kafka_partition AS STRING), '/', "
+        f"CAST(_kafka_offset AS STRING))) AS d FROM `{ref}`", retry=None).result())[0]
+    return int(row["n"]), int(row["d"])
+
+
+def assert_exactly_once(cfg: AppConfig, bootstrap: str, produced: int, topic: str, dead_letters: int = 0) -> None:
+    """rows == produced (minus dead letters), distinct (topic, partition, offset) == rows, and what BigQuery
+    says the table holds ends at the topic's end offsets."""
+    rows, distinct = counts(cfg)
+    assert rows == produced - dead_letters, (rows, produced, dead_letters)
+    assert distinct == rows
+    ends = end_offsets(bootstrap, topic)
+    assert bigquery_ledger.resume_offsets(cfg.sink)[topic] == ends
+    last = bigquery_ledger.latest_commit(cfg.sink, cfg.handoff_id)
+    assert last is not None
+    # the ledger is an index written after each commit; every offset of the topic is covered by some commit
+    covered = {p: 0 for p in ends}
+    for c in sorted(bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id), key=lambda c: c.batch_id):
+        for p, (start, end) in c.offsets.get(topic, {}).items():
+            assert start == covered[p], f"ledger gap or overlap at partition {p}: {start} != {covered[p]}"
+            covered[p] = end
+    assert covered == ends
+
+
+def run_bq_app(tmp_path: Path, cfg: AppConfig, env: dict[str, str] | None = None, timeout: float = 300,
+               on_commits: tuple[int, Callable[[], None]] | None = None) -> Run:
+    """One run of the real driver entry point (`python -m handoff_spark run --available-now`) in its own
+    session, so a fault hook's kill -9 takes driver, JVM and Python workers. `on_commits=(n, fn)`: call fn once
+    while the app runs, when n batches are in the table (emulator restart)."""
+    n = len(list(tmp_path.glob("app-*.log")))
+    log = tmp_path / f"app-{n}.log"
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
+                "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY, **(env or {})}
+    with log.open("w") as fh:
+        proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json"),
+                                 "--available-now"], stdout=fh, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True, cwd=tmp_path)
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"app did not finish in {timeout}s; see {log}")
+                if on_commits is not None and bq_commits(cfg) >= on_commits[0]:
+                    on_commits[1]()
+                    on_commits = None
+                time.sleep(0.3)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return Run(proc.returncode, log)
+
+
+def run_bq_to_completion(tmp_path: Path, cfg: AppConfig, max_runs: int = 4, **kw: Any) -> list[Run]:
+    """Run the app again until it exits 0; only the first run gets the fault/env/hook."""
+    runs = []
+    for _ in range(max_runs):
+        r = run_bq_app(tmp_path, cfg, **kw)
+        runs.append(r)
+        if r.returncode == 0:
+            return runs
+        kw.pop("env", None)
+        kw.pop("on_commits", None)
+    raise AssertionError(f"app never finished cleanly: {[(r.returncode, str(r.log)) for r in runs]}\n"
+                         + runs[-1].log.read_text()[-4000:])
+
+
+def read_dead_letters(bootstrap: str, topic: str, expect: int, timeout_s: float = 30.0) -> list[Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expect and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                out.append(msg)
+        return out
+    finally:
+        consumer.close()
+
+
+def limited_emulator(workdir: Path, max_request_bytes: int, max_stream_rows: int) -> Any:
+    """A separate emulator whose Storage Write API refuses large requests and full PENDING streams with
+    RESOURCE_EXHAUSTED (`BQEMU_WRITE_API_MAX_REQUEST_BYTES` / `BQEMU_WRITE_API_MAX_STREAM_ROWS`)."""
+    from handoff_testbed.bigquery import BigQueryEmulator
+
+    keys = ("BQEMU_WRITE_API_MAX_REQUEST_BYTES", "BQEMU_WRITE_API_MAX_STREAM_ROWS")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(dict(zip(keys, (str(max_request_bytes), str(max_stream_rows)))))
+    try:
+        emu = BigQueryEmulator()
+        emu.build()
+        emu.start(workdir)
+        return emu
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
