@@ -536,13 +536,10 @@ class StreamWriter:
             if action is Action.FAIL:
                 raise AppendError(f"append to {self._stream} failed: {CODE_NAMES.get(code, code)}: {message}", code)
             if action is Action.ROW_ERRORS:
-                bad = {int(e.index): e.message for e in row_errors}
-                for i, msg in bad.items():
-                    self.rejected.append((chunk.index_base[i], f"BigQuery row error: {msg}"))
-                keep = [i for i in range(chunk.table.num_rows) if i not in bad]
-                if keep:
-                    idx = pa.array(keep, type=pa.int64())
-                    requeue.append((chunk.table.take(idx), [chunk.index_base[i] for i in keep], chunk))
+                kept, kept_rows, rejected = split_row_errors(chunk.table, chunk.index_base, row_errors)
+                self.rejected.extend(rejected)
+                if kept.num_rows:
+                    requeue.append((kept, kept_rows, chunk))
                 continue
             if action is Action.SPLIT:
                 half = chunk.table.num_rows // 2
@@ -578,6 +575,16 @@ class StreamWriter:
                 self._connect()
             except Exception:  # noqa: BLE001 — the next send fails and is retried
                 pass
+
+
+def split_row_errors(table: pa.Table, rows: list[int], row_errors: Sequence[Any]
+                     ) -> tuple[pa.Table, list[int], list[tuple[int, str]]]:
+    """A request BigQuery refused for some of its rows (it applies none of them): the rows to resend, their
+    input row numbers, and (input row number, BigQuery's message) for the dead letters."""
+    bad = {int(e.index): str(e.message) for e in row_errors}
+    rejected = [(rows[i], f"BigQuery row error: {msg}") for i, msg in sorted(bad.items()) if 0 <= i < len(rows)]
+    keep = [i for i in range(table.num_rows) if i not in bad]
+    return table.take(pa.array(keep, type=pa.int64())), [rows[i] for i in keep], rejected
 
 
 def rejected_rows(writer: StreamWriter) -> list[Rejected]:

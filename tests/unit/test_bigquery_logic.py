@@ -128,3 +128,19 @@ def test_progress_record_and_metrics_carry_the_sinks_request_trouble():
     assert get("handoff_sink_request_errors_total", {"handoff": "ns/h", "code": "RESOURCE_EXHAUSTED"}) == 4
     assert get("handoff_sink_retries_total", {"handoff": "ns/h", "code": "UNAVAILABLE"}) == 2
     assert get("handoff_sink_append_latency_seconds", {"handoff": "ns/h", "quantile": "0.99"}) == 0.08
+
+
+def test_row_errors_split_the_request_into_resend_and_dead_letters():
+    """BigQuery applies none of a request with row errors: the listed rows become dead letters with BigQuery's
+    message, the others are resent (same order, their original row numbers kept for the DLQ mapping)."""
+    from google.cloud.bigquery_storage_v1 import types
+
+    from handoff_spark.bigquery_append import split_row_errors
+
+    table = pa.table({"id": [10, 11, 12, 13, 14]})
+    errors = [types.RowError(index=1, code=types.RowError.RowErrorCode.FIELDS_ERROR, message="id: out of range"),
+              types.RowError(index=4, code=types.RowError.RowErrorCode.FIELDS_ERROR, message="bad value")]
+    kept, rows, rejected = split_row_errors(table, [100, 101, 102, 103, 104], errors)
+    assert kept.column("id").to_pylist() == [10, 12, 13] and rows == [100, 102, 103]
+    assert rejected == [(101, "BigQuery row error: id: out of range"), (104, "BigQuery row error: bad value")]
+    assert classify(INVALID_ARGUMENT, "Rows failed", True, 5, True) is Action.ROW_ERRORS
