@@ -10,6 +10,7 @@ already committed and the next batch commits newer offsets.
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -17,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, dict[int, int]],
-                         properties: dict[str, str] | None = None, timeout_s: float = 10.0) -> bool:
+                         properties: dict[str, str] | None = None, timeout_s: float = 10.0,
+                         attempts: int = 3) -> bool:
     """Commit `{topic: {partition: next offset}}` for `group`. Returns False (and logs) on failure."""
     tps = [TopicPartition(topic, int(p), int(off)) for topic, parts in offsets.items() for p, off in parts.items()]
     if not tps:
@@ -26,14 +28,17 @@ def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, 
             "enable.auto.commit": False, "socket.timeout.ms": int(timeout_s * 1000)}
     consumer = Consumer(conf)
     try:
-        result = consumer.commit(offsets=tps, asynchronous=False)
-        failed = [tp for tp in (result or []) if tp.error is not None]
-        if failed:
-            log.warning("consumer-group %s: offset commit failed for %s", group, failed)
-            return False
-        return True
-    except KafkaException as exc:
-        log.warning("consumer-group %s: offset commit failed: %s", group, exc)
+        for attempt in range(1, attempts + 1):
+            try:
+                result = consumer.commit(offsets=tps, asynchronous=False)
+                failed = [tp for tp in (result or []) if tp.error is not None]
+                if not failed:
+                    return True
+                log.warning("consumer-group %s: offset commit failed for %s (attempt %s)", group, failed, attempt)
+            except KafkaException as exc:
+                # e.g. COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR right after a broker (re)start
+                log.warning("consumer-group %s: offset commit failed (attempt %s): %s", group, attempt, exc)
+            time.sleep(0.5 * attempt)
         return False
     finally:
         consumer.close()

@@ -234,9 +234,11 @@ def data_files_on_storage(table: Table) -> list[tuple[str, float]]:
 def orphan_files(table: Table, older_than_seconds: float = 0, now: float | None = None) -> list[str]:
     """Data files on storage that no snapshot references and that are older than the safety age."""
     now = time.time() if now is None else now
+    # Manifest paths are URIs (file:///…, s3://bucket/…); the storage listing gives the filesystem's own paths
+    # (/…, bucket/…). Normalise only the URIs: parsing a scheme-less `bucket/key` would make it a local path.
     refs = {_norm(table, p) for p in referenced_files(table)}
     return [p for p, mtime in data_files_on_storage(table)
-            if _norm(table, p) not in refs and now - mtime >= older_than_seconds]
+            if p.rstrip("/") not in refs and now - mtime >= older_than_seconds]
 
 
 def remove_orphan_files(table: Table, older_than_seconds: float) -> list[str]:

@@ -1,0 +1,141 @@
+"""Commit latency of the Iceberg sink's table commit as history grows: at batch 1, 100, 500 and 1000, for
+  * `baseline` — a naive PyIceberg sink: plain Transaction, fast_append, no manifest merging, no expiry;
+  * `handoff-no-maintenance` — Handoff's commit path (memoised transaction metadata, merge_append with
+    `commit.manifest-merge.enabled`) but no maintenance;
+  * `handoff` — plus Handoff's maintenance every 25 batches (expire snapshots outside the replay window,
+    compact small files, orphan sweep), the replay window being the last 50 batches.
+Why the history matters: PyIceberg's `Transaction.table_metadata` deep-copies the whole table metadata on each
+of ~16 reads per append, so a commit costs O(snapshots retained); see iceberg_sink._MemoTransaction.
+
+Each batch is what the sink's driver does (`iceberg_sink.commit_to_table`: load table, ancestry check, one
+snapshot with the ledger properties) for one small pre-written data file, on a SQLite catalog. The figure at
+batch N is the median of the 5 commits ending at N. Prints a table, writes bench/results/commit_latency.json.
+
+    .venv/bin/python bench/commit_latency.py [--batches 1000] [--variants baseline,merge,merge+expire]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+
+from handoff_spark import maintenance  # noqa: E402
+from handoff_spark.config import AppConfig  # noqa: E402
+from handoff_spark.iceberg_sink import IcebergCommitMessage, commit_to_table, open_table, write_data_files  # noqa: E402
+
+POINTS = (1, 100, 500, 1000)
+import handoff_spark.iceberg_sink as _sink  # noqa: E402
+_MEMO = _sink._MemoTransaction
+WINDOW_BATCHES = 50
+
+
+def _config(tmp: Path, variant: str) -> AppConfig:
+    return AppConfig.model_validate({
+        "handoffId": f"bench/{variant}", "source": {"bootstrapServers": "unused:9092", "topics": ["t"]},
+        "sink": {"kind": "iceberg", "catalogName": "bench", "table": "bench.t",
+                 "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db",
+                                       "warehouse": f"file://{tmp}/warehouse"},
+                 "partitionBy": ["day(ts)"]},
+        "schema": {"columns": [{"name": "id", "type": "long"}, {"name": "ts", "type": "timestamp"},
+                               {"name": "payload", "type": "string"}], "onIncompatible": "halt"},
+        "checkpointLocation": str(tmp / "cp"),
+        "maintenance": {"everyBatches": 25, "expireOlderThanSeconds": 1, "orphanMinAgeSeconds": 60},
+    })
+
+
+def _rows(batch: int, n: int = 200) -> pa.Table:
+    ts = pa.array([1_767_225_600_000_000 + batch * 1_000_000] * n, pa.timestamp("us", "UTC"))
+    return pa.table({"id": pa.array(range(batch * n, batch * n + n), pa.int64()), "ts": ts,
+                     "payload": [f"p{i}" for i in range(n)],
+                     "_kafka_topic": ["t"] * n, "_kafka_partition": pa.array([0] * n, pa.int32()),
+                     "_kafka_offset": pa.array(range(batch * n, batch * n + n), pa.int64()), "_kafka_timestamp": ts})
+
+
+def run_variant(variant: str, batches: int) -> dict[str, object]:
+    from handoff_spark.iceberg_sink import prepare_batch
+
+    with tempfile.TemporaryDirectory(prefix=f"bench-{variant}-") as d:
+        tmp = Path(d)
+        cfg = _config(tmp, variant)
+        table = open_table(cfg)
+        import handoff_spark.iceberg_sink as sink_mod
+        from pyiceberg.table import Transaction
+        sink_mod._MemoTransaction = Transaction if variant == "baseline" else _MEMO  # type: ignore[misc]
+        if variant == "baseline":
+            with table.transaction() as tx:
+                tx.set_properties({"commit.manifest-merge.enabled": "false"})
+        latencies: list[float] = []
+        maint_ms: list[float] = []
+        window_start = time.time()
+        batch_times: list[float] = []
+        for b in range(batches):
+            table = open_table(cfg)
+            shaped, meta, _plan = prepare_batch(_rows(b), table.metadata, "compatible")
+            files = write_data_files(meta, table.io, shaped, uuid.uuid4())
+            msg = IcebergCommitMessage(write_uuid="x", files=files, rows=shaped.num_rows)
+            ranges = {("t", 0): (b * 200, b * 200 + 200)}
+            t0 = time.perf_counter()
+            tc = commit_to_table(cfg, [msg], b, ranges, "bench-query")
+            latencies.append((time.perf_counter() - t0) * 1000)
+            batch_times.append(time.time())
+            if variant == "handoff" and b and b % cfg.maintenance.every_batches == 0:
+                # replay window = the last WINDOW_BATCHES batches, expressed in seconds of this run
+                window_s = max(0.0, time.time() - batch_times[max(0, b - WINDOW_BATCHES)])
+                t1 = time.perf_counter()
+                t = tc.table
+                maintenance.expire_snapshots(t, int(window_s) + 1)
+                t.refresh()
+                maintenance.compact(t)
+                t.refresh()
+                maintenance.remove_orphan_files(t, 60)
+                maint_ms.append((time.perf_counter() - t1) * 1000)
+        at = {str(p): round(statistics.median(latencies[max(0, p - 5):max(p, 5)]), 1) for p in POINTS if p <= batches}
+        final = open_table(cfg)
+        return {"variant": variant, "batches": batches, "median_ms_at": at,
+                "ratio_last_to_first": round(at[str(max(int(k) for k in at))] / at["1"], 2),
+                "snapshots_in_metadata": len(final.metadata.snapshots),
+                "live_data_files": len(maintenance.live_data_files(final)),
+                "manifests_in_current": len(final.current_snapshot().manifests(final.io)),
+                "maintenance_round_ms_median": round(statistics.median(maint_ms), 1) if maint_ms else None,
+                "rows": final.scan().to_arrow().num_rows, "elapsed_s": round(time.time() - window_start, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=1000)
+    ap.add_argument("--variants", default="handoff,handoff-no-maintenance,baseline",
+                    help="comma-separated; NAME:BATCHES caps one variant (the baseline is quadratic)")
+    args = ap.parse_args()
+    results = []
+    for spec in args.variants.split(","):
+        v, _, n = spec.partition(":")
+        r = run_variant(v, int(n) if n else args.batches)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    points = [p for p in POINTS if p <= args.batches]
+    print("\ncommit latency (median ms over the 5 commits ending at batch N)")
+    print(f"{'variant':<24}" + "".join(f"{'@' + str(p):>9}" for p in points) + f"{'ratio':>8}{'snaps':>7}{'files':>7}")
+    for r in results:
+        at = r["median_ms_at"]
+        print(f"{r['variant']:<24}" + "".join(f"{at.get(str(p), '-'):>9}" for p in points)
+              + f"{r['ratio_last_to_first']:>8}{r['snapshots_in_metadata']:>7}{r['live_data_files']:>7}")
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "commit_latency.json").write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                       time.gmtime()),
+                                                         "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
