@@ -2,7 +2,8 @@
 operator rendered into the handoff's app.json, against the real kube-apiserver: pod names from the prefix,
 image, executor resources, the handoff's labels, and an ownerReference to the driver pod (so executors go
 when the driver goes). The driver runs in a subprocess on this machine instead of in the driver pod, so only
-its API address, credentials and host are overridden; everything else is the rendered config. kwok runs the
+its API address, CA and host are overridden and it authenticates with a token of the driver's own
+ServiceAccount (so the rendered Role is what authorizes Spark); everything else is the rendered config. kwok runs the
 executor pods, and the operator's status counts them."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from operator_support import Cluster, Operator, base_spec, eventually, install_crds
+from operator_support import Cluster, Operator, base_spec, eventually, install_crds, kubectl
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.e2e]
 
@@ -51,11 +52,19 @@ def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster
         (driver_pod,) = cluster.driver_pods(ns, "orders")
         app = json.loads(cluster.core.read_namespaced_config_map("orders-app", ns).data["app.json"])
         conf = dict(app["sparkConf"])
+        # The driver authenticates as the ServiceAccount the operator made for it, so the Role the
+        # operator rendered is what lets Spark manage its executors (real RBAC in the test bed).
+        token = cluster.core.create_namespaced_service_account_token(
+            "orders-driver", ns, {"spec": {"expirationSeconds": 3600}}).status.token
+        sa = f"system:serviceaccount:{ns}:orders-driver"
+        can = lambda *a: kubectl(cluster.kubeconfig, "auth", "can-i", *a, "-n", ns, "--as", sa,  # noqa: E731
+                                 check=False).stdout.strip()
+        assert can("create", "pods") == "yes" and can("list", "secrets") == "no"
         # Only what differs between "in the driver pod" and "on this machine":
         conf.update({
             "spark.master": f"k8s://{apiserver.server}",
             "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
-            "spark.kubernetes.authenticate.oauthToken": apiserver.token,
+            "spark.kubernetes.authenticate.oauthToken": token,
             "spark.driver.host": "127.0.0.1",
             "spark.kubernetes.driver.pod.name": driver_pod.metadata.name,
             "spark.driver.memory": "512m",
