@@ -143,7 +143,8 @@ def test_schema_evolution_and_new_partition_mid_stream(kafka, tmp_path):
     run_to_completion(tmp_path, max_runs=1)
     assert_exactly_once(cfg, kafka.bootstrap, n, topic)
     # the topic grows a partition and producers add a field: both land without a restart of the table
-    kafka.admin().create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+    admin = kafka.admin()  # keep the client alive until the future resolves
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
     time.sleep(1)
     n += produce(kafka.bootstrap, topic, range(600, 1200), score=2.5, note="new")
     run_to_completion(tmp_path, max_runs=1)
