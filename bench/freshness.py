@@ -5,7 +5,7 @@ A producer writes `--rate` records/s (event time = produce time) for `--seconds`
   * `commit freshness` per commit = snapshot commit time − newest event time in it (how stale the table is
     right after a commit; between commits staleness grows by up to one trigger interval + batch time);
   * `worst-case staleness` ≈ commit freshness + the gap to the next commit, p50/p99 over commits.
-Warm-up commits (the first 3: Python worker start, table creation) are excluded.
+The first commit (Python worker start, imports) happens before the producer starts and is excluded.
 Prints a table and writes bench/results/freshness.json.
 
     .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--bootstrap HOST:PORT]
@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT / "hack"))
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
            {"name": "payload", "type": "string"}]
-WARMUP_COMMITS = 3
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -40,7 +39,8 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop: threading.Event) -> None:
+def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop: threading.Event,
+                    produced: list[int]) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -55,6 +55,7 @@ def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop:
         p.poll(0)
         time.sleep(0.01)
     p.flush(30)
+    produced.append(i)
 
 
 def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path) -> dict[str, Any]:
@@ -75,16 +76,41 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
         "schema": {"columns": COLUMNS, "onIncompatible": "halt", "eventTimeColumn": "ts"},
         "triggerIntervalSeconds": trigger_s, "checkpointLocation": str(tmp / f"ck-{trigger_s}")})
     prepare_sink(cfg)
+    from confluent_kafka import Producer
+
+    warm = Producer({"bootstrap.servers": bootstrap})
+    warm.produce(topic, json.dumps({"id": -1, "ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")}).encode())
+    warm.flush(30)
     query = start_query(spark, cfg)
+
+    def committed_rows() -> int:
+        if not query.isActive:
+            raise RuntimeError(f"the query stopped: {query.exception()}")
+        try:
+            table = ledger.load_table(f"fresh{trigger_s}", props, "bench.fresh")
+        except Exception:  # noqa: BLE001 - not yet created
+            return 0
+        return sum(c.rows for c in ledger.list_commits(table, cfg.handoff_id))
+
+    deadline = time.monotonic() + 600
+    while committed_rows() < 1 and time.monotonic() < deadline:  # first batch = warm-up, not measured
+        time.sleep(1)
+    started_ms = int(time.time() * 1000)
     stop = threading.Event()
-    producer = threading.Thread(target=steady_producer, args=(bootstrap, topic, rate, seconds, stop), daemon=True)
+    produced: list[int] = []
+    producer = threading.Thread(target=steady_producer, args=(bootstrap, topic, rate, seconds, stop, produced),
+                                daemon=True)
     producer.start()
     producer.join()
-    time.sleep(2 * trigger_s + 5)
+    expected = 1 + produced[0]
+    deadline = time.monotonic() + 300
+    while committed_rows() < expected and time.monotonic() < deadline:
+        time.sleep(1)
     query.stop()
     table = ledger.load_table(f"fresh{trigger_s}", props, "bench.fresh")
-    commits = sorted((c for c in ledger.list_commits(table, cfg.handoff_id) if c.rows and c.max_event_time_ms),
-                     key=lambda c: c.timestamp_ms)[WARMUP_COMMITS:]
+    commits = sorted((c for c in ledger.list_commits(table, cfg.handoff_id)
+                      if c.rows and c.max_event_time_ms and c.max_event_time_ms >= started_ms),
+                     key=lambda c: c.timestamp_ms)
     fresh = [(c.timestamp_ms - c.max_event_time_ms) / 1000 for c in commits]
     worst = [(n.timestamp_ms - c.max_event_time_ms) / 1000 for c, n in zip(commits, commits[1:])]
     return {"trigger_s": trigger_s, "rate": rate, "seconds": seconds, "commits": len(commits),
