@@ -18,9 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -294,7 +292,3 @@ def after_commit(table: Table, cfg: Any, batch_id: int) -> MaintenanceReport | N
     except Exception:  # noqa: BLE001
         log.warning("maintenance after batch %s failed; will retry next round", batch_id, exc_info=True)
         return None
-
-
-def utcnow_ms() -> int:
-    return int(datetime.now(timezone.utc).timestamp() * 1000)
