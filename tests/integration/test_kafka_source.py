@@ -196,3 +196,25 @@ def test_start_offset_deleted_by_retention_fails_clearly_or_skips_when_told(spar
     assert [(o, v) for _, o, v in sink2.rows] == [(15 + i, f"second-{5 + i}".encode()) for i in range(5)]
     gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
     assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 15)]
+
+
+def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_range(kafka, tmp_path):
+    """Spark does not persist a Python source's initial offsets: with startingOffsets=latest a crash during
+    batch 0 would otherwise replay a different range. No Spark needed: the reader's driver-side methods."""
+    from handoff_spark.kafka_source import KafkaStreamReader, OffsetRange, ReadAllAvailable, SourceOptions
+
+    topic = new_topic(kafka, partitions=2)
+    produce(kafka, topic, [b"old-0", b"old-1"], partition=0)
+    opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap,
+                                "startingOffsets": "latest", "checkpointLocation": str(tmp_path / "ck")})
+    first = KafkaStreamReader(opts).initialOffset()
+    assert first == {topic: {"0": 2, "1": 0}}
+    produce(kafka, topic, [b"new"], partition=1)
+    assert KafkaStreamReader(opts).initialOffset() == first  # a restarted driver gets the same start
+    assert json.loads((tmp_path / "ck" / "sources" / "handoff-initial.json").read_text()) == first
+    # and the planned range of the first batch starts there
+    reader = KafkaStreamReader(opts)
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert end == {topic: {"0": 2, "1": 1}}
+    assert [p.range for p in reader.partitions(first, end)] == [OffsetRange(topic, 1, 0, 1)]
+    assert reader.reportLatestOffset() == end
