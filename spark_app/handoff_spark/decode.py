@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as dt
 import decimal
 import io
@@ -200,10 +201,12 @@ def decode_batch(raw: pa.Table | pa.RecordBatch, policy: SchemaPolicy,
     if table.num_rows == 0:
         return _empty(policy, table), []
     decoded = _fast_path(table, policy)
-    if decoded is None:
-        decoded, dead = _slow_path(table, policy)
+    if decoded is not None:
+        dead: list[DeadLetter] = []
+    elif table.num_rows > 2 * CHUNK_ROWS:
+        decoded, dead = _chunked(table, policy)
     else:
-        dead = []
+        decoded, dead = _slow_path(table, policy)
     if dead and policy.on_incompatible == "halt":
         first = dead[0]
         column = f" column {first.detail.split(':', 1)[0]!r}" if first.reason in ("missing-required",
@@ -215,6 +218,39 @@ def decode_batch(raw: pa.Table | pa.RecordBatch, policy: SchemaPolicy,
             f"(or the declared type in spec.schema.columns), or set spec.schema.onIncompatible=deadLetter with "
             f"spec.deadLetter.topic to divert such records.")
     return decoded, dead
+
+
+CHUNK_ROWS = 2048
+
+
+def _chunked(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLetter]]:
+    """A big batch with a few bad records: fast path per chunk, per-record path only for failing chunks.
+    Same result as `_slow_path` on the whole batch; if chunks disagree on a discovered column's type, the
+    whole batch takes the per-record path (which resolves the type across all records)."""
+    parts: list[pa.Table] = []
+    dead: list[DeadLetter] = []
+    for start in range(0, raw.num_rows, CHUNK_ROWS):
+        chunk = raw.slice(start, CHUNK_ROWS)
+        decoded = _fast_path(chunk, policy)
+        if decoded is None:
+            decoded, chunk_dead = _slow_path(chunk, policy)
+            dead += [dataclasses.replace(d, index=d.index + start) for d in chunk_dead]
+        parts.append(decoded)
+    declared = {c.name for c in policy.columns}
+    extras: dict[str, pa.DataType] = {}
+    for part in parts:
+        for f in part.schema:
+            if f.name in declared or f.name in KAFKA_COLUMNS:
+                continue
+            if extras.setdefault(f.name, f.type) != f.type:
+                return _slow_path(raw, policy)
+    schema_fields = [f for f in parts[0].schema if f.name in declared]
+    schema_fields += [pa.field(n, t) for n, t in extras.items()]
+    schema_fields += [parts[0].schema.field(n) for n in KAFKA_COLUMNS]
+    schema = pa.schema(schema_fields)
+    aligned = [pa.Table.from_arrays([p.column(f.name) if f.name in p.column_names else pa.nulls(p.num_rows, f.type)
+                                     for f in schema], schema=schema) for p in parts]
+    return pa.concat_tables(aligned), dead
 
 
 def _empty(policy: SchemaPolicy, raw: pa.Table) -> pa.Table:

@@ -131,3 +131,22 @@ def test_epoch_millis_batches_take_the_fast_path_and_match_the_slow_one() -> Non
     fast, _ = decode_batch(batch, POLICY)
     slow, dead = decode_batch(raw([j(d) for d in docs] + [b"x"]), POLICY)
     assert len(dead) == 1 and fast.to_pylist() == slow.to_pylist()
+
+
+@pytest.mark.parametrize("mixed_types_across_chunks", [False, True])
+def test_large_batch_with_a_few_bad_records_decodes_like_the_per_record_path(mixed_types_across_chunks: bool) -> None:
+    from handoff_spark.decode import _slow_path
+
+    def score(i: int) -> float:
+        return i + 0.5 if mixed_types_across_chunks and i >= 3000 else i
+
+    docs = [j({"id": i, "name": f"n{i}", "ts": "2024-05-01T10:00:00Z", "color": "red" if i % 3 else None,
+               "score": score(i)}) for i in range(6000)]
+    docs[10], docs[4500] = b"garbage", j({"id": "x"})
+    batch = pa.Table.from_batches([raw(docs)])
+    table, dead = decode_batch(batch, POLICY)
+    ref_table, ref_dead = _slow_path(batch, POLICY)
+    assert [(d.index, d.offset, d.reason) for d in dead] == [(d.index, d.offset, d.reason) for d in ref_dead]
+    assert [d.index for d in dead] == [10, 4500]
+    assert table.schema == ref_table.schema
+    assert table.to_pylist() == ref_table.to_pylist()
