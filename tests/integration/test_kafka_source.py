@@ -218,3 +218,32 @@ def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_r
     assert end == {topic: {"0": 2, "1": 1}}
     assert [p.range for p in reader.partitions(first, end)] == [OffsetRange(topic, 1, 0, 1)]
     assert reader.reportLatestOffset() == end
+
+
+def test_compaction_gaps_end_the_range_by_position_not_by_count(kafka):
+    """After compaction a range [0, 100) holds fewer than 100 records; the reader must still finish (it stops
+    when its position reaches the end, not after N records) and return the survivors in offset order."""
+    from handoff_spark.kafka_source import OffsetRange, SourceOptions, read_range
+
+    topic = new_topic(kafka, config={"cleanup.policy": "compact", "segment.ms": "100",
+                                     "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0",
+                                     "delete.retention.ms": "100"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for round_ in range(20):
+        for k in range(5):
+            p.produce(topic, b"v%d" % round_, key=b"k%d" % k)
+        assert p.flush(30) == 0
+        time.sleep(0.2)  # let segments roll so the cleaner has closed segments to compact
+    opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap,
+                                "readTimeoutSeconds": "60"})
+    deadline = time.monotonic() + 120
+    while True:
+        rows = [r for b in read_range(opts, OffsetRange(topic, 0, 0, 100)) for r in b.to_pylist()]
+        if len(rows) < 100 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert len(rows) < 100, "the broker never compacted the topic"
+    offsets = [r["offset"] for r in rows]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == 99
+    latest = {r["key"]: r["value"] for r in rows}
+    assert latest == {b"k%d" % k: b"v19" for k in range(5)}
