@@ -1,0 +1,49 @@
+"""`make bench`: every benchmark in bench/, one after the other (each writes bench/results/<name>.json and
+prints its table; docs/benchmarks.md explains the figures). A failing benchmark does not stop the others;
+the exit code says whether all succeeded.
+
+    .venv/bin/python bench/run_all.py [--only throughput,freshness,...] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: name → (script, full arguments, quick arguments)
+BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
+    "throughput": ("throughput.py", [], ["--records", "50000"]),
+    "freshness": ("freshness.py", [], ["--seconds", "30"]),
+    "commit_latency": ("commit_latency.py", [], ["--batches", "100"]),
+    "bigquery_append": ("bigquery_append.py", [], ["--records", "30000", "--naive-records", "10000"]),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(BENCHES))
+    ap.add_argument("--quick", action="store_true", help="smaller runs (minutes, not tens of minutes)")
+    args = ap.parse_args(argv)
+    names = args.only.split(",") if args.only else list(BENCHES)
+    failed = []
+    for name in names:
+        script, full, quick = BENCHES[name]
+        if not (HERE / script).exists():
+            print(f"== {name}: {script} not present, skipped", flush=True)
+            continue
+        print(f"\n== {name} ({script})", flush=True)
+        t = time.monotonic()
+        rc = subprocess.call([sys.executable, str(HERE / script), *(quick if args.quick else full)])
+        print(f"== {name}: exit {rc} after {time.monotonic() - t:.0f} s", flush=True)
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
