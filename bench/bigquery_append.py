@@ -14,7 +14,7 @@ the per-batch p50/p99 from the sink's commit record: median of the p50s, max of 
 is excluded. Against the BigQuery emulator (test bed) unless endpoints are given; figures from the emulator say
 how the client side scales, not what BigQuery itself sustains.
 
-    .venv/bin/python bench/bigquery_append.py [--records 60000] [--partitions 2] [--sizes 500,2000,10000]
+    .venv/bin/python bench/bigquery_append.py [--records 150000] [--naive-records 40000] [--partitions 2] [--sizes 500,2000,10000]
         [--formats arrow,proto] [--bootstrap HOST:PORT] [--rest URL --grpc HOST:PORT --project P]
 """
 from __future__ import annotations
@@ -92,7 +92,8 @@ def _decoded_batches(bootstrap: str, topic: str, records: int, size: int, cfg: A
 
 
 def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int = 500) -> dict[str, Any]:
-    """One process, one request at a time, each waited for: the seed's pattern."""
+    """One process, one request at a time, each waited for: the seed's pattern. Reads the first
+    `--naive-records` records (its rate is per row; the full topic would only make the run long)."""
     from handoff_spark import bigquery_client
     from handoff_spark.bigquery_sink import prepare
 
@@ -107,7 +108,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
     t0 = time.perf_counter()
     if mode == "insertall":
         table = client.get_table(ref)
-        for decoded in _decoded_batches(bootstrap, topic, args.records, size, cfg):
+        for decoded in _decoded_batches(bootstrap, topic, args.naive_records, size, cfg):
             docs = decoded.to_pylist()
             for d in docs:
                 for k, v in d.items():
@@ -131,7 +132,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
         template.arrow_rows = types.AppendRowsRequest.ArrowData(
             writer_schema=types.ArrowSchema(serialized_schema=schema.serialize().to_pybytes()))
         appender = writer.AppendRowsStream(wc, template)
-        for decoded in _decoded_batches(bootstrap, topic, args.records, size, cfg):
+        for decoded in _decoded_batches(bootstrap, topic, args.naive_records, size, cfg):
             import pyarrow as pa
 
             decoded = decoded.append_column("_handoff_batch_id", pa.nulls(decoded.num_rows, pa.int64()))
@@ -150,10 +151,11 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
             "append_p99_ms": _pct(lat, 99)}
 
 
-def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int) -> dict[str, Any]:
+def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int,
+            label: str = "") -> dict[str, Any]:
     from handoff_spark.app import ProgressReporter, prepare_sink, start_query
 
-    name = f"{fmt}-{size}"
+    name = f"{label}{fmt}-{size}"  # own checkpoint and table per run
     cfg = _cfg(args, bootstrap, topic, tmp, name, _sink(args, f"bench_{uuid.uuid4().hex[:6]}", f"h_{fmt}_{size}",
                                                          appendFormat=fmt, maxRowsPerRequest=size))
     lines: list[str] = []
@@ -179,12 +181,13 @@ def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=60_000)
+    ap.add_argument("--records", type=int, default=150_000)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--sizes", default="500,2000,10000")
     ap.add_argument("--formats", default="arrow,proto")
-    ap.add_argument("--max-records-per-batch", type=int, default=20_000)
+    ap.add_argument("--max-records-per-batch", type=int, default=50_000)
     ap.add_argument("--naive", default="insertall,sync-append")
+    ap.add_argument("--naive-records", type=int, default=40_000)
     ap.add_argument("--bootstrap")
     ap.add_argument("--rest")
     ap.add_argument("--grpc")
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         spark = build_session(cfg)
         results["spark-session-start"] = {"seconds": time.perf_counter() - t}
+        # Warm-up (not reported): the first query pays Python worker start-up and imports.
+        handoff(spark, args, bootstrap, topic, tmp, "arrow", 10_000, label="warmup-")
         for fmt in [f for f in args.formats.split(",") if f]:
             for size in [int(s) for s in args.sizes.split(",") if s]:
                 results[f"handoff-{fmt}-{size}"] = handoff(spark, args, bootstrap, topic, tmp, fmt, size)
@@ -245,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results.values():
         if "rows" in r and r["seconds"]:
             r["rows_per_s"] = r["rows"] / r["seconds"]
-    doc = {"records": args.records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
+    doc = {"records": args.records, "naiveRecords": args.naive_records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
            "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
            "target": "bqemulator 1.4.0 (test bed)" if started else args.rest,
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
