@@ -490,7 +490,7 @@ def _batch_commit(write_client: Any, parent: str, streams: list[StreamResult]) -
 
 def degraded_reason(stats: AppendStats) -> str | None:
     """`BigQueryResourceExhausted` when the batch met quota or size limits, `BigQueryUnavailable` for transient
-    server errors; the progress record carries it and the operator turns it into a Degraded condition."""
+    server errors; the progress record carries it (`degradedReason`) for the operator's Degraded condition."""
     if stats.retries.get("RESOURCE_EXHAUSTED") or stats.errors.get("RESOURCE_EXHAUSTED"):
         return "BigQueryResourceExhausted"
     if any(stats.retries.get(k) for k in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")):
