@@ -61,12 +61,15 @@ def _rows(batch: int, n: int = 200) -> pa.Table:
                      "_kafka_offset": pa.array(range(batch * n, batch * n + n), pa.int64()), "_kafka_timestamp": ts})
 
 
-def run_variant(variant: str, batches: int) -> dict[str, object]:
+def run_variant(variant: str, batches: int, window: int = WINDOW_BATCHES) -> dict[str, object]:
     from handoff_spark.iceberg_sink import prepare_batch
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{variant}-") as d:
         tmp = Path(d)
         cfg = _config(tmp, variant)
+        if variant == "handoff":  # upkeep twice per window
+            cfg = cfg.model_copy(update={"maintenance": cfg.maintenance.model_copy(
+                update={"every_batches": max(1, window // 2)})})
         table = open_table(cfg)
         import handoff_spark.iceberg_sink as sink_mod
         from pyiceberg.table import Transaction
@@ -89,11 +92,10 @@ def run_variant(variant: str, batches: int) -> dict[str, object]:
             latencies.append((time.perf_counter() - t0) * 1000)
             batch_times.append(time.time())
             if variant == "handoff" and b and b % cfg.maintenance.every_batches == 0:
-                # replay window = the last WINDOW_BATCHES batches, expressed in seconds of this run
-                window_s = max(0.0, time.time() - batch_times[max(0, b - WINDOW_BATCHES)])
+                # replay window = the last `window` batches: expire what is older than batch b - window
                 t1 = time.perf_counter()
                 t = tc.table
-                maintenance.expire_snapshots(t, int(window_s) + 1)
+                maintenance.expire_snapshots(t, 0, now_ms=int(batch_times[max(0, b - window)] * 1000))
                 t.refresh()
                 maintenance.compact(t)
                 t.refresh()
@@ -103,7 +105,8 @@ def run_variant(variant: str, batches: int) -> dict[str, object]:
         at = {str(p): round(statistics.median(latencies[1:11] if p == 1 else latencies[p - 10:p]), 1)
               for p in POINTS if p <= batches}
         final = open_table(cfg)
-        return {"variant": variant, "batches": batches, "median_ms_at": at,
+        return {"variant": variant, "batches": batches, "replay_window_batches": window if variant == "handoff" else None,
+                "median_ms_at": at,
                 "ratio_last_to_first": round(at[str(max(int(k) for k in at))] / at["1"], 2),
                 "snapshots_in_metadata": len(final.metadata.snapshots),
                 "live_data_files": len(maintenance.live_data_files(final)),
@@ -112,18 +115,28 @@ def run_variant(variant: str, batches: int) -> dict[str, object]:
                 "rows": final.scan().to_arrow().num_rows, "elapsed_s": round(time.time() - window_start, 1)}
 
 
+def _save(results: list[dict[str, object]], name: str = "commit_latency.json") -> None:
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(
+        {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}, indent=2))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=1000)
     ap.add_argument("--variants", default="handoff,handoff-no-maintenance,baseline",
                     help="comma-separated; NAME:BATCHES caps one variant (the baseline is quadratic)")
+    ap.add_argument("--window", type=int, default=WINDOW_BATCHES, help="replay window in batches (handoff)")
+    ap.add_argument("--out", default="commit_latency.json", help="file name under bench/results/")
     args = ap.parse_args()
     results = []
     for spec in args.variants.split(","):
         v, _, n = spec.partition(":")
-        r = run_variant(v, int(n) if n else args.batches)
+        r = run_variant(v, int(n) if n else args.batches, args.window)
         results.append(r)
         print(json.dumps(r), flush=True)
+        _save(results, args.out)
     points = [p for p in POINTS if p <= args.batches]
     print("\ncommit latency (median ms over the 10 commits ending at batch N)")
     print(f"{'variant':<24}" + "".join(f"{'@' + str(p):>9}" for p in points) + f"{'ratio':>8}{'snaps':>7}{'files':>7}")
@@ -131,11 +144,6 @@ def main() -> int:
         at = r["median_ms_at"]
         print(f"{r['variant']:<24}" + "".join(f"{at.get(str(p), '-'):>9}" for p in points)
               + f"{r['ratio_last_to_first']:>8}{r['snapshots_in_metadata']:>7}{r['live_data_files']:>7}")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "commit_latency.json").write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                       time.gmtime()),
-                                                         "results": results}, indent=2))
     return 0
 
 
