@@ -144,3 +144,31 @@ def test_row_errors_split_the_request_into_resend_and_dead_letters():
     assert kept.column("id").to_pylist() == [10, 12, 13] and rows == [100, 102, 103]
     assert rejected == [(101, "BigQuery row error: id: out of range"), (104, "BigQuery row error: bad value")]
     assert classify(INVALID_ARGUMENT, "Rows failed", True, 5, True) is Action.ROW_ERRORS
+
+
+def test_credentials_key_file_else_anonymous_for_an_emulator(tmp_path):
+    """credentialsFrom (mounted as credentialsFile) wins; an emulator endpoint without it is anonymous; real
+    BigQuery without it falls through to application default credentials (Workload Identity on GKE)."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.auth.credentials import AnonymousCredentials
+    from google.oauth2 import service_account
+
+    from handoff_spark import bigquery_client
+    from handoff_spark.config import BigQuerySink
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    path = tmp_path / "credentials.json"
+    path.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "k1",
+                                "private_key": pem, "client_email": "handoff@p.iam.gserviceaccount.com",
+                                "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    creds = bigquery_client.credentials(BigQuerySink(project="p", dataset="d", table="t",
+                                                     credentials_file=str(path)))
+    assert isinstance(creds, service_account.Credentials)
+    assert creds.service_account_email == "handoff@p.iam.gserviceaccount.com"
+    emulator = BigQuerySink(project="p", dataset="d", table="t", rest_endpoint="http://127.0.0.1:1")
+    assert isinstance(bigquery_client.credentials(emulator), AnonymousCredentials)
