@@ -5,13 +5,21 @@ Pipelines (all read the same topic from the beginning, all to completion):
   * `naive-pyiceberg` — one process: consume → `pyarrow.json` decode → PyIceberg `append` every N records
                       (what a hand-written consumer does; no exactly-once ledger).
   * `handoff-noop`  — the Spark app (`handoff-kafka` source, AvailableNow) into Spark's `noop` sink: the source alone.
-  * `handoff-iceberg` — the Spark app end to end (`handoff-kafka` → decode → `handoff-iceberg` sink with ledger).
+  * `handoff-iceberg` — the Spark app end to end as `handoff run` runs it: the fused path (`handoff-kafka-ranges`
+                      plans/checkpoints offset ranges, the `handoff-iceberg` write task reads, decodes, writes
+                      Parquet, then the ledger commit).
+  * `handoff-iceberg-unfused` — the same with the record source (`handoff-kafka` → Arrow → JVM → Python writer),
+                      i.e. `HANDOFF_FUSED_READ=0`: what the fused path saves.
+  * `jvm-noop`      — Spark's own JVM Kafka source (spark-sql-kafka-0-10) → `noop`.
+  * `jvm-iceberg`   — the JVM Kafka source, its columns selected into the contract's raw columns, → `handoff-iceberg`.
+The JVM pipelines need the connector jars: `hack/spark-kafka/pom.xml` copied into the cache with Maven
+(no spark-sql-kafka exists for Spark 4.3 yet; the 4.2.0 connector runs on PySpark 4.3's runtime).
 Spark session start-up is reported separately and excluded from the Spark pipelines' times.
 
 Prints a table and writes bench/results/throughput.json.
 
     .venv/bin/python bench/throughput.py [--records 200000] [--partitions 3] [--bootstrap HOST:PORT]
-        [--pipelines raw-consume,naive-pyiceberg,handoff-noop,handoff-iceberg]
+        [--pipelines raw-consume,naive-pyiceberg,handoff-noop,handoff-iceberg,handoff-iceberg-unfused,jvm-noop,jvm-iceberg]
 """
 from __future__ import annotations
 
@@ -33,7 +41,34 @@ sys.path.insert(0, str(ROOT / "hack"))
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
            {"name": "region", "type": "string"}]
-ALL = ("raw-consume", "naive-pyiceberg", "handoff-noop", "handoff-iceberg")
+ALL = ("raw-consume", "naive-pyiceberg", "handoff-noop", "handoff-iceberg", "handoff-iceberg-unfused", "jvm-noop",
+       "jvm-iceberg")
+SPARK_KAFKA_VERSION = "4.2.0"
+
+
+def spark_kafka_jars() -> list[str]:
+    """spark-sql-kafka and its runtime deps, copied once into the test-bed cache (like the Kafka broker's jars)."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    from handoff_testbed.paths import HACK_DIR, cache_dir
+
+    pom = HACK_DIR / "spark-kafka" / "pom.xml"
+    stamp_text = f"{SPARK_KAFKA_VERSION} {hashlib.sha256(pom.read_bytes()).hexdigest()}"
+    home = cache_dir() / f"spark-kafka-{SPARK_KAFKA_VERSION}"
+    stamp = home / ".stamp"
+    if not (stamp.exists() and stamp.read_text() == stamp_text):
+        if shutil.which("mvn") is None:
+            raise RuntimeError("the jvm-* pipelines need mvn on PATH (hack/install-system-deps.sh)")
+        tmp = home.with_name(home.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+                        f"-DoutputDirectory={tmp}"], check=True)
+        shutil.rmtree(home, ignore_errors=True)
+        tmp.rename(home)
+        stamp.write_text(stamp_text)
+    return sorted(str(p) for p in home.glob("*.jar"))
 
 
 def produce(bootstrap: str, topic: str, records: int) -> int:
@@ -136,10 +171,33 @@ def naive_pyiceberg(bootstrap: str, topic: str, records: int, partitions: int, t
             "commit_p50_ms": 1000 * sorted(commit_s)[len(commit_s) // 2] if commit_s else None}
 
 
-def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, sink: str, max_records: int,
-            value_bytes: int) -> dict[str, Any]:
+def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max_records: int) -> Any:
+    """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones)."""
+    from handoff_spark.kafka_source import INITIAL_OFFSETS_FILE
+
+    ck = Path(cfg.checkpoint_location)
+    # The sink takes batch 0's start from the source's initial-offsets file; the JVM source does not write it.
+    (ck / INITIAL_OFFSETS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (ck / INITIAL_OFFSETS_FILE).write_text(json.dumps({topic: {str(p): 0 for p in range(partitions)}}))
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cfg.source.bootstrap_servers)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
+          .option("maxOffsetsPerTrigger", str(max_records)).load()
+          .select("topic", "partition", "offset", "timestamp", "key", "value", "headers"))
+    writer = df.writeStream.format("noop") if sink == "noop" else \
+        df.writeStream.format("handoff-iceberg").option("config", cfg.to_json())
+    return writer.option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+
+
+def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
+            value_bytes: int, partitions: int = 3) -> dict[str, Any]:
     from handoff_spark.app import ProgressReporter, prepare_sink, start_query
     from handoff_spark.config import AppConfig
+
+    sink = pipe.split("-", 1)[1]
+    jvm = pipe.startswith("jvm-")
+    if jvm:
+        sink = f"jvm-{sink}"
 
     cfg = AppConfig.model_validate({
         "handoffId": f"bench/{sink}", "source": {"bootstrapServers": bootstrap, "topics": [topic],
@@ -151,10 +209,14 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, sink: str, max_re
         "checkpointLocation": str(tmp / f"ck-{sink}")})
     lines: list[str] = []
     reporter = ProgressReporter(cfg, None, lines.append)
-    if sink == "iceberg":
+    if sink != "noop" and sink != "jvm-noop":
         prepare_sink(cfg)
     t0 = time.perf_counter()
-    query = start_query(spark, cfg, available_now=True, sink_format="noop" if sink == "noop" else None)
+    if jvm:
+        query = _jvm_query(spark, cfg, topic, partitions, sink.removeprefix("jvm-"), max_records)
+    else:
+        os.environ["HANDOFF_FUSED_READ"] = "0" if sink == "iceberg-unfused" else "1"
+        query = start_query(spark, cfg, available_now=True, sink_format="noop" if sink == "noop" else None)
     while query.isActive:
         reporter.poll(query)
         query.awaitTermination(0.5)
@@ -165,8 +227,14 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, sink: str, max_re
     rows = sum(r.rows for r in reporter.reports)
     commits = [float(r.commit["commit_latency_ms"]) for r in reporter.reports
                if r.commit and r.commit.get("commit_latency_ms") is not None]
+    # Where the write tasks' time went (summed over tasks and batches), and Spark's own per-batch phases.
+    task_ms: dict[str, float] = {}
+    for r in reporter.reports:
+        for k, v in ((r.commit or {}).get("task_ms") or {}).items():
+            task_ms[k] = round(task_ms.get(k, 0.0) + v, 1)
     return {"rows": rows, "bytes": value_bytes if rows else 0, "seconds": elapsed, "batches": len(reporter.reports),
-            "commit_p50_ms": sorted(commits)[len(commits) // 2] if commits else None}
+            "commit_p50_ms": sorted(commits)[len(commits) // 2] if commits else None,
+            "batch_ms": [r.duration_ms for r in reporter.reports], "task_ms": task_ms}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,16 +277,19 @@ def main(argv: list[str] | None = None) -> int:
         if "naive-pyiceberg" in pipelines:
             results["naive-pyiceberg"] = naive_pyiceberg(bootstrap, topic, args.records, args.partitions, tmp,
                                                          args.max_records_per_batch)
-        spark_pipes = [p for p in pipelines if p.startswith("handoff-")]
+        spark_pipes = [p for p in pipelines if p.startswith(("handoff-", "jvm-"))]
         if spark_pipes:
             from handoff_spark.app import build_session
             from handoff_spark.config import AppConfig
 
+            jars = {"spark.jars": ",".join(spark_kafka_jars())} if any(p.startswith("jvm-") for p in spark_pipes) \
+                else {}
             cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap,
                                                                                "topics": [topic]},
                                             "sink": {"kind": "iceberg", "table": "bench.x"},
                                             "schema": {"onIncompatible": "halt"}, "checkpointLocation": str(tmp),
-                                            "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
+                                            "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]"),
+                                                          **jars}})
             t = time.perf_counter()
             spark = build_session(cfg)
             results["spark-session-start"] = {"seconds": time.perf_counter() - t}
@@ -231,11 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "warmup").mkdir()
             t = time.perf_counter()
             for pipe in spark_pipes:
-                handoff(spark, bootstrap, warm, tmp / "warmup", pipe.split("-", 1)[1], 5000, warm_bytes)
+                handoff(spark, bootstrap, warm, tmp / "warmup", pipe, 5000, warm_bytes, args.partitions)
             results["warm-up (first batches)"] = {"seconds": time.perf_counter() - t}
             for pipe in spark_pipes:
-                results[pipe] = handoff(spark, bootstrap, topic, tmp, pipe.split("-", 1)[1],
-                                        args.max_records_per_batch, value_bytes)
+                results[pipe] = handoff(spark, bootstrap, topic, tmp, pipe, args.max_records_per_batch, value_bytes,
+                                        args.partitions)
             spark.stop()
     finally:
         if kafka is not None:
@@ -249,13 +320,13 @@ def main(argv: list[str] | None = None) -> int:
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'pipeline':<18} {'rows':>9} {'seconds':>8} {'rows/s':>9} {'MB/s':>7} {'commit p50 ms':>14}")
+    print(f"\n{'pipeline':<24} {'rows':>9} {'seconds':>8} {'rows/s':>9} {'MB/s':>7} {'commit p50 ms':>14}")
     for name, r in results.items():
         if "rows" not in r:
-            print(f"{name:<18} {'':>9} {r['seconds']:>8.1f}")
+            print(f"{name:<24} {'':>9} {r['seconds']:>8.1f}")
             continue
         cp = r.get("commit_p50_ms")
-        print(f"{name:<18} {r['rows']:>9} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>9.0f} "
+        print(f"{name:<24} {r['rows']:>9} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>9.0f} "
               f"{r.get('mb_per_s', 0):>7.1f} {'' if cp is None else f'{cp:.0f}':>14}")
     print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
     return 0

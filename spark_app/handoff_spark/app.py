@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import AppConfig
-from .kafka_source import HandoffKafkaDataSource
+from .kafka_source import RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource
 from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
                        write_progress_file)
 
@@ -37,6 +37,9 @@ SINKS: dict[str, tuple[str, str]] = {
     "iceberg": ("handoff_spark.iceberg_sink", "handoff-iceberg"),
     "bigquery": ("handoff_spark.bigquery_sink", "handoff-bigquery"),
 }
+#: Sinks whose write task reads its Kafka ranges itself (`handoff-kafka-ranges`, the fused path): records never
+#: cross Python → JVM → Python. `HANDOFF_FUSED_READ=0` falls back to the record source (for comparison).
+FUSED_SINKS = frozenset({"iceberg"})
 STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
 
 
@@ -69,6 +72,7 @@ def register_data_sources(spark: Any, cfg: AppConfig) -> None:
     from pyspark.sql.datasource import DataSource
 
     spark.dataSource.register(HandoffKafkaDataSource)
+    spark.dataSource.register(HandoffKafkaRangesDataSource)
     module_name, source_name = SINKS[cfg.sink.kind]
     try:
         module = importlib.import_module(module_name)
@@ -107,10 +111,17 @@ def prepare_sink(cfg: AppConfig) -> None:
         prepare(cfg)
 
 
+def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
+    """The configured sink reads its ranges itself (default for the Iceberg sink)."""
+    return (sink_format is None and cfg.sink.kind in FUSED_SINKS
+            and os.environ.get("HANDOFF_FUSED_READ", "1") != "0")
+
+
 def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop_marker: str | None = None,
                 sink_format: str | None = None) -> Any:
-    """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench)."""
-    reader = spark.readStream.format("handoff-kafka")
+    """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench);
+    those always get the record source."""
+    reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     for key, value in source_options(cfg, stop_marker).items():
         reader = reader.option(key, value)
     df = reader.load()

@@ -102,6 +102,8 @@ class IcebergCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     add: list[tuple[str, IcebergType]] = field(default_factory=list)
     widen: list[tuple[str, IcebergType]] = field(default_factory=list)
     added_ids: dict[str, int] = field(default_factory=dict)
+    records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
+    task_ms: dict[str, float] = field(default_factory=dict)  # where the task's time went (profiling)
 
 
 def _provisional_metadata(metadata: TableMetadata, schema: Schema) -> TableMetadata:
@@ -214,14 +216,22 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
     def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
         cfg = self.cfg
         write_uuid = uuid.uuid4()
+        t0 = time.perf_counter()
         batches = [b for b in iterator if b.num_rows]
         msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+        from . import kafka_source  # pyspark-only module; the operator imports this one without pyspark
+        if batches and kafka_source.RANGE_ARROW_SCHEMA.names == batches[0].schema.names:
+            # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
+            batches = _read_ranges(cfg, batches)
         if not batches:
             return msg
         raw = pa.Table.from_batches(batches)
+        msg.records = raw.num_rows
+        t1 = time.perf_counter()
         batch_id = _task_batch_id()
         decoded, dead = decode_batch(raw, cfg.schema_, cfg.source.format)
         msg.dlq_rows = len(dead)
+        t2 = time.perf_counter()
         table = open_table(cfg)
         shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
         if plan.incompatible:
@@ -235,11 +245,15 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         msg.rows = shaped.num_rows
         msg.max_event_time_ms = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
         try:
+            t3 = time.perf_counter()
             if shaped.num_rows:
                 msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+            t4 = time.perf_counter()
             if faults.armed("fail-task", batch_id):
                 raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
             _send_dead_letters(cfg, raw, dead)
+            msg.task_ms = {"read": (t1 - t0) * 1000, "decode": (t2 - t1) * 1000, "open_table": (t3 - t2) * 1000,
+                           "write": (t4 - t3) * 1000, "dlq": (time.perf_counter() - t4) * 1000}
         except BaseException:
             # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
             delete_files(table.io, [f.file_path for f in msg.files])
@@ -253,6 +267,17 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
 
     def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
         abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+
+def _read_ranges(cfg: AppConfig, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The fused path's read: the records of the task's `handoff-kafka-ranges` rows, with the same reader
+    (and the same options) the `handoff-kafka` source uses."""
+    from . import kafka_source
+    from .app import source_options  # the driver's option set, so both paths read Kafka identically
+
+    opts = kafka_source.SourceOptions.parse(source_options(cfg, None))
+    return [b for rng in kafka_source.ranges_of(batches) for b in kafka_source.read_range(opts, rng)
+            if b.num_rows]
 
 
 class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
@@ -279,6 +304,8 @@ class CommitResult:
     commit_latency_ms: float
     attempts: int
     group_offsets_committed: bool
+    records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
+    task_ms: dict[str, float] = field(default_factory=dict)  # summed over the batch's write tasks
 
 
 def _is_catalog_outage(exc: BaseException) -> bool:
@@ -452,7 +479,9 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
     result = CommitResult(batch_id=batch_id, snapshot_id=tc.snapshot_id, skipped=tc.skipped,
                           rows=sum(m.rows for m in msgs), dlq_rows=sum(m.dlq_rows for m in msgs),
                           offsets=offsets_json, commit_latency_ms=commit_ms, attempts=tc.attempts,
-                          group_offsets_committed=group_ok)
+                          group_offsets_committed=group_ok, records=sum(m.records for m in msgs),
+                          task_ms={k: round(sum(m.task_ms.get(k, 0.0) for m in msgs), 1)
+                                   for k in ("read", "decode", "open_table", "write", "dlq")})
     _write_last_commit(cfg, result)
     if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
         from . import maintenance

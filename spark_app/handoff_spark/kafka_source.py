@@ -52,6 +52,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 log = logging.getLogger("handoff.kafka_source")
 
 SOURCE_NAME = "handoff-kafka"
+RANGES_SOURCE_NAME = "handoff-kafka-ranges"
 INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
 GAPS_FILE = "sources/handoff-gaps.jsonl"
 
@@ -64,6 +65,20 @@ SPARK_SCHEMA = StructType([
     StructField("value", BinaryType(), True),
     StructField("headers", ArrayType(StructType([StructField("key", StringType(), True),
                                                  StructField("value", BinaryType(), True)]), True), True),
+])
+
+#: The fused path's rows: one per planned topic-partition range `[start_offset, end_offset)`.
+RANGE_SCHEMA = StructType([
+    StructField("topic", StringType(), False),
+    StructField("partition", IntegerType(), False),
+    StructField("start_offset", LongType(), False),
+    StructField("end_offset", LongType(), False),
+])
+RANGE_ARROW_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), False),
+    pa.field("partition", pa.int32(), False),
+    pa.field("start_offset", pa.int64(), False),
+    pa.field("end_offset", pa.int64(), False),
 ])
 
 HEADER_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()),
@@ -401,6 +416,53 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         rng: OffsetRange = partition.range  # type: ignore[attr-defined]
         yield from read_range(self.opts, rng)
+
+
+class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
+    """`handoff-kafka-ranges`: the same offsets, planning and checkpointing as `handoff-kafka`, but each input
+    partition yields ONE row `(topic, partition, start_offset, end_offset)` instead of its records.
+
+    Why: with a Python sink, records read by a Python source cross Python → JVM (Arrow) → Python again
+    before the sink sees them, plus a second Python worker per task; on a small node that hand-over and
+    Spark's per-row accounting cost more than reading Kafka itself. A sink that takes ranges reads the
+    records in its own write task with `read_range_table` (fused path). Exactly-once is unchanged: the
+    ranges are the ones Spark checkpoints for the batch, and a replayed batch plans the same ranges.
+    `numInputRows` in Spark's progress counts ranges, not records (sinks report records themselves).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return RANGES_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return RANGE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> "KafkaRangeStreamReader":
+        return KafkaRangeStreamReader(SourceOptions.parse(self.options))
+
+
+class KafkaRangeStreamReader(KafkaStreamReader):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rng: OffsetRange = partition.range  # type: ignore[attr-defined]
+        yield pa.RecordBatch.from_pylist([{"topic": rng.topic, "partition": rng.partition,
+                                           "start_offset": rng.start, "end_offset": rng.end}],
+                                         schema=RANGE_ARROW_SCHEMA)
+
+
+def ranges_of(batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> list[OffsetRange]:
+    """The `OffsetRange`s in `handoff-kafka-ranges` rows."""
+    out: list[OffsetRange] = []
+    for b in batches:
+        for row in b.to_pylist():
+            out.append(OffsetRange(row["topic"], int(row["partition"]), int(row["start_offset"]),
+                                   int(row["end_offset"])))
+    return out
+
+
+def read_range_table(opts: SourceOptions, ranges: list[OffsetRange]) -> pa.Table:
+    """All records of `ranges` as one Arrow table with `ARROW_SCHEMA` (the fused path's read)."""
+    batches = [b for rng in ranges for b in read_range(opts, rng) if b.num_rows]
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:

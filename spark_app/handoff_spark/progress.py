@@ -147,10 +147,15 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
         candidate = int(commit["max_event_time_ms"])
         max_event = candidate if max_event is None else max(max_event, candidate)
     durations = progress.get("durationMs") or {}
-    return BatchReport(batch_id=batch_id, rows=int(progress.get("numInputRows") or 0),
-                       duration_ms=int(durations.get("triggerExecution") or 0), start=start, end=end,
+    # A fused sink's source rows are offset ranges, so the sink's own count of records read wins.
+    duration_ms = int(durations.get("triggerExecution") or 0)
+    rows, rate = int(progress.get("numInputRows") or 0), progress.get("processedRowsPerSecond")
+    if commit and commit.get("records") is not None:
+        rows = int(commit["records"])
+        rate = rows * 1000.0 / duration_ms if duration_ms else None
+    return BatchReport(batch_id=batch_id, rows=rows, duration_ms=duration_ms, start=start, end=end,
                        lag=lag_per_partition(end, latest), commit=commit, max_event_time_ms=max_event,
-                       input_rows_per_second=progress.get("processedRowsPerSecond"))
+                       input_rows_per_second=rate)
 
 
 def write_progress_file(path: str, record: Mapping[str, Any]) -> None:

@@ -38,6 +38,18 @@ def test_report_combines_spark_progress_with_the_matching_sink_commit() -> None:
     assert r2.commit is None and r2.max_event_time_ms == now_ms - 5000
 
 
+def test_fused_sink_reports_records_read_not_the_sources_range_rows() -> None:
+    # Fused path: Spark's numInputRows counts offset ranges (here 3); the sink's `records` is the truth.
+    commit = {"batch_id": 5, "snapshot_id": 7, "records": 2468, "rows": 2460, "dlq_rows": 8}
+    r = report_from_progress(progress(5, {"t": {"0": 0}}, {"t": {"0": 2468}}, {"t": {"0": 2468}}, rows=3), commit,
+                             None)
+    assert r.rows == 2468 and r.record("ns/h")["rows"] == 2468
+    assert r.input_rows_per_second == 2468 * 1000 / 1234
+    # without `records` (older sink, other batch) Spark's count stays
+    assert report_from_progress(progress(6, {"t": {"0": 0}}, {"t": {"0": 3}}, {"t": {"0": 3}}, rows=3), commit,
+                                None).rows == 3
+
+
 def test_batch_zero_start_comes_from_the_initial_offsets() -> None:
     r = report_from_progress(progress(0, None, {"t": {"0": 7}}, {"t": {"0": 7}}), None, None,
                              initial_offsets={("t", 0): 2})
