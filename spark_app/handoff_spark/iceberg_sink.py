@@ -153,8 +153,13 @@ def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
     col = tbl.column(name)
     if not pa.types.is_timestamp(col.type):
         return None
-    m = pa.compute.max(col.cast(pa.timestamp("ms", col.type.tz))).value
-    return int(m) if m is not None else None
+    # max in the column's own unit, then to ms (a safe µs→ms cast raises on sub-millisecond event times)
+    m = pa.compute.max(col)
+    if not m.is_valid:
+        return None
+    value = m.cast(pa.int64()).as_py()
+    scale = {"s": 1000, "ms": 1, "us": 1 / 1000, "ns": 1 / 1_000_000}[col.type.unit]
+    return int(value * scale) if scale >= 1 else value // round(1 / scale)
 
 
 def write_data_files(metadata: TableMetadata, io: Any, tbl: pa.Table, write_uuid: uuid.UUID) -> list[DataFile]:

@@ -170,3 +170,13 @@ def test_compaction_keeps_rows_and_ledger_and_loses_races_safely(tmp_path):
     t = cat.load_table("ns.t")
     assert t.scan().to_arrow().num_rows == 160
     assert maintenance.orphan_files(t) == []  # the losing compaction removed its own files
+
+
+def test_max_event_time_handles_sub_millisecond_timestamps():
+    import datetime as dt
+    from handoff_spark.iceberg_sink import _max_event_time_ms
+    ts = [dt.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=dt.timezone.utc), None]
+    tbl = pa.table({"ts": pa.array(ts, pa.timestamp("us", "UTC")),
+                    "_kafka_timestamp": pa.array([None, None], pa.timestamp("ms", "UTC"))})
+    assert _max_event_time_ms(tbl, "ts") == 1767225600123
+    assert _max_event_time_ms(tbl, None) is None  # all-null Kafka timestamps
