@@ -486,8 +486,12 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     try:
         consumer.assign([tp])
         end, last_progress, position = rng.end, time.monotonic(), rng.start
-        n_batch = max(1, min(opts.consume_batch, rng.end - rng.start))
         while position < end:
+            # Ask for no more than the range still holds: `consume` waits (up to its timeout) until it has
+            # `num_messages`, so asking for more than exist — a range ending at the partition's end, i.e. every
+            # caught-up streaming batch — cost a full second per task (measured), and asking past `end`
+            # built Message objects only to drop them.
+            n_batch = max(1, min(opts.consume_batch, end - position))
             msgs = consumer.consume(num_messages=n_batch, timeout=1.0)
             good = []
             for m in msgs:
