@@ -1,5 +1,6 @@
 """The "done" check of the operator, as a user does it: `kubectl apply -f crds/`, `kubectl apply -f
-examples/` (plus the Secrets the examples reference), `handoff operator` as a separate process with its
+examples/prerequisites/` (namespaces and the Secrets the
+examples reference), `kubectl apply -f examples/`, `handoff operator` as a separate process with its
 settings from the environment → every example handoff gets its children and a status that
 `kubectl wait --for=condition=Progressing` uses; the operator's Prometheus endpoint counts reconciles."""
 from __future__ import annotations
@@ -14,19 +15,11 @@ from typing import Iterator
 
 import pytest
 import yaml
-from kubernetes.client.rest import ApiException
 
 from handoff_testbed.proc import free_port
 from operator_support import REPO, Cluster, eventually, install_crds, kubectl
 
 pytestmark = pytest.mark.apiserver
-
-SECRETS = {
-    "shop": {"kafka-orders-credentials": {"username": "orders", "password": "pw"},
-             "lakehouse-s3": {"s3.access-key-id": "AK", "s3.secret-access-key": "SK"}},
-    "analytics": {"bigquery-writer": {"key.json": "{}"}},
-}
-
 
 def _handoffs() -> list[tuple[str, str]]:
     out = []
@@ -68,16 +61,9 @@ def handoff_operator(cluster: Cluster, tmp_path: Path) -> Iterator[int]:
 def test_examples_get_children_and_a_waitable_status(cluster: Cluster, handoff_operator: int) -> None:
     handoffs = _handoffs()
     assert handoffs, "examples/ has StreamTableHandoffs"
-    for ns, secrets in SECRETS.items():
-        try:
-            cluster.core.create_namespace({"metadata": {"name": ns}})
-        except ApiException as exc:
-            assert exc.status == 409
-        for name, data in secrets.items():
-            try:
-                cluster.core.create_namespaced_secret(ns, {"metadata": {"name": name}, "stringData": data})
-            except ApiException as exc:
-                assert exc.status == 409
+    # What a user applies first: the examples' namespaces and the Secrets they reference.
+    pre = kubectl(cluster.kubeconfig, "apply", "-f", str(REPO / "examples" / "prerequisites"), check=False)
+    assert pre.returncode == 0, pre.stderr
     out = kubectl(cluster.kubeconfig, "apply", "-f", str(REPO / "examples"), check=False)
     assert out.returncode == 0, out.stderr
     try:
