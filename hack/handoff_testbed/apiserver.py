@@ -67,7 +67,7 @@ class ApiServer(Component):
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self, workdir: Path) -> dict[str, str]:
+    def _start(self, workdir: Path) -> dict[str, str]:
         started = time.monotonic()
 
         def mark(stage: str) -> None:
@@ -85,24 +85,20 @@ class ApiServer(Component):
         scheduler_user = TokenUser.new("system:kube-scheduler", "system:masters")
         kwok_user = TokenUser.new("kwok", "system:masters")
         write_token_file(workdir / "tokens.csv", [admin, kcm_user, scheduler_user, kwok_user])
-        try:
-            self.token = admin.token
-            mark("pki")
-            etcd_url = self._start_etcd(workdir)
-            mark("etcd")
-            self._start_apiserver(workdir, pki, etcd_url)
-            mark("kube-apiserver")
-            self.kubeconfig = workdir / "kubeconfig"
-            write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
-            self._start_controller_manager(workdir, pki, kcm_user)
-            mark("kube-controller-manager")
-            if nodes_enabled():
-                self._start_scheduler(workdir, pki, scheduler_user)
-                self._start_kwok(workdir, pki, kwok_user)
-                mark("kwok-node")
-        except BaseException:
-            self.stop()
-            raise
+        self.token = admin.token
+        mark("pki")
+        etcd_url = self._start_etcd(workdir)
+        mark("etcd")
+        self._start_apiserver(workdir, pki, etcd_url)
+        mark("kube-apiserver")
+        self.kubeconfig = workdir / "kubeconfig"
+        write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
+        self._start_controller_manager(workdir, pki, kcm_user)
+        mark("kube-controller-manager")
+        if nodes_enabled():
+            self._start_scheduler(workdir, pki, scheduler_user)
+            self._start_kwok(workdir, pki, kwok_user)
+            mark("kwok-node")
         self.startup_seconds = time.monotonic() - started
         return {"KUBECONFIG": str(self.kubeconfig)}
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import abc
+import signal
 from pathlib import Path
+
+from .proc import Service
 
 
 class Component(abc.ABC):
@@ -20,8 +23,17 @@ class Component(abc.ABC):
     @abc.abstractmethod
     def build(self) -> None: ...
 
+    def start(self, workdir: Path) -> dict[str, str]:
+        """Start on free ports; on failure stop what did start, because the caller (fixture, `testbed
+        up`) never gets the object to clean up after a raise. Components implement `_start`."""
+        try:
+            return self._start(workdir)
+        except BaseException:
+            self.stop()
+            raise
+
     @abc.abstractmethod
-    def start(self, workdir: Path) -> dict[str, str]: ...
+    def _start(self, workdir: Path) -> dict[str, str]: ...
 
     @abc.abstractmethod
     def stop(self) -> None: ...
@@ -32,3 +44,44 @@ class Component(abc.ABC):
 
     def log_files(self) -> list[Path]:
         return sorted(self.workdir.glob("*.log")) if self.workdir else []
+
+
+class ServiceComponent(Component):
+    """A component that is one child process (`self.service`): stop, kill and pids are the same for all
+    of them; only the stop timeout/signal differ. Components that support drills implement `_launch`
+    (start the process on the existing ports, config and data) to get `restart()`/`start_again()`."""
+
+    stop_timeout: float = 30.0
+    stop_signal: int = signal.SIGTERM
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.service: Service | None = None
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.stop(timeout=self.stop_timeout, sig=self.stop_signal)
+            self.service = None
+
+    def kill(self) -> None:
+        """kill -9, as a crash would."""
+        if self.service is not None:
+            self.service.kill()
+            self.service = None
+
+    def _launch(self) -> None:
+        raise NotImplementedError(f"{self.name} cannot be restarted")
+
+    def restart(self) -> None:
+        """Graceful stop, then the same ports and data dir again."""
+        self.stop()
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start on the existing config and data (after `stop()` or `kill()`); no-op while running."""
+        if self.service is not None and self.service.alive():
+            return
+        self._launch()
+
+    def pids(self) -> list[int]:
+        return [self.service.pid] if self.service and self.service.pid else []

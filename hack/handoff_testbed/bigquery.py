@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .base import Component
+from .base import ServiceComponent
 from .paths import HACK_DIR, cache_dir
 from .proc import Service, free_port, run, wait_until
 
@@ -28,8 +28,11 @@ LAUNCHER = HACK_DIR / "bqemu_launcher.py"
 PROJECT = "test-project"
 
 
-class BigQueryEmulator(Component):
+class BigQueryEmulator(ServiceComponent):
+    """`restart()` keeps ports and data (tables survive: persistent mode)."""
+
     name = "bigquery"
+    stop_timeout = 20.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,7 +44,6 @@ class BigQueryEmulator(Component):
         self.project = PROJECT
         self.rest_port = 0
         self.grpc_port = 0
-        self.service: Service | None = None
         self.env: dict[str, str] = {}
         self.startup_seconds: float | None = None
 
@@ -87,14 +89,6 @@ class BigQueryEmulator(Component):
     def grpc_endpoint(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def start(self, workdir: Path) -> dict[str, str]:
-        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
-        try:
-            return self._start(workdir)
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self, workdir: Path) -> dict[str, str]:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -125,28 +119,6 @@ class BigQueryEmulator(Component):
     def _healthy(self) -> bool:
         with urllib.request.urlopen(f"{self.rest_endpoint}/healthz", timeout=1) as resp:
             return resp.status == 200
-
-    def stop(self) -> None:
-        if self.service is not None:
-            self.service.stop(timeout=20)
-            self.service = None
-
-    def restart(self) -> None:
-        """Stop and start again on the same ports and data dir (tables survive: persistent mode)."""
-        self.stop()
-        self._launch()
-
-    def kill(self) -> None:
-        if self.service is not None:
-            self.service.kill()
-            self.service = None
-
-    def start_again(self) -> None:
-        if self.service is None or not self.service.alive():
-            self._launch()
-
-    def pids(self) -> list[int]:
-        return [self.service.pid] if self.service and self.service.pid else []
 
     # ---- client helpers (the repo's .venv side) ----------------------------------------------
     def bq_client(self):

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping
 
-from .base import Component
+from .base import ServiceComponent
 from .paths import HACK_DIR, cache_dir
 from .proc import Service, free_port, port_open, run, wait_until
 
@@ -81,8 +81,13 @@ def _cluster_id() -> str:
             return text
 
 
-class Kafka(Component):
-    """One KRaft node on two free loopback ports; `restart()`/`kill()` keep ports and data for drills."""
+class Kafka(ServiceComponent):
+    """One KRaft node on two free loopback ports; `restart()`/`kill()` keep ports and data for drills.
+
+    `restart()` is a graceful stop (controlled shutdown); `kill()` is kill -9, as a crashed broker:
+    unflushed page cache survives, in-flight requests do not."""
+
+    stop_timeout = 30.0
 
     name = "kafka"
 
@@ -92,7 +97,6 @@ class Kafka(Component):
         self.home = cache_dir() / f"kafka-{version}"
         self.port = 0
         self.controller_port = 0
-        self.service: Service | None = None
         self.env: dict[str, str] = {}
         self.startup_seconds: float | None = None
 
@@ -147,14 +151,6 @@ class Kafka(Component):
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         return path
 
-    def start(self, workdir: Path) -> dict[str, str]:
-        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
-        try:
-            return self._start(workdir)
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self, workdir: Path) -> dict[str, str]:
         """Fresh data dir: write config, format storage with a new cluster id, start, wait for a broker."""
         self.workdir = Path(workdir)
@@ -194,31 +190,6 @@ class Kafka(Component):
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": quiet})
         metadata = admin.list_topics(timeout=2)
         return bool(metadata.brokers)
-
-    def stop(self) -> None:
-        if self.service is not None:
-            self.service.stop(timeout=30)
-            self.service = None
-
-    def restart(self) -> None:
-        """Graceful stop (controlled shutdown), then the same ports and data dir again."""
-        self.stop()
-        self.start_again()
-
-    def kill(self) -> None:
-        """kill -9, as a crashed broker: unflushed page cache survives, in-flight requests do not."""
-        if self.service is not None:
-            self.service.kill()
-            self.service = None
-
-    def start_again(self) -> None:
-        """Start on the existing config and data (after `stop()` or `kill()`)."""
-        if self.service is not None and self.service.alive():
-            return
-        self._launch()
-
-    def pids(self) -> list[int]:
-        return [self.service.pid] if self.service and self.service.pid else []
 
     # ---- conveniences for tests ----------------------------------------------------------------
     def admin(self):

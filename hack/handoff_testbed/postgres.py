@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .base import Component
+from .base import ServiceComponent
 from .proc import Service, free_port, run, wait_until
 
 UNPRIVILEGED_USER = "nobody"  # initdb/postgres refuse to run as root
@@ -48,18 +48,20 @@ def _reachable_by_others(path: Path) -> bool:
     return True
 
 
-class Postgres(Component):
+class Postgres(ServiceComponent):
     """One PostgreSQL cluster on a free loopback port with an `iceberg` database."""
 
     name = "postgres"
     database = "iceberg"
+    stop_timeout = 30.0
+    # SIGINT = "fast" shutdown; SIGTERM ("smart") would wait for every client to disconnect.
+    stop_signal = signal.SIGINT
 
     def __init__(self) -> None:
         super().__init__()
         self.port = 0
         self.datadir: Path | None = None
         self._tmp_datadir: Path | None = None
-        self.service: Service | None = None
         self.env: dict[str, str] = {}
         self.startup_seconds: float | None = None
 
@@ -87,14 +89,6 @@ class Postgres(Component):
         if os.geteuid() == 0:
             user = pwd.getpwnam(UNPRIVILEGED_USER)
             os.chown(path, user.pw_uid, user.pw_gid)
-
-    def start(self, workdir: Path) -> dict[str, str]:
-        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
-        try:
-            return self._start(workdir)
-        except BaseException:
-            self.stop()
-            raise
 
     def _start(self, workdir: Path) -> dict[str, str]:
         self.workdir = Path(workdir)
@@ -143,13 +137,7 @@ class Postgres(Component):
         return self._connect(self.database)
 
     def stop(self) -> None:
-        if self.service is not None:
-            # SIGINT = "fast" shutdown; SIGTERM ("smart") would wait for every client to disconnect.
-            self.service.stop(timeout=30, sig=signal.SIGINT)
-            self.service = None
+        super().stop()
         if self._tmp_datadir is not None:
             shutil.rmtree(self._tmp_datadir, ignore_errors=True)
             self._tmp_datadir = None
-
-    def pids(self) -> list[int]:
-        return [self.service.pid] if self.service and self.service.pid else []

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .base import Component
+from .base import ServiceComponent
 from .proc import Service, free_port, wait_until
 
 ACCESS_KEY = "testing"
@@ -26,13 +26,13 @@ def _moto_server() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "moto.server"]
 
 
-class S3(Component):
+class S3(ServiceComponent):
     name = "s3"
+    stop_timeout = 10.0
 
     def __init__(self) -> None:
         super().__init__()
         self.port = 0
-        self.service: Service | None = None
         self.env: dict[str, str] = {}
         self.startup_seconds: float | None = None
 
@@ -45,14 +45,6 @@ class S3(Component):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def start(self, workdir: Path) -> dict[str, str]:
-        """Start on free ports; on failure stop what did start (the fixture never sees the object)."""
-        try:
-            return self._start(workdir)
-        except BaseException:
-            self.stop()
-            raise
 
     def _start(self, workdir: Path) -> dict[str, str]:
         self.workdir = Path(workdir)
@@ -67,14 +59,6 @@ class S3(Component):
         self.env = {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                     "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
         return dict(self.env)
-
-    def stop(self) -> None:
-        if self.service is not None:
-            self.service.stop(timeout=10)
-            self.service = None
-
-    def pids(self) -> list[int]:
-        return [self.service.pid] if self.service and self.service.pid else []
 
     # ---- conveniences for tests ----------------------------------------------------------------
     def client(self):
