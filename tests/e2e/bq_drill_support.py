@@ -14,6 +14,7 @@ from typing import Any, Callable
 from handoff_spark import bigquery_client, bigquery_ledger
 from handoff_spark.config import AppConfig
 
+from bq_common import limited_emulator, read_dead_letters, table_counts  # noqa: F401  (re-exported)
 from iceberg_drill_support import PY, REPO, Run, end_offsets
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
@@ -50,19 +51,10 @@ def bq_commits(cfg: AppConfig) -> int:
         return 0
 
 
-def counts(cfg: AppConfig) -> tuple[int, int]:
-    client = bigquery_client.rest_client(cfg.sink)
-    ref = bigquery_client.table_ref(cfg.sink)
-    row = list(client.query(
-        f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(_kafka_topic, '/', CAST(_kafka_partition AS STRING), '/', "
-        f"CAST(_kafka_offset AS STRING))) AS d FROM `{ref}`", retry=None).result())[0]
-    return int(row["n"]), int(row["d"])
-
-
 def assert_exactly_once(cfg: AppConfig, bootstrap: str, produced: int, topic: str, dead_letters: int = 0) -> None:
     """rows == produced (minus dead letters), distinct (topic, partition, offset) == rows, and what BigQuery
     says the table holds ends at the topic's end offsets."""
-    rows, distinct = counts(cfg)
+    rows, distinct = table_counts(cfg)
     assert rows == produced - dead_letters, (rows, produced, dead_letters)
     assert distinct == rows
     ends = end_offsets(bootstrap, topic)
@@ -119,42 +111,3 @@ def run_bq_to_completion(tmp_path: Path, cfg: AppConfig, max_runs: int = 4, **kw
         kw.pop("on_commits", None)
     raise AssertionError(f"app never finished cleanly: {[(r.returncode, str(r.log)) for r in runs]}\n"
                          + runs[-1].log.read_text()[-4000:])
-
-
-def read_dead_letters(bootstrap: str, topic: str, expect: int, timeout_s: float = 30.0) -> list[Any]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < expect and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                out.append(msg)
-        return out
-    finally:
-        consumer.close()
-
-
-def limited_emulator(workdir: Path, max_request_bytes: int, max_stream_rows: int) -> Any:
-    """A separate emulator whose Storage Write API refuses large requests and full PENDING streams with
-    RESOURCE_EXHAUSTED (`BQEMU_WRITE_API_MAX_REQUEST_BYTES` / `BQEMU_WRITE_API_MAX_STREAM_ROWS`)."""
-    from handoff_testbed.bigquery import BigQueryEmulator
-
-    keys = ("BQEMU_WRITE_API_MAX_REQUEST_BYTES", "BQEMU_WRITE_API_MAX_STREAM_ROWS")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(dict(zip(keys, (str(max_request_bytes), str(max_stream_rows)))))
-    try:
-        emu = BigQueryEmulator()
-        emu.build()
-        emu.start(workdir)
-        return emu
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
