@@ -264,6 +264,7 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
             "autoCreate": bq.auto_create,
             "credentialsFile": (f"{BIGQUERY_CREDENTIALS_DIR}/credentials.json"
                                 if bq.credentials_from is not None else None),
+            "restEndpoint": bq.rest_endpoint, "grpcEndpoint": bq.grpc_endpoint,
         }
     schema = spec.schema_
     return AppConfig.model_validate({

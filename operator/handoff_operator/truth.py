@@ -8,6 +8,7 @@ catalog must not stop the status of every other handoff.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from .conditions import ProgressFacts
@@ -69,7 +70,9 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0
 
 
 def latest_commit(config: AppConfig) -> Any:
-    """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink)."""
+    """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink).
+
+    For BigQuery see `bigquery_commit`."""
     from handoff_spark import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
     from handoff_spark.iceberg_table import forget_catalog
 
@@ -86,10 +89,26 @@ def latest_commit(config: AppConfig) -> Any:
     return ledger.latest_commit(table, config.handoff_id)
 
 
+def bigquery_commit(config: AppConfig) -> Any:
+    """The newest row of this handoff in the table's `__handoff_ledger` (None: no ledger table or row yet).
+
+    None also when the sink's key file is not readable here: `credentialsFile` is the path the driver pod
+    mounts the Secret at, which the operator's own pod does not have (it reads the group offsets then)."""
+    from handoff_spark import bigquery_ledger  # google-cloud imports deferred: only for BigQuery sinks
+
+    sink = config.sink
+    if not isinstance(sink, BigQuerySink):
+        return None
+    if sink.credentials_file is not None and not os.path.exists(sink.credentials_file):
+        return None
+    return bigquery_ledger.latest_commit(sink, config.handoff_id)
+
+
 @dataclass(frozen=True)
 class GroupCommit:
-    """Committed progress of a sink without a table ledger (BigQuery): the consumer group's offsets,
-    which the data plane commits only after the table commit is durable."""
+    """Committed progress when the table has no ledger row yet (a BigQuery sink before its first batch
+    recorded one): the consumer group's offsets, which the data plane commits only after the table commit
+    is durable."""
 
     end_offsets: dict[str, dict[int, int]]
     snapshot_id: None = None
@@ -112,12 +131,17 @@ def read_progress(config: AppConfig) -> ProgressFacts:
         end, earliest = kafka_offsets(config)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
+    ledger_read = False
     try:
-        if isinstance(config.sink, IcebergSink):
-            commit = latest_commit(config)
-        elif end is not None:
+        commit = latest_commit(config) if isinstance(config.sink, IcebergSink) else bigquery_commit(config)
+        ledger_read = True
+    except Exception as exc:  # noqa: BLE001
+        errors.append(f"cannot read the table ledger: {type(exc).__name__}: {exc}")
+    try:
+        # BigQuery without a ledger row (new table, or the operator cannot authenticate as the sink):
+        # the consumer group's offsets. Not after a ledger error: that is reported, not papered over.
+        if ledger_read and commit is None and isinstance(config.sink, BigQuerySink) and end is not None:
             commit = group_commit(config, end)
     except Exception as exc:  # noqa: BLE001
-        where = "the table ledger" if isinstance(config.sink, IcebergSink) else "the consumer group's offsets"
-        errors.append(f"cannot read {where}: {type(exc).__name__}: {exc}")
+        errors.append(f"cannot read the consumer group's offsets: {type(exc).__name__}: {exc}")
     return progress_facts(commit, end, earliest, int(time.time() * 1000), errors)

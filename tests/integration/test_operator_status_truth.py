@@ -114,9 +114,16 @@ def test_status_reports_ledger_commit_lag_and_freshness(cluster: Cluster, kafka,
         op.stop()
 
 
-def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka) -> None:
-    """Without a table ledger (BigQuery), committed offsets are the consumer group's, which the data plane
-    commits only after the table commit is durable."""
+def _bq_sink(bigquery, dataset: str, table: str) -> dict:
+    """A CR's spec.sink on the emulator: endpoints set, no credentialsFrom (anonymous)."""
+    return {"bigquery": {"project": bigquery.project, "dataset": dataset, "table": table,
+                         "restEndpoint": bigquery.rest_endpoint, "grpcEndpoint": bigquery.grpc_endpoint}}
+
+
+@pytest.mark.bigquery
+def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka, bigquery) -> None:
+    """While a BigQuery table has no ledger yet (here: not even its dataset), committed offsets are the
+    consumer group's, which the data plane commits only after the table commit is durable."""
     from handoff_spark.kafka_offsets import commit_group_offsets
 
     bootstrap = kafka.bootstrap
@@ -126,7 +133,7 @@ def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka) -> N
         future.result(30)
     _produce(bootstrap, topic, {0: 5, 1: 5})
     ns = cluster.new_namespace("truth")
-    spec = base_spec(bootstrap, sink={"bigquery": {"project": "test-project", "dataset": "web", "table": "clicks"}})
+    spec = base_spec(bootstrap, sink=_bq_sink(bigquery, f"absent_{uuid.uuid4().hex[:8]}", "clicks"))
     spec["source"]["topics"] = [topic]
     # The first commit of a new group may meet a coordinator that is still loading: retry.
     eventually(lambda: commit_group_offsets(bootstrap, f"handoff-{ns}.clicks", {topic: {0: 4, 1: 2}},
@@ -141,5 +148,65 @@ def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka) -> N
         assert status["committed"]["offsets"] == {topic: {"0": 4, "1": 2}}
         assert "snapshot" not in status["committed"]
         assert status["lag"] == (5 - 4) + (5 - 2)
+    finally:
+        op.stop()
+
+
+@pytest.mark.bigquery
+def test_bigquery_sink_status_from_the_table_ledger(cluster: Cluster, kafka, bigquery, tmp_path) -> None:
+    """With a ledger row in `<table>__handoff_ledger`, the status is read from BigQuery alone: offsets,
+    batch, commit time and freshness are the ledger's, not the consumer group's (committed differently here
+    to tell the two apart)."""
+    from handoff_spark import bigquery_ledger
+    from handoff_spark.kafka_offsets import commit_group_offsets
+
+    from bq_support import bq_config
+
+    bootstrap = kafka.bootstrap
+    topic = f"views-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    _produce(bootstrap, topic, {0: 6, 1: 4})
+    ns = cluster.new_namespace("truth")
+    dataset = f"ds_{uuid.uuid4().hex[:8]}"
+    bigquery.bq_client().create_dataset(f"{bigquery.project}.{dataset}")
+
+    # Rows exactly as the sink records them, through the data plane's own writer; another handoff's row in
+    # the same ledger must not count.
+    mine = bq_config(tmp_path, bigquery, bootstrap, topic, dataset=dataset, table="views", handoffId=f"{ns}/views")
+    other = bq_config(tmp_path, bigquery, bootstrap, topic, dataset=dataset, table="views",
+                      handoffId=f"{ns}/someone-else")
+    assert bigquery_ledger.record_batch(other, 9, {topic: {"0": [0, 6], "1": [0, 4]}}, 10, 0,
+                                        int(time.time() * 1000), int(time.time() * 1_000_000))
+    event_ms = int(time.time() * 1000) - 120_000
+    commit_us = int(time.time() * 1_000_000) - 1_000_000
+    assert bigquery_ledger.record_batch(mine, 3, {topic: {"0": [1, 3], "1": [0, 1]}}, 3, 0, event_ms, commit_us)
+    eventually(lambda: commit_group_offsets(bootstrap, f"handoff-{ns}.views", {topic: {0: 5, 1: 4}},
+                                            timeout_s=10.0), "group offsets committed")
+
+    spec = base_spec(bootstrap, sink=_bq_sink(bigquery, dataset, "views"))
+    spec["source"]["topics"] = [topic]
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+    try:
+        cluster.create(ns, "views", spec)
+        status = eventually(lambda: (s := cluster.get(ns, "views").get("status") or {}).get("lag") is not None
+                            and (s.get("committed") or {}).get("batch") is not None and s,
+                            "status with the ledger's commit")
+        assert status["committed"]["offsets"] == {topic: {"0": 3, "1": 1}}
+        assert status["committed"]["batch"] == 3
+        assert status["committed"]["snapshot"] == str(commit_us)
+        assert status["lag"] == (6 - 3) + (4 - 1)
+        assert status["freshnessSeconds"] >= 120
+
+        # The next ledger row moves the status; the group's offsets still say otherwise.
+        assert bigquery_ledger.record_batch(mine, 4, {topic: {"0": [3, 6], "1": [1, 4]}}, 6, 0,
+                                            int(time.time() * 1000) - 5_000, int(time.time() * 1_000_000))
+        status = eventually(lambda: (s := cluster.get(ns, "views")["status"])["committed"]["batch"] == 4 and s,
+                            "the second ledger row")
+        assert status["committed"]["offsets"] == {topic: {"0": 6, "1": 4}}
+        assert status["lag"] == 0
+        assert status["freshnessSeconds"] < 120
     finally:
         op.stop()

@@ -183,6 +183,15 @@ class BigQuerySinkSpec(SpecModel):
     cluster_by: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=300)]] = Field(
         default_factory=list, max_length=4, description="Clustering columns (at most 4).")
     auto_create: bool = Field(default=True, description="Create the table if missing.")
+    rest_endpoint: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512,
+        description="BigQuery REST API endpoint (tables, queries) instead of Google's, e.g. an emulator "
+                    "http://bigquery-emulator:9050. With an endpoint set and no credentialsFrom, requests are "
+                    "anonymous. The operator also reads the table's offsets ledger through it for the status.")
+    grpc_endpoint: str | None = Field(
+        default=None, pattern=r"^(http://)?[^\s/:]+:[0-9]{1,5}$", max_length=512,
+        description="Storage Write API endpoint host:port instead of bigquerystorage.googleapis.com:443; "
+                    "dialed as a plaintext gRPC channel (an emulator), so not for TLS endpoints.")
 
 
 class SinkSpec(SpecModel):
