@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import bigquery_client, bigquery_ledger, faults, offset_log
 from .bigquery_append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
@@ -41,6 +40,7 @@ from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOP
 from .config import AppConfig, BigQuerySink
 from .decode import DeadLetter, decode_batch
 from .kafka_offsets import commit_group_offsets
+from .sink_common import max_event_time_ms, task_batch_id
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -181,24 +181,6 @@ class BigQueryCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     new_columns: list[str] = field(default_factory=list)
 
 
-def _task_batch_id() -> int | None:
-    """Spark sets the micro-batch id as a job-local property; executors read it through the task context."""
-    try:
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        value = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
-        return int(value) if value is not None else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
-    name = column if column and column in tbl.column_names else "_kafka_timestamp"
-    if name not in tbl.column_names or tbl.num_rows == 0 or not pa.types.is_timestamp(tbl.column(name).type):
-        return None
-    value = pc.max(tbl.column(name).cast(pa.timestamp("ms", "UTC"))).value
-    return int(value) if value is not None else None
 
 
 def writer_settings(sink: BigQuerySink) -> dict[str, Any]:
@@ -299,7 +281,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
         dead.add(raw, _rejections_to_dead(raw, decoded, [(r.index, r.reason) for r in rejected],
                                           "missing-required" if all("REQUIRED" in r.reason for r in rejected)
                                           else "type-mismatch"))
-        met = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
+        met = max_event_time_ms(shaped, cfg.schema_.event_time_column)
         if met is not None:
             event_times.append(met)
         if shaped.num_rows:
@@ -370,7 +352,7 @@ class BigQueryStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,va
         return self._cfg
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
-        batch_id = _task_batch_id()
+        batch_id = task_batch_id()
         if faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
         return write_partition(self.cfg, self.plan, iterator, batch_id)

@@ -41,6 +41,7 @@ from .config import AppConfig, IcebergSink
 from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_table, forget_catalog,
                             iceberg_type, iceberg_type_of_arrow, load_catalog_cached, plan_schema_changes)
 from .kafka_offsets import commit_group_offsets
+from .sink_common import max_event_time_ms, task_batch_id
 
 from .decode import decode_batch
 
@@ -146,21 +147,6 @@ def prepare_batch(decoded: pa.Table, metadata: TableMetadata, evolution: str) ->
     return pa.Table.from_arrays(arrays, schema=arrow_schema), target_meta, plan
 
 
-def _max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
-    name = column if column and column in tbl.column_names else "_kafka_timestamp"
-    if name not in tbl.column_names or tbl.num_rows == 0:
-        return None
-    col = tbl.column(name)
-    if not pa.types.is_timestamp(col.type):
-        return None
-    # max in the column's own unit, then to ms (a safe µs→ms cast raises on sub-millisecond event times)
-    m = pa.compute.max(col)
-    if not m.is_valid:
-        return None
-    value = m.cast(pa.int64()).as_py()
-    scale = {"s": 1000, "ms": 1, "us": 1 / 1000, "ns": 1 / 1_000_000}[col.type.unit]
-    return int(value * scale) if scale >= 1 else value // round(1 / scale)
-
 
 def write_data_files(metadata: TableMetadata, io: Any, tbl: pa.Table, write_uuid: uuid.UUID) -> list[DataFile]:
     """Parquet files for `tbl` through PyIceberg's writer (partitioning via pyiceberg-core): one file per
@@ -195,16 +181,6 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
     dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]
 
 
-def _task_batch_id() -> int | None:
-    """The micro-batch id a write task belongs to (Spark sets it as a local property), for fault hooks."""
-    try:
-        from pyspark import TaskContext
-        ctx = TaskContext.get()
-        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
-        return int(value) if value is not None else None
-    except Exception:  # noqa: BLE001
-        return None
-
 
 class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     def __init__(self, config_json: str) -> None:
@@ -233,7 +209,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         raw = pa.Table.from_batches(batches)
         msg.records = raw.num_rows
         t1 = time.perf_counter()
-        batch_id = _task_batch_id()
+        batch_id = task_batch_id()
         decoded, dead = decode_batch(raw, cfg.schema_, cfg.source.format)
         msg.dlq_rows = len(dead)
         t2 = time.perf_counter()
@@ -248,7 +224,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         msg.add, msg.widen = list(plan.add), list(plan.widen)
         msg.added_ids = {name: meta.schema().find_field(name).field_id for name, _ in plan.add}
         msg.rows = shaped.num_rows
-        msg.max_event_time_ms = _max_event_time_ms(shaped, cfg.schema_.event_time_column)
+        msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
         try:
             t3 = time.perf_counter()
             if shaped.num_rows:
