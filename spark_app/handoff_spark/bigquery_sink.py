@@ -22,13 +22,10 @@ Usage (the app does this):
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
-import os
 import re
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -40,7 +37,7 @@ from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOP
 from .config import AppConfig, BigQuerySink
 from .decode import DeadLetter, decode_batch
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, task_batch_id
+from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, write_last_commit
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -51,7 +48,6 @@ except ImportError:  # the operator imports pieces of this package without pyspa
 
 log = logging.getLogger(__name__)
 
-LAST_COMMIT_FILE = "handoff/last-commit.json"  # same file and shape as the Iceberg sink's progress hand-over
 
 class SchemaIncompatibleError(RuntimeError):
     """The declared schema (or a batch) needs a change BigQuery cannot make, and onIncompatible=halt."""
@@ -536,28 +532,10 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         append_retries=dict(stats.retries), append_errors=dict(stats.errors),
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
         degraded_reason=degraded_reason(stats))
-    _write_last_commit(cfg, result)
+    write_last_commit(cfg.checkpoint_location, result)
     return result
 
 
-def _write_last_commit(cfg: AppConfig, result: CommitResult) -> None:
-    """`<checkpoint>/handoff/last-commit.json`, as the Iceberg sink writes it: the commit runs in a Spark Python
-    worker, so this file is how the app's progress record and metrics learn about the commit."""
-    try:
-        path = offset_log._local_path(cfg.checkpoint_location) / LAST_COMMIT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
-            json.dump(asdict(result), tmp)
-        os.replace(tmp.name, path)
-    except OSError:
-        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
-
-
-def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 __all__ = ["BigQuerySinkDataSource", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",

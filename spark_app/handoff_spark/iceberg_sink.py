@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from .config import AppConfig, IcebergSink
 from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_table, forget_catalog,
                             iceberg_type, iceberg_type_of_arrow, load_catalog_cached, plan_schema_changes)
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, task_batch_id
+from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, write_last_commit
 
 from .decode import decode_batch
 
@@ -54,7 +52,6 @@ except ImportError:  # the operator imports pieces of this package without pyspa
 
 log = logging.getLogger(__name__)
 
-LAST_COMMIT_FILE = "handoff/last-commit.json"
 
 
 class SchemaIncompatibleError(RuntimeError):
@@ -463,24 +460,12 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
                           group_offsets_committed=group_ok, records=sum(m.records for m in msgs),
                           task_ms={k: round(sum(m.task_ms.get(k, 0.0) for m in msgs), 1)
                                    for k in ("read", "decode", "open_table", "write", "dlq")})
-    _write_last_commit(cfg, result)
+    write_last_commit(cfg.checkpoint_location, result)
     if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
         from . import maintenance
         maintenance.after_commit(tc.table, cfg, batch_id)
     return result
 
-
-def _write_last_commit(cfg: AppConfig, result: CommitResult) -> None:
-    """`<checkpoint>/handoff/last-commit.json`: the commit runs in a Spark Python worker, not in the driver's
-    Python process, so this file is how the app's progress record learns the snapshot and commit latency."""
-    try:
-        path = offset_log._local_path(cfg.checkpoint_location) / LAST_COMMIT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
-            json.dump(result.__dict__, tmp)
-        os.replace(tmp.name, path)
-    except OSError:
-        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
 
 
 def abort_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> None:
@@ -529,12 +514,6 @@ def prepare(cfg: AppConfig) -> Table:
 def register(spark: Any) -> None:
     spark.dataSource.register(IcebergSinkDataSource)
 
-
-def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 __all__ = ["IcebergSinkDataSource", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare",

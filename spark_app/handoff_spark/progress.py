@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-LAST_COMMIT_FILE = "handoff/last-commit.json"
+from .sink_common import LAST_COMMIT_FILE
+
 INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
 
 

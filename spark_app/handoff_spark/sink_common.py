@@ -2,8 +2,17 @@
 (the sub-millisecond event-time cast was fixed in one sink and not the other before they shared this)."""
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
+
+log = logging.getLogger(__name__)
 
 
 def task_batch_id() -> int | None:
@@ -36,3 +45,31 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
     value = m.cast(pa.int64()).as_py()
     per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[col.type.unit]
     return value * 1000 if per_ms is None else value // per_ms
+
+
+#: Where a sink's driver-side commit leaves its result for the app's progress record and metrics. The commit
+#: runs in a Spark Python worker, not in the driver's Python process, hence a file beside the checkpoint.
+LAST_COMMIT_FILE = "handoff/last-commit.json"
+
+
+def write_last_commit(checkpoint: str, result: Any) -> None:
+    """Atomically rewrite `<checkpoint>/handoff/last-commit.json` with a sink's CommitResult (a dataclass)."""
+    from . import offset_log
+
+    try:
+        path = offset_log._local_path(checkpoint) / LAST_COMMIT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
+            json.dump(dataclasses.asdict(result), tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
+
+
+def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
+    from . import offset_log
+
+    try:
+        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
