@@ -63,10 +63,10 @@ _STREAM_FULL = ("per-stream cap", "stream buffer")
 def classify(code: int, message: str, has_row_errors: bool, rows: int, offsets: bool) -> Action:
     """Decide what to do with an append response. Pure, so the policy is testable without a server."""
     text = message.lower()
+    if has_row_errors:  # BigQuery applied none of the request, whatever `error` says (it says INVALID_ARGUMENT)
+        return Action.ROW_ERRORS
     if code == OK:
         return Action.DONE
-    if has_row_errors:
-        return Action.ROW_ERRORS
     if code == ALREADY_EXISTS and offsets:
         return Action.DONE
     if code == OUT_OF_RANGE and offsets:
@@ -507,6 +507,8 @@ class StreamWriter:
             else:
                 code = int(response.error.code) if response.error and response.error.code else OK
                 row_errors = list(response.row_errors) if response.row_errors else []
+                if row_errors and code == OK:
+                    code = INVALID_ARGUMENT  # row errors are a refusal even without an error status
                 action = classify(code, response.error.message if code else "", bool(row_errors),
                                   chunk.table.num_rows, self.pending)
                 if action is Action.DONE:

@@ -20,6 +20,7 @@ from handoff_spark.config import Column
 @pytest.mark.parametrize("code,message,row_errors,rows,offsets,expected", [
     (0, "", False, 10, True, Action.DONE),
     (INVALID_ARGUMENT, "row errors", True, 10, True, Action.ROW_ERRORS),
+    (0, "", True, 10, True, Action.ROW_ERRORS),  # row errors mean nothing was applied, even without a status
     (ALREADY_EXISTS, "Offset 0 already buffered", False, 10, True, Action.DONE),  # resent after a lost response
     (OUT_OF_RANGE, "Offset 20 beyond next expected 10", False, 10, True, Action.RESEND),
     (RESOURCE_EXHAUSTED, "AppendRowsRequest exceeds the 16384-byte size cap", False, 10, True, Action.SPLIT),
