@@ -1,7 +1,8 @@
 """The BigQuery sink's exactly-once drills through the real app (a subprocess: `python -m handoff_spark run
 --available-now`), real Kafka and the BigQuery emulator: kill -9 mid-append, kill -9 after the BigQuery
 commit but before Spark's, an emulator restart mid-stream, RESOURCE_EXHAUSTED from the emulator's
-request-size and stream-row limits, rejected rows to the DLQ, and a column added between runs.
+request-size and stream-row limits, rejected rows to the DLQ, a column added between runs, and BigQuery's own
+row errors (through the test bed's fault proxy, the emulator never sends them).
 Each ends with rows == records produced and distinct (topic, partition, offset) == rows, read from BigQuery."""
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from google.cloud import bigquery as bq
 
 from handoff_spark import bigquery_client, bigquery_ledger
 from handoff_spark.bigquery_sink import read_last_commit
+from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
 
 from bq_drill_support import (assert_exactly_once, bq_drill_config, limited_emulator, read_dead_letters, run_bq_app,
                               run_bq_to_completion)
-from iceberg_drill_support import produce, value
+from iceberg_drill_support import end_offsets, produce, value
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.bigquery]
 
@@ -136,3 +138,58 @@ def test_rejected_rows_to_the_dlq_and_column_added_between_runs(kafka, bigquery,
                              f"GROUP BY 1, 2 ORDER BY 1").result())
     assert [(r["new"], r["channel"], r["n"]) for r in rows] == [(False, None, 600 - bad), (True, "web", 200)]
     assert_exactly_once(cfg, kafka.bootstrap, 800, topic, dead_letters=bad)
+
+
+def test_bigquery_row_errors_to_the_dlq_the_rest_committed(kafka, bigquery, tmp_path):
+    """BigQuery refuses an append holding rows it cannot take (row_errors, nothing applied). The sink's gRPC
+    endpoint is the test bed's fault proxy in front of the emulator, which refuses every request holding a
+    row whose region starts with "REJECT", as BigQuery would. Each such record lands in the DLQ once, with
+    the row error's text; every other record is committed exactly once; the ledger covers every offset."""
+    topic, dlq = "bq-row-errors", "bq-row-errors-dead"
+    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(dlq, partitions=1)
+    proxy = BigQueryWriteFaultProxy(bigquery.grpc_endpoint).start()
+    try:
+        # small requests, several in flight: appends behind a refused one come back OUT_OF_RANGE and are resent
+        cfg = bq_drill_config(tmp_path, bigquery, kafka.bootstrap, topic, max_records=250, deadLetterTopic=dlq,
+                              sink={"grpcEndpoint": proxy.endpoint, "maxRowsPerRequest": 40})
+        n = 700
+        marked: dict[tuple[int, int], str] = {}  # (partition, offset) → the refused value
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(n):
+            region = f"REJECT-{i}" if i % 41 == 7 else None
+            extra = {"region": region} if region else {}
+
+            def delivered(err, msg, region=region):
+                assert err is None
+                if region:
+                    marked[(msg.partition(), msg.offset())] = region
+
+            p.produce(topic, key=str(i).encode(), value=value(i, **extra), on_delivery=delivered)
+        assert p.flush(30) == 0
+        k = len(marked)
+        assert k == len([i for i in range(n) if i % 41 == 7])
+
+        run_bq_to_completion(tmp_path, cfg, max_runs=1)
+
+        assert proxy.stats.refused_rows >= k  # a refused row is refused on every try, never applied
+        assert_exactly_once(cfg, kafka.bootstrap, n, topic, dead_letters=k)
+        client = bigquery_client.rest_client(cfg.sink)
+        left = list(client.query(f"SELECT COUNT(*) AS n FROM `{bigquery_client.table_ref(cfg.sink)}` "
+                                 f"WHERE STARTS_WITH(region, 'REJECT')").result())
+        assert left[0]["n"] == 0
+        assert sum(c.dlq_rows for c in bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id)) == k
+        assert end_offsets(kafka.bootstrap, dlq) == {0: k}  # exactly k dead letters, none twice
+        seen = {}
+        for m in read_dead_letters(kafka.bootstrap, dlq, k):
+            h = dict(m.headers())
+            assert h["handoff.reason"] == b"rejected-by-bigquery"
+            assert h["handoff.source.topic"] == topic.encode()
+            where = (int(h["handoff.source.partition"]), int(h["handoff.source.offset"]))
+            seen[where] = h["handoff.error"].decode()
+            assert json.loads(m.value())["region"] == marked[where]  # the original record, unchanged
+        assert set(seen) == set(marked)
+        for where, error in seen.items():
+            assert row_error_message("region", marked[where]) in error
+    finally:
+        proxy.stop()
