@@ -27,6 +27,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from . import metrics
+from .bigquery_truth import service_account_key
 from .conditions import Facts, ProgressFacts, evaluate, merge_conditions, transitions
 from .kube import Kube, new_api_client
 from .models import format_duration
@@ -127,10 +128,12 @@ def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
     spec, problems = parse_spec(obj.get("spec") or {})
     if spec is None:
         return None
-    resolved, problems = check(name, spec, kube.read_secrets(namespace, sorted(referenced_secrets(spec))))
+    secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
+    resolved, problems = check(name, spec, secrets)
     if problems:
         return None
-    return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config)
+    return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config,
+                         bigquery_key=service_account_key(spec, secrets))
 
 
 def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:

@@ -8,7 +8,6 @@ catalog must not stop the status of every other handoff.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -89,19 +88,15 @@ def latest_commit(config: AppConfig) -> Any:
     return ledger.latest_commit(table, config.handoff_id)
 
 
-def bigquery_commit(config: AppConfig) -> Any:
+def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Any:
     """The newest row of this handoff in the table's `__handoff_ledger` (None: no ledger table or row yet).
 
-    None also when the sink's key file is not readable here: `credentialsFile` is the path the driver pod
-    mounts the Secret at, which the operator's own pod does not have (it reads the group offsets then)."""
-    from handoff_spark import bigquery_ledger  # google-cloud imports deferred: only for BigQuery sinks
+    `key_json`: the service-account key from the sink's `credentialsFrom` Secret (the operator's pod does
+    not mount it). Without one, a sink whose `credentialsFile` this pod lacks gives None too (the group's
+    offsets are read then). The SELECT runs only when the ledger table changed (see bigquery_truth)."""
+    from .bigquery_truth import ledger_commit  # google-cloud imports deferred: only for BigQuery sinks
 
-    sink = config.sink
-    if not isinstance(sink, BigQuerySink):
-        return None
-    if sink.credentials_file is not None and not os.path.exists(sink.credentials_file):
-        return None
-    return bigquery_ledger.latest_commit(sink, config.handoff_id)
+    return ledger_commit(config, key_json)
 
 
 @dataclass(frozen=True)
@@ -124,7 +119,8 @@ def group_commit(config: AppConfig, end: dict[str, dict[int, int]]) -> GroupComm
     return GroupCommit(committed) if committed else None
 
 
-def read_progress(config: AppConfig) -> ProgressFacts:
+def read_progress(config: AppConfig, bigquery_key: str | None = None) -> ProgressFacts:
+    """`bigquery_key`: the service-account JSON of a BigQuery sink's credentialsFrom, if it has one."""
     errors: list[str] = []
     commit = end = earliest = None
     try:
@@ -133,7 +129,8 @@ def read_progress(config: AppConfig) -> ProgressFacts:
         errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
     ledger_read = False
     try:
-        commit = latest_commit(config) if isinstance(config.sink, IcebergSink) else bigquery_commit(config)
+        commit = (latest_commit(config) if isinstance(config.sink, IcebergSink)
+                  else bigquery_commit(config, bigquery_key))
         ledger_read = True
     except Exception as exc:  # noqa: BLE001
         errors.append(f"cannot read the table ledger: {type(exc).__name__}: {exc}")
