@@ -28,6 +28,7 @@ from .config import AppConfig
 from .kafka_source import RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource
 from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
                        write_progress_file)
+from .progress_publisher import ProgressPublisher
 
 log = logging.getLogger("handoff.app")
 
@@ -148,8 +149,9 @@ class ProgressReporter:
     exits; the progress list is synchronous and still readable after the query terminated.
     """
 
-    def __init__(self, cfg: AppConfig, metrics: Metrics | None, echo: Callable[[str], None]) -> None:
-        self.cfg, self.metrics, self.echo = cfg, metrics, echo
+    def __init__(self, cfg: AppConfig, metrics: Metrics | None, echo: Callable[[str], None],
+                 publisher: ProgressPublisher | None = None) -> None:
+        self.cfg, self.metrics, self.echo, self.publisher = cfg, metrics, echo, publisher
         self.last_batch_id = -1
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
@@ -199,8 +201,11 @@ class ProgressReporter:
         self.echo(report.line())
         if self.metrics is not None:
             self.metrics.observe(report)
+        record = report.record(cfg.handoff_id)
         if cfg.progress_file:
-            write_progress_file(cfg.progress_file, report.record(cfg.handoff_id))
+            write_progress_file(cfg.progress_file, record)
+        if self.publisher is not None:
+            self.publisher.offer(record)  # handed to its thread: the batch never waits for the API server
 
 
 def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,
@@ -227,7 +232,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     if cfg.metrics_port is not None:
         port = metrics.serve(cfg.metrics_port)
         echo(f"metrics on :{port}/metrics")
-    reporter = ProgressReporter(cfg, metrics, echo)
+    # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
+    publisher = ProgressPublisher.from_env(
+        on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
+    reporter = ProgressReporter(cfg, metrics, echo, publisher)
     if sink_format is None:
         prepare_sink(cfg)
     query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format)
@@ -237,6 +245,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         query.stop()
         return 130
     finally:
+        if publisher is not None:
+            publisher.close()
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(marker_dir)
 

@@ -206,6 +206,10 @@ class Metrics:
         self.append_latency = Gauge("handoff_sink_append_latency_seconds",
                                     "Append request latency in the last batch", lbl + ["quantile"],
                                     registry=self.registry)
+        # The progress record published to the operator (progress_publisher): failed API requests.
+        self.publish_errors = Counter("handoff_progress_publish_errors",
+                                      "Failed attempts to publish the progress record to the operator's "
+                                      "ConfigMap", lbl, registry=self.registry)
         self._max_event_ms: int | None = None
         freshness = Gauge("handoff_freshness_seconds", "now - newest event time committed to the table", lbl,
                           registry=self.registry)
