@@ -10,9 +10,9 @@ the rows whose string column value starts with the marker (default "REJECT"), an
 the way BigQuery does. Later requests of the same connection are forwarded as sent, so their explicit
 offsets now lie past the stream's end and the emulator answers OUT_OF_RANGE, as BigQuery would.
 
-Only Arrow rows are inspected (the sink's default format); proto rows pass through untouched. The messages
-travel as bytes: the service is served with grpc's generic handlers (the client library ships types, not
-server stubs) and only AppendRows requests are parsed.
+Both row formats are inspected: Arrow record batches (the sink's default) and proto rows (decoded with the
+request's own descriptor). The messages travel as bytes: the service is served with grpc's generic handlers
+(the client library ships types, not server stubs) and only AppendRows requests are parsed.
 """
 from __future__ import annotations
 
@@ -142,26 +142,31 @@ class BigQueryWriteFaultProxy:
                 fut.set_exception(error)
 
         def pump() -> None:
-            schema = None
+            writer_schema: Any = None  # the connection's last writer schema (ArrowSchema or ProtoSchema)
+            decoder: Any = None
             schema_sent = False
             try:
                 for raw in requests:
                     req = request_pb.FromString(raw)
                     fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-                    arrow = req.arrow_rows if req.HasField("arrow_rows") else None
-                    if arrow is not None and arrow.writer_schema.serialized_schema:
-                        schema = _read_schema(arrow.writer_schema.serialized_schema)
-                    refused = self._refuse(req, arrow, schema) if arrow is not None and schema is not None else None
+                    kind = req.WhichOneof("rows")
+                    data = getattr(req, kind) if kind else None
+                    has_schema = data is not None and data.HasField("writer_schema")
+                    if has_schema:
+                        writer_schema = type(data.writer_schema)()
+                        writer_schema.CopyFrom(data.writer_schema)
+                        decoder = _decoder(kind, writer_schema)
+                    refused = self._refuse(req, decoder(data)) if data is not None and decoder is not None else None
                     if refused is not None:
                         fut.set_result(refused)
                         slots.put(fut)
                         continue
-                    if arrow is not None and not arrow.writer_schema.serialized_schema and not schema_sent \
-                            and schema is not None:
+                    if data is not None and not has_schema and not schema_sent and writer_schema is not None:
                         # The refused request carried the connection's schema; the emulator must get it too.
-                        req.arrow_rows.writer_schema.serialized_schema = schema.serialize().to_pybytes()
+                        data.writer_schema.CopyFrom(writer_schema)
                         raw = req.SerializeToString()
-                    schema_sent = schema_sent or arrow is None or bool(req.arrow_rows.writer_schema.serialized_schema)
+                        has_schema = True
+                    schema_sent = schema_sent or has_schema
                     with lock:
                         if broken:
                             fut.set_exception(broken[0])
@@ -187,22 +192,17 @@ class BigQueryWriteFaultProxy:
             except ConnectionError as exc:
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
-    def _refuse(self, req: Any, arrow: Any, schema: Any) -> bytes | None:
-        """The proxy's own response for a request holding marked rows (None: forward it)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+    def _refuse(self, req: Any, rows: list[dict[str, str]]) -> bytes | None:
+        """The proxy's own response for a request holding marked rows (None: forward it). `rows`: each
+        row's string columns."""
         from google.cloud.bigquery_storage_v1 import types
 
-        batch = pa.ipc.read_record_batch(pa.py_buffer(arrow.rows.serialized_record_batch), schema)
         bad: dict[int, str] = {}
-        for name, column in zip(batch.schema.names, batch.columns):
-            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                continue
-            hits = pc.starts_with(column, self.marker).to_pylist()
-            values = column.to_pylist()
-            for i, hit in enumerate(hits):
-                if hit and i not in bad:
-                    bad[i] = row_error_message(name, values[i])
+        for i, values in enumerate(rows):
+            for name, value in values.items():
+                if value.startswith(self.marker):
+                    bad[i] = row_error_message(name, value)
+                    break
         if not bad:
             return None
         with self._lock:
@@ -217,10 +217,39 @@ class BigQueryWriteFaultProxy:
         return response.SerializeToString()
 
 
-def _read_schema(serialized: bytes) -> Any:
-    import pyarrow as pa
+def _decoder(kind: str, writer_schema: Any) -> Any:
+    """rows data → [{string column: value} per row], for Arrow record batches or proto rows."""
+    if kind == "arrow_rows":
+        import pyarrow as pa
 
-    return pa.ipc.read_schema(pa.py_buffer(serialized))
+        schema = pa.ipc.read_schema(pa.py_buffer(writer_schema.serialized_schema))
+        names = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+
+        def arrow_rows(data: Any) -> list[dict[str, str]]:
+            batch = pa.ipc.read_record_batch(pa.py_buffer(data.rows.serialized_record_batch), schema)
+            columns = {n: batch.column(n).to_pylist() for n in names}
+            return [{n: v[i] for n, v in columns.items() if v[i] is not None} for i in range(batch.num_rows)]
+
+        return arrow_rows
+    if kind == "proto_rows":
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        fdp = descriptor_pb2.FileDescriptorProto(name="fault_proxy_rows.proto", syntax="proto2")
+        fdp.message_type.add().CopyFrom(writer_schema.proto_descriptor)
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(fdp)
+        cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(writer_schema.proto_descriptor.name))
+        names = [f.name for f in cls.DESCRIPTOR.fields if f.type == f.TYPE_STRING]
+
+        def proto_rows(data: Any) -> list[dict[str, str]]:
+            out = []
+            for raw in data.rows.serialized_rows:
+                m = cls.FromString(raw)
+                out.append({n: getattr(m, n) for n in names if m.HasField(n)})
+            return out
+
+        return proto_rows
+    return None
 
 
 __all__ = ["BigQueryWriteFaultProxy", "ProxyStats", "row_error_message", "ROW_ERRORS_MESSAGE"]

@@ -50,12 +50,13 @@ def _rows(n: int, marked: set[int]) -> pa.Table:
                     schema=SCHEMA)
 
 
-@pytest.mark.parametrize("pending", [True, False], ids=["pending-stream", "default-stream"])
-def test_row_errors_drop_exactly_the_refused_rows_and_resend_the_rest(bigquery, proxy, pending):
+@pytest.mark.parametrize("pending,fmt", [(True, "arrow"), (False, "arrow"), (True, "proto")],
+                         ids=["pending-stream", "default-stream", "pending-stream-proto-rows"])
+def test_row_errors_drop_exactly_the_refused_rows_and_resend_the_rest(bigquery, proxy, pending, fmt):
     ref, path = _table(bigquery)
     n = 400
     marked = {3, 77, 78, 150, 399}
-    writer = StreamWriter(_client(proxy.endpoint), path, SCHEMA, pending=pending, max_rows=25, max_inflight=8,
+    writer = StreamWriter(_client(proxy.endpoint), path, SCHEMA, pending=pending, fmt=fmt, max_rows=25, max_inflight=8,
                           retry=RetryPolicy(max_attempts=4, max_seconds=0.5))
     writer.write(_rows(200, marked).slice(0, 200))
     writer.write(_rows(n, marked).slice(200))
