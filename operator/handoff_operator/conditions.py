@@ -5,11 +5,12 @@ Conventions (Kubernetes API conventions, kstatus, Argo CD):
   lastTransitionTime (changes only when `status` changes) and observedGeneration;
 - `Ready` is the summary users `kubectl wait` on; `Progressing` is True while the operator is moving
   the app towards the spec (first start, controlled restart, suspending); `Degraded` is True when the app
-  runs but is not doing its job (crash loop, freshness target missed while records wait, truth sources
-  unreachable);
+  runs but is not doing its job (crash loop, the sink reporting quota/transient trouble in the driver's
+  own progress record, freshness target missed while records wait, truth sources unreachable);
 - the top-level `status.observedGeneration` is set by the caller, so kstatus sees staleness.
 
-The handlers gather `Facts` from the API server, the ledger and Kafka, call `evaluate`, merge with
+The handlers gather `Facts` from the API server (incl. the driver's published progress record), the
+ledger and Kafka, call `evaluate`, merge with
 `merge_conditions` and emit one Event per entry of `transitions`.
 """
 from __future__ import annotations
@@ -61,6 +62,32 @@ class ProgressFacts:
 
 
 @dataclass(frozen=True)
+class DriverReport:
+    """The driver's own progress record, as published into `<name>-progress` (progress.json).
+
+    Used only for what the table and Kafka cannot tell: trouble the sink met while committing
+    (`degraded_reason`, e.g. BigQueryResourceExhausted) and the last batch's numbers. Committed progress
+    always comes from the ledger, never from here."""
+
+    published_at_ms: int                     # the driver republishes every ~15 s: a heartbeat
+    driver_pod: str | None = None
+    batch_id: int | None = None
+    degraded_reason: str | None = None
+    timestamp_ms: int | None = None          # when the batch finished
+    rows: int | None = None
+    duration_ms: int | None = None
+    input_rows_per_second: float | None = None
+    dlq_rows: int | None = None
+
+
+# What a sink's degradedReason means, for the condition message.
+SINK_TROUBLE = {
+    "BigQueryResourceExhausted": "BigQuery refused requests for quota or size limits",
+    "BigQueryUnavailable": "BigQuery answered with transient server errors",
+}
+
+
+@dataclass(frozen=True)
 class Facts:
     generation: int
     suspended: bool
@@ -72,6 +99,23 @@ class Facts:
     deleting: bool = False
     previous_hash: str | None = None           # config hash the driver ran before this reconcile
     restart_in_progress: bool = False          # the last status said Progressing=Restarting
+    driver_report: DriverReport | None = None  # None = nothing published (yet)
+    now_ms: int = 0                            # the operator's clock, for the report's age
+    driver_report_max_age_seconds: float = 60.0
+
+
+def live_report(facts: Facts) -> DriverReport | None:
+    """The driver's report if it speaks for the driver running now: published by the current driver pod
+    (a report left by an earlier pod says nothing about this one) and not older than the max age (the
+    driver republishes every ~15 s while it lives, so an old report means it stopped publishing)."""
+    report, driver = facts.driver_report, facts.driver
+    if report is None or driver is None:
+        return None
+    if report.driver_pod and driver.pod_name and report.driver_pod != driver.pod_name:
+        return None
+    if facts.now_ms - report.published_at_ms > facts.driver_report_max_age_seconds * 1000:
+        return None
+    return report
 
 
 @dataclass(frozen=True)
@@ -182,6 +226,14 @@ def evaluate(facts: Facts) -> Evaluation:
 def _degraded_while_running(facts: Facts) -> Condition:
     progress = facts.progress
     target = facts.freshness_target_seconds
+    report = live_report(facts)
+    if report is not None and report.degraded_reason:
+        # First: it is the cause a missed freshness target would only be the symptom of.
+        what = SINK_TROUBLE.get(report.degraded_reason, "the sink reported trouble")
+        batch = f" in batch {report.batch_id}" if report.batch_id is not None else ""
+        return _cond(DEGRADED, True, "SinkDegraded",
+                     f"driver reports degradedReason={report.degraded_reason}{batch}: {what}; the sink "
+                     f"retries with backoff, so records are delayed, not lost")
     if (target is not None and progress.freshness_seconds is not None and
             progress.freshness_seconds > target and (progress.lag or 0) > 0):
         return _cond(DEGRADED, True, "FreshnessTargetMissed",

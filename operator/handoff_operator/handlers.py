@@ -20,15 +20,17 @@ import asyncio
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import metrics
+from . import driver_report, metrics
 from .bigquery_truth import service_account_key
-from .conditions import Facts, ProgressFacts, evaluate, merge_conditions, transitions
+from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
+                         transitions)
 from .kube import Kube, new_api_client
 from .models import format_duration
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
@@ -136,6 +138,17 @@ def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
                          bigquery_key=service_account_key(spec, secrets))
 
 
+def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
+    """The driver's published progress record (one GET, cheap enough for every reconcile, so a
+    child-triggered reconcile does not flip a Degraded the daemon set). (report, whether it could be read);
+    an unreadable ConfigMap only loses the driver's view, it must not fail the reconcile."""
+    try:
+        return driver_report.parse(kube.read_driver_report(namespace, name)), True
+    except (ApiException, OSError) as exc:
+        log.debug(f"cannot read the progress ConfigMap of {namespace}/{name}: {exc}")
+        return None, False
+
+
 def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Would this merge patch change anything? (No write, no watch event, when a refresh finds nothing new.)"""
     for key, value in patch.items():
@@ -196,6 +209,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             app["configHash"] = rendered.config_hash
 
         driver = kube.driver_facts(namespace, name)
+        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
         if truth is not None and rendered is not None:
             progress = truth
         else:
@@ -209,7 +223,9 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
             deleting=deleting, previous_hash=old_hash,
             restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
-                                    for c in old_conditions))
+                                    for c in old_conditions),
+            driver_report=report, now_ms=int(time.time() * 1000),
+            driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
         evaluation = evaluate(facts)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
@@ -237,6 +253,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if rendered is not None and not deleting:
             new_status["executors"] = {**(status.get("executors") or {}),
                                        "current": kube.executor_count(namespace, name)}
+        if report_read:
+            new_status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
         if _differs(status, new_status):
             kube.patch_status(namespace, name, new_status)
         if evaluation.phase is not None:
@@ -277,7 +295,8 @@ def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
 @kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
 async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.DaemonStopped, logger: Any,
                          **_: Any) -> None:
-    """Status from the truth (driver, ledger, Kafka) every HANDOFF_STATUS_INTERVAL, and drift repair.
+    """Status from the truth (driver, ledger, Kafka, the driver's published progress record) every
+    HANDOFF_STATUS_INTERVAL, and drift repair.
 
     An async daemon (not a timer) so the interval is read from the settings at run time; the blocking
     reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context

@@ -18,8 +18,9 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from .conditions import DriverFacts
+from .driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from .render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
-                     driver_name)
+                     driver_name, progress_configmap_name)
 
 FIELD_MANAGER = "handoff-operator"
 
@@ -101,6 +102,16 @@ class Kube:
             data.update(secret.string_data or {})
             out[name] = data
         return out
+
+    def read_driver_report(self, namespace: str, name: str) -> str | None:
+        """`progress.json` of the ConfigMap the driver publishes into (None: not there or not yet)."""
+        try:
+            cm = self.core.read_namespaced_config_map(progress_configmap_name(name), namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return (cm.data or {}).get(DRIVER_REPORT_KEY)
 
     def scale_driver(self, namespace: str, name: str, replicas: int) -> bool:
         try:

@@ -8,6 +8,9 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
   the driver instead of the ConfigMap, so credentials never sit in a ConfigMap;
 - ServiceAccount + Role + RoleBinding `<name>-driver`: exactly what a client-mode Spark driver needs to
   run its executors (pods, services, configmaps, persistentvolumeclaims in its own namespace);
+- ConfigMap `<name>-progress`: created empty (no `data`); the driver publishes its latest progress record
+  into `data["progress.json"]` (handoff_spark.progress_publisher), which the operator reads for the
+  Degraded condition. The operator's server-side apply never sets `data`, so the two never fight;
 - headless Service `<name>-driver`: a stable DNS name (`spark.driver.host`) executors connect back to;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode; Spark then creates the executor pods itself (spark.kubernetes.*), owned by the
@@ -95,6 +98,10 @@ def driver_name(name: str) -> str:
 
 def app_config_name(name: str) -> str:
     return f"{name}-app"
+
+
+def progress_configmap_name(name: str) -> str:
+    return f"{name}-progress"
 
 
 def checkpoint_pvc_name(name: str) -> str:
@@ -347,6 +354,9 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_args},
         {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
+        # Where the driver publishes its progress record for the operator (handoff_spark.progress_publisher).
+        {"name": "HANDOFF_PROGRESS_CONFIGMAP", "value": progress_configmap_name(name)},
+        {"name": "HANDOFF_PROGRESS_NAMESPACE", "value": namespace},
     ]
     mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "run", "mountPath": RUN_DIR}]
@@ -436,6 +446,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
         })
     if spec.spark.service_account_name is None:
         children += rbac(owner, name, namespace)
+    # Metadata only, never `data`: that field belongs to the driver (field manager handoff-driver).
+    children.append({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": _meta(progress_configmap_name(name), namespace, "progress", owner)})
     children.append({
         "apiVersion": "v1", "kind": "Service",
         "metadata": _meta(driver_name(name), namespace, "driver", owner),
@@ -477,7 +490,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
 
 
 def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:
-    """ServiceAccount + Role + RoleBinding: what a client-mode driver needs for its executors."""
+    """ServiceAccount + Role + RoleBinding: what a client-mode driver needs for its executors, and the
+    right to publish its progress record into `<name>-progress` (its own rule, by name, so it stays
+    when the executor rule is ever narrowed)."""
     verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
     sa = driver_name(name)
     return [
@@ -485,7 +500,9 @@ def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, 
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": _meta(sa, namespace, "driver", owner),
          "rules": [{"apiGroups": [""], "resources": ["pods", "services", "configmaps",
-                                                     "persistentvolumeclaims"], "verbs": verbs}]},
+                                                     "persistentvolumeclaims"], "verbs": verbs},
+                   {"apiGroups": [""], "resources": ["configmaps"],
+                    "resourceNames": [progress_configmap_name(name)], "verbs": ["get", "patch", "update"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": _meta(sa, namespace, "driver", owner),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},

@@ -21,6 +21,9 @@ class OperatorSettings(BaseSettings):
     metrics_port: int | None = Field(default=8080, ge=0, le=65535)
     # Seconds between status refreshes from the truth (driver, ledger, Kafka).
     status_interval: float = Field(default=15.0, gt=0)
+    # A driver's published progress record older than this no longer counts (the driver republishes it
+    # every 15 s while it lives): its degradedReason cannot keep Degraded stuck after the driver stopped.
+    driver_report_max_age: float = Field(default=60.0, gt=0)
     # How long deletion waits for the driver to stop at a batch boundary before letting go.
     delete_grace_seconds: float = Field(default=180.0, ge=0)
     # Image used when a StreamTableHandoff names none.

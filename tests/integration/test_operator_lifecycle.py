@@ -14,6 +14,8 @@ from operator_support import (IMAGE, Cluster, Operator, base_spec, eventually, i
 pytestmark = pytest.mark.apiserver
 
 OWNED = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
+# ConfigMaps: <name>-app and <name>-progress (the driver's published progress record).
+COUNT = {"ConfigMap": 2}
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +53,11 @@ def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, opera
     eventually(lambda: _deployment(cluster, ns, "orders"), "driver Deployment")
     children = cluster.children(ns, "orders")
     for kind in OWNED:
-        assert len(children[kind]) == 1, (kind, children[kind])
-        (obj,) = children[kind]
-        refs = obj.metadata.owner_references
-        assert [(r.kind, r.name, r.uid, r.controller, r.block_owner_deletion) for r in refs] == [
-            ("StreamTableHandoff", "orders", uid, True, True)], kind
+        assert len(children[kind]) == COUNT.get(kind, 1), (kind, children[kind])
+        for obj in children[kind]:
+            refs = obj.metadata.owner_references
+            assert [(r.kind, r.name, r.uid, r.controller, r.block_owner_deletion) for r in refs] == [
+                ("StreamTableHandoff", "orders", uid, True, True)], kind
     # The checkpoint volume is created but not owned: deleting the handoff keeps it.
     (pvc,) = children["PersistentVolumeClaim"]
     assert not pvc.metadata.owner_references
@@ -74,7 +76,8 @@ def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, opera
     assert svc.spec.cluster_ip == "None"
     assert svc.spec.selector == {"handoff.io/name": "orders", "app.kubernetes.io/component": "driver"}
 
-    config = AppConfig.model_validate(json.loads(children["ConfigMap"][0].data["app.json"]))
+    (app_cm,) = [c for c in children["ConfigMap"] if c.metadata.name == "orders-app"]
+    config = AppConfig.model_validate(json.loads(app_cm.data["app.json"]))
     conf = config.spark_conf
     assert config.handoff_id == f"{ns}/orders"
     assert conf["spark.master"] == "k8s://https://kubernetes.default.svc"
@@ -243,7 +246,7 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(cluster: Cl
     cluster.wait_condition(ns, "steady", "Ready", "True")
     children = cluster.children(ns, "steady")
     for kind in OWNED:
-        assert len(children[kind]) == 1, (kind, [c.metadata.name for c in children[kind]])
+        assert len(children[kind]) == COUNT.get(kind, 1), (kind, [c.metadata.name for c in children[kind]])
     assert len(children["PersistentVolumeClaim"]) == 1
     assert cluster.get(ns, "steady")["status"]["observedGeneration"] == 2
 

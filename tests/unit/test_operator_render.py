@@ -25,7 +25,8 @@ def _render(spec_dict=None, secrets=SECRETS, name="orders"):
 def test_children_are_owned_and_named():
     r = _render()
     kinds = [c["kind"] for c in r.children]
-    assert kinds == ["ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"]
+    assert kinds == ["ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
+                     "Deployment"]
     for child in r.children:
         assert child["metadata"]["namespace"] == "shop"
         assert child["metadata"]["ownerReferences"] == [{
@@ -103,9 +104,12 @@ def test_service_is_headless_and_selects_only_the_driver():
 
 def test_role_lets_the_driver_manage_executors():
     role = _render().child("Role")
-    (rule,) = role["rules"]
+    rule, progress = role["rules"]
     assert set(rule["resources"]) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
     assert {"create", "delete", "watch", "list"} <= set(rule["verbs"])
+    # Its own rule for the progress ConfigMap, by name, without create (the operator creates it).
+    assert progress == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["orders-progress"],
+                        "verbs": ["get", "patch", "update"]}
     binding = _render().child("RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-driver", "namespace": "shop"}]
 
@@ -149,3 +153,25 @@ def test_executor_prefix_is_a_short_dns_label():
                                          ("truncate(4,name)", "name")])
 def test_partition_source_column(text, column):
     assert partition_source_column(text) == column
+
+
+def test_progress_configmap_is_created_empty_and_the_driver_is_told_where_it_is():
+    r = _render()
+    progress = [c for c in r.children if c["kind"] == "ConfigMap" and c["metadata"]["name"] == "orders-progress"]
+    assert len(progress) == 1
+    # No `data` at all: the operator's server-side apply must never own the field the driver writes.
+    assert set(progress[0]) == {"apiVersion", "kind", "metadata"}
+    assert progress[0]["metadata"]["labels"]["handoff.io/name"] == "orders"
+    assert r.child("ConfigMap")["metadata"]["name"] == "orders-app"  # the app config stays the first one
+    (c,) = r.child("Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HANDOFF_PROGRESS_CONFIGMAP"] == "orders-progress"
+    assert env["HANDOFF_PROGRESS_NAMESPACE"] == "shop"
+    assert env["HANDOFF_DRIVER_POD_NAME"] == "$(POD_NAME)"  # the report names its pod
+
+
+def test_progress_configmap_also_with_an_own_service_account():
+    s = spec()
+    s["spark"]["serviceAccountName"] = "spark"
+    r = _render(s)
+    assert "orders-progress" in [c["metadata"]["name"] for c in r.children if c["kind"] == "ConfigMap"]

@@ -7,8 +7,8 @@ from .replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayReque
                              ReplayRequestStatus, ReplayTarget)
 from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, ColumnSpec,
                                    CommittedStatus, DeadLetterSpec, ExecutorsStatus, FreshnessSpec,
-                                   IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, ReplaySpec,
-                                   DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
+                                   IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, LastBatchStatus,
+                                   ReplaySpec, DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
                                    SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
                                    StreamTableHandoffStatus)
 
@@ -17,7 +17,7 @@ ALL_RESOURCES: tuple[type[CustomResource], ...] = (StreamTableHandoff, ReplayReq
 __all__ = [
     "ALL_RESOURCES", "AppStatus", "BigQuerySinkSpec", "CheckpointSpec", "ColumnSpec", "CommittedStatus",
     "Condition", "CustomResource", "DeadLetterSpec", "ExecutorsStatus", "FreshnessSpec", "HandoffRef",
-    "IcebergCatalogSpec", "IcebergSinkSpec", "KafkaSourceSpec", "PropertyFrom", "ReplayPlan",
+    "IcebergCatalogSpec", "IcebergSinkSpec", "KafkaSourceSpec", "LastBatchStatus", "PropertyFrom", "ReplayPlan",
     "ReplayProgress", "ReplayRequest", "ReplayRequestSpec", "ReplayRequestStatus", "ReplaySpec",
     "ReplayTarget", "DriverSpec", "ExecutorSpec", "RetentionSpec", "ScalingSpec", "SchemaSpec", "SecretKeyRef",
     "SecretRef", "SinkSpec", "SparkSpec", "StreamTableHandoff", "StreamTableHandoffSpec",

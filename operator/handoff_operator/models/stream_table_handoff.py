@@ -480,6 +480,23 @@ class ExecutorsStatus(StatusModel):
     last_scale_time: datetime | None = Field(default=None, description="When executors were last changed.")
 
 
+class LastBatchStatus(StatusModel):
+    """The driver's own report of its newest micro-batch (published into the ConfigMap `<name>-progress`;
+    shown only while the current driver keeps publishing). Committed progress is `committed`, from the
+    table's ledger."""
+
+    id: int | None = Field(default=None, ge=0, description="Spark micro-batch id.")
+    rows: int | None = Field(default=None, ge=0, description="Kafka records read in the batch.")
+    duration_ms: int | None = Field(default=None, ge=0, description="Wall time of the batch in milliseconds.")
+    input_rows_per_second: float | None = Field(default=None, ge=0, description="Records read per second.")
+    dead_letters: int | None = Field(default=None, ge=0, description="Records sent to the dead-letter topic.")
+    at: datetime | None = Field(default=None, description="When the batch finished.")
+    degraded_reason: str | None = Field(
+        default=None, max_length=128,
+        description="Trouble the sink met in the batch (BigQueryResourceExhausted, BigQueryUnavailable); "
+                    "Degraded=True reason SinkDegraded while set.")
+
+
 class StreamTableHandoffStatus(StatusModel):
     """Observed state, written by the operator only."""
 
@@ -496,6 +513,8 @@ class StreamTableHandoffStatus(StatusModel):
                                   description="Age of the newest committed record, e.g. 42s.")
     freshness_seconds: float | None = Field(default=None, ge=0, description="freshness in seconds.")
     executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
+    last_batch: LastBatchStatus | None = Field(default=None,
+                                               description="The driver's report of its newest micro-batch.")
 
 
 # ---------------------------------------------------------------------------------------------------

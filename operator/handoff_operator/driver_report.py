@@ -1,0 +1,66 @@
+"""The driver's published progress record (ConfigMap `<name>-progress`, key `progress.json`) → facts and
+the `status.lastBatch` block (pure; no I/O).
+
+The driver writes it (handoff_spark.progress_publisher); the document is the progress record of
+docs/design/data-plane-contract.md plus `driverPod` and `publishedAtMs`. Anything unreadable counts as no
+report: a malformed record must not break the status of the handoff, it only loses the driver's view.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from .conditions import DriverReport
+
+DATA_KEY = "progress.json"
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def parse(text: str | None) -> DriverReport | None:
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    published = _int(doc.get("publishedAtMs"))
+    if published is None:
+        return None
+    reason = doc.get("degradedReason")
+    pod = doc.get("driverPod")
+    return DriverReport(
+        published_at_ms=published, driver_pod=pod if isinstance(pod, str) and pod else None,
+        batch_id=_int(doc.get("batchId")),
+        degraded_reason=reason if isinstance(reason, str) and reason else None,
+        timestamp_ms=_int(doc.get("timestampMs")), rows=_int(doc.get("rows")),
+        duration_ms=_int(doc.get("durationMs")), input_rows_per_second=_float(doc.get("inputRowsPerSecond")),
+        dlq_rows=_int(doc.get("dlqRows")))
+
+
+def last_batch_status(report: DriverReport | None) -> dict[str, Any] | None:
+    """`status.lastBatch` (None: no live report). Every key is present, null when unknown, so a merge
+    patch clears what an earlier report had set."""
+    if report is None:
+        return None
+    at = (dt.datetime.fromtimestamp(report.timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+          if report.timestamp_ms is not None else None)
+    rate = report.input_rows_per_second
+    return {"id": report.batch_id, "rows": report.rows, "durationMs": report.duration_ms,
+            "inputRowsPerSecond": round(rate, 1) if rate is not None else None,
+            "deadLetters": report.dlq_rows, "at": at, "degradedReason": report.degraded_reason}
