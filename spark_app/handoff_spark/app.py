@@ -52,6 +52,8 @@ def build_session(cfg: AppConfig) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = dict(cfg.spark_conf)
+    # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
+    conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
     if master:
         builder = builder.master(master)

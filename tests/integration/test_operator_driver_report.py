@@ -97,7 +97,8 @@ def _batch(reporter: ProgressReporter, query: _Query, batch: int, stats: AppendS
 def test_driver_report_drives_degraded(cluster: Cluster, apiserver, kafka, tmp_path) -> None:
     ns = cluster.new_namespace("report")
     cluster.create(ns, "clicks", _spec(kafka, tmp_path))
-    with operator_running(cluster.kubeconfig, status_interval=1.0):
+    # A report counts for 10 s after it was published; the driver here republishes every second.
+    with operator_running(cluster.kubeconfig, status_interval=1.0, driver_report_max_age=10.0):
         try:
             # The operator creates the ConfigMap empty and owned, and grants the driver exactly it.
             cm = eventually(lambda: cluster.core.read_namespaced_config_map("clicks-progress", ns),
@@ -112,6 +113,7 @@ def test_driver_report_drives_degraded(cluster: Cluster, apiserver, kafka, tmp_p
             dep = cluster.apps.read_namespaced_deployment("clicks-driver", ns)
             env = {e.name: e.value for e in dep.spec.template.spec.containers[0].env if e.value is not None}
             env["HANDOFF_DRIVER_POD_NAME"] = pod.metadata.name
+            env["HANDOFF_PROGRESS_PUBLISH_SECONDS"] = "1"
             driver_api = config.new_client_from_config(
                 config_file=_driver_kubeconfig(cluster, apiserver, ns, dep.spec.template.spec.service_account_name))
             errors: list[BaseException] = []
@@ -150,10 +152,26 @@ def test_driver_report_drives_degraded(cluster: Cluster, apiserver, kafka, tmp_p
                 status = eventually(lambda: (s := cluster.get(ns, "clicks")["status"])["phase"] == "Running"
                                     and s, "phase Running")
                 assert status["lastBatch"]["id"] == 8 and "degradedReason" not in status["lastBatch"]
+
+                # No new batch: the driver still republishes (heartbeat), so the report stays live.
+                def published_at() -> int:
+                    cm = cluster.core.read_namespaced_config_map("clicks-progress", ns)
+                    return json.loads(cm.data["progress.json"])["publishedAtMs"]
+                first = published_at()
+                eventually(lambda: published_at() > first, "a heartbeat publish without a new batch")
+
+                # Trouble again, then the driver goes silent without clearing it (hung, or cut off from the
+                # API server): once the report is older than the max age, Degraded no longer says so.
+                _batch(reporter, query, 9, AppendStats(requests=5, retries={"UNAVAILABLE": 2}))
+                cond = cluster.wait_condition(ns, "clicks", "Degraded", "True", "SinkDegraded")
+                assert "BigQueryUnavailable" in cond["message"]
                 assert errors == []
             finally:
                 publisher.close()
                 driver_api.close()
+            cluster.wait_condition(ns, "clicks", "Degraded", "False", "AsExpected")
+            assert "lastBatch" not in cluster.get(ns, "clicks")["status"]
+            assert cluster.get(ns, "clicks")["status"]["phase"] == "Running"
 
             # Publishing into a ConfigMap that is not there only counts an error; offer() never raises.
             admin_api = config.new_client_from_config(config_file=cluster.kubeconfig)
