@@ -4,7 +4,6 @@ offsets. The service-account key's token_uri points at a small OAuth token endpo
 checks the JWT grant is signed by the key in the Secret and names its account; BigQuery is the emulator."""
 from __future__ import annotations
 
-import base64
 import http.server
 import json
 import threading
