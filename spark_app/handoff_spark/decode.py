@@ -29,7 +29,6 @@ import binascii
 import dataclasses
 import datetime as dt
 import decimal
-import io
 import json
 import re
 from dataclasses import dataclass
@@ -280,6 +279,14 @@ def _assemble(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[s
 _FAST_EXTRA_TYPES = (pa.bool_(), pa.int64(), pa.float64(), pa.string())
 
 
+def _newline_joined(values: pa.ChunkedArray | pa.Array) -> pa.Buffer:
+    """The values joined by newlines, in Arrow: the JSON reader's input without turning every value into a
+    Python bytes object first (`to_pylist` + `join` cost ~9× more)."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    one_list = pa.ListArray.from_arrays(pa.array([0, len(arr)], pa.int32()), arr)
+    return pc.binary_join(one_list, pa.scalar(b"\n", arr.type))[0].as_buffer()
+
+
 def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     """C++ JSON parse of the whole batch; None when any record needs the per-record path."""
     values = raw.column("value")
@@ -299,14 +306,14 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
     # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
     has_ts = any(c.type == "timestamp" for c in policy.columns)
-    blob = b"\n".join(values.to_pylist())
+    blob = _newline_joined(values)
     parsed = None
     for ts_as_millis in ((False, True) if has_ts else (False,)):
         parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else
                                            pa.int64() if c.type == "timestamp" and ts_as_millis else
                                            arrow_type(c.type)) for c in policy.columns])
         try:
-            parsed = pj.read_json(io.BytesIO(blob),
+            parsed = pj.read_json(pa.BufferReader(blob),
                                   read_options=pj.ReadOptions(block_size=max(1 << 20, len(blob) + 1)),
                                   parse_options=pj.ParseOptions(
                                       explicit_schema=parse_schema,
