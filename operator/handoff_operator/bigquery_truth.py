@@ -174,15 +174,14 @@ def rest_client(sink: BigQuerySink, choice: CredentialChoice, key_json: str | No
 
 
 def signature(table: Any) -> TableSignature:
-    props = table._properties  # the raw tables.get resource: every field, as BigQuery sent it
-    buffer = props.get("streamingBuffer") or {}
+    """The signature of a `tables.get` answer (`google.cloud.bigquery.Table`)."""
+    def ms(moment: Any) -> int | None:
+        return None if moment is None else int(moment.timestamp() * 1000)
 
-    def as_int(value: Any) -> int | None:
-        return None if value is None else int(value)
-
-    return TableSignature(as_int(props.get("lastModifiedTime")), as_int(props.get("numRows")),
-                          as_int(buffer.get("estimatedRows")), as_int(buffer.get("oldestEntryTime")),
-                          props.get("etag"))
+    buffer = table.streaming_buffer
+    return TableSignature(ms(table.modified), table.num_rows,
+                          None if buffer is None else buffer.estimated_rows,
+                          None if buffer is None else ms(buffer.oldest_entry_time), table.etag)
 
 
 def ledger_commit(config: AppConfig, key_json: str | None = None,

@@ -98,3 +98,17 @@ def test_bounded_cache_forgets_the_least_recently_used():
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3 and len(cache) == 2
     cache.pop("a")
     assert cache.get("a") is None
+
+
+def test_signature_from_a_tables_get_answer():
+    """The fields BigQuery sends (strings of ms / counts), including the streaming buffer Write API rows sit in."""
+    from google.cloud import bigquery
+
+    from handoff_operator.bigquery_truth import signature
+
+    ref = {"projectId": "p1", "datasetId": "d", "tableId": "t__handoff_ledger"}
+    table = bigquery.Table.from_api_repr({
+        "tableReference": ref, "lastModifiedTime": "1795328064021", "numRows": "3", "etag": "abc",
+        "streamingBuffer": {"estimatedRows": "5", "oldestEntryTime": "1795328064000"}})
+    assert signature(table) == TableSignature(1795328064021, 3, 5, 1795328064000, "abc")
+    assert signature(bigquery.Table.from_api_repr({"tableReference": ref})) == TableSignature(None, None, None, None, None)
