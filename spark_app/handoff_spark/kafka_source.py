@@ -95,6 +95,8 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}} (JSON keys are strings)
+#: How long one `consume` call may wait for its batch to fill (see `read_range`).
+CONSUME_WAIT_S = 0.1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -491,8 +493,12 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             # `num_messages`, so asking for more than exist — a range ending at the partition's end, i.e. every
             # caught-up streaming batch — cost a full second per task (measured), and asking past `end`
             # built Message objects only to drop them.
+            # A short timeout too: offsets are an upper bound on records, so a range whose tail holds no records
+            # (transaction markers, aborted or compacted records — every caught-up batch of a transactional
+            # topic ends at a commit marker) never fills `n_batch`, and `consume` would sit out its whole
+            # timeout (1 s per task per batch, measured) before handing over the records and the EOF it has.
             n_batch = max(1, min(opts.consume_batch, end - position))
-            msgs = consumer.consume(num_messages=n_batch, timeout=1.0)
+            msgs = consumer.consume(num_messages=n_batch, timeout=CONSUME_WAIT_S)
             good = []
             for m in msgs:
                 err = m.error()
@@ -512,7 +518,10 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                 if good:
                     yield _to_batch(rng.topic, rng.partition, good)
                 last_progress = time.monotonic()
-            elif position < end:
+            if position < end and len(msgs) < n_batch:
+                # The call timed out short of its batch: the position may already be past a tail without
+                # records (librdkafka moves it past transaction markers and aborted records, often without an
+                # EOF event), which would otherwise cost one more wasted wait per task.
                 pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
                 if pos >= 0 and pos > position:
                     position = pos
