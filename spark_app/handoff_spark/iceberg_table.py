@@ -14,7 +14,8 @@ from typing import Iterable
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError,
+                                  TableAlreadyExistsError)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -49,17 +50,30 @@ STREAMING_TABLE_PROPERTIES: dict[str, str] = {
     "write.metadata.previous-versions-max": "50",
 }
 
+#: The subset `prepare` also adds to an *existing* table that lacks them (an explicit value is never
+#: overridden): without them each micro-batch leaves one more metadata.json file and one more manifest in
+#: every later manifest list, forever. The commit-retry keys are not among them: they change how every other
+#: writer of a table Handoff did not create retries its commits.
+HISTORY_BOUNDING_PROPERTIES: tuple[str, ...] = (
+    "commit.manifest-merge.enabled",
+    "commit.manifest.min-count-to-merge",
+    "write.metadata.delete-after-commit.enabled",
+    "write.metadata.previous-versions-max",
+)
+
 _catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
 _catalog_lock = threading.Lock()
 
 
 def load_catalog_cached(catalog_name: str, catalog_properties: dict[str, str]) -> Catalog:
-    """One catalog object per (name, properties) per process: SQL catalogs hold a connection pool."""
+    """One catalog object per (name, properties) per process: SQL catalogs hold a connection pool, and (as
+    `iceberg_catalog.HandoffSqlCatalog`) the parsed metadata that keeps commits cheap as history grows."""
     key = (catalog_name, tuple(sorted(catalog_properties.items())))
     with _catalog_lock:
         cat = _catalogs.get(key)
         if cat is None:
-            cat = load_catalog(catalog_name, **catalog_properties)
+            from .iceberg_catalog import wrap_sql_catalog
+            cat = wrap_sql_catalog(load_catalog(catalog_name, **catalog_properties))
             _catalogs[key] = cat
         return cat
 
@@ -283,3 +297,21 @@ def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by
                                     properties=props)
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
+
+
+def missing_history_properties(properties: dict[str, str]) -> dict[str, str]:
+    """The history-bounding properties a table does not set at all (pure: what `ensure_history_bounded` adds)."""
+    return {k: STREAMING_TABLE_PROPERTIES[k] for k in HISTORY_BOUNDING_PROPERTIES if k not in properties}
+
+
+def ensure_history_bounded(table: Table) -> Table:
+    """Add the missing history-bounding properties to an existing table (one metadata commit, only when one is
+    missing; values the table already sets stay). Returns the table, refreshed if it changed."""
+    missing = missing_history_properties(table.metadata.properties)
+    if missing:
+        try:
+            with table.transaction() as tx:
+                tx.set_properties(missing)
+        except CommitFailedException:  # another writer moved the table meanwhile: the next start tries again
+            table.refresh()
+    return table
