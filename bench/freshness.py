@@ -6,9 +6,12 @@ A producer writes `--rate` records/s (event time = produce time) for `--seconds`
     right after a commit; between commits staleness grows by up to one trigger interval + batch time);
   * `worst-case staleness` ≈ commit freshness + the gap to the next commit, p50/p99 over commits.
 The first commit (Python worker start, imports) happens before the producer starts and is excluded.
+`--producers plain,transactional` runs the same triggers with an exactly-once (transactional) producer too,
+side by side: a transactional topic's caught-up ranges end in commit markers, which the reader must not wait on.
 Prints a table and writes bench/results/freshness.json.
 
-    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--producers plain,transactional]
+        [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
 
@@ -40,11 +43,19 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop: threading.Event,
-                    produced: list[int]) -> None:
+                    produced: list[int], transactional: bool = False) -> None:
+    """`rate` records/s; `transactional`: an exactly-once producer committing a transaction every ~100 ms
+    (each commit leaves a marker, so every caught-up range ends in an offset that holds no record)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    t0 = time.monotonic()
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5}
+    if transactional:
+        conf["transactional.id"] = f"bench-{topic}"
+    p = Producer(conf)
+    if transactional:
+        p.init_transactions(30)
+        p.begin_transaction()
+    t0 = last_commit = time.monotonic()
     i = 0
     while not stop.is_set() and time.monotonic() - t0 < seconds:
         due = int((time.monotonic() - t0) * rate)
@@ -53,12 +64,19 @@ def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop:
             p.produce(topic, json.dumps({"id": i, "ts": now, "payload": "x" * 100}).encode())
             i += 1
         p.poll(0)
+        if transactional and time.monotonic() - last_commit >= 0.1:
+            p.commit_transaction(30)
+            p.begin_transaction()
+            last_commit = time.monotonic()
         time.sleep(0.01)
+    if transactional:
+        p.commit_transaction(30)
     p.flush(30)
     produced.append(i)
 
 
-def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path) -> dict[str, Any]:
+def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path,
+                producer_kind: str = "plain") -> dict[str, Any]:
     from handoff_spark import ledger
     from handoff_spark.app import prepare_sink, start_query
     from handoff_spark.config import AppConfig
@@ -68,13 +86,14 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
-    props = {"type": "sql", "uri": f"sqlite:///{tmp}/fresh-{trigger_s}.db", "warehouse": f"file://{tmp}/wh-{trigger_s}"}
+    run = f"{trigger_s}-{producer_kind}"
+    props = {"type": "sql", "uri": f"sqlite:///{tmp}/fresh-{run}.db", "warehouse": f"file://{tmp}/wh-{run}"}
     cfg = AppConfig.model_validate({
         "handoffId": f"bench/fresh-{trigger_s}", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "sink": {"kind": "iceberg", "catalogName": f"fresh{trigger_s}", "table": "bench.fresh",
+        "sink": {"kind": "iceberg", "catalogName": f"fresh-{run}", "table": "bench.fresh",
                  "catalogProperties": props},
         "schema": {"columns": COLUMNS, "onIncompatible": "halt", "eventTimeColumn": "ts"},
-        "triggerIntervalSeconds": trigger_s, "checkpointLocation": str(tmp / f"ck-{trigger_s}")})
+        "triggerIntervalSeconds": trigger_s, "checkpointLocation": str(tmp / f"ck-{run}")})
     prepare_sink(cfg)
     from confluent_kafka import Producer
 
@@ -87,7 +106,7 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
         if not query.isActive:
             raise RuntimeError(f"the query stopped: {query.exception()}")
         try:
-            table = ledger.load_table(f"fresh{trigger_s}", props, "bench.fresh")
+            table = ledger.load_table(f"fresh-{run}", props, "bench.fresh")
         except Exception:  # noqa: BLE001 - not yet created
             return 0
         return sum(c.rows for c in ledger.list_commits(table, cfg.handoff_id))
@@ -98,7 +117,8 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
     started_ms = int(time.time() * 1000)
     stop = threading.Event()
     produced: list[int] = []
-    producer = threading.Thread(target=steady_producer, args=(bootstrap, topic, rate, seconds, stop, produced),
+    producer = threading.Thread(target=steady_producer, args=(bootstrap, topic, rate, seconds, stop, produced,
+                                                                    producer_kind == "transactional"),
                                 daemon=True)
     producer.start()
     producer.join()
@@ -107,13 +127,13 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
     while committed_rows() < expected and time.monotonic() < deadline:
         time.sleep(1)
     query.stop()
-    table = ledger.load_table(f"fresh{trigger_s}", props, "bench.fresh")
+    table = ledger.load_table(f"fresh-{run}", props, "bench.fresh")
     commits = sorted((c for c in ledger.list_commits(table, cfg.handoff_id)
                       if c.rows and c.max_event_time_ms and c.max_event_time_ms >= started_ms),
                      key=lambda c: c.timestamp_ms)
     fresh = [(c.timestamp_ms - c.max_event_time_ms) / 1000 for c in commits]
     worst = [(n.timestamp_ms - c.max_event_time_ms) / 1000 for c, n in zip(commits, commits[1:])]
-    return {"trigger_s": trigger_s, "rate": rate, "seconds": seconds, "commits": len(commits),
+    return {"trigger_s": trigger_s, "producer": producer_kind, "rate": rate, "seconds": seconds, "commits": len(commits),
             "rows": sum(c.rows for c in commits),
             "commit_freshness_p50_s": pct(fresh, 0.5), "commit_freshness_p99_s": pct(fresh, 0.99),
             "worst_staleness_p50_s": pct(worst, 0.5), "worst_staleness_p99_s": pct(worst, 0.99)}
@@ -124,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triggers", default="1,10")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--producers", default="plain",
+                    help="comma-separated: plain, transactional (exactly-once producer, a commit every ~100 ms)")
     ap.add_argument("--bootstrap")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "freshness.json"))
     args = ap.parse_args(argv)
@@ -148,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                                         "schema": {"onIncompatible": "halt"}, "checkpointLocation": str(tmp),
                                         "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
         spark = build_session(cfg)
-        for trig in [float(t) for t in args.triggers.split(",")]:
-            results.append(run_trigger(spark, bootstrap, trig, args.rate, args.seconds, tmp))
-            print(json.dumps(results[-1]), flush=True)
+        for kind in args.producers.split(","):
+            for trig in [float(t) for t in args.triggers.split(",")]:
+                results.append(run_trigger(spark, bootstrap, trig, args.rate, args.seconds, tmp, kind))
+                print(json.dumps(results[-1]), flush=True)
         spark.stop()
     finally:
         if kafka is not None:
@@ -159,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
+    print(f"\n{'producer':>13} {'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
           f"{'worst p99':>10}")
     f = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
     for r in results:
-        print(f"{r['trigger_s']:>7.0f}s {r['commits']:>8} {r['rows']:>8} {f(r['commit_freshness_p50_s']):>10} "
+        print(f"{r['producer']:>13} {r['trigger_s']:>7.0f}s {r['commits']:>8} {r['rows']:>8} {f(r['commit_freshness_p50_s']):>10} "
               f"{f(r['commit_freshness_p99_s']):>10} {f(r['worst_staleness_p50_s']):>10} "
               f"{f(r['worst_staleness_p99_s']):>10}")
     print(f"\nload average: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
