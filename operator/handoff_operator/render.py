@@ -251,7 +251,7 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
     source = {
         "bootstrapServers": src.bootstrap_servers, "topics": list(src.topics),
         "startingOffsets": src.starting_offsets, "format": src.format,
-        "maxRecordsPerBatch": src.max_records_per_batch,
+        "maxRecordsPerBatch": src.max_records_per_batch, "minPartitions": src.min_partitions,
         "properties": {**src.properties, **resolved.source_properties},
         "onOffsetOutOfRange": src.on_offset_out_of_range, "consumerGroup": src.consumer_group,
     }

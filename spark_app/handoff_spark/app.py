@@ -32,6 +32,10 @@ from .progress_publisher import ProgressPublisher
 
 log = logging.getLogger("handoff.app")
 
+#: Default `minPartitions` = this × Spark's default parallelism (its cores): 3 equal partitions on 2 cores
+#: become 6 tasks in 3 full waves instead of 3 tasks in 2 waves with one core idle in the second.
+MIN_PARTITIONS_PER_CORE = 3
+
 #: Sink kind → (module, data source name). Sinks are PySpark Python data sources taking options
 #: `config` (AppConfig JSON) and `checkpointLocation`.
 SINKS: dict[str, tuple[str, str]] = {
@@ -100,6 +104,8 @@ def source_options(cfg: AppConfig, stop_marker: str | None) -> dict[str, str]:
     })
     if src.max_records_per_batch:
         opts["maxRecordsPerBatch"] = str(src.max_records_per_batch)
+    if src.min_partitions:
+        opts["minPartitions"] = str(src.min_partitions)
     if stop_marker:
         opts["stopMarker"] = stop_marker
     return opts
@@ -125,7 +131,11 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench);
     those always get the record source."""
     reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
-    for key, value in source_options(cfg, stop_marker).items():
+    options = source_options(cfg, stop_marker)
+    # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
+    # over the cores (kafka_source.split_ranges; small batches stay one task per partition).
+    options.setdefault("minPartitions", str(MIN_PARTITIONS_PER_CORE * spark.sparkContext.defaultParallelism))
+    for key, value in options.items():
         reader = reader.option(key, value)
     df = reader.load()
     if sink_format is None:

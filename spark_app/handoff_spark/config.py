@@ -52,6 +52,9 @@ class KafkaSource(_Model):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     format: Literal["json", "raw"] = "json"
     max_records_per_batch: int | None = Field(default=None, gt=0)
+    min_partitions: int | None = Field(
+        default=None, gt=0, description="Split large offset ranges so a batch runs at least this many tasks "
+                                        "(Spark's Kafka minPartitions). Default: 3 × the cores Spark has.")
     # Extra librdkafka settings (security etc.); secrets arrive already resolved by the operator.
     properties: dict[str, str] = Field(default_factory=dict)
     # What to do when the offset to resume from was deleted by retention: fail loudly, or skip

@@ -29,7 +29,8 @@ Options (keys are case-insensitive, Spark lower-cases them):
   `subscribe` (comma-separated topics), `kafka.bootstrap.servers`, `kafka.<librdkafka property>`,
   `startingOffsets` (earliest|latest), `maxRecordsPerBatch`, `onOffsetOutOfRange` (fail|earliest),
   `checkpointLocation`, `stopMarker` (path; when it exists no new data is admitted — graceful stop),
-  `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120).
+  `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120),
+  `minPartitions` (split large ranges so a batch has at least this many tasks; see `split_ranges`).
 """
 from __future__ import annotations
 
@@ -190,6 +191,40 @@ def plan_ranges(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, in
             if (t, p) in start and e > start[(t, p)]]
 
 
+#: A range is split only into pieces of at least this many offsets: below that a task's fixed cost (a
+#: consumer, a Parquet file) outweighs the balance gained, and a caught-up stream's small batches stay whole.
+MIN_SPLIT_OFFSETS = 10_000
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
+                 min_split: int = MIN_SPLIT_OFFSETS) -> list[OffsetRange]:
+    """Spark's Kafka `minPartitions`: when a batch has fewer ranges than `min_partitions`, cut the large ones
+    into contiguous pieces, each range's share of pieces in proportion to its size (as Spark's own
+    KafkaOffsetRangeCalculator does), never into pieces under `min_split` offsets.
+
+    Why: one task per topic-partition leaves cores idle whenever partitions are fewer than cores or do not
+    divide evenly over them (3 partitions on 2 cores run as 2 waves, the second one half empty). Splitting is
+    invisible to exactly-once: the batch's offsets come from Spark's offset log, each piece is read with
+    the same reader, and a replayed batch re-plans the same pieces from the same offsets.
+    """
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    if total <= 0:
+        return ranges
+    out: list[OffsetRange] = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = max(1, min(round(size * min_partitions / total), size // max(1, min_split)))
+        step, extra = divmod(size, parts)
+        start = r.start
+        for i in range(parts):
+            end = start + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+            start = end
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Checkpoint side files
 # ------------------------------------------------------------------------------------------------
@@ -222,6 +257,7 @@ class SourceOptions:
     stop_marker: str | None = None
     read_timeout_s: float = 120.0
     consume_batch: int = 10000
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -239,12 +275,14 @@ class SourceOptions:
         if policy not in ("fail", "earliest"):
             raise SourceConfigError(f"onOffsetOutOfRange must be fail or earliest, not {policy!r}")
         max_rows = opts.get("maxrecordsperbatch")
+        min_parts = opts.get("minpartitions")
         return cls(topics=topics, kafka=kafka, starting_offsets=starting,
                    max_records_per_batch=int(max_rows) if max_rows else None,
                    on_offset_out_of_range=policy, checkpoint=opts.get("checkpointlocation") or None,
                    stop_marker=opts.get("stopmarker") or None,
                    read_timeout_s=float(opts.get("readtimeoutseconds", 120)),
-                   consume_batch=int(opts.get("consumebatch", 10000)))
+                   consume_batch=int(opts.get("consumebatch", 10000)),
+                   min_partitions=int(min_parts) if min_parts else None)
 
     def client_conf(self) -> dict[str, str]:
         # read_committed always: a Handoff table must never contain aborted records.
@@ -382,7 +420,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not ranges:
             return []
         earliest = self.broker.list_offsets([(r.topic, r.partition) for r in ranges], "earliest")
-        planned: list[InputPartition] = []
+        planned: list[OffsetRange] = []
         for r in ranges:
             low = earliest[(r.topic, r.partition)]
             if r.start < low:
@@ -392,8 +430,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 r = OffsetRange(r.topic, r.partition, min(low, r.end), r.end)
                 if r.start >= r.end:
                     continue
-            planned.append(KafkaPartition(r))
-        return planned
+            planned.append(r)
+        return [KafkaPartition(r) for r in split_ranges(planned, self.opts.min_partitions)]
 
     def _record_gap(self, r: OffsetRange, low: int) -> None:
         lost_to = min(low, r.end)

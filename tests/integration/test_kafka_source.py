@@ -247,3 +247,43 @@ def test_compaction_gaps_end_the_range_by_position_not_by_count(kafka):
     assert offsets == sorted(set(offsets)) and offsets[-1] == 99
     latest = {r["key"]: r["value"] for r in rows}
     assert latest == {b"k%d" % k: b"v19" for k in range(5)}
+
+
+class CollectWithTasks(Collect):
+    """Also records how many input partitions (tasks) each batch had."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: dict[int, int] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.tasks[batch_id] = df.rdd.getNumPartitions()
+        super().__call__(df, batch_id)
+
+
+def test_min_partitions_splits_a_partition_into_tasks_and_every_record_is_read_once(spark, kafka, tmp_path):
+    """One topic-partition, minPartitions=3: the batch runs as several tasks over contiguous pieces of the
+    range, one piece starting inside an aborted transaction; every committed record arrives exactly once."""
+    topic = new_topic(kafka)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{topic}", "linger.ms": 20})
+    p.init_transactions()
+    expected = []
+    for label, count, commit in (("a", 12_000, True), ("x", 3_000, False), ("b", 9_000, True)):
+        p.begin_transaction()
+        for i in range(count):
+            p.produce(topic, f"{label}{i}".encode())
+        p.flush()
+        if commit:
+            p.commit_transaction()
+            expected += [f"{label}{i}".encode() for i in range(count)]
+        else:
+            p.abort_transaction()
+    sink = CollectWithTasks()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink, minPartitions="3")
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert list(sink.tasks.values()) == [2]  # 24,002 offsets: two pieces of ≥ 10,000 (MIN_SPLIT_OFFSETS)
+    values = [v for _, _, v in sink.rows]
+    assert len(values) == len(expected) == len({o for _, o, _ in sink.rows})
+    assert sorted(values) == sorted(expected)
+    assert not any(v.startswith(b"x") for v in values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from handoff_spark.kafka_source import (ARROW_SCHEMA, SPARK_SCHEMA, OffsetRange, SourceOptions, add_new_partitions,
-                                        admit, from_offsets, plan_ranges, to_offsets)
+                                        admit, from_offsets, plan_ranges, split_ranges, to_offsets)
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
@@ -67,3 +67,34 @@ def test_options_parse_and_validate() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+# -- minPartitions: splitting large ranges so every core has work -----------------------------------------
+def test_split_ranges_cuts_each_range_in_proportion_into_contiguous_pieces() -> None:
+    ranges = [OffsetRange("t", 0, 0, 300_000), OffsetRange("t", 1, 50, 150_050)]
+    pieces = split_ranges(ranges, 6)
+    by_partition: dict[int, list[OffsetRange]] = {}
+    for p in pieces:
+        by_partition.setdefault(p.partition, []).append(p)
+    assert [len(by_partition[0]), len(by_partition[1])] == [4, 2]  # 2/3 and 1/3 of the offsets
+    for original in ranges:
+        parts = by_partition[original.partition]
+        # Contiguous, no overlap, no gap, exactly the original range.
+        assert parts[0].start == original.start and parts[-1].end == original.end
+        assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+        sizes = [p.end - p.start for p in parts]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_split_ranges_leaves_small_or_enough_ranges_alone() -> None:
+    small = [OffsetRange("t", 0, 0, 500), OffsetRange("t", 1, 0, 700)]
+    assert split_ranges(small, 12) == small  # pieces would be under MIN_SPLIT_OFFSETS
+    many = [OffsetRange("t", p, 0, 1_000_000) for p in range(4)]
+    assert split_ranges(many, 4) == many
+    assert split_ranges(many, None) == many
+
+
+def test_split_ranges_never_cuts_below_the_minimum_piece() -> None:
+    pieces = split_ranges([OffsetRange("t", 0, 0, 25_000)], 100, min_split=10_000)
+    assert len(pieces) == 2
+    assert all(p.end - p.start >= 10_000 for p in pieces)

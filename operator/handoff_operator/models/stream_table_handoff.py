@@ -101,6 +101,11 @@ class KafkaSourceSpec(SpecModel):
     max_records_per_batch: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
         description="Upper bound on records per micro-batch (admission control while catching up).")
+    min_partitions: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
+                    "Kafka minPartitions), for topics with fewer partitions than executor cores. "
+                    "Default: 3 × the cores Spark has.")
     consumer_group: str | None = Field(
         default=None, min_length=1, max_length=255,
         description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>.")
