@@ -19,7 +19,10 @@ from .models import StreamTableHandoffSpec
 from .render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
-CHECKPOINT_SCHEMES = ("file", "s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
+#: Spark's checkpoint and the source's side files (initial offsets, retention gaps) are read and written as
+#: files: a path on a mounted volume works, object stores would need Hadoop connectors the image lacks.
+CHECKPOINT_SCHEMES = ("file",)
+OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
 KAFKA_METADATA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -110,7 +113,13 @@ def check(name: str, spec: StreamTableHandoffSpec,
     location = spec.checkpoint.location
     if location is not None:
         scheme = location.split("://", 1)[0] if "://" in location else ""
-        if scheme not in CHECKPOINT_SCHEMES:
+        if scheme in OBJECT_STORE_SCHEMES:
+            problems.append(Problem("spec.checkpoint.location", (
+                f"{location!r}: checkpoints in object storage ({scheme}://) are not supported; the checkpoint "
+                f"needs a filesystem. Leave it empty (the operator creates a PersistentVolumeClaim) or give "
+                f"file:///<path> on a volume you mount. The table's ledger, not the checkpoint, is the "
+                f"source of truth, so a volume loss is recoverable")))
+        elif scheme not in CHECKPOINT_SCHEMES:
             problems.append(Problem("spec.checkpoint.location", (
                 f"{location!r} has no supported scheme; use one of "
                 f"{', '.join(s + '://' for s in CHECKPOINT_SCHEMES)} or leave it empty for a volume")))

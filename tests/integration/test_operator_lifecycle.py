@@ -269,10 +269,10 @@ def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Op
 
 
 def test_kwok_node_runs_the_driver_to_ready_and_delete_waits_for_it(cluster: Cluster, operator: Operator) -> None:
-    """With the test bed's scheduler + kwok node, a schedulable driver (checkpoint in object storage, no
+    """With the test bed's scheduler + kwok node, a schedulable driver (checkpoint on a mounted path, no
     volume) is bound and reported Running/Ready by kwok: no test-written pod status at all."""
     ns = cluster.new_namespace()
-    cluster.create(ns, "lake", base_spec(checkpoint={"location": "s3a://checkpoints/lake"}))
+    cluster.create(ns, "lake", base_spec(checkpoint={"location": "file:///mnt/checkpoints/lake"}))
     out = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "sth/lake",
                   check=False)
     assert out.returncode == 0 and "condition met" in out.stdout, (out.stderr, cluster.get(ns, "lake").get("status"))

@@ -47,7 +47,7 @@ def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster
     op.start()
     driver = None
     try:
-        cluster.create(ns, "orders", base_spec(checkpoint={"location": "s3a://checkpoints/orders"}))
+        cluster.create(ns, "orders", base_spec(checkpoint={"location": "file:///mnt/checkpoints/orders"}))
         cluster.wait_condition(ns, "orders", "Ready", "True", timeout=90)  # kwok runs the driver pod
         (driver_pod,) = cluster.driver_pods(ns, "orders")
         app = json.loads(cluster.core.read_namespaced_config_map("orders-app", ns).data["app.json"])

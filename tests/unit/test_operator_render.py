@@ -137,8 +137,8 @@ def test_own_service_account_skips_rbac():
 
 
 def test_checkpoint_location_given_means_no_volume():
-    r = _render(spec(checkpoint={"location": "s3a://bucket/ckpt/orders"}))
-    assert r.unowned == [] and r.config.checkpoint_location == "s3a://bucket/ckpt/orders"
+    r = _render(spec(checkpoint={"location": "file:///mnt/ckpt/orders"}))
+    assert r.unowned == [] and r.config.checkpoint_location == "file:///mnt/ckpt/orders"
     pod = r.child("Deployment")["spec"]["template"]["spec"]
     assert "checkpoint" not in [v["name"] for v in pod["volumes"]]
 

@@ -78,6 +78,13 @@ def test_checkpoint_scheme():
     assert "spec.checkpoint.location" in problems
 
 
+def test_checkpoint_in_object_storage_is_refused_with_the_fix():
+    problems = _problems(spec(checkpoint={"location": "s3a://bucket/ckpt"}))
+    assert "not supported" in problems["spec.checkpoint.location"]
+    assert "PersistentVolumeClaim" in problems["spec.checkpoint.location"]
+    assert "spec.checkpoint.location" not in _problems(spec(checkpoint={"location": "file:///mnt/ckpt/orders"}))
+
+
 def test_bigquery_cluster_by_undeclared():
     s = spec(sink={"bigquery": {"project": "p1", "dataset": "d", "table": "t", "clusterBy": ["nope"],
                                 "partitionBy": "id"}})

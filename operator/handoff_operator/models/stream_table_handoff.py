@@ -377,8 +377,9 @@ class CheckpointSpec(SpecModel):
     commits are, so a lost checkpoint is rebuilt from the table's ledger."""
 
     location: str | None = Field(default=None, max_length=2048,
-                                 description="Checkpoint URI (s3a://, gs://, file://); default: a "
-                                             "PersistentVolumeClaim the operator creates.")
+                                 description="Checkpoint path as file:///<path> on a volume mounted into the "
+                                             "driver; default: a PersistentVolumeClaim the operator creates. "
+                                             "Object stores (s3a://, gs://) are not supported.")
     storage_size: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32)] = Field(
         default="1Gi", description="Size of the checkpoint volume when no location is given.")
     storage_class_name: str | None = Field(default=None, max_length=253,
