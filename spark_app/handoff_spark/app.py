@@ -44,7 +44,7 @@ SINKS: dict[str, tuple[str, str]] = {
 }
 #: Sinks whose write task reads its Kafka ranges itself (`handoff-kafka-ranges`, the fused path): records never
 #: cross Python → JVM → Python. `HANDOFF_FUSED_READ=0` falls back to the record source (for comparison).
-FUSED_SINKS = frozenset({"iceberg"})
+FUSED_SINKS = frozenset({"iceberg", "bigquery"})
 STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
 
 
@@ -121,7 +121,7 @@ def prepare_sink(cfg: AppConfig) -> None:
 
 
 def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
-    """The configured sink reads its ranges itself (default for the Iceberg sink)."""
+    """The configured sink reads its ranges itself (the default for both table sinks)."""
     return (sink_format is None and cfg.sink.kind in FUSED_SINKS
             and os.environ.get("HANDOFF_FUSED_READ", "1") != "0")
 

@@ -37,7 +37,7 @@ from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOP
 from .config import AppConfig, BigQuerySink
 from .decode import DeadLetter, decode_batch
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, write_last_commit
+from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, task_records, write_last_commit
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -175,6 +175,7 @@ class BigQueryCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     max_event_time_ms: int | None = None
     stats: AppendStats = field(default_factory=AppendStats)
     new_columns: list[str] = field(default_factory=list)
+    records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
 
 
 
@@ -248,9 +249,10 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
     # Each appended row's origin, for BigQuery row errors found after the fact: (raw batch no., row no.).
     origins: list[tuple[pa.Table, pa.Table]] = []
     event_times: list[int] = []
-    for rb in batches:
+    for rb in task_records(cfg, batches):
         if rb.num_rows == 0:
             continue
+        msg.records += rb.num_rows
         raw = pa.Table.from_batches([rb])
         decoded, dead_decode = decode_batch(raw, cfg.schema_, cfg.source.format)
         dead.add(raw, dead_decode)
@@ -402,6 +404,7 @@ class CommitResult:
     append_latency_p50_ms: float | None = None
     append_latency_p99_ms: float | None = None
     degraded_reason: str | None = None
+    records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
 
 
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver
@@ -531,7 +534,7 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         group_offsets_committed=group_ok, bytes=stats.bytes, append_requests=stats.requests,
         append_retries=dict(stats.retries), append_errors=dict(stats.errors),
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
-        degraded_reason=degraded_reason(stats))
+        degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs))
     write_last_commit(cfg.checkpoint_location, result)
     return result
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,3 +74,25 @@ def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
         return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A write task's input as Kafka record batches, lazily.
+
+    On the fused path (`handoff-kafka-ranges`) the task's input rows are offset ranges, and their records are
+    read here, in the write task, with the same reader and options as the `handoff-kafka` source — so records
+    never cross Python → JVM → Python. Otherwise the batches already are records and pass through. Lazy, so
+    a sink can append (BigQuery) while the rest of its ranges are still being read."""
+    from . import kafka_source  # pyspark-only module; the operator imports this one without pyspark
+    from .app import source_options  # the driver's option set, so both paths read Kafka identically
+
+    it = iter(batches)
+    for first in it:
+        if first.schema.names != kafka_source.RANGE_ARROW_SCHEMA.names:
+            yield first
+            yield from it
+            return
+        opts = kafka_source.SourceOptions.parse(source_options(cfg, None))
+        for rng in kafka_source.ranges_of(itertools.chain([first], it)):
+            yield from kafka_source.read_range(opts, rng)
+        return
