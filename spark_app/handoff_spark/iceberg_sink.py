@@ -41,7 +41,7 @@ from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ens
                             forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, write_last_commit
+from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, task_records, write_last_commit
 
 from .decode import decode_batch
 
@@ -197,12 +197,9 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         cfg = self.cfg
         write_uuid = uuid.uuid4()
         t0 = time.perf_counter()
-        batches = [b for b in iterator if b.num_rows]
         msg = IcebergCommitMessage(write_uuid=str(write_uuid))
-        from . import kafka_source  # pyspark-only module; the operator imports this one without pyspark
-        if batches and kafka_source.RANGE_ARROW_SCHEMA.names == batches[0].schema.names:
-            # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
-            batches = _read_ranges(cfg, batches)
+        # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
+        batches = [b for b in task_records(cfg, iterator) if b.num_rows]
         if not batches:
             return msg
         raw = pa.Table.from_batches(batches)
@@ -247,17 +244,6 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
 
     def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
         abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
-
-
-def _read_ranges(cfg: AppConfig, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
-    """The fused path's read: the records of the task's `handoff-kafka-ranges` rows, with the same reader
-    (and the same options) the `handoff-kafka` source uses."""
-    from . import kafka_source
-    from .app import source_options  # the driver's option set, so both paths read Kafka identically
-
-    opts = kafka_source.SourceOptions.parse(source_options(cfg, None))
-    return [b for rng in kafka_source.ranges_of(batches) for b in kafka_source.read_range(opts, rng)
-            if b.num_rows]
 
 
 class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
