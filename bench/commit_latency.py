@@ -163,12 +163,12 @@ def main() -> int:
         _save(results, args.out)
     points = [p for p in POINTS if p <= args.batches]
     print("\ncommit latency (median ms over the 10 commits ending at batch N)")
-    print(f"{'variant':<24}" + "".join(f"{'@' + str(p):>9}" for p in points) + f"{'ratio':>8}{'snaps':>7}{'files':>7}")
+    print(f"{'variant':<30}" + "".join(f"{'@' + str(p):>9}" for p in points) + f"{'ratio':>8}{'snaps':>7}{'files':>7}")
     for r in results:
         for key, ratio, label in (("median_ms_at", "ratio_last_to_first", ""),
                                   ("median_cpu_ms_at", "cpu_ratio_last_to_first", " (cpu)")):
             at = r[key]
-            print(f"{r['variant'] + label:<24}" + "".join(f"{at.get(str(p), '-'):>9}" for p in points)
+            print(f"{r['variant'] + label:<30}" + "".join(f"{at.get(str(p), '-'):>9}" for p in points)
                   + f"{r[ratio]:>8}{r['snapshots_in_metadata']:>7}{r['live_data_files']:>7}")
     return 0
 
