@@ -6,11 +6,13 @@ A producer writes `--rate` records/s (event time = produce time) for `--seconds`
     right after a commit; between commits staleness grows by up to one trigger interval + batch time);
   * `worst-case staleness` ≈ commit freshness + the gap to the next commit, p50/p99 over commits.
 The first commit (Python worker start, imports) happens before the producer starts and is excluded.
-`--producers plain,transactional` runs the same triggers with an exactly-once (transactional) producer too,
+The baseline, in the same run: Spark's own JVM Kafka source (spark-sql-kafka, `--pipelines handoff,jvm`) into the
+same sink with the same trigger. `--producers plain,transactional` runs the same triggers with an exactly-once (transactional) producer too,
 side by side: a transactional topic's caught-up ranges end in commit markers, which the reader must not wait on.
 Prints a table and writes bench/results/freshness.json.
 
-    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--producers plain,transactional]
+    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--pipelines handoff,jvm]
+        [--producers plain,transactional]
         [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
            {"name": "payload", "type": "string"}]
@@ -76,7 +79,7 @@ def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop:
 
 
 def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path,
-                producer_kind: str = "plain") -> dict[str, Any]:
+                producer_kind: str = "plain", pipeline: str = "handoff") -> dict[str, Any]:
     from handoff_spark import ledger
     from handoff_spark.app import prepare_sink, start_query
     from handoff_spark.config import AppConfig
@@ -86,7 +89,7 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
-    run = f"{trigger_s}-{producer_kind}"
+    run = f"{trigger_s}-{producer_kind}-{pipeline}"
     props = {"type": "sql", "uri": f"sqlite:///{tmp}/fresh-{run}.db", "warehouse": f"file://{tmp}/wh-{run}"}
     cfg = AppConfig.model_validate({
         "handoffId": f"bench/fresh-{trigger_s}", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
@@ -100,7 +103,12 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
     warm = Producer({"bootstrap.servers": bootstrap})
     warm.produce(topic, json.dumps({"id": -1, "ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")}).encode())
     warm.flush(30)
-    query = start_query(spark, cfg)
+    if pipeline == "jvm":
+        from throughput import _jvm_query
+
+        query = _jvm_query(spark, cfg, topic, 3, "iceberg", 0, trigger_s)
+    else:
+        query = start_query(spark, cfg)
 
     def committed_rows() -> int:
         if not query.isActive:
@@ -133,7 +141,7 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
                      key=lambda c: c.timestamp_ms)
     fresh = [(c.timestamp_ms - c.max_event_time_ms) / 1000 for c in commits]
     worst = [(n.timestamp_ms - c.max_event_time_ms) / 1000 for c, n in zip(commits, commits[1:])]
-    return {"trigger_s": trigger_s, "producer": producer_kind, "rate": rate, "seconds": seconds, "commits": len(commits),
+    return {"pipeline": pipeline, "trigger_s": trigger_s, "producer": producer_kind, "rate": rate, "seconds": seconds, "commits": len(commits),
             "rows": sum(c.rows for c in commits),
             "commit_freshness_p50_s": pct(fresh, 0.5), "commit_freshness_p99_s": pct(fresh, 0.99),
             "worst_staleness_p50_s": pct(worst, 0.5), "worst_staleness_p99_s": pct(worst, 0.99)}
@@ -144,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triggers", default="1,10")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--pipelines", default="handoff,jvm",
+                    help="handoff (the app as it runs) and/or jvm (Spark's JVM Kafka source into the same sink)")
     ap.add_argument("--producers", default="plain",
                     help="comma-separated: plain, transactional (exactly-once producer, a commit every ~100 ms)")
     ap.add_argument("--bootstrap")
@@ -163,17 +173,25 @@ def main(argv: list[str] | None = None) -> int:
         from handoff_spark.app import build_session
         from handoff_spark.config import AppConfig
 
+        pipelines = [p for p in args.pipelines.split(",") if p]
+        jars: dict[str, str] = {}
+        if "jvm" in pipelines:
+            from throughput import spark_kafka_jars
+
+            jars = {"spark.jars": ",".join(spark_kafka_jars())}
         tmp = Path(tempfile.mkdtemp(prefix="bench-fresh-"))
         cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap,
                                                                            "topics": ["x"]},
                                         "sink": {"kind": "iceberg", "table": "bench.x"},
                                         "schema": {"onIncompatible": "halt"}, "checkpointLocation": str(tmp),
-                                        "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]")}})
+                                        "sparkConf": {"spark.master": os.environ.get("BENCH_MASTER", "local[2]"),
+                                                      **jars}})
         spark = build_session(cfg)
         for kind in args.producers.split(","):
             for trig in [float(t) for t in args.triggers.split(",")]:
-                results.append(run_trigger(spark, bootstrap, trig, args.rate, args.seconds, tmp, kind))
-                print(json.dumps(results[-1]), flush=True)
+                for pipe in pipelines:
+                    results.append(run_trigger(spark, bootstrap, trig, args.rate, args.seconds, tmp, kind, pipe))
+                    print(json.dumps(results[-1]), flush=True)
         spark.stop()
     finally:
         if kafka is not None:
@@ -182,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'producer':>13} {'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
+    print(f"\n{'pipeline':>8} {'producer':>13} {'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
           f"{'worst p99':>10}")
     f = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
     for r in results:
-        print(f"{r['producer']:>13} {r['trigger_s']:>7.0f}s {r['commits']:>8} {r['rows']:>8} {f(r['commit_freshness_p50_s']):>10} "
+        print(f"{r['pipeline']:>8} {r['producer']:>13} {r['trigger_s']:>7.0f}s {r['commits']:>8} {r['rows']:>8} {f(r['commit_freshness_p50_s']):>10} "
               f"{f(r['commit_freshness_p99_s']):>10} {f(r['worst_staleness_p50_s']):>10} "
               f"{f(r['worst_staleness_p99_s']):>10}")
     print(f"\nload average: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")

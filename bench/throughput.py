@@ -1,7 +1,8 @@
 """Throughput on the same data in the same run: how much of Kafka's raw speed survives each pipeline.
 
 Pipelines (all read the same topic from the beginning, all to completion):
-  * `raw-consume`   — one confluent-kafka consumer, `consume(num_messages=10000)`, counts rows/bytes: the ceiling.
+  * `raw-consume`   — one confluent-kafka consumer, `consume(num_messages=10000)`, counts rows/bytes: the ceiling
+                      (best of three warm passes; the first, cold pass is reported apart).
   * `naive-pyiceberg` — one process: consume → `pyarrow.json` decode → PyIceberg `append` every N records
                       (what a hand-written consumer does; no exactly-once ledger).
   * `handoff-noop`  — the Spark app (`handoff-kafka` source, AvailableNow) into Spark's `noop` sink: the source alone.
@@ -14,11 +15,13 @@ Pipelines (all read the same topic from the beginning, all to completion):
   * `jvm-iceberg`   — the JVM Kafka source, its columns selected into the contract's raw columns, → `handoff-iceberg`.
 The JVM pipelines need the connector jars: `hack/spark-kafka/pom.xml` copied into the cache with Maven
 (no spark-sql-kafka exists for Spark 4.3 yet; the 4.2.0 connector runs on PySpark 4.3's runtime).
-Spark session start-up is reported separately and excluded from the Spark pipelines' times.
+Spark session start-up is reported separately and excluded from the Spark pipelines' times. Batches are unbounded
+by default (the product default: each batch takes everything available); `--max-records-per-batch N` bounds them.
+Both Spark Kafka sources split ranges the same way (`minPartitions` = 3 × Spark's cores, the handoff default).
 
 Prints a table and writes bench/results/throughput.json.
 
-    .venv/bin/python bench/throughput.py [--records 200000] [--partitions 3] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/throughput.py [--records 1000000] [--partitions 3] [--max-records-per-batch 0] [--bootstrap HOST:PORT]
         [--pipelines raw-consume,naive-pyiceberg,handoff-noop,handoff-iceberg,handoff-iceberg-unfused,jvm-noop,jvm-iceberg]
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "typ
 ALL = ("raw-consume", "naive-pyiceberg", "handoff-noop", "handoff-iceberg", "handoff-iceberg-unfused", "jvm-noop",
        "jvm-iceberg")
 SPARK_KAFKA_VERSION = "4.2.0"
+NAIVE_EVERY = 100_000  # the naive pipeline's append size when batches are unbounded
 
 
 def spark_kafka_jars() -> list[str]:
@@ -173,22 +177,33 @@ def naive_pyiceberg(bootstrap: str, topic: str, records: int, partitions: int, t
             "commit_p50_ms": 1000 * sorted(commit_s)[len(commit_s) // 2] if commit_s else None}
 
 
-def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max_records: int) -> Any:
-    """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones)."""
+def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max_records: int,
+               trigger_s: float | None = None) -> Any:
+    """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones);
+    AvailableNow, or a processing-time trigger of `trigger_s` seconds."""
+    from handoff_spark.app import MIN_PARTITIONS_PER_CORE
     from handoff_spark.kafka_source import INITIAL_OFFSETS_FILE
 
     ck = Path(cfg.checkpoint_location)
     # The sink takes batch 0's start from the source's initial-offsets file; the JVM source does not write it.
     (ck / INITIAL_OFFSETS_FILE).parent.mkdir(parents=True, exist_ok=True)
     (ck / INITIAL_OFFSETS_FILE).write_text(json.dumps({topic: {str(p): 0 for p in range(partitions)}}))
+    # Same task split as the handoff source gets by default (Spark's own minPartitions), so both sides run
+    # the same number of tasks per batch.
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cfg.source.bootstrap_servers)
           .option("subscribe", topic).option("startingOffsets", "earliest")
           .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
-          .option("maxOffsetsPerTrigger", str(max_records)).load()
+          .option("minPartitions", str(MIN_PARTITIONS_PER_CORE * spark.sparkContext.defaultParallelism)))
+    if max_records:
+        df = df.option("maxOffsetsPerTrigger", str(max_records))
+    df = (df.load()
           .select("topic", "partition", "offset", "timestamp", "key", "value", "headers"))
     writer = df.writeStream.format("noop") if sink == "noop" else \
         df.writeStream.format("handoff-iceberg").option("config", cfg.to_json())
-    return writer.option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    writer = writer.option("checkpointLocation", str(ck))
+    if trigger_s:
+        return writer.trigger(processingTime=f"{trigger_s} seconds").start()
+    return writer.trigger(availableNow=True).start()
 
 
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
@@ -203,7 +218,7 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_re
 
     cfg = AppConfig.model_validate({
         "handoffId": f"bench/{sink}", "source": {"bootstrapServers": bootstrap, "topics": [topic],
-                                                  "maxRecordsPerBatch": max_records},
+                                                  "maxRecordsPerBatch": max_records or None},
         "sink": {"kind": "iceberg", "catalogName": f"bench-{sink}", "table": "bench.handoff",
                  "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/{sink}.db",
                                        "warehouse": f"file://{tmp}/{sink}-wh"}},
@@ -241,10 +256,11 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_re
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
-    ap.add_argument("--max-records-per-batch", type=int, default=50_000)
+    ap.add_argument("--max-records-per-batch", type=int, default=0,
+                    help="0 = unset, the product default: each batch takes everything available")
     ap.add_argument("--pipelines", default=",".join(ALL))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "throughput.json"))
     args = ap.parse_args(argv)
@@ -275,10 +291,13 @@ def main(argv: list[str] | None = None) -> int:
             # The first read of a freshly written topic pays the broker's cold path (JIT, page cache);
             # every later pipeline reads a warm broker, so the ceiling is the second pass.
             results["raw-consume (cold)"] = raw_consume(bootstrap, topic, args.records, args.partitions)
-            results["raw-consume"] = raw_consume(bootstrap, topic, args.records, args.partitions)
+            # The ceiling is the best of three warm passes: it favours the baseline, never the pipeline.
+            passes = [raw_consume(bootstrap, topic, args.records, args.partitions) for _ in range(3)]
+            results["raw-consume"] = min(passes, key=lambda r: r["seconds"])
+            results["raw-consume"]["pass_seconds"] = [round(r["seconds"], 3) for r in passes]
         if "naive-pyiceberg" in pipelines:
             results["naive-pyiceberg"] = naive_pyiceberg(bootstrap, topic, args.records, args.partitions, tmp,
-                                                         args.max_records_per_batch)
+                                                         args.max_records_per_batch or NAIVE_EVERY)
         spark_pipes = [p for p in pipelines if p.startswith(("handoff-", "jvm-"))]
         if spark_pipes:
             from handoff_spark.app import build_session
