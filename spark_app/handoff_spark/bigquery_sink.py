@@ -404,7 +404,9 @@ class CommitResult:
     append_latency_p50_ms: float | None = None
     append_latency_p99_ms: float | None = None
     degraded_reason: str | None = None
-    records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
+    # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
+    # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
+    records: int | None = None
 
 
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver

@@ -10,7 +10,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from typing import Iterator
+
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -20,19 +20,11 @@ from handoff_spark import bigquery_ledger
 from handoff_spark.kafka_offsets import commit_group_offsets
 
 from bq_support import bq_config
-from operator_support import Cluster, Operator, base_spec, eventually, install_crds
+from operator_support import Cluster, Operator, base_spec, eventually
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.bigquery]
 
 EMAIL = "handoff-status@test-project.iam.gserviceaccount.com"
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    install_crds(str(apiserver.kubeconfig))
-    c = Cluster(str(apiserver.kubeconfig))
-    yield c
-    c.api.close()
 
 
 class TokenEndpoint:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -26,17 +26,9 @@ from handoff_spark.bigquery_sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
 from handoff_spark.progress_publisher import ProgressPublisher
 from handoff_spark.sink_common import write_last_commit
-from operator_support import Cluster, base_spec, eventually, install_crds, operator_running
+from operator_support import Cluster, base_spec, eventually, operator_running
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    install_crds(str(apiserver.kubeconfig))
-    c = Cluster(str(apiserver.kubeconfig))
-    yield c
-    c.api.close()
 
 
 def _spec(kafka, tmp_path) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from handoff_testbed.proc import free_port
-from operator_support import REPO, Cluster, eventually, install_crds, kubectl
+from operator_support import REPO, Cluster, eventually, kubectl
 
 pytestmark = pytest.mark.apiserver
 
@@ -28,14 +28,6 @@ def _handoffs() -> list[tuple[str, str]]:
             if doc and doc.get("kind") == "StreamTableHandoff":
                 out.append((doc["metadata"]["namespace"], doc["metadata"]["name"]))
     return out
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    install_crds(str(apiserver.kubeconfig))
-    c = Cluster(str(apiserver.kubeconfig))
-    yield c
-    c.api.close()
 
 
 @pytest.fixture

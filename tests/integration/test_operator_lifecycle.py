@@ -4,27 +4,18 @@ finalizer + garbage collection, InvalidSpec, operator restart without duplicates
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from handoff_spark.config import AppConfig
-from operator_support import (IMAGE, Cluster, Operator, base_spec, eventually, install_crds, kubectl)
+from operator_support import IMAGE, Cluster, Operator, base_spec, eventually, kubectl
 
 pytestmark = pytest.mark.apiserver
 
 OWNED = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
 # ConfigMaps: <name>-app and <name>-progress (the driver's published progress record).
 COUNT = {"ConfigMap": 2}
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    kubeconfig = str(apiserver.kubeconfig)
-    install_crds(kubeconfig)
-    c = Cluster(kubeconfig)
-    yield c
-    c.api.close()
 
 
 @pytest.fixture(scope="module")

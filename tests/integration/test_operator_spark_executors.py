@@ -11,11 +11,11 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Iterator
+
 
 import pytest
 
-from operator_support import Cluster, Operator, base_spec, eventually, install_crds, kubectl
+from operator_support import Cluster, Operator, base_spec, eventually, kubectl
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.e2e]
 
@@ -31,14 +31,6 @@ DRIVER = textwrap.dedent("""
     sys.stdin.read()          # until the test closes stdin
     spark.stop()
 """)
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    install_crds(str(apiserver.kubeconfig))
-    c = Cluster(str(apiserver.kubeconfig))
-    yield c
-    c.api.close()
 
 
 def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster, apiserver, tmp_path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Iterator
+
 
 import pyarrow as pa
 import pytest
@@ -17,17 +17,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import Cluster, Operator, base_spec, eventually, install_crds
+from operator_support import Cluster, Operator, base_spec, eventually
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
-
-
-@pytest.fixture(scope="module")
-def cluster(apiserver) -> Iterator[Cluster]:
-    install_crds(str(apiserver.kubeconfig))
-    c = Cluster(str(apiserver.kubeconfig))
-    yield c
-    c.api.close()
 
 
 def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
