@@ -61,15 +61,14 @@ def _cfg(args: Any, bootstrap: str, topic: str, tmp: Path, name: str, sink: dict
         "checkpointLocation": str(tmp / f"ck-{name}")})
 
 
-def _decoded_batches(bootstrap: str, topic: str, records: int, size: int, cfg: Any):
+def _decoded_batches(bootstrap: str, topic: str, partitions: int, records: int, size: int, cfg: Any):
     """Consume and decode `size` records at a time (what a hand-written consumer does before each insert)."""
     import pyarrow as pa
 
     from handoff_spark.decode import decode_batch
     from handoff_spark.kafka_source import ARROW_SCHEMA
 
-    c = _consumer(bootstrap)
-    c.subscribe([topic])
+    c = _consumer(bootstrap, topic, partitions)
     rows = 0
     buf: list[Any] = []
     try:
@@ -108,7 +107,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
     t0 = time.perf_counter()
     if mode == "insertall":
         table = client.get_table(ref)
-        for decoded in _decoded_batches(bootstrap, topic, args.naive_records, size, cfg):
+        for decoded in _decoded_batches(bootstrap, topic, args.partitions, args.naive_records, size, cfg):
             docs = decoded.to_pylist()
             for d in docs:
                 for k, v in d.items():
@@ -132,7 +131,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
         template.arrow_rows = types.AppendRowsRequest.ArrowData(
             writer_schema=types.ArrowSchema(serialized_schema=schema.serialize().to_pybytes()))
         appender = writer.AppendRowsStream(wc, template)
-        for decoded in _decoded_batches(bootstrap, topic, args.naive_records, size, cfg):
+        for decoded in _decoded_batches(bootstrap, topic, args.partitions, args.naive_records, size, cfg):
             import pyarrow as pa
 
             decoded = decoded.append_column("_handoff_batch_id", pa.nulls(decoded.num_rows, pa.int64()))

@@ -98,6 +98,10 @@ ARROW_SCHEMA = pa.schema([
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}} (JSON keys are strings)
 #: How long one `consume` call may wait for its batch to fill (see `read_range`).
 CONSUME_WAIT_S = 0.1
+#: Fetch sizes for reading a range (user `kafka.*` options override them). librdkafka's default 1 MiB per
+#: partition per fetch makes a one-partition reader wait on round trips: a backlog read ran at half the speed
+#: of the same consumer with 8 MiB (measured 165k vs 336k records/s, 180-byte records, local broker).
+READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -514,6 +518,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     conf = {
+        **READ_FETCH_DEFAULTS,
         **opts.client_conf(),
         "group.id": opts.kafka.get("group.id", "handoff-reader"),  # never joined nor committed (assign only)
         "enable.auto.commit": False,
