@@ -49,6 +49,21 @@ def kubectl(kubeconfig: str, *args: str, check: bool = True) -> subprocess.Compl
                           text=True, timeout=120)
 
 
+def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
+    """A kubeconfig for the test bed's API server that authenticates with a ServiceAccount token (e.g. from the
+    TokenRequest API): what a pod running as that account would present."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "test", "cluster": {"server": apiserver.server,
+                                                  "certificate-authority": str(apiserver.ca_cert)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "test", "user": user}}],
+    }))
+    return path
+
+
 def install_crds(kubeconfig: str) -> None:
     out = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"),
                   check=False)

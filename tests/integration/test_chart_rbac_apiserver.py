@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.render import Resolved, render
+from operator_support import token_kubeconfig
 
 pytestmark = pytest.mark.apiserver
 
@@ -74,14 +75,7 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
     cfg.ssl_ca_cert = str(apiserver.ca_cert)
     cfg.api_key = {"authorization": f"Bearer {token}"}
     operator = client.ApiClient(cfg)
-    kubeconfig = apiserver.workdir / f"operator-{suffix}.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "test", "cluster": {"server": apiserver.server,
-                                                  "certificate-authority": str(apiserver.ca_cert)}}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
-    }))
+    kubeconfig = token_kubeconfig(apiserver, apiserver.workdir / f"operator-{suffix}.kubeconfig", "operator", token)
     try:
         yield {"admin": admin, "operator": operator, "watched": watched, "other": other,
                "kubeconfig": kubeconfig}

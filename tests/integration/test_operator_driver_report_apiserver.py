@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import config
 from pyiceberg.catalog.sql import SqlCatalog
@@ -26,7 +25,7 @@ from handoff_spark.bigquery_sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
 from handoff_spark.progress_publisher import ProgressPublisher
 from handoff_spark.sink_common import write_last_commit
-from operator_support import Cluster, base_spec, eventually, operator_running
+from operator_support import Cluster, base_spec, eventually, operator_running, token_kubeconfig
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -51,15 +50,7 @@ def _driver_kubeconfig(cluster: Cluster, apiserver, ns: str, service_account: st
     """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API)."""
     token = cluster.core.create_namespaced_service_account_token(
         service_account, ns, {"spec": {"expirationSeconds": 3600}}).status.token
-    path = apiserver.workdir / f"driver-{ns}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "driver",
-        "clusters": [{"name": "test", "cluster": {"server": apiserver.server,
-                                                  "certificate-authority": str(apiserver.ca_cert)}}],
-        "users": [{"name": "driver", "user": {"token": token}}],
-        "contexts": [{"name": "driver", "context": {"cluster": "test", "user": "driver"}}],
-    }))
-    return str(path)
+    return str(token_kubeconfig(apiserver, apiserver.workdir / f"driver-{ns}.kubeconfig", "driver", token))
 
 
 class _Query:
