@@ -99,19 +99,18 @@ def produce(bootstrap: str, topic: str, records: int) -> int:
     return total
 
 
-#: The ceiling's consumer gets the same fetch sizes the handoff source uses (librdkafka's 1 MiB per partition
-#: per fetch halves a backlog read here); `raw-consume (librdkafka defaults)` shows the untuned figure.
-TUNED_FETCH = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20)}
-
-
 def _consumer(bootstrap: str, topic: str, partitions: int, tuned: bool = True) -> Any:
     """Assigned (not subscribed) from the beginning: no group-join delay in the timings."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    # The ceiling's consumer gets the fetch sizes the handoff source reads with (librdkafka's 1 MiB per
+    # partition per fetch halves a backlog read); `raw-consume (librdkafka defaults)` shows the untuned figure.
+    from handoff_spark.kafka_source import READ_FETCH_DEFAULTS
+
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
                   "isolation.level": "read_committed", "enable.partition.eof": True,
-                  **(TUNED_FETCH if tuned else {})})
+                  **(READ_FETCH_DEFAULTS if tuned else {})})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     return c
 

@@ -13,7 +13,6 @@ import uuid
 
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client
 
 from handoff_spark import bigquery_ledger
@@ -82,9 +81,7 @@ def test_status_read_from_the_ledger_with_the_credentials_from_secret(cluster: C
     tokens = TokenEndpoint(public)
     bootstrap = kafka.bootstrap
     topic = f"creds-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(30)
+    kafka.create_topic(topic, partitions=1)
     ns = cluster.new_namespace("bqcreds")
     dataset = f"ds_{uuid.uuid4().hex[:8]}"
     bigquery.bq_client().create_dataset(f"{bigquery.project}.{dataset}")

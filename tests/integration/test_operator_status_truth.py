@@ -12,7 +12,6 @@ import uuid
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
@@ -44,9 +43,7 @@ def _commit(table, handoff_id: str, batch: int, offsets: dict[str, dict[str, lis
 def test_status_reports_ledger_commit_lag_and_freshness(cluster: Cluster, kafka, tmp_path) -> None:
     bootstrap = kafka.bootstrap
     topic = f"orders-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-        future.result(30)
+    kafka.create_topic(topic, partitions=2)
     _produce(bootstrap, topic, {0: 6, 1: 4})
 
     catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
@@ -120,9 +117,7 @@ def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka, bigq
 
     bootstrap = kafka.bootstrap
     topic = f"clicks-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-        future.result(30)
+    kafka.create_topic(topic, partitions=2)
     _produce(bootstrap, topic, {0: 5, 1: 5})
     ns = cluster.new_namespace("truth")
     spec = base_spec(bootstrap, sink=_bq_sink(bigquery, f"absent_{uuid.uuid4().hex[:8]}", "clicks"))
@@ -156,9 +151,7 @@ def test_bigquery_sink_status_from_the_table_ledger(cluster: Cluster, kafka, big
 
     bootstrap = kafka.bootstrap
     topic = f"views-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-        future.result(30)
+    kafka.create_topic(topic, partitions=2)
     _produce(bootstrap, topic, {0: 6, 1: 4})
     ns = cluster.new_namespace("truth")
     dataset = f"ds_{uuid.uuid4().hex[:8]}"
