@@ -469,7 +469,7 @@ class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
     Why: with a Python sink, records read by a Python source cross Python → JVM (Arrow) → Python again
     before the sink sees them, plus a second Python worker per task; on a small node that hand-over and
     Spark's per-row accounting cost more than reading Kafka itself. A sink that takes ranges reads the
-    records in its own write task with `read_range_table` (fused path). Exactly-once is unchanged: the
+    records in its own write task (`sink_common.task_records`, the fused path). Exactly-once is unchanged: the
     ranges are the ones Spark checkpoints for the batch, and a replayed batch plans the same ranges.
     `numInputRows` in Spark's progress counts ranges, not records (sinks report records themselves).
     """
@@ -501,12 +501,6 @@ def ranges_of(batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> list[
             out.append(OffsetRange(row["topic"], int(row["partition"]), int(row["start_offset"]),
                                    int(row["end_offset"])))
     return out
-
-
-def read_range_table(opts: SourceOptions, ranges: list[OffsetRange]) -> pa.Table:
-    """All records of `ranges` as one Arrow table with `ARROW_SCHEMA` (the fused path's read)."""
-    batches = [b for rng in ranges for b in read_range(opts, rng) if b.num_rows]
-    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
