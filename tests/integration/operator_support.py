@@ -248,3 +248,19 @@ def base_spec(bootstrap: str = "127.0.0.1:9", **overrides: Any) -> dict[str, Any
     }
     spec.update(overrides)
     return spec
+
+
+def ledger_commit(table: Any, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], event_ms: int,
+                  rows: int) -> int:
+    """A ledger snapshot exactly as the sink writes it (docs/design/data-plane-contract.md), appended to a
+    PyIceberg table with one long column `id`; returns the snapshot id."""
+    import json
+
+    import pyarrow as pa
+
+    table.append(pa.table({"id": pa.array(range(rows), pa.int64())}), snapshot_properties={
+        "handoff.id": handoff_id, "handoff.query": "handoff", "handoff.batch-id": str(batch),
+        "handoff.offsets": json.dumps(offsets), "handoff.rows": str(rows), "handoff.dlq-rows": "0",
+        "handoff.max-event-time-ms": str(event_ms)})
+    table.refresh()
+    return table.current_snapshot().snapshot_id
