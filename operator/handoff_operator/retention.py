@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from .models import format_duration
 
 MARGIN_FRACTION = 0.1
+HOUR_MS = 3_600_000
 RETENTION_SUFFICIENT, DATA_LOSS = "RetentionSufficient", "DataLoss"
 
 
@@ -135,7 +136,7 @@ def verdict(topic: TopicFacts, requirement: Requirement, now_ms: int) -> TopicVe
     compacted = "compact" in topic.cleanup_policy
     lag_age = lag_age_seconds(topic, now_ms)
     base = requirement.window_seconds + requirement.max_outage_seconds + lag_age
-    need = base * (1 + MARGIN_FRACTION)
+    need = round(base * (1 + MARGIN_FRACTION) * 1000) / 1000  # whole ms, like retention.ms: 3h18m is 3h18m
     terms = (f"replay.window {_d(requirement.window_seconds)} + replay.maxOutage "
              f"{_d(requirement.max_outage_seconds)} + lag age {_d(lag_age)} + {MARGIN_FRACTION:.0%} margin")
     if not deletes:
@@ -155,7 +156,8 @@ def verdict(topic: TopicFacts, requirement: Requirement, now_ms: int) -> TopicVe
     need_bytes = None
     fixes: list[str] = []
     if time_have is not None and time_have < need:
-        target_ms = math.ceil(round(need * 1000) / 60_000) * 60_000  # whole minutes: readable in kafka-configs
+        # Whole hours: readable in kafka-configs, and a lag age growing by minutes does not raise it every check.
+        target_ms = math.ceil(need * 1000 / HOUR_MS) * HOUR_MS
         fixes.append(f"raise retention.ms of topic {topic.topic} to at least {target_ms} ({_d(target_ms / 1000)})")
     if bytes_have is not None and bytes_have < need:
         rates = [r for r in (bytes_per_second(p) for p in topic.partitions.values()) if r]

@@ -7,7 +7,7 @@ Data loss needs only the ledger position and Kafka's earliest offsets, which eve
 so it is decided on every refresh.
 
 Enforce (`spec.retention.mode: enforce`) only ever raises `retention.ms`, to the need rounded up to whole
-minutes: in the KafkaTopic when Strimzi manages the topic, else in Kafka. A refusal (Kafka ACL, apiserver
+hours: in the KafkaTopic when Strimzi manages the topic, else in Kafka. A refusal (Kafka ACL, apiserver
 403) becomes the condition's message; nothing is raised past it.
 """
 from __future__ import annotations

@@ -22,8 +22,9 @@ from operator_support import Cluster, base_spec, eventually, kubectl, ledger_com
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
 HOUR_MS = 3_600_000
-# replay.window 2h + replay.maxOutage 1h + lag age 0 + 10% margin = 3h18m
+# replay.window 2h + replay.maxOutage 1h + lag age 0 + 10% margin = 3h18m; enforce rounds up to whole hours
 NEED_MS = 11_880_000
+RAISED_MS = 4 * HOUR_MS
 DATA = Path(__file__).parent / "data"
 
 
@@ -64,7 +65,7 @@ def test_short_retention_is_reported_with_numbers_and_raised_in_enforce_mode(clu
         cond = cluster.wait_condition(ns, "orders", "RetentionSufficient", "False", "RetentionTooShort")
         assert (f"topic {topic} keeps records only 1h (limited by retention.ms); need 3h18m = replay.window 2h "
                 f"+ replay.maxOutage 1h + lag age 0s + 10% margin") in cond["message"]
-        assert f"fix: raise retention.ms of topic {topic} to at least {NEED_MS}" in cond["message"]
+        assert f"fix: raise retention.ms of topic {topic} to at least {RAISED_MS} (4h)" in cond["message"]
         retention = cluster.get(ns, "orders")["status"]["retention"]
         (entry,) = retention["topics"]
         assert entry["topic"] == topic and entry["sufficient"] is False and entry["limitedBy"] == "retention.ms"
@@ -74,19 +75,19 @@ def test_short_retention_is_reported_with_numbers_and_raised_in_enforce_mode(clu
         assert _retention_ms(kafka, topic) == str(HOUR_MS)  # audit mode only reports
 
         cluster.patch_spec(ns, "orders", {"retention": {"mode": "enforce"}})
-        cond = cluster.wait_condition(ns, "orders", "RetentionSufficient", "True", "RetentionRaised")
-        assert f"raised retention.ms of topic {topic} from {HOUR_MS} to {NEED_MS}" in cond["message"]
-        assert _retention_ms(kafka, topic) == str(NEED_MS)  # read back from the broker
+        eventually(lambda: _retention_ms(kafka, topic) == str(RAISED_MS),  # read back from the broker
+                   f"retention.ms raised (condition: {cluster.condition(ns, 'orders', 'RetentionSufficient')})")
+        cluster.wait_condition(ns, "orders", "RetentionSufficient", "True")
         events = eventually(lambda: (e := _warnings(cluster, ns, "orders")).get("RetentionRaised") and e,
                             "a RetentionRaised Event")
-        assert f"{HOUR_MS} → {NEED_MS} in Kafka" in events["RetentionRaised"]
+        assert f"retention.ms of topic {topic} {HOUR_MS} → {RAISED_MS} in Kafka" in events["RetentionRaised"]
 
         # Never lowered: a shorter need leaves the raised retention as it is.
         cluster.patch_spec(ns, "orders", {"replay": {"window": "1h", "maxOutage": "30m"}})
         eventually(lambda: (cluster.get(ns, "orders")["status"]["retention"]["topics"][0]["needSeconds"]
                             == pytest.approx(1.5 * 3600 * 1.1)), "the check with the smaller need")
         assert cluster.condition(ns, "orders", "RetentionSufficient")["reason"] == "Sufficient"
-        assert _retention_ms(kafka, topic) == str(NEED_MS)
+        assert _retention_ms(kafka, topic) == str(RAISED_MS)
         cluster.delete_all_handoffs()
 
 
@@ -152,20 +153,20 @@ def test_topic_managed_by_strimzi_is_raised_in_its_kafkatopic(cluster: Cluster, 
     with operator_running(kubeconfig, status_interval=1.0, retention_check_interval=1.0):
         cluster.create(ns, "orders", _spec(kafka, topic, tmp_path, retention={"mode": "enforce"}))
         cond = cluster.wait_condition(ns, "orders", "RetentionSufficient", "False", "WaitingForStrimzi")
-        assert f"patched KafkaTopic {kafka_ns}/orders-topic spec.config retention.ms {HOUR_MS} → {NEED_MS}" \
+        assert f"patched KafkaTopic {kafka_ns}/orders-topic spec.config retention.ms {HOUR_MS} → {RAISED_MS}" \
             in cond["message"]
 
         def kafka_topic(name: str) -> dict[str, Any]:
             return cluster.custom.get_namespaced_custom_object("kafka.strimzi.io", "v1beta2", kafka_ns,
                                                                "kafkatopics", name)
-        assert kafka_topic("orders-topic")["spec"]["config"] == {"retention.ms": NEED_MS, "cleanup.policy": "delete"}
+        assert kafka_topic("orders-topic")["spec"]["config"] == {"retention.ms": RAISED_MS, "cleanup.policy": "delete"}
         assert kafka_topic("other-topic")["spec"]["config"]["retention.ms"] == HOUR_MS
         assert _retention_ms(kafka, topic) == str(HOUR_MS)  # the topic itself is Strimzi's to change
         assert eventually(lambda: "KafkaTopicPatched" in _warnings(cluster, ns, "orders"), "a KafkaTopicPatched Event")
 
         # Play Strimzi's Topic Operator: it applies the KafkaTopic's config to the topic.
         resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-            ConfigEntry("retention.ms", str(NEED_MS), incremental_operation=AlterConfigOpType.SET)])
+            ConfigEntry("retention.ms", str(RAISED_MS), incremental_operation=AlterConfigOpType.SET)])
         admin = kafka.admin()
         for future in admin.incremental_alter_configs([resource]).values():
             future.result(timeout=30)

@@ -42,9 +42,13 @@ def test_short_retention_ms_says_need_have_and_the_fix():
     v = verdict(topic(retention_ms=12 * 3_600_000), NEED, NOW)
     assert not v.sufficient
     assert v.have_seconds == 12 * H and v.headroom_seconds == pytest.approx(12 * H - 33 * H)
-    assert v.target_retention_ms == 33 * 3_600_000  # 33h, whole minutes
+    assert v.target_retention_ms == 33 * 3_600_000  # need 33h, whole hours
     assert "keeps records only 12h" in v.message and "need 1d9h" in v.message
     assert "raise retention.ms of topic orders to at least 118800000" in v.fix
+    # 3h18m is rounded up to 4h; a need that is exactly what the topic has is sufficient (no float slack).
+    small = Requirement(2 * H, 1 * H)
+    assert verdict(topic(retention_ms=3_600_000), small, NOW).target_retention_ms == 4 * 3_600_000
+    assert verdict(topic(retention_ms=11_880_000), small, NOW).sufficient
     assert "spec.retention.mode=enforce" in v.fix
     enforced = verdict(topic(retention_ms=12 * 3_600_000), Requirement(24 * H, 6 * H, enforce=True), NOW)
     assert "spec.retention.mode=enforce" not in enforced.fix

@@ -1,0 +1,128 @@
+"""The chart's retention RBAC on a real kube-apiserver (real ServiceAccount tokens, real RBAC): audit mode
+(the default) holds nothing on Strimzi KafkaTopics and the operator's lookup fails with a clear message, not a
+crash; `retention.enforce=true` grants exactly what enforce does — find the KafkaTopic (list), read and patch
+it — cluster-wide or, with `retention.kafkaTopicNamespaces`, only there; never create or delete."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import helm_python as helm
+import pytest
+import yaml
+from kubernetes import client, config, utils
+from kubernetes.client.rest import ApiException
+
+from handoff_operator import strimzi
+from operator_support import eventually
+
+pytestmark = pytest.mark.apiserver
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = Path(__file__).parent / "data" / "strimzi-kafkatopic-crd.yaml"
+
+
+def _install(admin: client.ApiClient, apiserver: Any, release_ns: str, values: dict[str, Any]
+             ) -> tuple[client.ApiClient, list[dict[str, Any]]]:
+    """Render the chart with `values`, create its RBAC objects, return a client holding its ServiceAccount's token."""
+    release = f"r{uuid.uuid4().hex[:6]}"
+    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(values, name=release, namespace=release_ns,
+                                                                        is_install=True)
+    docs = [d for path, text in rendered.items() if path.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
+    rbac_docs = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                  "RoleBinding")]
+    utils.create_from_yaml(admin, yaml_objects=rbac_docs)
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        sa["metadata"]["name"], release_ns, {"spec": {"expirationSeconds": 3600}}).status.token
+    cfg = client.Configuration()
+    cfg.host = apiserver.server
+    cfg.ssl_ca_cert = str(apiserver.ca_cert)
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg), rbac_docs
+
+
+@pytest.fixture(scope="module")
+def setup(apiserver) -> Iterator[dict[str, Any]]:
+    admin = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
+    core, ext = client.CoreV1Api(admin), client.ApiextensionsV1Api(admin)
+    suffix = uuid.uuid4().hex[:6]
+    release_ns, kafka_ns, other_ns = f"rel-{suffix}", f"kafka-{suffix}", f"other-{suffix}"
+    for ns in (release_ns, kafka_ns, other_ns):
+        core.create_namespace({"metadata": {"name": ns}})
+    try:
+        ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    eventually(lambda: any(c.type == "Established" and c.status == "True" for c in
+                           ext.read_custom_resource_definition(strimzi.CRD_NAME).status.conditions or []),
+               "KafkaTopic CRD Established")
+    topic = f"orders-{suffix}"
+    for ns in (kafka_ns, other_ns):
+        eventually(lambda ns=ns: client.CustomObjectsApi(admin).create_namespaced_custom_object(
+            strimzi.GROUP, "v1beta2", ns, strimzi.PLURAL, {
+                "apiVersion": "kafka.strimzi.io/v1beta2", "kind": "KafkaTopic", "metadata": {"name": "orders"},
+                "spec": {"topicName": topic if ns == kafka_ns else f"elsewhere-{suffix}",
+                         "config": {"retention.ms": 3600000}}}), "KafkaTopic created")
+    clients = {}
+    created: list[dict[str, Any]] = []
+    for name, values in (("audit", {}), ("enforce", {"retention": {"enforce": True}}),
+                         ("enforce-namespaced", {"watchNamespaces": [release_ns],
+                                                 "retention": {"enforce": True, "kafkaTopicNamespaces": [kafka_ns]}})):
+        clients[name], docs = _install(admin, apiserver, release_ns, values)
+        created += docs
+    try:
+        yield {"admin": admin, "clients": clients, "topic": topic, "kafka_ns": kafka_ns, "other_ns": other_ns}
+    finally:
+        for api in clients.values():
+            api.close()
+        rbac = client.RbacAuthorizationV1Api(admin)
+        for d in created:
+            if d["kind"] == "ClusterRole":
+                rbac.delete_cluster_role(d["metadata"]["name"])
+            elif d["kind"] == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(d["metadata"]["name"])
+        for ns in (release_ns, kafka_ns, other_ns):
+            core.delete_namespace(ns)
+        admin.close()
+
+
+def test_audit_holds_nothing_on_kafkatopics_and_lookup_fails_clearly(setup: dict[str, Any]) -> None:
+    api = setup["clients"]["audit"]
+    with pytest.raises(strimzi.KafkaTopicRefused) as err:
+        strimzi.find(api, setup["topic"], [])
+    assert "403" in str(err.value) and "retention.enforce=true" in str(err.value)
+    with pytest.raises(ApiException) as denied:
+        client.CustomObjectsApi(api).get_namespaced_custom_object(strimzi.GROUP, "v1beta2", setup["kafka_ns"],
+                                                                 strimzi.PLURAL, "orders")
+    assert denied.value.status == 403
+
+
+def test_enforce_can_find_and_patch_the_kafkatopic_and_nothing_more(setup: dict[str, Any]) -> None:
+    api, ns = setup["clients"]["enforce"], setup["kafka_ns"]
+    (ref,) = strimzi.find(api, setup["topic"], [])  # cluster-wide: the other namespace's KafkaTopic is not it
+    assert (ref.namespace, ref.name, ref.retention_ms) == (ns, "orders", 3600000)
+    strimzi.patch_retention(api, ref, 7200000)
+    objs = client.CustomObjectsApi(setup["admin"])
+    assert objs.get_namespaced_custom_object(strimzi.GROUP, "v1beta2", ns, strimzi.PLURAL, "orders"
+                                             )["spec"]["config"]["retention.ms"] == 7200000
+    custom = client.CustomObjectsApi(api)
+    for call in (lambda: custom.delete_namespaced_custom_object(strimzi.GROUP, "v1beta2", ns, strimzi.PLURAL, "orders"),
+                 lambda: custom.create_namespaced_custom_object(strimzi.GROUP, "v1beta2", ns, strimzi.PLURAL, {
+                     "apiVersion": "kafka.strimzi.io/v1beta2", "kind": "KafkaTopic", "metadata": {"name": "new"},
+                     "spec": {}})):
+        with pytest.raises(ApiException) as denied:
+            call()
+        assert denied.value.status == 403
+
+
+def test_enforce_with_kafka_topic_namespaces_is_confined_to_them(setup: dict[str, Any]) -> None:
+    api, ns = setup["clients"]["enforce-namespaced"], setup["kafka_ns"]
+    (ref,) = strimzi.find(api, setup["topic"], [ns])
+    strimzi.patch_retention(api, ref, 10800000)
+    with pytest.raises(strimzi.KafkaTopicRefused):
+        strimzi.find(api, setup["topic"], [])  # cluster-wide listing is not granted
+    with pytest.raises(strimzi.KafkaTopicRefused):
+        strimzi.find(api, setup["topic"], [setup["other_ns"]])
