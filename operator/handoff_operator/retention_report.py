@@ -119,7 +119,7 @@ def events(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition],
         out.append(Transition("Warning" if bad else "Normal", cond.reason, f"{cond.type}={cond.status}: {cond.message}"))
     for o in (check.enforced if check is not None else ()):
         if o.action in ("raised", "patched"):
-            out.append(Transition("Normal", "RetentionRaised" if o.action == "raised" else "KafkaTopicPatched",
+            out.append(Transition("Normal", "RetentionEnforced" if o.action == "raised" else "KafkaTopicPatched",
                                   f"retention.ms of topic {o.topic} {o.before_ms} → {o.after_ms} in {o.where}"))
     return out
 

@@ -8,39 +8,24 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-import helm_python as helm
 import pytest
 import yaml
-from kubernetes import client, config, utils
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from handoff_operator import strimzi
-from operator_support import eventually
+from operator_support import delete_cluster_rbac, eventually, install_chart_rbac, token_client
 
 pytestmark = pytest.mark.apiserver
 
-REPO = Path(__file__).resolve().parents[2]
 CRD = Path(__file__).parent / "data" / "strimzi-kafkatopic-crd.yaml"
 
 
 def _install(admin: client.ApiClient, apiserver: Any, release_ns: str, values: dict[str, Any]
              ) -> tuple[client.ApiClient, list[dict[str, Any]]]:
-    """Render the chart with `values`, create its RBAC objects, return a client holding its ServiceAccount's token."""
-    release = f"r{uuid.uuid4().hex[:6]}"
-    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(values, name=release, namespace=release_ns,
-                                                                        is_install=True)
-    docs = [d for path, text in rendered.items() if path.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
-    rbac_docs = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                                  "RoleBinding")]
-    utils.create_from_yaml(admin, yaml_objects=rbac_docs)
-    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
-    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
-        sa["metadata"]["name"], release_ns, {"spec": {"expirationSeconds": 3600}}).status.token
-    cfg = client.Configuration()
-    cfg.host = apiserver.server
-    cfg.ssl_ca_cert = str(apiserver.ca_cert)
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(cfg), rbac_docs
+    """The chart's RBAC for `values`, and a client holding its ServiceAccount's token."""
+    docs, token = install_chart_rbac(admin, apiserver, release_ns, values, f"r{uuid.uuid4().hex[:6]}")
+    return token_client(apiserver, token), docs
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +63,7 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
     finally:
         for api in clients.values():
             api.close()
-        rbac = client.RbacAuthorizationV1Api(admin)
-        for d in created:
-            if d["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(d["metadata"]["name"])
-            elif d["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(d["metadata"]["name"])
+        delete_cluster_rbac(admin, created)
         for ns in (release_ns, kafka_ns, other_ns):
             core.delete_namespace(ns)
         admin.close()

@@ -34,10 +34,11 @@ def _retention_ms(kafka: Any, topic: str) -> str:
     return future.result(timeout=30)["retention.ms"].value
 
 
-def _produce(kafka: Any, topic: str, n: int, start: int = 0) -> None:
+def _produce(kafka: Any, topic: str, n: int, start: int = 0, timestamp_ms: int = 0) -> None:
+    """n records to partition 0; timestamp_ms 0 = now."""
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(start, start + n):
-        producer.produce(topic, json.dumps({"id": i}).encode(), partition=0)
+        producer.produce(topic, json.dumps({"id": i}).encode(), partition=0, timestamp=timestamp_ms)
     assert producer.flush(30) == 0
 
 
@@ -78,9 +79,9 @@ def test_short_retention_is_reported_with_numbers_and_raised_in_enforce_mode(clu
         eventually(lambda: _retention_ms(kafka, topic) == str(RAISED_MS),  # read back from the broker
                    f"retention.ms raised (condition: {cluster.condition(ns, 'orders', 'RetentionSufficient')})")
         cluster.wait_condition(ns, "orders", "RetentionSufficient", "True")
-        events = eventually(lambda: (e := _warnings(cluster, ns, "orders")).get("RetentionRaised") and e,
-                            "a RetentionRaised Event")
-        assert f"retention.ms of topic {topic} {HOUR_MS} → {RAISED_MS} in Kafka" in events["RetentionRaised"]
+        events = eventually(lambda: (e := _warnings(cluster, ns, "orders")).get("RetentionEnforced") and e,
+                            "a RetentionEnforced Event")
+        assert f"retention.ms of topic {topic} {HOUR_MS} → {RAISED_MS} in Kafka" in events["RetentionEnforced"]
 
         # Never lowered: a shorter need leaves the raised retention as it is.
         cluster.patch_spec(ns, "orders", {"replay": {"window": "1h", "maxOutage": "30m"}})
@@ -93,12 +94,13 @@ def test_short_retention_is_reported_with_numbers_and_raised_in_enforce_mode(clu
 
 def test_segments_deleted_past_the_ledger_position_are_data_loss_with_the_range(cluster: Cluster, kafka,
                                                                                  tmp_path: Path) -> None:
-    """The broker's own retention (small segment.ms/retention.ms; the test bed checks retention every 5 s)
-    deletes the first segment while the ledger still points into it."""
+    """The broker's own retention deletes the first segment while the ledger still points into it: its records
+    carry timestamps an hour old (retention.ms is 10 minutes), the next records are new, so the append rolls a
+    segment at offset 10 (segment.ms 1 minute) and the retention check (every 5 s in the test bed) deletes the
+    old one. The new segment stays: it is not expired."""
     topic = f"loss-{uuid.uuid4().hex[:8]}"
-    kafka.create_topic(topic, partitions=1, config={"segment.ms": "200", "retention.ms": "2000"})
-    _produce(kafka, topic, 10)
-    time.sleep(1.0)  # past segment.ms: the next append rolls a new segment at offset 10
+    kafka.create_topic(topic, partitions=1, config={"segment.ms": "60000", "retention.ms": "600000"})
+    _produce(kafka, topic, 10, timestamp_ms=int(time.time() * 1000) - HOUR_MS)
     _produce(kafka, topic, 10, start=10)
     admin = kafka.admin()
 

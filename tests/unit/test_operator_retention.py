@@ -142,7 +142,7 @@ def test_events_on_bad_news_and_changes_only():
     fixed = conditions(_check(verdict(topic(), NEED, NOW)), [], "fail")
     raised = _check(verdict(topic(), NEED, NOW), enforced=[EnforceOutcome("orders", "raised", 1, 2, "Kafka")])
     assert [(e.type, e.reason) for e in events(old, fixed, raised)] == [("Normal", "Sufficient"),
-                                                                      ("Normal", "RetentionRaised")]
+                                                                      ("Normal", "RetentionEnforced")]
 
 
 def test_status_headroom_is_the_smallest_over_topics():
