@@ -155,3 +155,24 @@ def test_status_headroom_is_the_smallest_over_topics():
     assert "haveSeconds" not in out["topics"][1]  # unlimited
     assert out["lost"] == [{"topic": "orders", "partition": 0, "fromOffset": 10, "toOffset": 15}]
     assert status(None, None) == {}
+
+
+def test_gauges_per_topic_and_removed_with_the_handoff():
+    from prometheus_client import REGISTRY
+
+    from handoff_operator import metrics
+
+    short = verdict(topic(retention_ms=12 * 3_600_000), NEED, NOW)
+    lost = lost_from_offsets({"orders": {"0": 10}}, {"orders": {"0": 15}})
+    metrics.set_phase("ns", "g", "Running")
+    metrics.set_retention("ns", "g", RetentionCheck(NOW, (short,)), lost)
+    labels = {"namespace": "ns", "name": "g", "topic": "orders"}
+    assert REGISTRY.get_sample_value("handoff_retention_headroom_seconds", labels) == pytest.approx(-21 * H)
+    assert REGISTRY.get_sample_value("handoff_retention_need_seconds", labels) == pytest.approx(33 * H)
+    assert REGISTRY.get_sample_value("handoff_retention_have_seconds", labels) == 12 * H
+    assert REGISTRY.get_sample_value("handoff_lost_records", labels) == 5
+    metrics.set_retention("ns", "g", None, [])  # the loss is over; the last check's numbers stay
+    assert REGISTRY.get_sample_value("handoff_lost_records", labels) == 0
+    assert REGISTRY.get_sample_value("handoff_retention_have_seconds", labels) == 12 * H
+    metrics.set_phase("ns", "g", None)
+    assert REGISTRY.get_sample_value("handoff_retention_headroom_seconds", labels) is None
