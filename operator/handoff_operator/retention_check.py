@@ -107,17 +107,18 @@ def decide_and_enforce(config: AppConfig, spec: StreamTableHandoffSpec, facts: M
 def observe(namespace: str, name: str, spec: StreamTableHandoffSpec, config: AppConfig, progress: ProgressFacts,
             api: client.ApiClient, settings: OperatorSettings) -> RetentionCheck | None:
     """A fresh check when one is due, else None (the status keeps the last). Never raises: a failed read is
-    the check's error (RetentionSufficient=Unknown), retried at the next refresh."""
-    if not _due(namespace, name, spec, settings.retention_check_interval):
+    the check's error (RetentionSufficient=Unknown), tried again at the next interval like a success, so an
+    unreachable cluster does not add its timeouts to every refresh. Not tried while this refresh could not
+    read Kafka's offsets at all (Degraded=StatusUnavailable already says so)."""
+    if progress.end_offsets is None or not _due(namespace, name, spec, settings.retention_check_interval):
         return None
     now_ms = int(time.time() * 1000)
+    _checked(namespace, name, spec)
     try:
         facts = retention_kafka.topic_facts(config, progress.committed_offsets, now_ms)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         return RetentionCheck(now_ms, errors=(f"{type(exc).__name__}: {exc}",))
-    check = decide_and_enforce(config, spec, facts, now_ms, api, settings)
-    _checked(namespace, name, spec)
-    return check
+    return decide_and_enforce(config, spec, facts, now_ms, api, settings)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def _sample(config: AppConfig, positions: Mapping[tuple[str, int], int], timeout
 
 
 def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | None, now_ms: int,
-                timeout: float = 10.0) -> dict[str, TopicFacts]:
+                timeout: float = 5.0) -> dict[str, TopicFacts]:
     """Everything the retention rule needs about the handoff's topics."""
     topics = list(config.source.topics)
     configs = describe_topics(config, topics, timeout)
