@@ -31,11 +31,11 @@ from . import driver_report, metrics, retention_check
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
-from .retention_report import RetentionCheck
 from .kube import Kube, new_api_client
 from .models import format_duration
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
                      referenced_secrets, render)
+from .retention_report import RetentionCheck
 from .settings import OperatorSettings
 from .truth import read_progress
 from .validation import Problem, check, parse_spec

@@ -298,10 +298,13 @@ class ReplaySpec(SpecModel):
 
 
 class RetentionSpec(SpecModel):
-    """What to do when Kafka topic retention is shorter than replay.maxOutage / replay.window."""
+    """What to do when a topic's Kafka retention is shorter than replay.window + replay.maxOutage + the
+    handoff's lag age + 10% (condition RetentionSufficient; docs/operator.md, "Retention")."""
 
     mode: Literal["audit", "enforce"] = Field(
-        default="audit", description="audit: report a condition; enforce: raise the topics' retention.ms.")
+        default="audit", description="audit: report the RetentionSufficient condition; enforce: also raise the "
+                                     "topics' retention.ms (never lower it), in the Strimzi KafkaTopic when one "
+                                     "manages the topic.")
 
 
 class ScalingSpec(SpecModel):
