@@ -1,6 +1,7 @@
 """Reading (and raising) topic retention in Kafka (I/O; the rule is in `retention`).
 
-Per check, per handoff: one DescribeConfigs (retention.ms, retention.bytes, cleanup.policy), ListOffsets
+Per check, per handoff: one DescribeConfigs (retention.ms, retention.bytes, cleanup.policy; its answer is
+reused for the check interval by other handoffs on the same topic, and dropped when we raise it), ListOffsets
 for earliest, latest and "first offset at now − RATE_WINDOW" (the write rate), and one short fetch per
 partition to read two record timestamps Kafka has no offset→timestamp lookup for: the oldest record not
 yet committed (the lag age) and the record that starts the rate window (its real age; a young or idle
@@ -9,6 +10,7 @@ for the `retention.bytes` estimate. The AdminClient is the operator's per-cluste
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 
@@ -26,6 +28,10 @@ _REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZAT
             KafkaError.POLICY_VIOLATION}
 
 
+_configs: dict[tuple[str, str], tuple[float, dict[str, str | None]]] = {}
+_configs_lock = threading.Lock()
+
+
 class RetentionRefused(RuntimeError):
     """Kafka refused to change the config (ACLs, a create/alter policy)."""
 
@@ -34,16 +40,28 @@ def _int(value: str | None) -> int | None:
     return None if value in (None, "") else int(value)  # type: ignore[arg-type]
 
 
-def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0) -> dict[str, dict[str, str | None]]:
-    """retention.ms, retention.bytes, cleanup.policy per topic, as the broker reports them (defaults included)."""
-    admin = _admin(config)
-    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics],
-                                     request_timeout=timeout)
+def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0, max_age: float = 0.0
+                    ) -> dict[str, dict[str, str | None]]:
+    """retention.ms, retention.bytes, cleanup.policy per topic, as the broker reports them (defaults included).
+    Answers younger than `max_age` seconds are reused: handoffs sharing a topic describe it once per interval."""
+    now = time.monotonic()
     out: dict[str, dict[str, str | None]] = {}
+    with _configs_lock:
+        for topic in topics:
+            cached = _configs.get((config.source.bootstrap_servers, topic))
+            if cached is not None and now - cached[0] < max_age:
+                out[topic] = cached[1]
+    missing = [t for t in topics if t not in out]
+    if not missing:
+        return out
+    futures = _admin(config).describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in missing],
+                                              request_timeout=timeout)
     for resource, future in futures.items():
         entries = future.result(timeout=timeout)
         out[resource.name] = {key: (entries[key].value if key in entries else None)
                               for key in ("retention.ms", "retention.bytes", "cleanup.policy")}
+        with _configs_lock:
+            _configs[(config.source.bootstrap_servers, resource.name)] = (now, out[resource.name])
     return out
 
 
@@ -85,10 +103,10 @@ def _sample(config: AppConfig, positions: Mapping[tuple[str, int], int], timeout
 
 
 def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | None, now_ms: int,
-                timeout: float = 5.0) -> dict[str, TopicFacts]:
-    """Everything the retention rule needs about the handoff's topics."""
+                timeout: float = 5.0, config_max_age: float = 0.0) -> dict[str, TopicFacts]:
+    """Everything the retention rule needs about the handoff's topics (configs reused up to `config_max_age` s)."""
     topics = list(config.source.topics)
-    configs = describe_topics(config, topics, timeout)
+    configs = describe_topics(config, topics, timeout, config_max_age)
     admin = _admin(config)
     metadata = admin.list_topics(timeout=timeout)
     tps = []
@@ -133,6 +151,8 @@ def raise_retention_ms(config: AppConfig, topic: str, target_ms: int, timeout: f
     admin = _admin(config)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", str(target_ms), incremental_operation=AlterConfigOpType.SET)])
+    with _configs_lock:
+        _configs.pop((config.source.bootstrap_servers, topic), None)
     try:
         for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
             future.result(timeout=timeout)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from handoff_operator.retention import Requirement, verdict
 from handoff_operator.retention_kafka import describe_topics, raise_retention_ms, topic_facts
@@ -54,8 +54,24 @@ def test_raise_retention_ms_changes_only_that_config(kafka, tmp_path) -> None:
     topic = f"raise-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=1, config={"retention.ms": "60000", "max.message.bytes": "123456"})
     config = app_config(tmp_path, kafka.bootstrap, topic)
+    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"
     raise_retention_ms(config, topic, 3_600_000)
-    assert describe_topics(config, [topic])[topic]["retention.ms"] == "3600000"
+    # The raise drops the cached answer: even a long max_age reads the new value.
+    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "3600000"
     admin = kafka.admin()  # held: a dropped AdminClient cancels its requests
     (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
     assert future.result(30)["max.message.bytes"].value == "123456"  # incremental: nothing else changed
+
+
+def test_topic_configs_are_described_once_per_interval(kafka, tmp_path) -> None:
+    topic = f"cache-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=1, config={"retention.ms": "60000"})
+    config = app_config(tmp_path, kafka.bootstrap, topic)
+    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"
+    admin = kafka.admin()  # someone else changes the topic
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"  # within the interval
+    assert describe_topics(config, [topic], max_age=0)[topic]["retention.ms"] == "120000"
