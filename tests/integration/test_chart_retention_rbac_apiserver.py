@@ -22,10 +22,10 @@ CRD = Path(__file__).parent / "data" / "strimzi-kafkatopic-crd.yaml"
 
 
 def _install(admin: client.ApiClient, apiserver: Any, release_ns: str, values: dict[str, Any]
-             ) -> tuple[client.ApiClient, list[dict[str, Any]]]:
-    """The chart's RBAC for `values`, and a client holding its ServiceAccount's token."""
+             ) -> tuple[client.ApiClient, list[dict[str, Any]], str]:
+    """The chart's RBAC for `values`, a client holding its ServiceAccount's token, and the token."""
     docs, token = install_chart_rbac(admin, apiserver, release_ns, values, f"r{uuid.uuid4().hex[:6]}")
-    return token_client(apiserver, token), docs
+    return token_client(apiserver, token), docs, token
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,16 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
                 "apiVersion": "kafka.strimzi.io/v1beta2", "kind": "KafkaTopic", "metadata": {"name": "orders"},
                 "spec": {"topicName": topic if ns == kafka_ns else f"elsewhere-{suffix}",
                          "config": {"retention.ms": 3600000}}}), "KafkaTopic created")
-    clients = {}
+    clients, tokens = {}, {}
     created: list[dict[str, Any]] = []
     for name, values in (("audit", {}), ("enforce", {"retention": {"enforce": True}}),
                          ("enforce-namespaced", {"watchNamespaces": [release_ns],
                                                  "retention": {"enforce": True, "kafkaTopicNamespaces": [kafka_ns]}})):
-        clients[name], docs = _install(admin, apiserver, release_ns, values)
+        clients[name], docs, tokens[name] = _install(admin, apiserver, release_ns, values)
         created += docs
     try:
-        yield {"admin": admin, "clients": clients, "topic": topic, "kafka_ns": kafka_ns, "other_ns": other_ns}
+        yield {"admin": admin, "clients": clients, "tokens": tokens, "topic": topic, "kafka_ns": kafka_ns,
+               "other_ns": other_ns}
     finally:
         for api in clients.values():
             api.close()
@@ -106,3 +107,37 @@ def test_enforce_with_kafka_topic_namespaces_is_confined_to_them(setup: dict[str
         strimzi.find(api, setup["topic"], [])  # cluster-wide listing is not granted
     with pytest.raises(strimzi.KafkaTopicRefused):
         strimzi.find(api, setup["topic"], [setup["other_ns"]])
+
+
+@pytest.mark.kafka
+def test_operator_in_enforce_mode_without_the_rights_says_so_in_a_condition(setup: dict[str, Any], apiserver,
+                                                                            cluster, kafka, tmp_path: Path) -> None:
+    """The operator running as the audit chart's ServiceAccount, a handoff asking for enforce on a topic a
+    KafkaTopic manages: the 403 becomes RetentionSufficient=False reason=EnforceRefused naming the Helm value;
+    the operator goes on (status keeps being written), nothing is changed anywhere."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from operator_support import base_spec, operator_running, token_kubeconfig
+
+    topic, kafka_ns = setup["topic"], setup["kafka_ns"]
+    kafka.create_topic(topic, partitions=1, config={"retention.ms": "3600000"})
+    kubeconfig = token_kubeconfig(apiserver, tmp_path / "audit.kubeconfig", "audit", setup["tokens"]["audit"])
+    spec = base_spec(kafka.bootstrap, replay={"window": "2h", "maxOutage": "1h"}, retention={"mode": "enforce"})
+    spec["source"]["topics"] = [topic]
+    spec["sink"]["iceberg"]["catalog"]["properties"] = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+                                                        "warehouse": f"file://{tmp_path}/warehouse"}
+    ns = cluster.new_namespace("refused")
+    with operator_running(str(kubeconfig), status_interval=1.0, retention_check_interval=1.0):
+        cluster.create(ns, "orders", spec)
+        cond = cluster.wait_condition(ns, "orders", "RetentionSufficient", "False", "EnforceRefused")
+        assert f"could not raise retention.ms of topic {topic} in KafkaTopic" in cond["message"]
+        assert "403" in cond["message"] and "retention.enforce=true" in cond["message"]
+        assert "fix: raise retention.ms of topic" in cond["message"]
+        assert cluster.condition(ns, "orders", "Ready") is not None  # the rest of the status is still written
+        cluster.delete_all_handoffs()
+    objs = client.CustomObjectsApi(setup["admin"])
+    assert objs.get_namespaced_custom_object(strimzi.GROUP, "v1beta2", kafka_ns, strimzi.PLURAL, "orders"
+                                             )["spec"]["config"]["retention.ms"] != 14400000
+    admin = kafka.admin()
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    assert future.result(30)["retention.ms"].value == "3600000"
