@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import driver_report, metrics
+from . import driver_report, metrics, retention_check
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -35,6 +35,7 @@ from .kube import Kube, new_api_client
 from .models import format_duration
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
                      referenced_secrets, render)
+from .retention_report import RetentionCheck
 from .settings import OperatorSettings
 from .truth import read_progress
 from .validation import Problem, check, parse_spec
@@ -121,9 +122,9 @@ def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
     return out
 
 
-def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
-    """Committed progress (ledger) and Kafka offsets for the handoff's current spec; None if it has
-    no workable spec."""
+def _read_truth(namespace: str, name: str, kube: Kube) -> tuple[ProgressFacts, RetentionCheck | None] | None:
+    """Committed progress (ledger) and Kafka offsets for the handoff's current spec, and the retention
+    check when one is due (retention_check; it enforces in enforce mode); None if it has no workable spec."""
     obj = kube.get_handoff(namespace, name)
     if obj is None:
         return None
@@ -134,8 +135,9 @@ def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
     resolved, problems = check(name, spec, secrets)
     if problems:
         return None
-    return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config,
-                         bigquery_key=service_account_key(spec, secrets))
+    config = render(obj, spec, SETTINGS.default_image, resolved).config
+    progress = read_progress(config, bigquery_key=service_account_key(spec, secrets))
+    return progress, retention_check.observe(namespace, name, spec, config, progress, kube.api, SETTINGS)
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
@@ -170,8 +172,9 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
     The table and Kafka are read first, outside the per-object lock: they can be slow (timeouts)
     and must not hold up a spec change waiting for the lock."""
     truth: ProgressFacts | None = None
+    retention: RetentionCheck | None = None
     if refresh_truth and not deleting:
-        truth = _read_truth(namespace, name, kube)
+        truth, retention = _read_truth(namespace, name, kube) or (None, None)
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = kube.get_handoff(namespace, name)
         if obj is None:
@@ -227,10 +230,12 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             driver_report=report, now_ms=int(time.time() * 1000),
             driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
         evaluation = evaluate(facts)
+        retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
+                                          truth if rendered is not None else None, old_conditions)
         now = _iso(_now())
-        conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
+        conditions = merge_conditions(old_conditions, evaluation.conditions + retained.conditions, generation, now)
         for kind, reason, message in [(t.type, t.reason, t.message)
-                                      for t in transitions(old_conditions, evaluation.conditions)]:
+                                      for t in transitions(old_conditions, evaluation.conditions) + retained.events]:
             events.append((kind, reason, message))
 
         if driver is not None and driver.pod_name:
@@ -243,6 +248,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             "conditions": conditions,
             "app": app,
             **_progress_status(progress),
+            **retained.status,
         }
         if refresh_truth:
             # Unknown now = unknown: clear what an earlier refresh found (merge patch: null deletes).
@@ -369,5 +375,6 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
     metrics.set_phase(namespace, name, None)
+    retention_check.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)

@@ -298,10 +298,13 @@ class ReplaySpec(SpecModel):
 
 
 class RetentionSpec(SpecModel):
-    """What to do when Kafka topic retention is shorter than replay.maxOutage / replay.window."""
+    """What to do when a topic's Kafka retention is shorter than replay.window + replay.maxOutage + the
+    handoff's lag age + 10% (condition RetentionSufficient; docs/operator.md, "Retention")."""
 
     mode: Literal["audit", "enforce"] = Field(
-        default="audit", description="audit: report a condition; enforce: raise the topics' retention.ms.")
+        default="audit", description="audit: report the RetentionSufficient condition; enforce: also raise the "
+                                     "topics' retention.ms (never lower it), in the Strimzi KafkaTopic when one "
+                                     "manages the topic.")
 
 
 class ScalingSpec(SpecModel):
@@ -503,6 +506,44 @@ class LastBatchStatus(StatusModel):
                     "Degraded=True reason SinkDegraded while set.")
 
 
+class TopicRetentionStatus(StatusModel):
+    """One topic's retention against the handoff's needs (see docs/operator.md, "Retention")."""
+
+    topic: TopicName = Field(description="Kafka topic.")
+    sufficient: bool = Field(description="Retention covers the need.")
+    need_seconds: float = Field(ge=0, description="replay.window + replay.maxOutage + lag age + 10% margin.")
+    have_seconds: float | None = Field(default=None, ge=0, description="How long the topic keeps records: "
+                                       "the shorter of retention.ms and retention.bytes at the current write "
+                                       "rate; absent = unlimited.")
+    headroom_seconds: float | None = Field(default=None, description="have - need (negative: too short); "
+                                           "absent = unlimited.")
+    limited_by: Literal["retention.ms", "retention.bytes"] | None = Field(
+        default=None, description="The setting that limits have.")
+    lag_age_seconds: float = Field(default=0, ge=0, description="Age of the oldest record not yet committed.")
+    cleanup_policy: str = Field(default="delete", max_length=64, description="The topic's cleanup.policy.")
+
+
+class LostRangeStatus(StatusModel):
+    """Offsets Kafka deleted before the handoff read them (end exclusive)."""
+
+    topic: TopicName = Field(description="Kafka topic.")
+    partition: int = Field(ge=0, description="Partition.")
+    from_offset: int = Field(ge=0, description="First lost offset: the ledger's next offset.")
+    to_offset: int = Field(ge=0, description="Kafka's earliest offset when the loss was seen (exclusive).")
+
+
+class RetentionStatus(StatusModel):
+    """The retention check (every HANDOFF_RETENTION_CHECK_INTERVAL) and data loss (every refresh)."""
+
+    checked_at: datetime | None = Field(default=None, description="When the topics' configs were last read.")
+    headroom_seconds: float | None = Field(default=None, description="The smallest headroom over the topics "
+                                           "(negative: retention too short); absent = unlimited.")
+    topics: list[TopicRetentionStatus] = Field(default_factory=list, max_length=100,
+                                               description="Per topic: need, have, headroom.")
+    lost: list[LostRangeStatus] = Field(default_factory=list, max_length=1000,
+                                        description="Ranges deleted by Kafka before they were read (DataLoss=True).")
+
+
 class StreamTableHandoffStatus(StatusModel):
     """Observed state, written by the operator only."""
 
@@ -521,6 +562,7 @@ class StreamTableHandoffStatus(StatusModel):
     executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
     last_batch: LastBatchStatus | None = Field(default=None,
                                                description="The driver's report of its newest micro-batch.")
+    retention: RetentionStatus | None = Field(default=None, description="Kafka retention against replay needs.")
 
 
 # ---------------------------------------------------------------------------------------------------
