@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import driver_report, metrics
+from . import driver_report, metrics, rollback
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -193,7 +193,14 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
 
         events: list[tuple[str, str, str]] = []
         old_hash = app.get("configHash")
+        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
+        upgrade: rollback.Step | None = None
         if rendered is not None and not deleting:
+            # Automatic rollback of a failed spec change: may swap in the last good spec's children.
+            upgrade = rollback.step(kube, obj, spec, rendered, status, report, truth,  # type: ignore[arg-type]
+                                    SETTINGS, int(time.time() * 1000))
+            rendered = upgrade.rendered
+            events += upgrade.events
             for child in rendered.unowned:
                 if kube.create_if_missing(child):
                     events.append(("Normal", "CheckpointVolumeCreated",
@@ -201,7 +208,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                    f"checkpoint (kept when the handoff is deleted)"))
             for child in rendered.children:
                 kube.apply(child)
-            if old_hash and old_hash != rendered.config_hash and not spec.suspend:  # type: ignore[union-attr]
+            if (old_hash and old_hash != rendered.config_hash and not spec.suspend  # type: ignore[union-attr]
+                    and not upgrade.rolling_back):
                 app["restarts"] = int(app.get("restarts") or 0) + 1
                 events.append(("Normal", "Restarting", (
                     f"generation {generation} changed the app config ({old_hash} → {rendered.config_hash}): "
@@ -209,7 +217,6 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             app["configHash"] = rendered.config_hash
 
         driver = kube.driver_facts(namespace, name)
-        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
         if truth is not None and rendered is not None:
             progress = truth
         else:
@@ -226,7 +233,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                     for c in old_conditions),
             driver_report=report, now_ms=int(time.time() * 1000),
             driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
-        evaluation = evaluate(facts)
+        evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
         for kind, reason, message in [(t.type, t.reason, t.message)
@@ -253,6 +260,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if rendered is not None and not deleting:
             new_status["executors"] = {**(status.get("executors") or {}),
                                        "current": kube.executor_count(namespace, name)}
+        if upgrade is not None:
+            new_status.update(upgrade.status())
         if report_read:
             new_status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
         if _differs(status, new_status):

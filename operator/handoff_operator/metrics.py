@@ -22,6 +22,9 @@ LAG = Gauge("handoff_lag_records", "Kafka records not yet committed to the table
             ["namespace", "name"])
 FRESHNESS = Gauge("handoff_freshness_seconds", "Age of the newest committed event time",
                   ["namespace", "name"])
+UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
+                            "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
+                            "ReadinessTimeout)", ["reason"])
 
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
