@@ -64,6 +64,14 @@ def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
     return path
 
 
+def driver_kubeconfig(cluster: "Cluster", apiserver: Any, namespace: str, service_account: str) -> str:
+    """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API): the rights the
+    operator's rendered Role gives a driver pod, nothing more."""
+    token = cluster.core.create_namespaced_service_account_token(
+        service_account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    return str(token_kubeconfig(apiserver, apiserver.workdir / f"driver-{namespace}.kubeconfig", "driver", token))
+
+
 def install_crds(kubeconfig: str) -> None:
     out = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"),
                   check=False)
