@@ -208,9 +208,11 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                    f"checkpoint (kept when the handoff is deleted)"))
             for child in rendered.children:
                 kube.apply(child)
-            if (old_hash and old_hash != rendered.config_hash and not spec.suspend  # type: ignore[union-attr]
-                    and not upgrade.rolling_back):
+            suspended = spec.suspend  # type: ignore[union-attr]
+            changed = bool(old_hash) and old_hash != rendered.config_hash and not suspended
+            if changed:
                 app["restarts"] = int(app.get("restarts") or 0) + 1
+            if changed and not upgrade.rolling_back:  # a rollback has its own Event
                 events.append(("Normal", "Restarting", (
                     f"generation {generation} changed the app config ({old_hash} → {rendered.config_hash}): "
                     f"stopping the driver at a batch boundary, then starting it with the new config")))
@@ -233,7 +235,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                     for c in old_conditions),
             driver_report=report, now_ms=int(time.time() * 1000),
             driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
-        evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None)
+        evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None, driver)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
         for kind, reason, message in [(t.type, t.reason, t.message)

@@ -175,18 +175,20 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
     return Decision("keep", state, run_last_good=False)
 
 
-def overlay(evaluation: Evaluation, decision: Decision | None) -> Evaluation:
+def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFacts | None = None) -> Evaluation:
     """The conditions while the last good config runs instead of the current spec: Degraded=True reason
-    UpgradeRolledBack (unless the last good driver fails too: DriverFailing says more), and Progressing
-    does not claim the current generation runs."""
+    UpgradeRolledBack (unless the last good driver fails too: DriverFailing says more; the failed config's
+    pod, crashing until the rollback replaces it, does not count), and Progressing does not claim the
+    current generation runs."""
     if decision is None or not decision.run_last_good:
         return evaluation
     message = decision.state.message or "the current spec was rolled back"
+    failed_pod = driver is not None and driver.pod_config_hash == decision.state.rolled_back_hash
     conditions: list[Condition] = []
     degraded_overlaid = False
     for cond in evaluation.conditions:
-        if cond.type == DEGRADED and not (cond.status == "True" and cond.reason in ("DriverFailing",
-                                                                                    "InvalidSpec")):
+        urgent = cond.status == "True" and cond.reason in ("DriverFailing", "InvalidSpec") and not failed_pod
+        if cond.type == DEGRADED and not urgent:
             cond = Condition(DEGRADED, "True", UPGRADE_ROLLED_BACK, message)
             degraded_overlaid = True
         elif cond.type == PROGRESSING and cond.status == "False":

@@ -169,7 +169,12 @@ def test_overlay_reports_the_rollback_as_degraded():
     assert (shown["Progressing"].status, shown["Progressing"].reason) == ("False", "UpgradeRolledBack")
     # The last good driver failing too says more than the rollback.
     failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h1")))
-    assert {c.type: c for c in overlay(failing, rolled).conditions}["Degraded"].reason == "DriverFailing"
+    assert {c.type: c for c in overlay(failing, rolled, _crashing("h1")).conditions}["Degraded"].reason \
+        == "DriverFailing"
+    # ... but the rolled back config's pod, crashing until the Deployment replaces it, is old news.
+    leaving = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h2")))
+    shown = {c.type: c for c in overlay(leaving, rolled, _crashing("h2")).conditions}
+    assert shown["Degraded"].reason == "UpgradeRolledBack"
     # Nothing rolled back: unchanged.
     assert overlay(running, decide(_facts(driver=_driver()), GOOD)) == running
 
