@@ -12,7 +12,12 @@ Played by the test: the kubelet (the test bed has none for these pods). It write
 through pods/status, as a kubelet would: Running/Ready for a driver of generation 1, and for generation 2's
 driver a container in CrashLoopBackOff after 3 restarts. The crash itself is not real; what the operator
 reads to decide (the pod's container status and config-hash annotation) is exactly what it reads in a
-cluster."""
+cluster.
+
+The second test (readiness timeout, operator restart) needs no Spark: generation 1's driver is played by the
+driver's real progress publisher (`handoff_spark.progress_publisher`, as the driver pod, with its
+ServiceAccount's token) publishing a progress record that names a committed snapshot; the record's numbers
+are the test's, not a table's."""
 from __future__ import annotations
 
 import datetime as dt
@@ -27,7 +32,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from operator_support import REPO, Cluster, base_spec, driver_kubeconfig, eventually, operator_running
+from handoff_spark.progress_publisher import ProgressPublisher
+from kubernetes import config as kube_config
+from operator_support import REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, operator_running
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 NAME = "orders"
@@ -157,3 +164,53 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
                        and c["reason"] != "UpgradeRolledBack", "no rollback reported for generation 3")
         finally:
             cluster.delete_all_handoffs()
+
+
+def test_a_spec_whose_driver_never_gets_ready_is_rolled_back_after_its_readiness_timeout(
+        cluster: Cluster, apiserver, tmp_path: Path) -> None:
+    ns = cluster.new_namespace("upgrade")
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+    try:
+        cluster.create(ns, NAME, base_spec(upgrade={"readinessTimeout": "3s"}))
+        v1_pod = cluster.make_driver_ready(ns, NAME)
+        v1_hash = _hash(v1_pod)
+        # Generation 1's driver reports a committed batch into <name>-progress.
+        (container,) = v1_pod.spec.containers
+        env = {e.name: e.value for e in container.env if e.value is not None}
+        env["HANDOFF_DRIVER_POD_NAME"] = v1_pod.metadata.name
+        api = kube_config.new_client_from_config(config_file=driver_kubeconfig(
+            cluster, apiserver, ns, v1_pod.spec.service_account_name))
+        errors: list[BaseException] = []
+        publisher = ProgressPublisher.from_env(env, api=api, on_error=errors.append)
+        assert publisher is not None
+        publisher.offer({"handoffId": f"{ns}/{NAME}", "batchId": 0, "rows": 100, "dlqRows": 0,
+                         "committedSnapshot": 4242, "offsets": {"orders": {"0": 100}}, "degradedReason": None})
+        publisher.close()
+        assert not errors, errors
+        eventually(lambda: cluster.get(ns, NAME)["status"].get("lastGoodGeneration") == 1, "generation 1 good")
+
+        # Generation 2's driver never becomes ready (the pod stays Pending: no kubelet plays it).
+        cluster.patch_spec(ns, NAME, {"commitInterval": "20s"})
+        v2_hash = eventually(lambda: (h := _template_hash(cluster, ns)) != v1_hash and h, "generation 2 applied")
+        cond = cluster.wait_condition(ns, NAME, "Degraded", "True", "UpgradeRolledBack")
+        assert "generation 2" in cond["message"] and "did not commit a batch within 3s" in cond["message"]
+        assert "never became ready" in cond["message"]
+        eventually(lambda: _template_hash(cluster, ns) == v1_hash, "the Deployment back on generation 1's config")
+        up = cluster.get(ns, NAME)["status"]["upgrade"]
+        assert (up["rolledBackGeneration"], up["rolledBackConfigHash"], up["rolledBackReason"]) == (
+            2, v2_hash, "ReadinessTimeout")
+
+        # An operator restart keeps running the last good config (the state is in the status and the
+        # last good spec in <name>-last-good).
+        op.stop()
+        op.start()
+        eventually(lambda: _pods_of(cluster, ns, v1_hash), "generation 1's driver pod again")
+        cluster.make_driver_ready(ns, NAME)
+        cluster.wait_condition(ns, NAME, "Ready", "True", "Running")
+        assert _template_hash(cluster, ns) == v1_hash
+        assert cluster.condition(ns, NAME, "Degraded")["reason"] == "UpgradeRolledBack"
+        assert cluster.get(ns, NAME)["spec"]["commitInterval"] == "20s"
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()
