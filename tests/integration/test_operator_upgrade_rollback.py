@@ -2,8 +2,7 @@
 controller-manager (Deployment → ReplicaSet → pod).
 
 Real: the API server and controller-manager, the operator, Kafka, the SQLite Iceberg catalog, and the driver
-that proves generation 1 good: the data plane's own entry point (`python -m handoff_spark run
---available-now`) fed with the app config the operator rendered into `<name>-app` (only the Spark placement
+that proves generation 1 good: the data plane's own entry point (`python -m handoff_spark run`) fed with the app config the operator rendered into `<name>-app` (only the Spark placement
 swapped for local mode and the pod's paths for temporary ones), committing to the table and publishing its
 progress record into `<name>-progress` as the driver pod, with a real token of the driver's ServiceAccount
 (so the rendered Role is what allows it).
@@ -20,14 +19,16 @@ ServiceAccount's token) publishing a progress record that names a committed snap
 are the test's, not a table's."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from confluent_kafka import Producer
@@ -64,9 +65,10 @@ def _pods_of(cluster: Cluster, ns: str, config_hash: str) -> list[Any]:
     return pods if pods and all(_hash(p) == config_hash for p in pods) else []
 
 
-def _run_driver(cluster: Cluster, apiserver: Any, ns: str, pod: Any, tmp_path: Path) -> subprocess.CompletedProcess:
-    """The driver of the pod `pod`, as the operator rendered it, run here until it has committed what Kafka
-    holds (AvailableNow)."""
+@contextlib.contextmanager
+def _driver(cluster: Cluster, apiserver: Any, ns: str, pod: Any, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """The driver of the pod `pod`, as the operator rendered it, running here (streaming, as in the pod)
+    until the block ends; then SIGTERM, and it stops at a batch boundary."""
     rendered = json.loads(cluster.core.read_namespaced_config_map(f"{NAME}-app", ns).data["app.json"])
     config = {**rendered, "checkpointLocation": str(tmp_path / "checkpoint"),
               "progressFile": str(tmp_path / "progress.json"), "metricsPort": 0,
@@ -79,9 +81,24 @@ def _run_driver(cluster: Cluster, apiserver: Any, ns: str, pod: Any, tmp_path: P
                 "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
                 "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
     env.pop("PYSPARK_SUBMIT_ARGS", None)  # pod-only JVM settings ($(POD_NAME), k8s driver pod name)
-    return subprocess.run([sys.executable, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json"),
-                           "--available-now"], env={**os.environ, **env}, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    with (tmp_path / "driver.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
+                                env={**os.environ, **env}, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            yield proc
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(180) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _published(cluster: Cluster, ns: str, proc: subprocess.Popen, log: Path) -> dict[str, Any] | None:
+    assert proc.poll() is None, log.read_text()[-3000:]
+    text = (cluster.core.read_namespaced_config_map(f"{NAME}-progress", ns).data or {}).get("progress.json")
+    return json.loads(text) if text else None
 
 
 @pytest.mark.e2e
@@ -107,14 +124,14 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert status["upgrade"]["tryingGeneration"] == 1 and "lastGoodGeneration" not in status
 
             # Generation 1's driver commits what Kafka holds: the spec is good.
-            run = _run_driver(cluster, apiserver, ns, v1_pod, tmp_path)
-            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-            status = eventually(lambda: (s := cluster.get(ns, NAME)["status"]).get("lastGoodGeneration") == 1
-                                and s, "generation 1 marked good")
+            with _driver(cluster, apiserver, ns, v1_pod, tmp_path) as proc:
+                record = eventually(lambda: _published(cluster, ns, proc, tmp_path / "driver.log"),
+                                    "the driver's progress record", timeout=300)
+                assert record["driverPod"] == v1_pod.metadata.name and record["committedSnapshot"]
+                status = eventually(lambda: (s := cluster.get(ns, NAME)["status"]).get("lastGoodGeneration") == 1
+                                    and s, "generation 1 marked good")
             assert status["upgrade"]["lastGoodConfigHash"] == v1_hash
             assert "tryingGeneration" not in status["upgrade"]
-            record = json.loads(cluster.core.read_namespaced_config_map(f"{NAME}-progress", ns).data["progress.json"])
-            assert record["driverPod"] == v1_pod.metadata.name and record["committedSnapshot"]
             stored = cluster.core.read_namespaced_config_map(f"{NAME}-last-good", ns)
             assert json.loads(stored.data["spec.json"]) == cluster.get(ns, NAME)["spec"]
             assert (stored.data["generation"], stored.data["configHash"]) == ("1", v1_hash)
