@@ -128,6 +128,7 @@ def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
     if obj is None:
         return None
     spec, problems = parse_spec(obj.get("spec") or {})
+    spec = rollback.held_spec(kube, obj) or spec  # a failed spec change rolled back: the last good one runs
     if spec is None:
         return None
     secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))

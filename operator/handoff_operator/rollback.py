@@ -31,7 +31,7 @@ from .upgrade import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, 
 from .validation import check, parse_spec
 
 SPEC_KEY = "spec.json"
-__all__ = ["Step", "last_good_configmap_name", "overlay", "render_spec", "step"]
+__all__ = ["Step", "held_spec", "last_good_configmap_name", "overlay", "render_spec", "step"]
 log = logging.getLogger("handoff.operator")
 
 
@@ -101,7 +101,7 @@ def render_spec(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSp
     return None if problems else render(owner, spec, image, resolved)
 
 
-def _render_last_good(kube: Kube, owner: Mapping[str, Any], image: str) -> Rendered | None:
+def _read_last_good(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
     meta = owner["metadata"]
     try:
         cm = kube.core.read_namespaced_config_map(last_good_configmap_name(meta["name"]), meta["namespace"])
@@ -117,8 +117,22 @@ def _render_last_good(kube: Kube, owner: Mapping[str, Any], image: str) -> Rende
     if spec is None:
         log.warning(f"{meta['namespace']}/{meta['name']}: the stored last good spec does not parse; "
                     f"no rollback possible until a spec commits again")
+    return spec
+
+
+def _render_last_good(kube: Kube, owner: Mapping[str, Any], image: str) -> Rendered | None:
+    spec = _read_last_good(kube, owner)
+    return render_spec(kube, owner, spec, image) if spec is not None else None
+
+
+def held_spec(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
+    """The last good spec while the status says a rollback holds for the current generation (None: the
+    current spec runs). What runs is what the status's truth (the table's ledger, Kafka's offsets) must be
+    read with: a rolled back spec may name another table or topic."""
+    rolled_back = ((owner.get("status") or {}).get("upgrade") or {}).get("rolledBackGeneration")
+    if rolled_back is None or rolled_back != owner["metadata"].get("generation"):
         return None
-    return render_spec(kube, owner, spec, image)
+    return _read_last_good(kube, owner)
 
 
 # ------------------------------------------------------------------------------------------- step

@@ -139,10 +139,12 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             eventually(lambda: (cluster.get(ns, NAME)["status"].get("committed") or {}).get("offsets")
                        == {topic: {"0": RECORDS // 2, "1": RECORDS // 2}}, "the ledger's commit in the status")
 
-            # Generation 2 changes the app config; its driver crash-loops.
-            cluster.patch_spec(ns, NAME, {"commitInterval": "20s"})
+            # Generation 2 changes the app config (another table, among others); its driver crash-loops. While
+            # it is tried, the status reads its table: nothing committed there, every record waits.
+            cluster.patch_spec(ns, NAME, {"commitInterval": "20s", "sink": {"iceberg": {"table": "shop.orders_v2"}}})
             v2_hash = eventually(lambda: (h := _template_hash(cluster, ns)) != v1_hash and h, "generation 2 applied")
             eventually(lambda: _pods_of(cluster, ns, v2_hash), "generation 2's driver pod")
+            eventually(lambda: cluster.get(ns, NAME)["status"].get("lag") == RECORDS, "lag of generation 2's table")
             cluster.make_driver_crash(ns, NAME, restarts=3, message="Py4JJavaError: NoSuchMethodError")
 
             # Back to generation 1's config; the user's spec is left as it is.
@@ -151,7 +153,9 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert "CrashLoopBackOff" in cond["message"] and "NoSuchMethodError" in cond["message"]
             eventually(lambda: _template_hash(cluster, ns) == v1_hash, "the Deployment back on generation 1's config")
             app = json.loads(cluster.core.read_namespaced_config_map(f"{NAME}-app", ns).data["app.json"])
-            assert app["triggerIntervalSeconds"] == 10
+            assert app["triggerIntervalSeconds"] == 10 and app["sink"]["table"] == "shop.orders"
+            # The status reads what runs again: generation 1's table, where everything is committed.
+            eventually(lambda: cluster.get(ns, NAME)["status"].get("lag") == 0, "lag of generation 1's table")
             cr = cluster.get(ns, NAME)
             assert cr["spec"]["commitInterval"] == "20s" and cr["metadata"]["generation"] == 2
             up = cr["status"]["upgrade"]
