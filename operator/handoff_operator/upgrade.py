@@ -166,7 +166,7 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
         if driver is None or not ours:
             where = "its driver pod was not created"
         elif not driver.pod_ready:
-            where = f"driver pod {driver.pod_name} never became ready ({driver.pod_phase or 'no phase'})"
+            where = f"driver pod {driver.pod_name} is not ready ({driver.pod_phase or 'no phase'})"
         else:
             where = f"driver pod {driver.pod_name} is ready but committed nothing while {facts.lag} records wait" \
                 if facts.lag is not None else f"driver pod {driver.pod_name} is ready but committed nothing"

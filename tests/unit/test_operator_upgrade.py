@@ -100,7 +100,7 @@ def test_no_commit_within_the_readiness_timeout_rolls_back():
     assert decide(_facts(driver=pending), tried).action == "keep"
     late = decide(_facts(driver=pending, now_ms=NOW + MIN), tried)
     assert late.action == "rollBack" and late.state.rolled_back_reason == "ReadinessTimeout"
-    assert "within 5m" in late.message and "never became ready" in late.message
+    assert "within 5m" in late.message and "is not ready (Pending)" in late.message
     # Ready but committing nothing while records wait fails the same way.
     busy = decide(_facts(driver=_driver(), lag=500, now_ms=NOW + MIN), tried)
     assert busy.action == "rollBack" and "500 records wait" in busy.message
