@@ -96,13 +96,20 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 # --------------------------------------------------------------------------------------- reconcile
 
 def _status_progress(status: Mapping[str, Any]) -> ProgressFacts:
-    """The last known progress from the status (change handlers do not query the table and Kafka)."""
+    """The last known progress from the status (change handlers do not query the table and Kafka).
+
+    That includes what the last refresh could *not* read: a child-triggered reconcile knows nothing new about the
+    ledger or Kafka, so a Degraded=StatusUnavailable stands until the next refresh reads them (it flipped to
+    AsExpected and back within a second before)."""
     committed = status.get("committed") or {}
     snapshot = committed.get("snapshot")
+    unreadable = [c.get("message") or "status unavailable" for c in status.get("conditions") or []
+                  if c.get("type") == "Degraded" and c.get("status") == "True"
+                  and c.get("reason") == "StatusUnavailable"]
     return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
                          committed_batch=committed.get("batch"),
                          committed_offsets=committed.get("offsets"), lag=status.get("lag"),
-                         freshness_seconds=status.get("freshnessSeconds"))
+                         freshness_seconds=status.get("freshnessSeconds"), errors=tuple(unreadable))
 
 
 def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
