@@ -33,6 +33,9 @@ RETENTION_HAVE = Gauge("handoff_retention_have_seconds", "How long the topic kee
 LOST_RECORDS = Gauge("handoff_lost_records", "Records Kafka deleted before the handoff read them (ledger "
                      "position below the earliest offset)", ["namespace", "name", "topic"])
 _retention_topics: dict[tuple[str, str], set[str]] = {}
+UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
+                            "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
+                            "ReadinessTimeout)", ["reason"])
 
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}

@@ -31,6 +31,11 @@ class OperatorSettings(BaseSettings):
     retention_check_interval: float = Field(default=300.0, gt=0)
     # Where enforce mode looks for Strimzi KafkaTopics (comma-separated); empty = cluster-wide.
     kafka_topic_namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A changed spec whose driver neither commits a batch (while records wait) nor becomes ready within this
+    # many seconds is rolled back to the last good spec (spec.upgrade.readinessTimeout overrides it).
+    upgrade_readiness_timeout: float = Field(default=300.0, gt=0)
+    # A changed spec's driver in CrashLoopBackOff with at least this many restarts is rolled back at once.
+    upgrade_crash_restarts: int = Field(default=3, ge=1)
     # Image used when a StreamTableHandoff names none.
     default_image: str = "ghcr.io/handoff/handoff-spark:0.1.0"
 

@@ -101,6 +101,12 @@ def delete_cluster_rbac(admin: client.ApiClient, docs: list[dict[str, Any]]) -> 
             rbac.delete_cluster_role(d["metadata"]["name"])
         elif d["kind"] == "ClusterRoleBinding":
             rbac.delete_cluster_role_binding(d["metadata"]["name"])
+def driver_kubeconfig(cluster: "Cluster", apiserver: Any, namespace: str, service_account: str) -> str:
+    """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API): the rights the
+    operator's rendered Role gives a driver pod, nothing more."""
+    token = cluster.core.create_namespaced_service_account_token(
+        service_account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    return str(token_kubeconfig(apiserver, apiserver.workdir / f"driver-{namespace}.kubeconfig", "driver", token))
 
 
 def install_crds(kubeconfig: str) -> None:
