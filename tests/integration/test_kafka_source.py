@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import NewPartitions, OffsetSpec
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
@@ -196,6 +196,51 @@ def test_start_offset_deleted_by_retention_fails_clearly_or_skips_when_told(spar
     assert [(o, v) for _, o, v in sink2.rows] == [(15 + i, f"second-{5 + i}".encode()) for i in range(5)]
     gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
     assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 15)]
+
+
+def test_segments_deleted_by_the_brokers_retention_fail_clearly_or_skip_when_told(spark, kafka, tmp_path):
+    """The same, with the broker's own retention instead of DeleteRecords: records 0..19 carry hour-old
+    timestamps, 20..29 are new (the append rolls a segment at 20, segment.ms 1 minute); after the query has
+    read 0..9, retention.ms drops to 10 minutes and the broker's retention check (every 5 s in the test bed)
+    deletes the segment [0, 20) under the query's position."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic = new_topic(kafka, partitions=1, config={"segment.ms": "60000"})
+    old_ms = int(time.time() * 1000) - 3_600_000
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+
+    def produce_old(start: int) -> None:
+        for i in range(start, start + 10):
+            p.produce(topic, f"old-{i}".encode(), partition=0, timestamp=old_ms + i)
+        assert p.flush(30) == 0
+    produce_old(0)
+    sink = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink)
+    assert query.awaitTermination(300)
+    assert [o for _, o, _ in sink.rows] == list(range(10))
+    produce_old(10)
+    produce(kafka, topic, [f"new-{i}".encode() for i in range(10)])
+    admin = kafka.admin()
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "600000", incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+    tp = TopicPartition(topic, 0)
+    deadline = time.monotonic() + 60
+    while admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset != 20:
+        assert time.monotonic() < deadline, "the broker never deleted the old segment"
+        time.sleep(0.5)
+    query = start(spark, kafka, topic, tmp_path / "ck", Collect())
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(300)
+    message = str(err.value)
+    assert f"{topic}[0]" in message and "offset 10" in message and "starts at 20" in message
+    sink2 = Collect()
+    query = start(spark, kafka, topic, tmp_path / "ck", sink2, onOffsetOutOfRange="earliest")
+    assert query.awaitTermination(300)
+    assert [(o, v) for _, o, v in sink2.rows] == [(20 + i, f"new-{i}".encode()) for i in range(10)]
+    gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
+    assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 20)]
 
 
 def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_range(kafka, tmp_path):
