@@ -169,6 +169,26 @@ def test_partition_added_mid_stream_is_read(spark, kafka, tmp_path):
     assert len(sink.rows) == 6
 
 
+def fails_then_skips(spark: Any, kafka: Any, topic: str, checkpoint: Path, lost: tuple[int, int]
+                     ) -> list[tuple[int, bytes]]:
+    """Resuming `checkpoint` after partition 0's offsets [lost) were deleted: the query fails naming them
+    (onOffsetOutOfRange=fail, the default); with onOffsetOutOfRange=earliest it skips to the log start and
+    records the gap. Returns the (offset, value) rows read after the skip."""
+    query = start(spark, kafka, topic, checkpoint, Collect())
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(300)
+    message = str(err.value)
+    assert f"{topic}[0]" in message and f"offset {lost[0]}" in message and f"starts at {lost[1]}" in message
+    assert "onOffsetOutOfRange" in message
+    sink = Collect()
+    query = start(spark, kafka, topic, checkpoint, sink, onOffsetOutOfRange="earliest")
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    gaps = [json.loads(line) for line in (checkpoint / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
+    assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, *lost)]
+    return [(o, v) for _, o, v in sink.rows]
+
+
 def test_start_offset_deleted_by_retention_fails_clearly_or_skips_when_told(spark, kafka, tmp_path):
     topic = new_topic(kafka, partitions=1)
     produce(kafka, topic, [f"first-{i}".encode() for i in range(10)])
@@ -182,20 +202,8 @@ def test_start_offset_deleted_by_retention_fails_clearly_or_skips_when_told(spar
     result = admin.delete_records([TopicPartition(topic, 0, 15)])
     for fut in result.values():
         fut.result(30)
-    query = start(spark, kafka, topic, tmp_path / "ck", Collect())
-    with pytest.raises(Exception) as err:
-        query.awaitTermination(300)
-    message = str(err.value)
-    assert f"{topic}[0]" in message and "offset 10" in message and "starts at 15" in message
-    assert "onOffsetOutOfRange" in message
-    # the same checkpoint with onOffsetOutOfRange=earliest: skips to 15 and records the gap
-    sink2 = Collect()
-    query = start(spark, kafka, topic, tmp_path / "ck", sink2, onOffsetOutOfRange="earliest")
-    assert query.awaitTermination(300)
-    assert query.exception() is None
-    assert [(o, v) for _, o, v in sink2.rows] == [(15 + i, f"second-{5 + i}".encode()) for i in range(5)]
-    gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
-    assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 15)]
+    rows = fails_then_skips(spark, kafka, topic, tmp_path / "ck", lost=(10, 15))
+    assert rows == [(15 + i, f"second-{5 + i}".encode()) for i in range(5)]
 
 
 def test_segments_deleted_by_the_brokers_retention_fail_clearly_or_skip_when_told(spark, kafka, tmp_path):
@@ -230,17 +238,8 @@ def test_segments_deleted_by_the_brokers_retention_fail_clearly_or_skip_when_tol
     while admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset != 20:
         assert time.monotonic() < deadline, "the broker never deleted the old segment"
         time.sleep(0.5)
-    query = start(spark, kafka, topic, tmp_path / "ck", Collect())
-    with pytest.raises(Exception) as err:
-        query.awaitTermination(300)
-    message = str(err.value)
-    assert f"{topic}[0]" in message and "offset 10" in message and "starts at 20" in message
-    sink2 = Collect()
-    query = start(spark, kafka, topic, tmp_path / "ck", sink2, onOffsetOutOfRange="earliest")
-    assert query.awaitTermination(300)
-    assert [(o, v) for _, o, v in sink2.rows] == [(20 + i, f"new-{i}".encode()) for i in range(10)]
-    gaps = [json.loads(line) for line in (tmp_path / "ck" / "sources" / "handoff-gaps.jsonl").read_text().splitlines()]
-    assert [(g["topic"], g["partition"], g["from"], g["to"]) for g in gaps] == [(topic, 0, 10, 20)]
+    rows = fails_then_skips(spark, kafka, topic, tmp_path / "ck", lost=(10, 20))
+    assert rows == [(20 + i, f"new-{i}".encode()) for i in range(10)]
 
 
 def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_range(kafka, tmp_path):
