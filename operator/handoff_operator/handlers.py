@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import driver_report, metrics
+from . import autoscale, driver_report, metrics
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -251,8 +251,12 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if evaluation.phase is not None:
             new_status["phase"] = evaluation.phase
         if rendered is not None and not deleting:
-            new_status["executors"] = {**(status.get("executors") or {}),
-                                       "current": kube.executor_count(namespace, name)}
+            executors, scaled = autoscale.refresh(
+                kube, namespace, name, spec, status.get("executors") or {},  # type: ignore[arg-type]
+                truth if refresh_truth else None, report, kube.executor_count(namespace, name), facts.now_ms)
+            new_status["executors"] = executors
+            if scaled is not None:
+                events.append(scaled)
         if report_read:
             new_status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
         if _differs(status, new_status):
@@ -369,5 +373,6 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
     metrics.set_phase(namespace, name, None)
+    autoscale.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)

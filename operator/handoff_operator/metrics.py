@@ -22,6 +22,9 @@ LAG = Gauge("handoff_lag_records", "Kafka records not yet committed to the table
             ["namespace", "name"])
 FRESHNESS = Gauge("handoff_freshness_seconds", "Age of the newest committed event time",
                   ["namespace", "name"])
+EXECUTORS_DESIRED = Gauge("handoff_executors_desired", "Executors the autoscaler wants (status.executors.desired)",
+                          ["namespace", "name"])
+EXECUTORS_CURRENT = Gauge("handoff_executors_current", "Executor pods running now", ["namespace", "name"])
 
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
@@ -49,7 +52,7 @@ def set_phase(namespace: str, name: str, phase: str | None) -> None:
     key = (namespace, name)
     if phase is None:
         _phases.pop(key, None)
-        for gauge in (LAG, FRESHNESS):
+        for gauge in (LAG, FRESHNESS, EXECUTORS_DESIRED, EXECUTORS_CURRENT):
             try:
                 gauge.remove(namespace, name)
             except KeyError:
@@ -68,6 +71,17 @@ def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> N
     freshness = progress.get("freshnessSeconds")
     if isinstance(freshness, (int, float)):
         FRESHNESS.labels(namespace, name).set(freshness)
+
+
+def set_executors(namespace: str, name: str, desired: int | None, current: int | None) -> None:
+    for gauge, value in ((EXECUTORS_DESIRED, desired), (EXECUTORS_CURRENT, current)):
+        if value is None:
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
+        else:
+            gauge.labels(namespace, name).set(value)
 
 
 def serve(port: int) -> None:

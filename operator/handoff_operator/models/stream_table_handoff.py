@@ -484,6 +484,11 @@ class ExecutorsStatus(StatusModel):
     current: int = Field(default=0, ge=0, description="Executors running now.")
     desired: int = Field(default=0, ge=0, description="Executors the autoscaler wants.")
     last_scale_time: datetime | None = Field(default=None, description="When executors were last changed.")
+    reason: str | None = Field(default=None, max_length=64,
+                               description="Why desired is what it is: ScaleUp, ScaleDown, Bounds, Steady, "
+                                           "Cooldown, Stabilizing or NoMeasurement.")
+    message: str | None = Field(default=None, max_length=1024,
+                                description="The numbers behind the reason (lag, input rate, per-executor rate).")
 
 
 class LastBatchStatus(StatusModel):
