@@ -68,17 +68,18 @@ def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
     return out
 
 
-def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverReport | None, running: int,
+def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverReport | None, executors: int,
              now_ms: int) -> None:
-    """Update the measured input rate and per-executor rate from this refresh's facts."""
+    """Update the measured input rate and per-executor rate from this refresh's facts. `executors`: those
+    running now, or the count asked for while none runs yet."""
     if progress is not None and progress.end_offsets:
         total = sum(int(o) for parts in progress.end_offsets.values() for o in parts.values())
         if memory.end_total is not None and memory.end_at_ms is not None and now_ms > memory.end_at_ms:
             memory.input_rate = max(0.0, (total - memory.end_total) * 1000 / (now_ms - memory.end_at_ms))
         memory.end_total, memory.end_at_ms = total, now_ms
     if (report is not None and report.batch_id is not None and report.batch_id != memory.rated_batch
-            and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and running > 0):
-        memory.rate_per_executor = report.input_rows_per_second / running
+            and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0):
+        memory.rate_per_executor = report.input_rows_per_second / executors
         memory.rated_batch = report.batch_id
 
 
@@ -101,9 +102,9 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
     memory = _memory.setdefault((namespace, name), _Memory())
     if progress is not None and (progress.end_offsets is None or spec.suspend):
         progress = None  # Kafka unreadable (or nothing runs): only the bounds apply
-    _observe(memory, progress, report, running, now_ms)
     previous = executors.get("desired")
     current = int(previous) if previous is not None and "reason" in executors else spec.scaling.min_executors
+    _observe(memory, progress, report, running or current, now_ms)
     decision: ScalingDecision = decide(ScalingInput(
         now_ms=now_ms, current=current, min_executors=spec.scaling.min_executors,
         max_executors=spec.scaling.max_executors, target_catch_up_seconds=spec.target_catch_up_seconds,

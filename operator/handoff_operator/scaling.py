@@ -85,7 +85,9 @@ def decide(facts: ScalingInput) -> ScalingDecision:
     lo, hi = facts.min_executors, max(facts.min_executors, facts.max_executors)
     current = facts.current
     window = facts.cooldown_seconds * 1000
-    history = tuple((t, n) for t, n in facts.history if facts.now_ms - t <= window)
+    # Kept for two windows: the oldest entry tells whether a full window has been observed at all.
+    history = tuple((t, n) for t, n in facts.history if facts.now_ms - t <= 2 * window)
+    in_window = [n for t, n in history if facts.now_ms - t <= window]
 
     def bounded(n: int) -> int:
         return min(hi, max(lo, n))
@@ -126,7 +128,7 @@ def decide(facts: ScalingInput) -> ScalingDecision:
         return done(desired, "Bounds", f"{current} → {desired} executors: outside "
                     f"minExecutors..maxExecutors {lo}..{hi}", recommendation)
 
-    stable = max([n for _, n in history] + [recommendation])
+    stable = max(in_window + [recommendation])
     floor = max(lo, min(for_input, cap) if rate > 0 else lo, min(stable, cap))
     if floor >= current:
         return done(current, "Steady", f"{current} executors fit ({numbers})", recommendation)

@@ -129,3 +129,16 @@ def test_an_operator_restart_does_not_scale_down_before_a_full_window():
     # No history (memory lost): the first refresh after a restart must not shrink the job.
     d = decide(facts(current=6, input_rate=100.0, lag=spread(0), last_scale_ms=0, history=()))
     assert d.desired == 6 and d.reason == "Stabilizing"
+
+
+def test_refreshes_much_faster_than_the_window_still_scale_down_after_one_window():
+    # Refresh every second, cooldown (= stabilization window) 5 s, nothing left to do.
+    history, current, changed_at, last = (), 4, [], 0
+    for second in range(0, 30):
+        d = decide(facts(now_ms=second * 1000, current=current, lag=spread(0), input_rate=0.0, history=history,
+                         last_scale_ms=last, cooldown_seconds=5, min_executors=1))
+        history = d.history
+        if d.desired != current:
+            changed_at.append((second, d.desired))
+            current, last = d.desired, second * 1000
+    assert changed_at[:2] == [(5, 2), (10, 1)], changed_at
