@@ -120,8 +120,9 @@ def decide(facts: ScalingInput) -> ScalingDecision:
         desired = bounded(capped)
         if desired > current:
             why = f" (capped: the topic's partitions feed at most {cap})" if capped < recommendation else ""
-            return done(desired, "ScaleUp", f"{current} → {desired} executors: {current} cannot clear the "
-                        f"backlog within targetCatchUp ({numbers}){why}", recommendation)
+            return done(desired, "ScaleUp", f"{current} → {desired} executors: {current} × {per_exec:.0f}/s < "
+                        f"{required:.0f}/s needed to keep up and clear the lag within targetCatchUp "
+                        f"({numbers}){why}", recommendation)
 
     if bounded(current) != current:
         desired = bounded(current)

@@ -316,7 +316,9 @@ class ScalingSpec(SpecModel):
     max_executors: int = Field(default=4, ge=1, le=1000, description="Most executors.")
     target_catch_up: Duration = Field(default="5m", description="Scale so the current lag would be cleared "
                                                                 "within this time.")
-    cooldown: Duration = Field(default="2m", description="Minimum time between two scaling actions.")
+    cooldown: Duration = Field(default="2m", description=(
+        "Executors are removed only this long after the last change, and only to the highest count "
+        "recommended over this window; adding executors never waits."))
 
     @model_validator(mode="after")
     def _bounds(self) -> "ScalingSpec":
