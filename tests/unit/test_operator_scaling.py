@@ -142,3 +142,25 @@ def test_refreshes_much_faster_than_the_window_still_scale_down_after_one_window
             changed_at.append((second, d.desired))
             current, last = d.desired, second * 1000
     assert changed_at[:2] == [(5, 2), (10, 1)], changed_at
+
+
+def test_measurements_from_consecutive_refreshes():
+    from handoff_operator.autoscale import _Memory, _observe, lag_per_partition
+    from handoff_operator.conditions import DriverReport, ProgressFacts
+
+    def progress(end: int, committed: int | None) -> ProgressFacts:
+        return ProgressFacts(end_offsets={"t": {"0": end, "1": end}},
+                             committed_offsets={"t": {"0": committed, "1": committed}} if committed else None)
+
+    assert lag_per_partition(progress(500, 200)) == {"t/0": 300, "t/1": 300}
+    memory = _Memory()
+    _observe(memory, progress(1000, None), None, 2, now_ms=10_000)
+    assert memory.input_rate is None  # one observation is no rate
+    small = DriverReport(published_at_ms=1, batch_id=3, rows=10, duration_ms=1000, input_rows_per_second=10.0)
+    _observe(memory, progress(3000, None), small, 2, now_ms=12_000)
+    assert memory.input_rate == 2000.0  # 2 × 1000 new offsets in 2 s
+    assert memory.rate_per_executor is None  # a 10-row batch says nothing about capacity
+    busy = DriverReport(published_at_ms=1, batch_id=4, rows=50_000, duration_ms=10_000,
+                        input_rows_per_second=5000.0)
+    _observe(memory, progress(3000, None), busy, 2, now_ms=14_000)
+    assert memory.rate_per_executor == 2500.0 and memory.input_rate == 0.0

@@ -105,7 +105,8 @@ class KafkaSourceSpec(SpecModel):
         default=None, ge=1, le=100_000,
         description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
                     "Kafka minPartitions), for topics with fewer partitions than executor cores. "
-                    "Default: 3 × the cores Spark has.")
+                    "Default: 3 × the cores the executors have now (followed as executors are added or "
+                    "removed).")
     consumer_group: str | None = Field(
         default=None, min_length=1, max_length=255,
         description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>.")
