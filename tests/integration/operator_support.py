@@ -64,6 +64,41 @@ def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
     return path
 
 
+def local_driver_conf(cluster: "Cluster", apiserver: Any, namespace: str, name: str,
+                      driver_pod: str) -> tuple[dict[str, str], str]:
+    """The rendered sparkConf of a handoff, for a driver run on this machine instead of in its pod, and a token
+    of the driver's own ServiceAccount (so the rendered Role is what authorizes Spark). Only what differs
+    between "in the driver pod" and "here" is overridden: API address, CA, token, driver host, memory."""
+    import json
+
+    app = json.loads(cluster.core.read_namespaced_config_map(f"{name}-app", namespace).data["app.json"])
+    conf = dict(app["sparkConf"])
+    token = cluster.core.create_namespaced_service_account_token(
+        f"{name}-driver", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    conf.update({
+        "spark.master": f"k8s://{apiserver.server}",
+        "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
+        "spark.kubernetes.authenticate.oauthToken": token,
+        "spark.driver.host": "127.0.0.1",
+        "spark.kubernetes.driver.pod.name": driver_pod,
+        "spark.driver.memory": "512m",
+    })
+    conf.pop("spark.kubernetes.authenticate.oauthTokenFile")
+    return conf, token
+
+
+def stop_driver(driver: subprocess.Popen[str] | None) -> None:
+    """End a local driver started with stdin=PIPE: closing stdin asks it to stop; killed if it does not."""
+    if driver is None:
+        return
+    driver.stdin.close()  # type: ignore[union-attr]
+    try:
+        driver.wait(120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait(30)
+
+
 def install_crds(kubeconfig: str) -> None:
     out = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"),
                   check=False)

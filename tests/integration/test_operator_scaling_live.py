@@ -28,7 +28,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import Cluster, Operator, base_spec, eventually, token_kubeconfig
+from operator_support import (Cluster, Operator, base_spec, eventually, local_driver_conf, stop_driver,
+                              token_kubeconfig)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.e2e]
 
@@ -97,25 +98,15 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
         cluster.create(ns, "orders", spec)
         cluster.wait_condition(ns, "orders", "Ready", "True", timeout=90)  # kwok runs the driver pod
         (driver_pod,) = cluster.driver_pods(ns, "orders")
-        app = json.loads(cluster.core.read_namespaced_config_map("orders-app", ns).data["app.json"])
-        conf = dict(app["sparkConf"])
+        conf, token = local_driver_conf(cluster, apiserver, ns, "orders", driver_pod.metadata.name)
         assert conf["spark.dynamicAllocation.enabled"] == "false" and conf["spark.executor.instances"] == "1"
-        token = cluster.core.create_namespaced_service_account_token(
-            "orders-driver", ns, {"spec": {"expirationSeconds": 3600}}).status.token
         kubeconfig = token_kubeconfig(apiserver, tmp_path / "driver.kubeconfig",
                                       f"system:serviceaccount:{ns}:orders-driver", token)
         conf.update({
-            "spark.master": f"k8s://{apiserver.server}",
-            "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
-            "spark.kubernetes.authenticate.oauthToken": token,
-            "spark.driver.host": "127.0.0.1",
-            "spark.kubernetes.driver.pod.name": driver_pod.metadata.name,
-            "spark.driver.memory": "512m",
             # Executor pods stay Pending (see the module docstring) and Spark drops surplus ones after 1 s.
             "spark.kubernetes.executor.node.selector.handoff.io/no-such-node": "true",
             "spark.dynamicAllocation.executorIdleTimeout": "1s",
         })
-        conf.pop("spark.kubernetes.authenticate.oauthTokenFile")
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HANDOFF_PROGRESS_CONFIGMAP": "orders-progress",
                "HANDOFF_PROGRESS_NAMESPACE": ns, "HANDOFF_SCALE_POLL_SECONDS": "1",
                "HANDOFF_PROGRESS_PUBLISH_SECONDS": "2"}
@@ -169,12 +160,6 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
         assert log.count("driver up") == 1 and "executors: " in log
         assert int((cluster.get(ns, "orders")["status"].get("app") or {}).get("restarts") or 0) == 0
     finally:
-        if driver is not None:
-            driver.stdin.close()
-            try:
-                driver.wait(120)
-            except subprocess.TimeoutExpired:
-                driver.kill()
-                driver.wait(30)
+        stop_driver(driver)
         cluster.delete_all_handoffs()
         op.stop()
