@@ -21,15 +21,14 @@ import textwrap
 import time
 import uuid
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import (Cluster, Operator, base_spec, eventually, local_driver_conf, stop_driver,
-                              token_kubeconfig)
+from operator_support import (Cluster, Operator, base_spec, eventually, ledger_commit, local_driver_conf,
+                              stop_driver, token_kubeconfig)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.e2e]
 
@@ -64,14 +63,6 @@ def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) ->
         for i in range(per_partition):
             producer.produce(topic, json.dumps({"id": i}).encode(), partition=partition)
     assert producer.flush(60) == 0
-
-
-def _commit(table, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], rows: int) -> None:
-    """A ledger snapshot exactly as the sink writes it (docs/design/data-plane-contract.md)."""
-    table.append(pa.table({"id": pa.array(range(1), pa.int64())}), snapshot_properties={
-        "handoff.id": handoff_id, "handoff.query": "handoff", "handoff.batch-id": str(batch),
-        "handoff.offsets": json.dumps(offsets), "handoff.rows": str(rows), "handoff.dlq-rows": "0",
-        "handoff.max-event-time-ms": str(int(time.time() * 1000))})
 
 
 def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluster: Cluster, apiserver, kafka,
@@ -138,7 +129,8 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
         assert all(p.metadata.owner_references[0].name == driver_pod.metadata.name for p in pods)
 
         # The drain: the table commits everything; down in bounded steps 4 → 2 → 1, a cooldown apart.
-        _commit(table, f"{ns}/orders", 0, {topic: {str(p): [0, 10_000] for p in range(partitions)}}, 40_000)
+        ledger_commit(table, f"{ns}/orders", 0, {topic: {str(p): [0, 10_000] for p in range(partitions)}},
+                      int(time.time() * 1000), 40_000)
         seen: list[int] = []
 
         def drained() -> bool:
