@@ -332,6 +332,19 @@ def base_spec(bootstrap: str = "127.0.0.1:9", **overrides: Any) -> dict[str, Any
     return spec
 
 
+def sqlite_ledger_table(tmp_path: Path) -> tuple[dict[str, str], Any]:
+    """An empty Iceberg table `shop.orders` (one long column `id`) in a real SQLite catalog under `tmp_path`:
+    the catalog properties a handoff's sink names, and the PyIceberg table to write ledger commits into."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    catalog = SqlCatalog("lake", **{k: v for k, v in props.items() if k != "type"})
+    catalog.create_namespace("shop")
+    return props, catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
+
+
 def ledger_commit(table: Any, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], event_ms: int,
                   rows: int) -> int:
     """A ledger snapshot exactly as the sink writes it (docs/design/data-plane-contract.md), appended to a

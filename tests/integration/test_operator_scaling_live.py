@@ -23,12 +23,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
 from operator_support import (Cluster, Operator, base_spec, eventually, ledger_commit, local_driver_conf,
-                              stop_driver, token_kubeconfig)
+                              sqlite_ledger_table, stop_driver, token_kubeconfig)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.e2e]
 
@@ -69,11 +66,7 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
                                                                            tmp_path) -> None:
     topic, partitions = f"orders-{uuid.uuid4().hex[:6]}", 4
     kafka.create_topic(topic, partitions=partitions)
-    catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
-                     "warehouse": f"file://{tmp_path}/warehouse"}
-    catalog = SqlCatalog("lake", **{k: v for k, v in catalog_props.items() if k != "type"})
-    catalog.create_namespace("shop")
-    table = catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
+    catalog_props, table = sqlite_ledger_table(tmp_path)
 
     ns = cluster.new_namespace("scale")
     spec = base_spec(kafka.bootstrap, checkpoint={"location": "file:///mnt/checkpoints/orders"},
