@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import driver_report, metrics, retention_check, rollback
+from . import autoscale, driver_report, metrics, retention_check, rollback
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -274,8 +274,12 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if evaluation.phase is not None:
             new_status["phase"] = evaluation.phase
         if rendered is not None and not deleting:
-            new_status["executors"] = {**(status.get("executors") or {}),
-                                       "current": kube.executor_count(namespace, name)}
+            executors, scaled = autoscale.refresh(
+                kube, namespace, name, spec, status.get("executors") or {},  # type: ignore[arg-type]
+                truth if refresh_truth else None, report, kube.executor_count(namespace, name), facts.now_ms)
+            new_status["executors"] = executors
+            if scaled is not None:
+                events.append(scaled)
         if upgrade is not None:
             new_status.update(upgrade.status())
         if report_read:
@@ -394,6 +398,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
     metrics.set_phase(namespace, name, None)
+    autoscale.forget(namespace, name)
     retention_check.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)

@@ -23,6 +23,9 @@ LAG = Gauge("handoff_lag_records", "Kafka records not yet committed to the table
             ["namespace", "name"])
 FRESHNESS = Gauge("handoff_freshness_seconds", "Age of the newest committed event time",
                   ["namespace", "name"])
+EXECUTORS_DESIRED = Gauge("handoff_executors_desired", "Executors the autoscaler wants (status.executors.desired)",
+                          ["namespace", "name"])
+EXECUTORS_CURRENT = Gauge("handoff_executors_current", "Executor pods running now", ["namespace", "name"])
 RETENTION_HEADROOM = Gauge("handoff_retention_headroom_seconds",
                            "Topic retention minus what the handoff needs (replay window + max outage + lag age "
                            "+ margin); negative: too short, +Inf: unlimited", ["namespace", "name", "topic"])
@@ -63,7 +66,7 @@ def set_phase(namespace: str, name: str, phase: str | None) -> None:
     key = (namespace, name)
     if phase is None:
         _phases.pop(key, None)
-        for gauge in (LAG, FRESHNESS):
+        for gauge in (LAG, FRESHNESS, EXECUTORS_DESIRED, EXECUTORS_CURRENT):
             try:
                 gauge.remove(namespace, name)
             except KeyError:
@@ -88,6 +91,17 @@ def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> N
     freshness = progress.get("freshnessSeconds")
     if isinstance(freshness, (int, float)):
         FRESHNESS.labels(namespace, name).set(freshness)
+
+
+def set_executors(namespace: str, name: str, desired: int | None, current: int | None) -> None:
+    for gauge, value in ((EXECUTORS_DESIRED, desired), (EXECUTORS_CURRENT, current)):
+        if value is None:
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
+        else:
+            gauge.labels(namespace, name).set(value)
 
 
 def set_retention(namespace: str, name: str, check: Any, lost: Sequence[Any] | None) -> None:

@@ -225,11 +225,10 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.executor.memory": spark_memory(ex.memory),
         "spark.kubernetes.executor.request.cores": str(ex.cores),
         "spark.kubernetes.executor.limit.cores": str(ex.cores),
-        "spark.dynamicAllocation.enabled": "true",
-        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-        "spark.dynamicAllocation.minExecutors": str(spec.scaling.min_executors),
-        "spark.dynamicAllocation.initialExecutors": str(spec.scaling.min_executors),
-        "spark.dynamicAllocation.maxExecutors": str(spec.scaling.max_executors),
+        # The operator scales on Kafka lag and the driver applies its count live (handoff.io/desired-executors
+        # on the progress ConfigMap; handoff_spark.executor_scaler): Spark's own allocation stays off.
+        "spark.dynamicAllocation.enabled": "false",
+        LIVE_EXECUTORS_KEY: str(spec.scaling.min_executors),
         "spark.kubernetes.executor.deleteOnTermination": "true",
     }
     if spec.spark.image_pull_policy:
@@ -401,10 +400,18 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     }
 
 
+#: Only the count a new driver starts with: the running driver follows the operator's desired count live, so a
+#: scaling change (minExecutors) must not restart it and this key is left out of the config hash.
+LIVE_EXECUTORS_KEY = "spark.executor.instances"
+
+
 def config_hash(app_json: str, template: Mapping[str, Any]) -> str:
-    """Hash of everything the driver runs with: a change means one restart, no change none."""
+    """Hash of everything the driver runs with, but the live executor count: a change means one restart, no
+    change none."""
+    doc = json.loads(app_json)
+    (doc.get("sparkConf") or {}).pop(LIVE_EXECUTORS_KEY, None)
     digest = hashlib.sha256()
-    digest.update(app_json.encode())
+    digest.update(json.dumps(doc, sort_keys=True).encode())
     digest.update(json.dumps(template, sort_keys=True).encode())
     return digest.hexdigest()[:16]
 

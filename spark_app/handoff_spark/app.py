@@ -28,6 +28,7 @@ from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSour
                            source_options)
 from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
                        write_progress_file)
+from .executor_scaler import ExecutorScaler, SparkExecutors
 from .progress_publisher import ProgressPublisher
 from .resume import StartPlan, prepare_start
 
@@ -86,13 +87,18 @@ def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
 
 
 def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop_marker: str | None = None,
-                sink_format: str | None = None, start_offsets: dict[str, dict[int, int]] | None = None) -> Any:
+                sink_format: str | None = None, start_offsets: dict[str, dict[int, int]] | None = None,
+                min_partitions_file: str | None = None) -> Any:
     """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench);
-    those always get the record source. `start_offsets`: the table ledger's end (where a fresh checkpoint starts)."""
+    those always get the record source. `start_offsets`: the table ledger's end (where a fresh checkpoint starts).
+    `min_partitions_file`: rewritten when the executors change (executor_scaler), so each batch is split for the
+    cores there are now; unused when the spec sets `minPartitions` itself."""
     reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
     # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
     # over the cores (kafka_source.split_ranges; small batches stay one task per partition).
+    if "minPartitions" not in options and min_partitions_file:
+        options["minPartitionsFile"] = min_partitions_file
     options.setdefault("minPartitions", str(MIN_PARTITIONS_PER_CORE * spark.sparkContext.defaultParallelism))
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -198,16 +204,27 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
     reporter = ProgressReporter(cfg, metrics, echo, publisher,
                                 checkpoint_discarded=start.discarded if start is not None else None)
+    min_partitions_file = str(Path(marker_dir) / "min-partitions")
     query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format,
-                        start_offsets=start.start_offsets() if start is not None else None)
+                        start_offsets=start.start_offsets() if start is not None else None,
+                        min_partitions_file=min_partitions_file)
+    # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
+    scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
+                                     partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
+                                     idle=lambda: not query.status.get("isTriggerActive"))
+    if scaler is not None:
+        scaler.start()
     try:
         return wait(query, stop_requested, echo, reporter)
     except KeyboardInterrupt:
         query.stop()
         return 130
     finally:
+        if scaler is not None:
+            scaler.close()
         if publisher is not None:
             publisher.close()
+        Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(marker_dir)
 

@@ -54,7 +54,7 @@ class KafkaSource(_Model):
     max_records_per_batch: int | None = Field(default=None, gt=0)
     min_partitions: int | None = Field(
         default=None, gt=0, description="Split large offset ranges so a batch runs at least this many tasks "
-                                        "(Spark's Kafka minPartitions). Default: 3 × the cores Spark has.")
+                                        "(Spark's Kafka minPartitions). Default: 3 × the cores the executors have now.")
     # Extra librdkafka settings (security etc.); secrets arrive already resolved by the operator.
     properties: dict[str, str] = Field(default_factory=dict)
     # What to do when the offset to resume from was deleted by retention: fail loudly, or skip

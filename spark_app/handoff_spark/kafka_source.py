@@ -31,6 +31,8 @@ Options (keys are case-insensitive, Spark lower-cases them):
   `checkpointLocation`, `stopMarker` (path; when it exists no new data is admitted — graceful stop),
   `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120),
   `minPartitions` (split large ranges so a batch has at least this many tasks; see `split_ranges`),
+  `minPartitionsFile` (path; when it holds a number, that number wins over `minPartitions`, read as each batch
+  is planned: the driver rewrites it when its executors change, so batches follow the cores it has now),
   `startOffsets` (JSON `{"topic": {"partition": offset}}`: where the table's ledger says the query resumes; a
   fresh checkpoint starts there, and only partitions the ledger lacks start at `startingOffsets`),
   `endingOffsets` (same form: a bounded read for Backfill; partitions it does not name are not read).
@@ -42,6 +44,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import pyarrow as pa
@@ -247,6 +250,8 @@ class SourceOptions:
     read_timeout_s: float = 120.0
     consume_batch: int = 10000
     min_partitions: int | None = None
+    #: Rewritten by the driver when its executors change (executor_scaler); read as each batch is planned.
+    min_partitions_file: str | None = None
     #: Where the table's ledger says this query resumes (a fresh checkpoint starts here, not at startingOffsets).
     start_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     #: A bounded read (Backfill): never past these offsets, and partitions not named here are not read at all.
@@ -276,8 +281,18 @@ class SourceOptions:
                    read_timeout_s=float(opts.get("readtimeoutseconds", 120)),
                    consume_batch=int(opts.get("consumebatch", 10000)),
                    min_partitions=int(min_parts) if min_parts else None,
+                   min_partitions_file=opts.get("minpartitionsfile") or None,
                    start_offsets=from_offsets(json.loads(opts["startoffsets"])) if opts.get("startoffsets") else {},
                    ending_offsets=from_offsets(json.loads(opts["endingoffsets"])) if opts.get("endingoffsets") else None)
+
+    def current_min_partitions(self) -> int | None:
+        """`minPartitionsFile`'s number if it holds one (the executors the driver has now), else `minPartitions`."""
+        if self.min_partitions_file:
+            try:
+                return max(1, int(Path(self.min_partitions_file).read_text().strip()))
+            except (OSError, ValueError):
+                pass
+        return self.min_partitions
 
     def client_conf(self) -> dict[str, str]:
         # read_committed always: a Handoff table must never contain aborted records.
@@ -464,7 +479,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if r.start >= r.end:
                     continue
             planned.append(r)
-        return [KafkaPartition(r) for r in split_ranges(planned, self.opts.min_partitions)]
+        return [KafkaPartition(r) for r in split_ranges(planned, self.opts.current_min_partitions())]
 
     def _record_gap(self, r: OffsetRange, low: int) -> None:
         lost_to = min(low, r.end)

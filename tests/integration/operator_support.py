@@ -64,6 +64,41 @@ def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
     return path
 
 
+def local_driver_conf(cluster: "Cluster", apiserver: Any, namespace: str, name: str,
+                      driver_pod: str) -> tuple[dict[str, str], str]:
+    """The rendered sparkConf of a handoff, for a driver run on this machine instead of in its pod, and a token
+    of the driver's own ServiceAccount (so the rendered Role is what authorizes Spark). Only what differs
+    between "in the driver pod" and "here" is overridden: API address, CA, token, driver host, memory."""
+    import json
+
+    app = json.loads(cluster.core.read_namespaced_config_map(f"{name}-app", namespace).data["app.json"])
+    conf = dict(app["sparkConf"])
+    token = cluster.core.create_namespaced_service_account_token(
+        f"{name}-driver", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    conf.update({
+        "spark.master": f"k8s://{apiserver.server}",
+        "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
+        "spark.kubernetes.authenticate.oauthToken": token,
+        "spark.driver.host": "127.0.0.1",
+        "spark.kubernetes.driver.pod.name": driver_pod,
+        "spark.driver.memory": "512m",
+    })
+    conf.pop("spark.kubernetes.authenticate.oauthTokenFile")
+    return conf, token
+
+
+def stop_driver(driver: subprocess.Popen[str] | None) -> None:
+    """End a local driver started with stdin=PIPE: closing stdin asks it to stop; killed if it does not."""
+    if driver is None:
+        return
+    driver.stdin.close()  # type: ignore[union-attr]
+    try:
+        driver.wait(120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait(30)
+
+
 def install_chart_rbac(admin: client.ApiClient, apiserver: Any, namespace: str, values: dict[str, Any],
                        release: str) -> tuple[list[dict[str, Any]], str]:
     """Create the RBAC objects (ServiceAccount, (Cluster)Roles, bindings) the chart renders with `values`; returns
@@ -101,6 +136,8 @@ def delete_cluster_rbac(admin: client.ApiClient, docs: list[dict[str, Any]]) -> 
             rbac.delete_cluster_role(d["metadata"]["name"])
         elif d["kind"] == "ClusterRoleBinding":
             rbac.delete_cluster_role_binding(d["metadata"]["name"])
+
+
 def driver_kubeconfig(cluster: "Cluster", apiserver: Any, namespace: str, service_account: str) -> str:
     """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API): the rights the
     operator's rendered Role gives a driver pod, nothing more."""
@@ -293,6 +330,19 @@ def base_spec(bootstrap: str = "127.0.0.1:9", **overrides: Any) -> dict[str, Any
     }
     spec.update(overrides)
     return spec
+
+
+def sqlite_ledger_table(tmp_path: Path) -> tuple[dict[str, str], Any]:
+    """An empty Iceberg table `shop.orders` (one long column `id`) in a real SQLite catalog under `tmp_path`:
+    the catalog properties a handoff's sink names, and the PyIceberg table to write ledger commits into."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    catalog = SqlCatalog("lake", **{k: v for k, v in props.items() if k != "type"})
+    catalog.create_namespace("shop")
+    return props, catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
 
 
 def ledger_commit(table: Any, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], event_ms: int,

@@ -75,7 +75,8 @@ def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, opera
     assert conf["spark.kubernetes.namespace"] == ns
     assert conf["spark.kubernetes.container.image"] == IMAGE
     assert conf["spark.driver.host"] == f"orders-driver.{ns}.svc"
-    assert conf["spark.dynamicAllocation.maxExecutors"] == "3"
+    assert conf["spark.dynamicAllocation.enabled"] == "false"  # the operator scales executors live
+    assert conf["spark.executor.instances"] == "1"  # a new driver starts with minExecutors
     assert conf["spark.executor.memory"] == "2048m"
 
     role = children["Role"][0]

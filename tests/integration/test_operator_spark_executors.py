@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from operator_support import Cluster, Operator, base_spec, eventually, kubectl
+from operator_support import Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf, stop_driver
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.e2e]
 
@@ -43,25 +43,13 @@ def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster
         cluster.wait_condition(ns, "orders", "Ready", "True", timeout=90)  # kwok runs the driver pod
         (driver_pod,) = cluster.driver_pods(ns, "orders")
         app = json.loads(cluster.core.read_namespaced_config_map("orders-app", ns).data["app.json"])
-        conf = dict(app["sparkConf"])
         # The driver authenticates as the ServiceAccount the operator made for it, so the Role the
         # operator rendered is what lets Spark manage its executors (real RBAC in the test bed).
-        token = cluster.core.create_namespaced_service_account_token(
-            "orders-driver", ns, {"spec": {"expirationSeconds": 3600}}).status.token
+        conf, _token = local_driver_conf(cluster, apiserver, ns, "orders", driver_pod.metadata.name)
         sa = f"system:serviceaccount:{ns}:orders-driver"
         can = lambda *a: kubectl(cluster.kubeconfig, "auth", "can-i", *a, "-n", ns, "--as", sa,  # noqa: E731
                                  check=False).stdout.strip()
         assert can("create", "pods") == "yes" and can("list", "secrets") == "no"
-        # Only what differs between "in the driver pod" and "on this machine":
-        conf.update({
-            "spark.master": f"k8s://{apiserver.server}",
-            "spark.kubernetes.authenticate.caCertFile": str(apiserver.ca_cert),
-            "spark.kubernetes.authenticate.oauthToken": token,
-            "spark.driver.host": "127.0.0.1",
-            "spark.kubernetes.driver.pod.name": driver_pod.metadata.name,
-            "spark.driver.memory": "512m",
-        })
-        conf.pop("spark.kubernetes.authenticate.oauthTokenFile")
         driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
                                   stdout=open(tmp_path / "driver.log", "w"), stderr=subprocess.STDOUT, text=True)
         selector = "handoff.io/name=orders,app.kubernetes.io/component=executor"
@@ -80,12 +68,6 @@ def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster
         eventually(lambda: (cluster.get(ns, "orders")["status"].get("executors") or {}).get("current", 0) >= 1,
                    "status.executors.current", timeout=90)
     finally:
-        if driver is not None:
-            driver.stdin.close()
-            try:
-                driver.wait(120)
-            except subprocess.TimeoutExpired:
-                driver.kill()
-                driver.wait(30)
+        stop_driver(driver)
         cluster.delete_all_handoffs()
         op.stop()

@@ -11,11 +11,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
-from operator_support import Cluster, Operator, base_spec, eventually, ledger_commit as _commit
+from operator_support import (Cluster, Operator, base_spec, eventually, ledger_commit as _commit,
+                              sqlite_ledger_table)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -34,11 +32,7 @@ def test_status_reports_ledger_commit_lag_and_freshness(cluster: Cluster, kafka,
     kafka.create_topic(topic, partitions=2)
     _produce(bootstrap, topic, {0: 6, 1: 4})
 
-    catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
-                     "warehouse": f"file://{tmp_path}/warehouse"}
-    catalog = SqlCatalog("lake", **{k: v for k, v in catalog_props.items() if k != "type"})
-    catalog.create_namespace("shop")
-    table = catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
+    catalog_props, table = sqlite_ledger_table(tmp_path)
 
     ns = cluster.new_namespace("truth")
     handoff_id = f"{ns}/orders"

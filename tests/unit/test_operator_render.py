@@ -87,9 +87,10 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     assert conf["spark.kubernetes.executor.podNamePrefix"] == "orders"  # pods: orders-exec-<n>
     assert conf["spark.driver.host"] == "orders-driver.shop.svc"
     assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
-    assert conf["spark.dynamicAllocation.enabled"] == "true"
-    assert conf["spark.dynamicAllocation.shuffleTracking.enabled"] == "true"
-    assert (conf["spark.dynamicAllocation.minExecutors"], conf["spark.dynamicAllocation.maxExecutors"]) == ("1", "5")
+    # The operator scales on lag and the driver applies it live: Spark's own allocation is off, a new driver
+    # starts with minExecutors.
+    assert conf["spark.dynamicAllocation.enabled"] == "false"
+    assert conf["spark.executor.instances"] == "1"
     assert conf["spark.executor.cores"] == "2" and conf["spark.executor.memory"] == "3072m"
     assert conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.kubernetes.executor.label.handoff.io/name"] == "orders"
@@ -126,6 +127,14 @@ def test_hash_changes_with_config_and_only_then():
     assert _render(spec(commitInterval="20s")).config_hash != a.config_hash
     changed_secret = {**SECRETS, "kafka-creds": {"password": "rotated"}}
     assert _render(secrets=changed_secret).config_hash != a.config_hash
+
+
+def test_scaling_changes_apply_live_without_a_restart():
+    a = _render()
+    scaled = _render(spec(scaling={"minExecutors": 3, "maxExecutors": 8, "targetCatchUp": "1m",
+                                   "cooldown": "30s"}))
+    assert scaled.config.spark_conf["spark.executor.instances"] == "3"  # what a new driver starts with
+    assert scaled.config_hash == a.config_hash
 
 
 def test_own_service_account_skips_rbac():

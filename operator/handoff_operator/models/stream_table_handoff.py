@@ -105,7 +105,8 @@ class KafkaSourceSpec(SpecModel):
         default=None, ge=1, le=100_000,
         description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
                     "Kafka minPartitions), for topics with fewer partitions than executor cores. "
-                    "Default: 3 × the cores Spark has.")
+                    "Default: 3 × the cores the executors have now (followed as executors are added or "
+                    "removed).")
     consumer_group: str | None = Field(
         default=None, min_length=1, max_length=255,
         description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>.")
@@ -319,7 +320,9 @@ class ScalingSpec(SpecModel):
     max_executors: int = Field(default=4, ge=1, le=1000, description="Most executors.")
     target_catch_up: Duration = Field(default="5m", description="Scale so the current lag would be cleared "
                                                                 "within this time.")
-    cooldown: Duration = Field(default="2m", description="Minimum time between two scaling actions.")
+    cooldown: Duration = Field(default="2m", description=(
+        "Executors are removed only this long after the last change, and only to the highest count "
+        "recommended over this window; adding executors never waits."))
 
     @model_validator(mode="after")
     def _bounds(self) -> "ScalingSpec":
@@ -511,6 +514,11 @@ class ExecutorsStatus(StatusModel):
     current: int = Field(default=0, ge=0, description="Executors running now.")
     desired: int = Field(default=0, ge=0, description="Executors the autoscaler wants.")
     last_scale_time: datetime | None = Field(default=None, description="When executors were last changed.")
+    reason: str | None = Field(default=None, max_length=64,
+                               description="Why desired is what it is: ScaleUp, ScaleDown, Bounds, Steady, "
+                                           "Cooldown, Stabilizing or NoMeasurement.")
+    message: str | None = Field(default=None, max_length=1024,
+                                description="The numbers behind the reason (lag, input rate, per-executor rate).")
 
 
 class LastBatchStatus(StatusModel):

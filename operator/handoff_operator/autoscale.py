@@ -1,0 +1,143 @@
+"""Executor autoscaling in the status refresh: gather the facts, `scaling.decide`, act (status, Event,
+metrics, the desired count for the driver).
+
+Facts: lag per partition and Kafka's end offsets (from the truth the refresh read), the input rate (growth of
+the end offsets between two refreshes, remembered here), the processing rate per executor (the driver's last
+busy batch: rows / wall time / executors), the current count (`status.executors.desired`) and the last change
+(`status.executors.lastScaleTime`). What is remembered in this process only (the previous end offsets, the
+last measured rate, the stabilization window) is lost on an operator restart; the rule then holds until it
+has measured again, never guesses.
+
+Act: `status.executors.{desired,lastScaleTime,reason,message}`, an Event per change, the gauges, and the
+annotation `handoff.io/desired-executors` on the ConfigMap `<name>-progress`, which the driver polls and
+applies live (handoff_spark.executor_scaler).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from . import metrics
+from .conditions import DriverReport, ProgressFacts
+from .kube import Kube
+from .models import StreamTableHandoffSpec
+from .render import progress_configmap_name
+from .scaling import ScalingDecision, ScalingInput, decide
+
+#: The annotation the driver polls (handoff_spark.executor_scaler.ANNOTATION).
+DESIRED_ANNOTATION = "handoff.io/desired-executors"
+#: A batch smaller than this says more about fixed costs than about an executor's capacity.
+MIN_BUSY_ROWS = 1000
+#: What the Event of a change is called, by the decision's reason.
+EVENT_REASONS = {"ScaleUp": "ScaledUp", "ScaleDown": "ScaledDown", "Bounds": "ScaledToBounds"}
+
+log = logging.getLogger("handoff.operator.autoscale")
+
+
+@dataclass
+class _Memory:
+    end_total: int | None = None
+    end_at_ms: int | None = None
+    input_rate: float | None = None
+    rate_per_executor: float | None = None
+    rated_batch: int | None = None
+    history: tuple[tuple[int, int], ...] = ()
+    annotated: int | None = None      # the desired count last written onto the ConfigMap by this process
+
+
+_memory: dict[tuple[str, str], _Memory] = {}
+
+
+def forget(namespace: str, name: str) -> None:
+    _memory.pop((namespace, name), None)
+    metrics.set_executors(namespace, name, None, None)
+
+
+def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
+    committed = progress.committed_offsets or {}
+    out: dict[str, int] = {}
+    for topic, parts in (progress.end_offsets or {}).items():
+        for partition, end in parts.items():
+            done = (committed.get(topic) or {}).get(str(partition))
+            out[f"{topic}/{partition}"] = max(0, int(end) - int(done if done is not None else 0))
+    return out
+
+
+def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverReport | None, executors: int,
+             now_ms: int) -> None:
+    """Update the measured input rate and per-executor rate from this refresh's facts. `executors`: those
+    running now, or the count asked for while none runs yet."""
+    if progress is not None and progress.end_offsets:
+        total = sum(int(o) for parts in progress.end_offsets.values() for o in parts.values())
+        if memory.end_total is not None and memory.end_at_ms is not None and now_ms > memory.end_at_ms:
+            memory.input_rate = max(0.0, (total - memory.end_total) * 1000 / (now_ms - memory.end_at_ms))
+        memory.end_total, memory.end_at_ms = total, now_ms
+    if (report is not None and report.batch_id is not None and report.batch_id != memory.rated_batch
+            and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0):
+        memory.rate_per_executor = report.input_rows_per_second / executors
+        memory.rated_batch = report.batch_id
+
+
+def _parse_time(value: Any) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec, executors: Mapping[str, Any],
+            progress: ProgressFacts | None, report: DriverReport | None, running: int,
+            now_ms: int) -> tuple[dict[str, Any], tuple[str, str, str] | None]:
+    """The `status.executors` block and an Event (type, reason, message) when the count changed.
+
+    `progress`: this refresh's truth (None in change handlers: only the bounds apply then). `running`: executor
+    pods running now."""
+    memory = _memory.setdefault((namespace, name), _Memory())
+    if progress is not None and (progress.end_offsets is None or spec.suspend):
+        progress = None  # Kafka unreadable (or nothing runs): only the bounds apply
+    previous = executors.get("desired")
+    current = int(previous) if previous is not None and "reason" in executors else spec.scaling.min_executors
+    _observe(memory, progress, report, running or current, now_ms)
+    decision: ScalingDecision = decide(ScalingInput(
+        now_ms=now_ms, current=current, min_executors=spec.scaling.min_executors,
+        max_executors=spec.scaling.max_executors, target_catch_up_seconds=spec.target_catch_up_seconds,
+        cooldown_seconds=spec.scaling_cooldown_seconds, cores_per_executor=spec.spark.executor.cores,
+        lag=lag_per_partition(progress) if progress is not None else {},
+        input_rate=memory.input_rate if progress is not None else None,
+        rate_per_executor=memory.rate_per_executor, trigger_seconds=spec.commit_interval_seconds,
+        max_records_per_batch=spec.source.max_records_per_batch,
+        last_scale_ms=_parse_time(executors.get("lastScaleTime")), history=memory.history))
+    if progress is not None:
+        memory.history = decision.history
+    status = {"current": running, "desired": decision.desired, "reason": decision.reason,
+              "message": decision.message[:1024], "lastScaleTime": executors.get("lastScaleTime")}
+    event = None
+    changed = decision.desired != current
+    if changed:
+        status["lastScaleTime"] = dt.datetime.fromtimestamp(now_ms / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        event = ("Normal", EVENT_REASONS.get(decision.reason, "Scaled"), decision.message)
+    if (changed or memory.annotated != decision.desired) and _annotate(kube, namespace, name, decision.desired):
+        memory.annotated = decision.desired
+    metrics.set_executors(namespace, name, decision.desired, running)
+    return status, event
+
+
+def _annotate(kube: Kube, namespace: str, name: str, desired: int) -> bool:
+    """The driver's instruction: a merge patch of one annotation (the operator's apply never sets it)."""
+    body = {"metadata": {"annotations": {DESIRED_ANNOTATION: str(desired)}}}
+    try:
+        kube.core.patch_namespaced_config_map(progress_configmap_name(name), namespace, body,
+                                              field_manager="handoff-operator-scaling")
+    except ApiException as exc:
+        if exc.status != 404:  # not created yet: the next refresh writes it
+            raise
+        return False
+    return True

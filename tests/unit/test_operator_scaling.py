@@ -1,0 +1,166 @@
+"""scaling.decide over lag curves: a spike scales up at the first refresh, a steady or noisy load never
+flaps, a drain scales down in bounded steps after the cooldown (never while the backlog needs the
+executors), and the topic's partitions cap what is worth running.
+
+The curves come from a small deterministic plant: Kafka receives `input(t)` records/s, each executor
+processes PER_EXECUTOR records/s, the decision runs every REFRESH seconds and its count applies at once
+(the integration test proves the live apply; here only the rule is under test)."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from handoff_operator.scaling import (MIN_SPLIT_OFFSETS, TARGET_UTILIZATION, ScalingDecision, ScalingInput,
+                                      decide, feedable_executors)
+
+PER_EXECUTOR = 1000.0
+REFRESH = 10
+PARTITIONS = 12
+
+
+def facts(**over: object) -> ScalingInput:
+    base = dict(now_ms=1_000_000, current=2, min_executors=1, max_executors=10, target_catch_up_seconds=300,
+                cooldown_seconds=120, cores_per_executor=2, lag={f"t/{p}": 0 for p in range(PARTITIONS)},
+                input_rate=1000.0, rate_per_executor=PER_EXECUTOR, trigger_seconds=10)
+    base.update(over)
+    return ScalingInput(**base)  # type: ignore[arg-type]
+
+
+def spread(total: float, partitions: int = PARTITIONS) -> dict[str, int]:
+    return {f"t/{p}": int(total / partitions) for p in range(partitions)}
+
+
+def run(input_at: Callable[[int], float], seconds: int, *, start_lag: float = 0.0, start: int = 2,
+        last_scale_ms: int | None = None, **over: object) -> list[tuple[int, float, ScalingDecision]]:
+    """(time, lag, decision) per refresh."""
+    lag, current, history, last_scale = start_lag, start, (), last_scale_ms
+    out = []
+    for t in range(0, seconds, REFRESH):
+        rate = input_at(t)
+        decision = decide(facts(now_ms=t * 1000, current=current, lag=spread(lag), input_rate=rate,
+                                history=history, last_scale_ms=last_scale, **over))
+        out.append((t, lag, decision))
+        history = decision.history
+        if decision.desired != current:
+            current, last_scale = decision.desired, t * 1000
+        lag = max(0.0, lag + (rate - current * PER_EXECUTOR) * REFRESH)
+    return out
+
+
+def changes(curve: list[tuple[int, float, ScalingDecision]]) -> list[tuple[int, int]]:
+    out, prev = [], None
+    for t, _lag, d in curve:
+        if prev is not None and d.desired != prev:
+            out.append((t, d.desired))
+        prev = d.desired
+    return out
+
+
+def test_a_spike_scales_up_at_the_first_refresh_and_the_lag_drains():
+    # 1000/s on 2 executors, then 4× at t=60 (inside the cooldown of nothing: up never waits).
+    curve = run(lambda t: 4000.0 if t >= 60 else 1000.0, 600, last_scale_ms=50_000)
+    ups = [(t, n) for t, n in changes(curve) if t >= 60]
+    assert ups and ups[0][0] == 60  # the first refresh that sees the new input rate, inside the cooldown
+    peak = max(n for _, _, d in curve for n in [d.desired])
+    assert peak >= 4000 / PER_EXECUTOR  # enough to keep up with the input at least
+    assert peak * PER_EXECUTOR * TARGET_UTILIZATION <= 4000 + max(lag for _, lag, _ in curve) / 300 + PER_EXECUTOR
+    assert curve[-1][1] == 0  # drained
+    assert all(d.reason != "ScaleDown" for _, _, d in curve)  # the load stays high: no flap back down
+
+
+def test_a_steady_load_never_changes_the_count():
+    curve = run(lambda t: 1000.0, 1200, start=2)
+    assert changes(curve) == []
+    assert {d.reason for _, _, d in curve} == {"Steady"}
+
+
+def test_noisy_input_does_not_flap():
+    rng = random.Random(7)
+    noise = [rng.uniform(0.6, 1.4) for _ in range(200)]
+    curve = run(lambda t: 1000.0 * noise[t // REFRESH], 1800, start=2)
+    assert len(changes(curve)) <= 1, changes(curve)
+
+
+def test_a_drain_scales_down_in_bounded_steps_after_the_cooldown():
+    # The spike is over (input back to 1000/s) but 10 executors still run, with a backlog to clear.
+    curve = run(lambda t: 1000.0, 1800, start=10, start_lag=600_000, last_scale_ms=0)
+    steps = changes(curve)
+    assert len(steps) >= 2, steps  # in steps, not one jump
+    previous, previous_t = 10, 0
+    for t, n in steps:
+        assert n < previous and previous - n <= max(1, previous // 2)   # bounded step
+        assert t - previous_t >= 120                                   # never inside the cooldown
+        assert n >= 1000 / (PER_EXECUTOR * TARGET_UTILIZATION)          # never below what the input needs
+        previous, previous_t = n, t
+    for t, lag, d in curve:
+        if d.reason == "ScaleDown":
+            assert d.desired * PER_EXECUTOR >= 1000 + lag / 300  # the backlog still clears in targetCatchUp
+    assert curve[-1][2].desired == 2 and curve[-1][1] == 0
+
+
+def test_no_scale_down_while_the_backlog_needs_the_executors():
+    d = decide(facts(current=6, lag=spread(1_200_000), input_rate=1000.0, last_scale_ms=0,
+                     history=((0, 6),), now_ms=1_000_000))
+    assert d.desired >= 6 and d.reason != "ScaleDown"
+
+
+def test_partition_cap_limits_a_small_backlog():
+    # 2 partitions, 30k lag: split_ranges makes at most 3 tasks (10k offsets each) → 2 executors of 2 cores.
+    lag = {"t/0": 15_000, "t/1": 15_000}
+    assert feedable_executors(lag, 0.0, 10, None, 2) == 1
+    d = decide(facts(current=1, lag=lag, input_rate=5000.0, target_catch_up_seconds=1, trigger_seconds=10))
+    cap = feedable_executors(lag, 5000.0, 10, None, 2)
+    assert d.reason == "ScaleUp" and d.desired == cap < d.recommendation
+    assert "capped" in d.message
+    # maxRecordsPerBatch bounds the batch, hence the tasks.
+    assert feedable_executors({"t/0": 10**9}, 0.0, 10, 40_000, 1) == 4
+    assert feedable_executors({"t/0": 10**9}, 0.0, 10, None, 1) == 10**9 // MIN_SPLIT_OFFSETS
+
+
+def test_bounds_apply_at_once_and_unknown_rates_hold():
+    assert decide(facts(current=8, max_executors=3)).desired == 3
+    assert decide(facts(current=0, min_executors=2, input_rate=0.0)).desired == 2
+    held = decide(facts(current=3, rate_per_executor=None, lag=spread(10**7)))
+    assert held.desired == 3 and held.reason == "NoMeasurement"
+    assert decide(facts(current=5, max_executors=4, input_rate=None)).desired == 4
+
+
+def test_an_operator_restart_does_not_scale_down_before_a_full_window():
+    # No history (memory lost): the first refresh after a restart must not shrink the job.
+    d = decide(facts(current=6, input_rate=100.0, lag=spread(0), last_scale_ms=0, history=()))
+    assert d.desired == 6 and d.reason == "Stabilizing"
+
+
+def test_refreshes_much_faster_than_the_window_still_scale_down_after_one_window():
+    # Refresh every second, cooldown (= stabilization window) 5 s, nothing left to do.
+    history, current, changed_at, last = (), 4, [], 0
+    for second in range(0, 30):
+        d = decide(facts(now_ms=second * 1000, current=current, lag=spread(0), input_rate=0.0, history=history,
+                         last_scale_ms=last, cooldown_seconds=5, min_executors=1))
+        history = d.history
+        if d.desired != current:
+            changed_at.append((second, d.desired))
+            current, last = d.desired, second * 1000
+    assert changed_at[:2] == [(5, 2), (10, 1)], changed_at
+
+
+def test_measurements_from_consecutive_refreshes():
+    from handoff_operator.autoscale import _Memory, _observe, lag_per_partition
+    from handoff_operator.conditions import DriverReport, ProgressFacts
+
+    def progress(end: int, committed: int | None) -> ProgressFacts:
+        return ProgressFacts(end_offsets={"t": {"0": end, "1": end}},
+                             committed_offsets={"t": {"0": committed, "1": committed}} if committed else None)
+
+    assert lag_per_partition(progress(500, 200)) == {"t/0": 300, "t/1": 300}
+    memory = _Memory()
+    _observe(memory, progress(1000, None), None, 2, now_ms=10_000)
+    assert memory.input_rate is None  # one observation is no rate
+    small = DriverReport(published_at_ms=1, batch_id=3, rows=10, duration_ms=1000, input_rows_per_second=10.0)
+    _observe(memory, progress(3000, None), small, 2, now_ms=12_000)
+    assert memory.input_rate == 2000.0  # 2 × 1000 new offsets in 2 s
+    assert memory.rate_per_executor is None  # a 10-row batch says nothing about capacity
+    busy = DriverReport(published_at_ms=1, batch_id=4, rows=50_000, duration_ms=10_000,
+                        input_rows_per_second=5000.0)
+    _observe(memory, progress(3000, None), busy, 2, now_ms=14_000)
+    assert memory.rate_per_executor == 2500.0 and memory.input_rate == 0.0
