@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import autoscale, driver_report, metrics, retention_check, rollback
+from . import autoscale, driver_report, metrics, retention_check, retention_report, rollback
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -249,6 +249,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None, driver)
         retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
                                           truth if rendered is not None else None, old_conditions)
+        evaluation = retention_report.degrade_on_data_loss(evaluation, retained.conditions, old_conditions)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions + retained.conditions, generation, now)
         for kind, reason, message in [(t.type, t.reason, t.message)

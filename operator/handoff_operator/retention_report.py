@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .conditions import Condition, Transition
+from .conditions import Condition, Evaluation, Transition
 from .models.stream_table_handoff import RetentionStatus
 from .retention import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
 
@@ -86,10 +86,30 @@ def data_loss_condition(lost: Sequence[LostRange], on_offset_out_of_range: str) 
     ranges = ", ".join(str(r) for r in lost)
     then = ("the driver stops at these partitions (source.onOffsetOutOfRange=fail): set it to earliest to skip "
             "the lost range and record the gap, or restore the records and replay" if on_offset_out_of_range == "fail"
-            else "the driver skips to Kafka's earliest offset and records the gap in the ledger "
-                 "(source.onOffsetOutOfRange=earliest)")
+            else "the driver skips to Kafka's earliest offset and records the gap (Iceberg: in the batch's ledger "
+                 "entry, handoff.lost; source.onOffsetOutOfRange=earliest)")
     return _cond(DATA_LOSS, "True", "RecordsDeleted",
                  f"Kafka deleted records before the handoff read them: {ranges}; {then}")
+
+
+def degrade_on_data_loss(evaluation: Evaluation, fresh: Sequence[Condition],
+                         old_conditions: Sequence[Mapping[str, Any]]) -> Evaluation:
+    """DataLoss=True makes the handoff Degraded (reason DataLoss) unless it is already Degraded for another cause:
+    dashboards and Argo CD read Degraded, and lost records are the worst news a handoff has. `fresh`: this
+    refresh's retention conditions (none: the last known DataLoss condition stands). Pure."""
+    loss = next((c for c in fresh if c.type == DATA_LOSS), None)
+    if loss is None:
+        old = next((c for c in old_conditions if c.get("type") == DATA_LOSS), None)
+        loss = Condition(DATA_LOSS, old.get("status", "Unknown"), old.get("reason", ""), old.get("message", "")) \
+            if old else None
+    if loss is None or loss.status != "True":
+        return evaluation
+    if any(c.type == "Degraded" and c.status == "True" for c in evaluation.conditions):
+        return evaluation
+    conds = tuple(Condition("Degraded", "True", "DataLoss", loss.message) if c.type == "Degraded" else c
+                  for c in evaluation.conditions)
+    phase = "Degraded" if evaluation.phase == "Running" else evaluation.phase
+    return Evaluation(phase, conds)
 
 
 def conditions(check: RetentionCheck | None, lost: Sequence[LostRange] | None,

@@ -226,6 +226,23 @@ def append_gap(checkpoint: str, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+def gaps_in(checkpoint: str, ranges: OffsetRange) -> dict[str, dict[str, list[int]]]:
+    """Offsets retention deleted inside `ranges` (recorded by the source with onOffsetOutOfRange=earliest), in
+    ledger form `{"topic": {"partition": [from, to]}}`: the commit records them, so the ledger says which offsets
+    of its range never reached the table."""
+    text = read_text(checkpoint, GAPS_FILE)
+    out: dict[str, dict[str, list[int]]] = {}
+    for line in (text or "").splitlines():
+        try:
+            gap = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        se = ranges.get((gap.get("topic"), gap.get("partition")))
+        if se is not None and se[0] <= int(gap["from"]) < se[1]:
+            out.setdefault(gap["topic"], {})[str(gap["partition"])] = [int(gap["from"]), int(gap["to"])]
+    return out
+
+
 def write_last_commit(checkpoint: str, result: dict[str, Any]) -> None:
     atomic_write(local_path(checkpoint) / LAST_COMMIT_FILE, json.dumps(result))
 

@@ -395,6 +395,9 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
     }
     if query_id:
         props[ledger.QUERY_ID] = query_id
+    lost = ckpt.gaps_in(cfg.checkpoint_location, ranges)
+    if lost:
+        props[ledger.LOST] = json.dumps(lost, separators=(",", ":"), sort_keys=True)
     identity = ckpt.read_kafka_identity(cfg.checkpoint_location)
     if identity:
         props[ledger.KAFKA] = json.dumps(identity, separators=(",", ":"), sort_keys=True)

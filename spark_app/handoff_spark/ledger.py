@@ -43,6 +43,7 @@ MAX_EVENT_TIME_MS = "handoff.max-event-time-ms"
 KIND = "handoff.kind"  # batch (default) | gap | epoch
 REASON = "handoff.reason"
 KAFKA = "handoff.kafka"  # {"cluster": <cluster id>, "topics": {<topic>: <topic id>}}
+LOST = "handoff.lost"  # {"topic": {"partition": [from, to]}}: offsets of the range retention deleted unread
 
 BATCH, GAP, EPOCH = "batch", "gap", "epoch"
 
@@ -68,6 +69,7 @@ class Commit:
     reason: str | None = None
     kafka_cluster_id: str | None = None
     topic_ids: dict[str, str] | None = None
+    lost: dict[str, dict[int, tuple[int, int]]] | None = None  # offsets of the range retention deleted unread
 
     @property
     def end_offsets(self) -> Offsets:
@@ -104,6 +106,8 @@ def commit_of(snapshot: Snapshot) -> Commit | None:
         max_event_time_ms=int(met) if met not in (None, "") else None,
         kind=props.get(KIND, BATCH), reason=props.get(REASON),
         kafka_cluster_id=kafka.get("cluster"), topic_ids=kafka.get("topics"),
+        lost={t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()}
+              for t, parts in json.loads(props[LOST]).items()} if props.get(LOST) else None,
     )
 
 

@@ -171,3 +171,11 @@ def test_a_batch_commits_only_where_the_ledger_ends(kafka, tmp_path):
     assert [(c.kind, c.snapshot_id == gap) for c in entries] == [("batch", False), ("gap", True), ("batch", False)]
     assert ledger.resume_offsets(table, handoff_id=cfg.handoff_id, query=cfg.query_name) == {topic: {0: 15}}
     assert ledger.latest_commit(table, cfg.handoff_id).batch_id == 2
+    assert ledger.latest_commit(table, cfg.handoff_id).lost is None
+
+    # offsets retention deleted inside a batch's range (onOffsetOutOfRange=earliest) are named in its entry
+    from handoff_spark import checkpoint as ckpt
+    ckpt.append_gap(str(cp), {"topic": topic, "partition": 0, "from": 15, "to": 17, "detectedAtMs": 1})
+    write_offsets(cp, 3, {topic: {"0": 19}})
+    commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 17, [record(i) for i in range(17, 19)])), 3)
+    assert ledger.latest_commit(open_table(cfg), cfg.handoff_id).lost == {topic: {0: (15, 17)}}

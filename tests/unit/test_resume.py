@@ -87,3 +87,11 @@ def test_resume_point_reads_spark_layout(tmp_path):
     (tmp_path / "metadata").write_text('{"id":"abc"}')
     assert ckpt.discard(cp) == ["metadata", "offsets", "commits", "sources"]
     assert ckpt.resume_point(cp).empty and tmp_path.exists()
+
+
+def test_gaps_inside_a_batch_range_are_found_for_the_ledger(tmp_path):
+    cp = str(tmp_path)
+    ckpt.append_gap(cp, {"topic": "t", "partition": 0, "from": 12, "to": 20, "detectedAtMs": 1})
+    ckpt.append_gap(cp, {"topic": "t", "partition": 1, "from": 2, "to": 4, "detectedAtMs": 1})  # older batch
+    assert ckpt.gaps_in(cp, {T0: (12, 30), T1: (5, 9)}) == {"t": {"0": [12, 20]}}
+    assert ckpt.gaps_in(str(tmp_path / "none"), {T0: (0, 1)}) == {}

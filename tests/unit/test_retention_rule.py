@@ -176,3 +176,21 @@ def test_gauges_per_topic_and_removed_with_the_handoff():
     assert REGISTRY.get_sample_value("handoff_retention_have_seconds", labels) == 12 * H
     metrics.set_phase("ns", "g", None)
     assert REGISTRY.get_sample_value("handoff_retention_headroom_seconds", labels) is None
+
+
+def test_data_loss_makes_the_handoff_degraded_unless_already_degraded():
+    from handoff_operator.conditions import Condition, Evaluation
+    from handoff_operator.retention_report import degrade_on_data_loss
+
+    running = Evaluation("Running", (Condition("Ready", "True", "Running", "ok"),
+                                     Condition("Degraded", "False", "AsExpected", "ok")))
+    loss = Condition("DataLoss", "True", "RecordsDeleted", "Kafka deleted records before the handoff read them")
+    ev = degrade_on_data_loss(running, [loss], [])
+    assert ev.phase == "Degraded"
+    assert [(c.type, c.status, c.reason) for c in ev.conditions][1] == ("Degraded", "True", "DataLoss")
+    # a reconcile without a refresh keeps the last known DataLoss
+    old = [{"type": "DataLoss", "status": "True", "reason": "RecordsDeleted", "message": "lost 5..9"}]
+    assert degrade_on_data_loss(running, [], old).phase == "Degraded"
+    assert degrade_on_data_loss(running, [Condition("DataLoss", "False", "NoDataLoss", "")], old) is running
+    failing = Evaluation("Degraded", (Condition("Degraded", "True", "DriverFailing", "crash"),))
+    assert degrade_on_data_loss(failing, [loss], []) is failing
