@@ -26,8 +26,9 @@ class OperatorSettings(BaseSettings):
     driver_report_max_age: float = Field(default=60.0, gt=0)
     # How long deletion waits for the driver to stop at a batch boundary before letting go.
     delete_grace_seconds: float = Field(default=180.0, ge=0)
-    # Image used when a StreamTableHandoff names none.
-    default_image: str = "ghcr.io/handoff/handoff-spark:0.1.0"
+    # Image used when a StreamTableHandoff names none. The chart sets it (its image, or sparkImage); this
+    # default is the chart's default image, so both name the same image when run without the chart.
+    default_image: str = "ghcr.io/handoff-io/handoff:0.1.0"
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -78,14 +78,17 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert "spark.kubernetes.driver.pod.name=$(POD_NAME)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
     assert "--driver-memory 1024m" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    # No cluster DNS needed: executors dial the driver's pod IP, the driver the API server's Service address.
+    assert "--conf spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert [e["name"] for e in c["env"]].index("POD_IP") < [e["name"] for e in c["env"]].index("PYSPARK_SUBMIT_ARGS")
+    assert env["HANDOFF_SPARK_MASTER"]["value"] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     assert tpl["spec"]["serviceAccountName"] == "orders-driver"
     conf = r.config.spark_conf
-    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc"
+    assert "spark.master" not in conf and "spark.driver.host" not in conf  # from the pod's env (above)
     assert conf["spark.submit.deployMode"] == "client"
     assert conf["spark.kubernetes.namespace"] == "shop"
     assert conf["spark.kubernetes.container.image"] == "registry.example/handoff:1.2"
     assert conf["spark.kubernetes.executor.podNamePrefix"] == "orders"  # pods: orders-exec-<n>
-    assert conf["spark.driver.host"] == "orders-driver.shop.svc"
     assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
     assert conf["spark.dynamicAllocation.enabled"] == "true"
     assert conf["spark.dynamicAllocation.shuffleTracking.enabled"] == "true"
