@@ -58,6 +58,8 @@ class ApiServer(Component):
         self.token: str = ""
         self.ca_cert: Path | None = None
         self.version = kubernetes_version()
+        # None: HANDOFF_TESTBED_NODES decides; False: no kwok node (a real `node` joins instead).
+        self.fake_nodes: bool | None = None
         self.startup_seconds: float | None = None
         # Seconds from start() until each stage was ready, for bench/ (not for test assertions).
         self.startup_marks: dict[str, float] = {}
@@ -95,7 +97,9 @@ class ApiServer(Component):
         write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
         self._start_controller_manager(workdir, pki, kcm_user)
         mark("kube-controller-manager")
-        if nodes_enabled():
+        if self.fake_nodes is False:
+            self._start_scheduler(workdir, pki, scheduler_user)
+        elif nodes_enabled():
             self._start_scheduler(workdir, pki, scheduler_user)
             self._start_kwok(workdir, pki, kwok_user)
             mark("kwok-node")

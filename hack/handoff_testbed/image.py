@@ -24,6 +24,7 @@ import functools
 import hashlib
 import http.server
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -144,9 +145,17 @@ def wheelhouse() -> Path:
 
 @contextlib.contextmanager
 def _serve(directory: Path) -> Iterator[str]:
-    """A loopback HTTP server over `directory` for the build's pip (`--find-links URL`)."""
+    """A loopback HTTP server over `directory` for the build's pip (`--find-links URL`).
+
+    On a port derived from the directory's name when that port is free: the URL is part of the pip
+    step's build argument, so a port that changed from one build to the next would defeat the layer
+    cache (pip would reinstall every dependency although none changed)."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    stable = 20000 + int(hashlib.sha256(directory.name.encode()).hexdigest(), 16) % 20000
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", stable), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -204,6 +213,9 @@ def build_image() -> Image:
 
 
 def main() -> int:
+    # Stopped by a signal, still stop the private dockerd (the `finally` blocks only run on an exception).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     image = build_image()
     print(f"# {image.ref} ({image.tarball}, {time.monotonic() - started:.1f}s)", file=sys.stderr)

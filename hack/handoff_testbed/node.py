@@ -36,6 +36,7 @@ from .k8s_build import NodeBinaries, build_node
 from .pause_image import REF as PAUSE_REF, build_pause_image
 from .paths import cache_dir
 from .proc import Service, StartupError, free_port, stop_pid, wait_until
+from .tcp_forward import start_relay
 
 NODE_NAME = "handoff-node"
 BRIDGE = "handoff0"
@@ -267,13 +268,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _start_relay(self, workdir: Path) -> int:
         assert self.kubeconfig is not None
-        server = _kubeconfig_server(self.kubeconfig)
-        target = server.removeprefix("https://")
-        port = _free_port_on(GATEWAY)
-        self.relay = Service("apiserver-relay", [
-            _python(), "-m", "handoff_testbed.tcp_forward", f"{GATEWAY}:{port}", target,
-        ], workdir / "apiserver-relay.log", env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])}).start()
-        wait_until(lambda: _port_open(GATEWAY, port), 20, "apiserver relay", self.relay)
+        target = _kubeconfig_server(self.kubeconfig).removeprefix("https://")
+        self.relay, port = start_relay(GATEWAY, target, workdir / "apiserver-relay.log")
         return port
 
     def _kubectl(self, *args: str, stdin: str | None = None) -> str:
@@ -369,17 +365,6 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def teardown(self, workdir: Path) -> None:
         teardown(workdir)
-
-
-def _python() -> str:
-    import sys
-    return sys.executable
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex((host, port)) == 0
 
 
 def _remove_containers(sock: Path) -> None:

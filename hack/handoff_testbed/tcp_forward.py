@@ -9,7 +9,11 @@ TLS passes through untouched: the serving certificate already names the Service'
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
+from pathlib import Path
+
+from .proc import Service, wait_until
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -40,6 +44,24 @@ async def _serve(listen: tuple[str, int], target: tuple[str, int]) -> None:
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host, int(port)
+
+
+def start_relay(listen_host: str, target: str, log: Path) -> tuple[Service, int]:
+    """Start a relay process from a free port on `listen_host` to `target` (host:port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((listen_host, 0))
+        port = int(sock.getsockname()[1])
+    service = Service(f"relay-{port}", [sys.executable, "-m", "handoff_testbed.tcp_forward",
+                                        f"{listen_host}:{port}", target], log,
+                      env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])}).start()
+
+    def listening() -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.2)
+            return probe.connect_ex((listen_host, port)) == 0
+
+    wait_until(listening, 20, f"relay {listen_host}:{port} -> {target}", service)
+    return service, port
 
 
 def main(argv: list[str]) -> int:
