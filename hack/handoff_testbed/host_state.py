@@ -178,11 +178,16 @@ def restore(path: Path, own_paths: list[Path], links: list[str], cgroups: list[s
         if Path(f"/sys/class/net/{link}").exists():
             subprocess.run(["ip", "link", "delete", link], capture_output=True)
     for binary, before in state["iptables"].items():
-        if before:
+        if shutil.which(binary):
             problems += _undo_iptables(binary, before)
+    # Tables that did not exist before (iptables-nft creates them on first use), once they hold no rule.
     for table in _nft_tables():
         if table not in state["nft_tables"]:
-            subprocess.run(["nft", "delete", *table.split()[1:]], capture_output=True)
+            listing = subprocess.run(["nft", "list", *table.split()], capture_output=True, text=True).stdout
+            rules = [line for line in listing.splitlines() if line.strip() and not line.strip().startswith(
+                ("table ", "chain ", "type ", "policy ", "}", "flags "))]
+            if not rules:
+                subprocess.run(["nft", "delete", *table.split()], capture_output=True)
     for name in cgroups:
         left = remove_cgroup_tree(name)
         if left:

@@ -346,6 +346,11 @@ def service_account_name(spec: StreamTableHandoffSpec, name: str) -> str:
     return spec.spark.service_account_name or driver_name(name)
 
 
+def stop_grace_seconds(grace_seconds: int) -> int:
+    """The app's batch-boundary wait for a pod with `grace_seconds` of termination grace."""
+    return max(1, grace_seconds - max(10, grace_seconds // 5))
+
+
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
                         mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
     """The pod template without the config-hash annotation (the hash is computed over it)."""
@@ -362,6 +367,9 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_args},
         {"name": "HANDOFF_SPARK_MASTER", "value": SPARK_MASTER},
+        # The app waits this long for a batch boundary on SIGTERM: inside the pod's grace period, with
+        # time left for Spark to shut down, so the kubelet's SIGKILL never cuts the graceful stop short.
+        {"name": "HANDOFF_STOP_GRACE_SECONDS", "value": str(stop_grace_seconds(grace_seconds))},
         {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
         # Where the driver publishes its progress record for the operator (handoff_spark.progress_publisher).
         {"name": "HANDOFF_PROGRESS_CONFIGMAP", "value": progress_configmap_name(name)},
@@ -394,6 +402,9 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
                   {"name": "metrics", "containerPort": METRICS_PORT}],
         "resources": driver_pod_resources(spec),
         "volumeMounts": mounts,
+        # A driver that dies without writing /dev/termination-log leaves its log tail as the message,
+        # which the operator reports as status.app.lastFailure.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Ready once the SparkContext listens: executors can then register.
         "readinessProbe": {"tcpSocket": {"port": DRIVER_PORT}, "periodSeconds": 10},
     }

@@ -81,6 +81,10 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     # No cluster DNS needed: executors dial the driver's pod IP, the driver the API server's Service address.
     assert "--conf spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
     assert [e["name"] for e in c["env"]].index("POD_IP") < [e["name"] for e in c["env"]].index("PYSPARK_SUBMIT_ARGS")
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the log tail becomes lastFailure
+    # The batch-boundary wait ends before the kubelet's SIGKILL, with time left for Spark to stop.
+    grace = tpl["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < int(env["HANDOFF_STOP_GRACE_SECONDS"]["value"]) <= grace - 10
     assert env["HANDOFF_SPARK_MASTER"]["value"] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     assert tpl["spec"]["serviceAccountName"] == "orders-driver"
     conf = r.config.spark_conf
