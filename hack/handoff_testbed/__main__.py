@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# {name} already up", file=sys.stderr)
                 continue
             comp = component(name)
+            if name == "apiserver" and "node" in args.components:
+                comp.fake_nodes = False  # type: ignore[attr-defined]  # pods go to the real node, not kwok's
             comp.build()
             workdir = state_dir() / name
             if workdir.exists():

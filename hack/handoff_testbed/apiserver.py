@@ -142,6 +142,8 @@ class ApiServer(Component):
             # The `kubernetes` Service cannot point at a loopback address (Endpoints validation), and
             # no pod runs here to use it: skip its endpoint reconciler instead of logging errors.
             "--endpoint-reconciler-type=none",
+            # Logs/exec/port-forward go to a node's InternalIP (the real node's hostname resolves nowhere).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--allow-privileged=true", "--profiling=false", "--v=1",
         ], workdir / "kube-apiserver.log").start()
         wait_until(lambda: self._get("/readyz") == 200, 60, "kube-apiserver /readyz", self.kube_apiserver, 0.2)

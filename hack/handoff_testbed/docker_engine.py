@@ -70,9 +70,14 @@ class DockerEngine:
                               stderr=subprocess.DEVNULL if quiet else None)
 
     def run(self, args: Sequence[str]) -> None:
-        result = self.call(args)
+        """Run a docker command, its output into the engine's log (the tail is raised on failure)."""
+        log = self.root / f"docker-{args[0]}.log"
+        with open(log, "wb") as out:
+            env = {**os.environ, "DOCKER_HOST": f"unix://{self.socket}", "DOCKER_BUILDKIT": "0"}
+            result = subprocess.run([docker_client(), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
         if result.returncode != 0:
-            raise RuntimeError(f"docker {' '.join(args[:3])} ... failed ({result.returncode})")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"docker {' '.join(args[:3])} ... failed ({result.returncode}); {log}:\n{tail}")
 
     def has_image(self, ref: str) -> bool:
         return self.call(["image", "inspect", ref], quiet=True).returncode == 0

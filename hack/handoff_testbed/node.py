@@ -385,8 +385,8 @@ def _remove_containers(sock: Path) -> None:
 
 
 def _our_processes() -> list[int]:
-    """containerd shims (own sessions, so not in containerd's process group) and anything else still
-    running from our binaries or run dir: found by their command line naming RUN_DIR."""
+    """containerd shims (own sessions, so not in containerd's process group) and relays listening on the
+    bridge: found by their command lines (RUN_DIR; tcp_forward from the gateway address)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -395,7 +395,8 @@ def _our_processes() -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(RUN_DIR) in cmdline and int(proc.name) != os.getpid():
+        relay = "handoff_testbed.tcp_forward" in cmdline and f" {GATEWAY}:" in cmdline
+        if (str(RUN_DIR) in cmdline or relay) and int(proc.name) != os.getpid():
             pids.append(int(proc.name))
     return pids
 

@@ -60,8 +60,7 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
     def apply(self, *docs: dict[str, Any]) -> None:
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                     stdin="\n---\n".join(json.dumps(d) for d in docs))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
 
     def offer(self, port: int) -> str:
         """`host:port` where pods reach the loopback service on `port` (a relay on pod_host)."""
