@@ -224,7 +224,6 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.kubernetes.executor.podNamePrefix": executor_pod_prefix(name),
         "spark.kubernetes.authenticate.caCertFile": f"{SA_DIR}/ca.crt",
         "spark.kubernetes.authenticate.oauthTokenFile": f"{SA_DIR}/token",
-        "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.cores": str(ex.cores),
@@ -356,11 +355,13 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     """The pod template without the config-hash annotation (the hash is computed over it)."""
     # Client mode: the driver JVM is started by pyspark inside this container, so its heap and the
     # pod name (for executor ownerReferences) must be given at JVM launch: PYSPARK_SUBMIT_ARGS.
-    # $(POD_NAME) is expanded by the kubelet from the env var above it. Executors reach the driver at its
-    # pod IP, as Spark's own cluster mode does (spark.kubernetes.executor.useDriverPodIP): no DNS needed.
+    # $(POD_NAME) is expanded by the kubelet from the env var above it. Executors reach the driver (its
+    # scheduler and its block manager) at its pod IP: no DNS needed. The bind address is the pod IP too:
+    # in client mode on Kubernetes Spark advertises the bind address as spark.driver.host (seen on a real
+    # node: with bindAddress 0.0.0.0 executors were told to connect to 0.0.0.0).
     submit_args = (f"--driver-memory {driver_heap(spec)} "
                    f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) "
-                   f"--conf spark.driver.host=$(POD_IP) pyspark-shell")
+                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) pyspark-shell")
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -80,6 +80,7 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     assert "--driver-memory 1024m" in env["PYSPARK_SUBMIT_ARGS"]["value"]
     # No cluster DNS needed: executors dial the driver's pod IP, the driver the API server's Service address.
     assert "--conf spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert "--conf spark.driver.bindAddress=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
     assert [e["name"] for e in c["env"]].index("POD_IP") < [e["name"] for e in c["env"]].index("PYSPARK_SUBMIT_ARGS")
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the log tail becomes lastFailure
     # The batch-boundary wait ends before the kubelet's SIGKILL, with time left for Spark to stop.
