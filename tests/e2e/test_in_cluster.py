@@ -84,7 +84,7 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
             "freshness": {"target": "5m"},
             "scaling": {"minExecutors": 1, "maxExecutors": 1},
             "spark": {"imagePullPolicy": "IfNotPresent",
-                      "driver": {"cores": 1, "memory": "512Mi"}, "executor": {"cores": 1, "memory": "512Mi"},
+                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": "1Gi"},
                       # Two cores on the test-bed node: the driver takes one, the executor a quarter.
                       "sparkConf": {"spark.kubernetes.executor.request.cores": "250m",
                                     "spark.sql.shuffle.partitions": "2"}},
@@ -122,10 +122,16 @@ def _assert_exactly_once(state: dict[str, Any]) -> None:
     assert ledger.resume_offsets(table)[state["topic"]] == end_offsets(state["bootstrap"], state["topic"])
 
 
-def _driver(cluster: Cluster, ns: str) -> dict[str, Any]:
-    (pod,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
-              if running(p)]
-    return pod
+def _driver(cluster: Cluster, ns: str) -> dict[str, Any] | None:
+    """The one running driver pod (None while there is none, or two)."""
+    found = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+             if running(p)]
+    return found[0] if len(found) == 1 else None
+
+
+def _new_driver(cluster: Cluster, ns: str, old: str) -> dict[str, Any] | None:
+    pod = _driver(cluster, ns)
+    return pod if pod is not None and pod["metadata"]["name"] != old else None
 
 
 def _handoff(cluster: Cluster, ns: str) -> dict[str, Any]:
@@ -141,7 +147,7 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
     # The executors are pods Spark created, owned by the driver pod.
-    first = _driver(cluster, ns)
+    first = eventually(lambda: _driver(cluster, ns), "one running driver pod")
     executors = pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=executor")
     assert executors and all(e["metadata"]["ownerReferences"][0]["name"] == first["metadata"]["name"]
                              for e in executors)
@@ -158,20 +164,20 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
     cluster.kubectl("delete", "pod", "-n", ns, first["metadata"]["name"], "--grace-period=0", "--force")
     producer.join()
     state["produced"] += 3000
-    second = eventually(lambda: _driver(cluster, ns) if _driver(cluster, ns)["metadata"]["name"]
-                        != first["metadata"]["name"] else None, "a new driver pod", timeout=180)
+    eventually(lambda: _new_driver(cluster, ns, first["metadata"]["name"]), "a new driver pod",
+                        timeout=180)
     try:
         eventually(lambda: _rows(state) >= state["produced"], "all 6000 records in the table", timeout=420,
                    interval=2)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
     _assert_exactly_once(state)
-    assert second["metadata"]["name"] != first["metadata"]["name"]
+    assert _new_driver(cluster, ns, first["metadata"]["name"]) is not None  # it is the new pod that resumed
 
 
 def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: dict[str, Any]) -> None:
     ns, state = setup["ns"], setup
-    driver = _driver(cluster, ns)["metadata"]["name"]
+    driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
     table = state["catalog"].load_table(TABLE)
     committed = ledger.resume_offsets(table)[state["topic"]]
 
