@@ -110,18 +110,26 @@ class Node(Component):
             raise RuntimeError(f"ctr {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def load_image(self, tarball: Path) -> None:
-        """Import a `docker save` tarball unless every image it names is already in containerd."""
-        with contextlib.suppress(Exception):
-            import tarfile
-            with tarfile.open(tarball) as tar:
-                member = tar.extractfile("manifest.json")
-                tags = [tag for entry in json.load(member) for tag in entry.get("RepoTags", [])] if member else []
-            present = set(self.ctr("images", "list", "--quiet").split())
-            if tags and all(self._normalize(tag) in present for tag in tags):
-                return
-        with open(tarball, "rb") as stream:
-            self.ctr("images", "import", "-", stdin=stream.fileno())
+    def load_image(self, tarball: Path) -> list[str]:
+        """Import a `docker save` tarball unless every image it names is already in containerd (the
+        store persists in the cache). Returns the image references, as containerd names them."""
+        import tarfile
+        with tarfile.open(tarball) as tar:
+            member = tar.extractfile("manifest.json")
+            tags = [tag for entry in json.load(member) for tag in entry.get("RepoTags", [])] if member else []
+        refs = [self._normalize(tag) for tag in tags]
+        present = set(self.ctr("images", "list", "--quiet").split())
+        if not refs or not all(ref in present for ref in refs):
+            with open(tarball, "rb") as stream:
+                self.ctr("images", "import", "-", stdin=stream.fileno())
+        return refs
+
+    def _prune_dev_images(self, wanted: set[str]) -> None:
+        """Drop earlier builds of the project's image (`…:dev-<hash>`): each source change adds one."""
+        old = [ref for ref in self.ctr("images", "list", "--quiet").split()
+               if ":dev-" in ref and ref not in wanted and not ref.startswith("sha256:")]
+        if old:
+            self.ctr("images", "remove", *old, check=False)
 
     @staticmethod
     def _normalize(ref: str) -> str:
@@ -167,9 +175,10 @@ class Node(Component):
         OWNER_FILE.write_text(json.dumps({"pid": self.containerd.pid, "workdir": str(workdir)}))
         mark("containerd")
         self._cleanup_leftover_containers()
-        self.load_image(self.pause_tarball)
-        for tarball in self.images or []:
-            self.load_image(tarball)
+        wanted = {PAUSE_REF} | {tag for tarball in [self.pause_tarball, *(self.images or [])]
+                                for tag in self.load_image(tarball)}
+        if self.images:  # a node started for the pause image alone keeps what the store has
+            self._prune_dev_images(wanted)
         mark("images")
         relay_port = self._start_relay(workdir)
         self._point_kubernetes_service(relay_port)

@@ -163,7 +163,7 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
 
     producer = threading.Thread(target=trickle)
     producer.start()
-    eventually(lambda: _rows(state) > 3000, "the stream moving on", timeout=120, interval=0.5)
+    eventually(lambda: _rows(state) > 3000, "the stream moving on", timeout=300, interval=0.5)
     cluster.kubectl("delete", "pod", "-n", ns, first["metadata"]["name"], "--grace-period=0", "--force")
     producer.join()
     state["produced"] += 3000
@@ -192,7 +192,7 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
         return status if done else None
 
     status = eventually(caught_up, "status Ready, lag 0, lastBatch and freshness from the current driver",
-                        timeout=120, interval=2)
+                        timeout=300, interval=2)
     assert {int(p): o for p, o in status["committed"]["offsets"][state["topic"]].items()} == committed
     metrics = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{driver}:9090/proxy/metrics")
     rows = [line for line in metrics.splitlines() if line.startswith("handoff_rows_total{")]
