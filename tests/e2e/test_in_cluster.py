@@ -9,6 +9,7 @@ in_cluster_support. Kafka, PostgreSQL and S3 run on this machine and are offered
 """
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
@@ -202,7 +203,18 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
 def test_deleting_the_handoff_stops_the_driver_and_leaves_no_children(cluster: Cluster,
                                                                        setup: dict[str, Any]) -> None:
     ns = setup["ns"]
+    driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
+    # Follow the driver's log through its end: what it says on SIGTERM shows how it stopped.
+    follow = subprocess.Popen(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "logs", "-f", "-n", ns, driver],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cluster.kubectl("delete", "streamtablehandoff", NAME, "-n", ns, "--wait=true", "--timeout=240s", timeout=260)
+    try:
+        log, _ = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    # Stopped at a batch boundary within the grace period (not cut mid-batch, not killed).
+    assert "SIGTERM: finishing the current micro-batch, then stopping" in log, log[-3000:]
+    assert "stopping mid-batch" not in log and "stopped" in log.splitlines(), log[-3000:]
     selector = f"handoff.io/name={NAME}"
 
     def gone() -> bool:
