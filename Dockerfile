@@ -5,15 +5,24 @@
 # docker/entrypoint.sh.
 #
 # bookworm, not the moving `3.11-slim` tag: Debian 13 has no OpenJDK 17, and Spark 4 needs Java 17+.
-FROM python:3.11-slim-bookworm
+# BASE: any Debian bookworm image. Where no container registry is reachable, `make image` builds one
+# from Debian packages (debootstrap, then `docker import`) and passes it here; it has no Python yet,
+# so the step below installs Debian's python3.11 when the base lacks a python3.
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
 
 ARG DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
+RUN python_pkgs=; command -v python3 >/dev/null || python_pkgs="python3 python3-venv" \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps $python_pkgs \
  && rm -rf /var/lib/apt/lists/* \
- && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /opt/java
+ && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /opt/java \
+ && python3 -m venv /opt/venv
 
-ENV JAVA_HOME=/opt/java \
+# A virtualenv, so the same steps work on both bases (Debian's own python refuses `pip install` into
+# the system, PEP 668).
+ENV PATH=/opt/venv/bin:$PATH \
+    JAVA_HOME=/opt/java \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -25,15 +34,18 @@ WORKDIR /opt/handoff
 # Dependencies first (own layer, rebuilt only when the pins change): the runtime dependencies named in
 # pyproject.toml at exactly the versions of requirements.lock. Not `-r requirements.lock` itself: the
 # lock also pins the test tools (pytest, moto, helm-python-sdk ...), which do not belong in the image.
+# PIP_OPTIONS: extra pip arguments, e.g. a local wheelhouse where PyPI is not reachable from the build
+# (`make image` passes `--no-index --find-links http://127.0.0.1:PORT/` with the build on the host network).
+ARG PIP_OPTIONS=""
 COPY pyproject.toml requirements.lock ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
       > /tmp/runtime-requirements.txt \
- && pip install --constraint requirements.lock --requirement /tmp/runtime-requirements.txt \
+ && pip install $PIP_OPTIONS --constraint requirements.lock --requirement /tmp/runtime-requirements.txt \
  && rm /tmp/runtime-requirements.txt
 
 COPY operator ./operator
 COPY spark_app ./spark_app
-RUN pip install --no-deps . && rm -rf build ./*.egg-info
+RUN pip install $PIP_OPTIONS --no-deps . && rm -rf build ./*.egg-info
 
 COPY docker/entrypoint.sh /usr/local/bin/handoff-entrypoint
 

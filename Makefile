@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TESTBED := hack/testbed
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv testbed-build crds check-crds unit bench clean
+.PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -20,10 +20,17 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 venv: $(VENV)/.installed
 
-## Everything the tests start: Kafka jars, kube-apiserver/etcd builds, PostgreSQL, BigQuery emulator venv.
+## Everything the tests start: Kafka jars, kube-apiserver/etcd builds, PostgreSQL, BigQuery emulator venv,
+## the real node (kubelet, kube-proxy, pause image) and the project's image it runs. All cached.
 testbed-build: venv
 	bash hack/install-system-deps.sh
-	$(TESTBED) build kafka apiserver postgres s3 bigquery
+	$(TESTBED) build kafka apiserver postgres s3 bigquery node
+
+## The project's image (Dockerfile) built here on a debootstrapped Debian base; a no-op when the inputs
+## are unchanged (cached by their hash). Prints the image reference.
+image: venv
+	bash hack/install-system-deps.sh
+	PYTHONPATH=hack $(PY) -m handoff_testbed.image
 
 crds: venv
 	$(PY) -m handoff_operator.crdgen

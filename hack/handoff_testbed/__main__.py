@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+from pathlib import Path
 
 from .paths import state_dir
 from .proc import stop_pid
@@ -43,16 +45,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "up":
         state = _load()
+        # A component may need an earlier one's exports (the node registers with $KUBECONFIG).
+        for entry in state.values():
+            os.environ.update(entry["env"])
         for name in args.components:
             if name in state:
                 print(f"# {name} already up", file=sys.stderr)
                 continue
             comp = component(name)
+            if name == "apiserver" and "node" in args.components:
+                comp.fake_nodes = False  # type: ignore[attr-defined]  # pods go to the real node, not kwok's
             comp.build()
             workdir = state_dir() / name
             if workdir.exists():
                 shutil.rmtree(workdir)
             env = comp.start(workdir)
+            os.environ.update(env)
             state[name] = {"pids": comp.pids(), "env": env, "workdir": str(workdir)}
             _state_file().write_text(json.dumps(state, indent=2))
         for name in args.components:
@@ -67,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, entry in reversed(list(state.items())):
             for pid in entry["pids"]:
                 stop_pid(pid)
+            component(name).teardown(Path(entry["workdir"]))
             print(f"# stopped {name}", file=sys.stderr)
         shutil.rmtree(state_dir(), ignore_errors=True)
         return 0

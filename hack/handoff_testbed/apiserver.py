@@ -58,6 +58,8 @@ class ApiServer(Component):
         self.token: str = ""
         self.ca_cert: Path | None = None
         self.version = kubernetes_version()
+        # None: HANDOFF_TESTBED_NODES decides; False: no kwok node (a real `node` joins instead).
+        self.fake_nodes: bool | None = None
         self.startup_seconds: float | None = None
         # Seconds from start() until each stage was ready, for bench/ (not for test assertions).
         self.startup_marks: dict[str, float] = {}
@@ -95,7 +97,9 @@ class ApiServer(Component):
         write_kubeconfig(self.kubeconfig, self.server, pki.ca_cert, admin)
         self._start_controller_manager(workdir, pki, kcm_user)
         mark("kube-controller-manager")
-        if nodes_enabled():
+        if self.fake_nodes is False:
+            self._start_scheduler(workdir, pki, scheduler_user)
+        elif nodes_enabled():
             self._start_scheduler(workdir, pki, scheduler_user)
             self._start_kwok(workdir, pki, kwok_user)
             mark("kwok-node")
@@ -138,6 +142,8 @@ class ApiServer(Component):
             # The `kubernetes` Service cannot point at a loopback address (Endpoints validation), and
             # no pod runs here to use it: skip its endpoint reconciler instead of logging errors.
             "--endpoint-reconciler-type=none",
+            # Logs/exec/port-forward go to a node's InternalIP (the real node's hostname resolves nowhere).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--allow-privileged=true", "--profiling=false", "--v=1",
         ], workdir / "kube-apiserver.log").start()
         wait_until(lambda: self._get("/readyz") == 200, 60, "kube-apiserver /readyz", self.kube_apiserver, 0.2)

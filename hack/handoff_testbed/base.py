@@ -42,6 +42,10 @@ class Component(abc.ABC):
         """Process-group leaders, so `testbed down` can stop a detached `testbed up`."""
         return []
 
+    def teardown(self, workdir: Path) -> None:
+        """After `testbed down` stopped the pids: undo what the component changed outside its workdir
+        (only the real node changes the host)."""
+
     def log_files(self) -> list[Path]:
         return sorted(self.workdir.glob("*.log")) if self.workdir else []
 

@@ -27,6 +27,7 @@ from .proc import run
 K8S_MODULE = HACK_DIR / "k8s"
 ETCD_MODULE = HACK_DIR / "etcd"
 KWOK_MODULE = HACK_DIR / "kwok"
+NODE_MODULE = HACK_DIR / "k8s-node"
 
 # (Go module dir, package, binary name). kube-apiserver and kube-controller-manager share almost all
 # of their compiled packages, so building them from one module costs little more than one of them.
@@ -36,6 +37,11 @@ TARGETS: tuple[tuple[Path, str, str], ...] = (
     (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
     (K8S_MODULE, "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
     (KWOK_MODULE, "sigs.k8s.io/kwok/cmd/kwok", "kwok"),
+)
+# The real node's binaries (node.py), built only when a test or `hack/testbed` asks for the node.
+NODE_TARGETS: tuple[tuple[Path, str, str], ...] = (
+    (NODE_MODULE, "k8s.io/kubernetes/cmd/kubelet", "kubelet"),
+    (NODE_MODULE, "k8s.io/kubernetes/cmd/kube-proxy", "kube-proxy"),
 )
 
 
@@ -109,7 +115,7 @@ def _ldflags(module_dir: Path) -> str:
     server version misjudge it.
     """
     flags = ["-s", "-w"]
-    if module_dir == K8S_MODULE:
+    if module_dir in (K8S_MODULE, NODE_MODULE):
         version = kubernetes_version()
         major, minor = version.lstrip("v").split(".")[:2]
         for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -130,21 +136,51 @@ def build_control_plane() -> ControlPlaneBinaries:
     leaves a half-written binary behind the stamp.
     """
     result = binaries()
-    stamp = result.bin_dir / ".stamp"
-    wanted = _stamp_text()
-    names = [name for _, _, name in TARGETS]
+    _build_targets(TARGETS, result.bin_dir, _stamp_text())
+    return result
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    bin_dir: Path
+
+    @property
+    def kubelet(self) -> Path:
+        return self.bin_dir / "kubelet"
+
+    @property
+    def kube_proxy(self) -> Path:
+        return self.bin_dir / "kube-proxy"
+
+
+def build_node() -> NodeBinaries:
+    """The kubelet and kube-proxy of the same Kubernetes release (hack/k8s-node; own stamp, so the
+    control plane's binaries are untouched by it). Shares the control plane's build lock: two Go builds
+    of Kubernetes side by side on 2 cores would each take twice as long."""
+    result = NodeBinaries(cache_dir() / f"k8s-{kubernetes_version()}" / "node-bin")
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((NODE_MODULE / name).read_bytes())
+    wanted = f"kubernetes {_required_version(NODE_MODULE, 'k8s.io/kubernetes')} node {digest.hexdigest()}\n"
+    _build_targets(NODE_TARGETS, result.bin_dir, wanted)
+    return result
+
+
+def _build_targets(targets: tuple[tuple[Path, str, str], ...], bin_dir: Path, wanted: str) -> None:
+    stamp = bin_dir / ".stamp"
+    names = [name for _, _, name in targets]
 
     def up_to_date() -> bool:
         return (stamp.exists() and stamp.read_text() == wanted
-                and all((result.bin_dir / name).exists() for name in names))
+                and all((bin_dir / name).exists() for name in names))
 
     if up_to_date():
-        return result
-    result.bin_dir.mkdir(parents=True, exist_ok=True)
-    with open(result.bin_dir.parent / "build.lock", "w") as lock:
+        return
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    with open(bin_dir.parent / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if up_to_date():
-            return result
+            return
         stamp.unlink(missing_ok=True)
         go = go_binary()
         env = {
@@ -156,20 +192,19 @@ def build_control_plane() -> ControlPlaneBinaries:
         started = time.monotonic()
 
         def build_module(module_dir: Path) -> None:
-            for target_dir, package, name in TARGETS:
+            for target_dir, package, name in targets:
                 if target_dir != module_dir:
                     continue
-                tmp = result.bin_dir / f".{name}.tmp"
+                tmp = bin_dir / f".{name}.tmp"
                 run([go, "build", "-trimpath", f"-ldflags={_ldflags(module_dir)}", "-o", str(tmp), package],
-                    cwd=module_dir, env=env, log=result.bin_dir.parent / f"build-{name}.log")
-                tmp.rename(result.bin_dir / name)
+                    cwd=module_dir, env=env, log=bin_dir.parent / f"build-{name}.log")
+                tmp.rename(bin_dir / name)
 
         # One `go build` per module at a time, the modules side by side: each build has long
         # single-threaded stretches (module loading, linking) the others can fill.
-        modules = list(dict.fromkeys(module_dir for module_dir, _, _ in TARGETS))
+        modules = list(dict.fromkeys(module_dir for module_dir, _, _ in targets))
         with ThreadPoolExecutor(max_workers=len(modules)) as pool:
             for future in [pool.submit(build_module, module_dir) for module_dir in modules]:
                 future.result()
-        (result.bin_dir.parent / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+        (bin_dir / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
         stamp.write_text(wanted)
-    return result

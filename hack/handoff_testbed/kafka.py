@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -99,6 +100,10 @@ class Kafka(ServiceComponent):
         self.controller_port = 0
         self.env: dict[str, str] = {}
         self.startup_seconds: float | None = None
+        # An address pods reach the host at (the test-bed node's bridge gateway): when set, the broker
+        # also listens and advertises there, so clients in pods follow metadata to an address they reach.
+        self.pod_host: str | None = None
+        self.pod_port = 0
 
     # ---- build -------------------------------------------------------------------------------
     @property
@@ -137,12 +142,22 @@ class Kafka(ServiceComponent):
                 f"-Dkafka.logs.dir={self.workdir}",
                 "-cp", f"{self.libs}/*", main, *args]
 
+    @property
+    def pod_bootstrap(self) -> str:
+        return f"{self.pod_host}:{self.pod_port}"
+
     def _write_config(self) -> Path:
         assert self.workdir is not None
         props = dict(_BASE_PROPERTIES)
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        advertised = f"PLAINTEXT://127.0.0.1:{self.port}"
+        if self.pod_host:
+            listeners += f",PODS://{self.pod_bootstrap}"
+            advertised += f",PODS://{self.pod_bootstrap}"
+            props["listener.security.protocol.map"] += ",PODS:PLAINTEXT"
         props.update({
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "log.dirs": str(self.workdir / "data"),
         })
@@ -158,6 +173,10 @@ class Kafka(ServiceComponent):
         self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
+        if self.pod_host:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((self.pod_host, 0))
+                self.pod_port = int(sock.getsockname()[1])
         t0 = time.monotonic()
         config = self._write_config()
         # C1 JIT only: the formatter is a 1 s job where C2 compilation is pure overhead.
@@ -167,6 +186,8 @@ class Kafka(ServiceComponent):
         self._launch()
         self.startup_seconds = time.monotonic() - t0
         self.env = {"KAFKA_BOOTSTRAP": self.bootstrap}
+        if self.pod_host:
+            self.env["KAFKA_POD_BOOTSTRAP"] = self.pod_bootstrap
         return dict(self.env)
 
     def _launch(self) -> None:

@@ -11,6 +11,7 @@ COMPONENTS: dict[str, str] = {
     "postgres": "handoff_testbed.postgres:Postgres",
     "s3": "handoff_testbed.s3:S3",
     "bigquery": "handoff_testbed.bigquery:BigQueryEmulator",
+    "node": "handoff_testbed.node:Node",
 }
 
 

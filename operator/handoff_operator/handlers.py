@@ -17,8 +17,10 @@ PVC, not owned by the handoff) stay.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -31,7 +33,7 @@ from . import autoscale, driver_report, metrics, retention_check, retention_repo
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
-from .kube import Kube, new_api_client
+from .kube import Kube, in_cluster_server, new_api_client
 from .models import format_duration
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
                      referenced_secrets, render)
@@ -89,8 +91,14 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account, else $KUBECONFIG read now (the kubernetes client reads it at import)."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    """In-cluster service account, else $KUBECONFIG read now (the kubernetes client reads it at import).
+    kopf's service-account login names `kubernetes.default.svc`; the Service's address from the pod's
+    environment works without cluster DNS too (kube.in_cluster_server)."""
+    info = kopf.login_with_service_account(**kwargs)
+    if info is not None:
+        server = in_cluster_server(os.environ)
+        return dataclasses.replace(info, server=server) if server else info
+    return kopf.login_with_kubeconfig(**kwargs)
 
 
 # --------------------------------------------------------------------------------------- reconcile

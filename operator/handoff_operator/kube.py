@@ -25,6 +25,16 @@ from .render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL,
 FIELD_MANAGER = "handoff-operator"
 
 
+def in_cluster_server(env: Mapping[str, str]) -> str | None:
+    """The API server as a pod reaches it, from the `kubernetes` Service's environment (what client-go and
+    the kubernetes client use), or None outside a pod. Not `kubernetes.default.svc`: that needs cluster DNS,
+    which a pod with another dnsPolicy, or a cluster without DNS, does not have."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
 def new_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else $KUBECONFIG (read now, not at import)."""
     try:

@@ -11,7 +11,8 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - ConfigMap `<name>-progress`: created empty (no `data`); the driver publishes its latest progress record
   into `data["progress.json"]` (handoff_spark.progress_publisher), which the operator reads for the
   Degraded condition. The operator's server-side apply never sets `data`, so the two never fight;
-- headless Service `<name>-driver`: a stable DNS name (`spark.driver.host`) executors connect back to;
+- headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
+  back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode; Spark then creates the executor pods itself (spark.kubernetes.*), owned by the
   driver pod, so they go when the driver goes;
@@ -72,6 +73,9 @@ BLOCK_MANAGER_PORT = 7079
 UI_PORT = 4040
 METRICS_PORT = 9090
 DEFAULT_GRACE_SECONDS = 120
+# The API server as every pod sees it (the kubelet sets these for the `kubernetes` Service and expands
+# $(VAR) in env values): an address, not `kubernetes.default.svc`, so clusters without DNS work too.
+SPARK_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 
 # The longest handoff name whose children still have valid names: `<name>-driver` is a Service name
 # (DNS-1035 label, ≤ 63) and `<name>-checkpoint` a PVC name.
@@ -205,20 +209,21 @@ def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str
 def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str) -> dict[str, str]:
     """Spark settings for a client-mode driver in a pod that starts its executors as pods.
 
+    The master URL and the driver's host are not here: they depend on the pod (its IP, the cluster's
+    `kubernetes` Service address), so the pod template passes them as environment the kubelet expands
+    (driver_pod_template), which works with or without cluster DNS.
+
     User `spark.sparkConf` comes last but cannot override the reserved keys (the models reject them).
     """
     ex = spec.spark.executor
     exec_labels = {NAME_LABEL: name, COMPONENT_LABEL: "executor", **MANAGED_BY}
     conf = {
-        "spark.master": "k8s://https://kubernetes.default.svc",
         "spark.submit.deployMode": "client",
         "spark.kubernetes.namespace": namespace,
         "spark.kubernetes.container.image": image,
         "spark.kubernetes.executor.podNamePrefix": executor_pod_prefix(name),
         "spark.kubernetes.authenticate.caCertFile": f"{SA_DIR}/ca.crt",
         "spark.kubernetes.authenticate.oauthTokenFile": f"{SA_DIR}/token",
-        "spark.driver.host": f"{driver_name(name)}.{namespace}.svc",
-        "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.cores": str(ex.cores),
@@ -339,19 +344,32 @@ def service_account_name(spec: StreamTableHandoffSpec, name: str) -> str:
     return spec.spark.service_account_name or driver_name(name)
 
 
+def stop_grace_seconds(grace_seconds: int) -> int:
+    """The app's batch-boundary wait for a pod with `grace_seconds` of termination grace."""
+    return max(1, grace_seconds - max(10, grace_seconds // 5))
+
+
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
                         mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
     """The pod template without the config-hash annotation (the hash is computed over it)."""
     # Client mode: the driver JVM is started by pyspark inside this container, so its heap and the
     # pod name (for executor ownerReferences) must be given at JVM launch: PYSPARK_SUBMIT_ARGS.
-    # $(POD_NAME) is expanded by the kubelet from the env var above it.
+    # $(POD_NAME) is expanded by the kubelet from the env var above it. Executors reach the driver (its
+    # scheduler and its block manager) at its pod IP: no DNS needed. The bind address is the pod IP too:
+    # in client mode on Kubernetes Spark advertises the bind address as spark.driver.host (seen on a real
+    # node: with bindAddress 0.0.0.0 executors were told to connect to 0.0.0.0).
     submit_args = (f"--driver-memory {driver_heap(spec)} "
-                   f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) pyspark-shell")
+                   f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) "
+                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) pyspark-shell")
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_args},
+        {"name": "HANDOFF_SPARK_MASTER", "value": SPARK_MASTER},
+        # The app waits this long for a batch boundary on SIGTERM: inside the pod's grace period, with
+        # time left for Spark to shut down, so the kubelet's SIGKILL never cuts the graceful stop short.
+        {"name": "HANDOFF_STOP_GRACE_SECONDS", "value": str(stop_grace_seconds(grace_seconds))},
         {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
         # Where the driver publishes its progress record for the operator (handoff_spark.progress_publisher).
         {"name": "HANDOFF_PROGRESS_CONFIGMAP", "value": progress_configmap_name(name)},
@@ -384,6 +402,9 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
                   {"name": "metrics", "containerPort": METRICS_PORT}],
         "resources": driver_pod_resources(spec),
         "volumeMounts": mounts,
+        # A driver that dies without writing /dev/termination-log leaves its log tail as the message,
+        # which the operator reports as status.app.lastFailure.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Ready once the SparkContext listens: executors can then register.
         "readinessProbe": {"tcpSocket": {"port": DRIVER_PORT}, "periodSeconds": 10},
     }

@@ -36,8 +36,9 @@ class OperatorSettings(BaseSettings):
     upgrade_readiness_timeout: float = Field(default=300.0, gt=0)
     # A changed spec's driver in CrashLoopBackOff with at least this many restarts is rolled back at once.
     upgrade_crash_restarts: int = Field(default=3, ge=1)
-    # Image used when a StreamTableHandoff names none.
-    default_image: str = "ghcr.io/handoff/handoff-spark:0.1.0"
+    # Image used when a StreamTableHandoff names none. The chart sets it (its image, or sparkImage); this
+    # default is the chart's default image, so both name the same image when run without the chart.
+    default_image: str = "ghcr.io/handoff-io/handoff:0.1.0"
 
     @field_validator("namespaces", "kafka_topic_namespaces", mode="before")
     @classmethod

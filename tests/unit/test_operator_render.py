@@ -78,14 +78,22 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert "spark.kubernetes.driver.pod.name=$(POD_NAME)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
     assert "--driver-memory 1024m" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    # No cluster DNS needed: executors dial the driver's pod IP, the driver the API server's Service address.
+    assert "--conf spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert "--conf spark.driver.bindAddress=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert [e["name"] for e in c["env"]].index("POD_IP") < [e["name"] for e in c["env"]].index("PYSPARK_SUBMIT_ARGS")
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the log tail becomes lastFailure
+    # The batch-boundary wait ends before the kubelet's SIGKILL, with time left for Spark to stop.
+    grace = tpl["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < int(env["HANDOFF_STOP_GRACE_SECONDS"]["value"]) <= grace - 10
+    assert env["HANDOFF_SPARK_MASTER"]["value"] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     assert tpl["spec"]["serviceAccountName"] == "orders-driver"
     conf = r.config.spark_conf
-    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc"
+    assert "spark.master" not in conf and "spark.driver.host" not in conf  # from the pod's env (above)
     assert conf["spark.submit.deployMode"] == "client"
     assert conf["spark.kubernetes.namespace"] == "shop"
     assert conf["spark.kubernetes.container.image"] == "registry.example/handoff:1.2"
     assert conf["spark.kubernetes.executor.podNamePrefix"] == "orders"  # pods: orders-exec-<n>
-    assert conf["spark.driver.host"] == "orders-driver.shop.svc"
     assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
     # The operator scales on lag and the driver applies it live: Spark's own allocation is off, a new driver
     # starts with minExecutors.

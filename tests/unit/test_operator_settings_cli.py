@@ -52,3 +52,13 @@ def test_kopf_run_module_import_registers_the_handlers():
     code = "import sys, handoff_operator.models; print('kopf' in sys.modules, 'kubernetes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_in_cluster_server_comes_from_the_service_environment_not_dns() -> None:
+    from handoff_operator.kube import in_cluster_server
+
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}) \
+        == "https://10.96.0.1:443"
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}) \
+        == "https://[fd00::1]:443"
+    assert in_cluster_server({}) is None

@@ -1,0 +1,212 @@
+"""A Kubernetes cluster whose pods really run, for the in-cluster e2e tests, and what they need on it.
+
+The tests take any cluster: a kubeconfig, an image the nodes can run, and an address on this machine the
+pods reach (`pod_host`, where the tests' Kafka, PostgreSQL and S3 are offered to them).
+
+- Here (default): the test bed's kube-apiserver without kwok plus its real `node` (kubelet, containerd,
+  CNI, kube-proxy), the image built by `make image` imported into the node's containerd, and the node's
+  bridge gateway as `pod_host`.
+- Anywhere else (kind: hack/kind-e2e): `HANDOFF_E2E_KUBECONFIG`, `HANDOFF_E2E_POD_HOST` (an address of
+  this machine the cluster's pods reach, e.g. the kind network's gateway), and either `HANDOFF_E2E_IMAGE`
+  (an image the nodes already have: hack/kind-e2e builds it with `docker build` and `kind load`s it) or
+  `HANDOFF_E2E_LOAD_IMAGE`, a command that loads the image `make image` built, with `{tarball}` and
+  `{image}` filled in (e.g. `kind load image-archive {tarball} --name handoff-e2e`).
+
+The operator is installed from the chart, rendered by the Helm SDK and applied with kubectl, so it runs
+as a pod with exactly the chart's RBAC.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import helm_python as helm
+import yaml
+
+from handoff_testbed.image import build_image
+from handoff_testbed.proc import Service
+from handoff_testbed.tcp_forward import start_relay
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    image: str  # a reference the nodes have (pulled or loaded)
+    pod_host: str  # an address of this machine that pods reach
+    workdir: Path
+    # True when the cluster's node is this machine (the test bed): hostPath volumes are local dirs.
+    local_node: bool = False
+    relays: list[Service] = field(default_factory=list)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        result = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+    def offer(self, port: int) -> str:
+        """`host:port` where pods reach the loopback service on `port` (a relay on pod_host)."""
+        service, relay_port = start_relay(self.pod_host, f"127.0.0.1:{port}",
+                                          self.workdir / f"relay-{port}.log")
+        self.relays.append(service)
+        return f"{self.pod_host}:{relay_port}"
+
+    def close(self) -> None:
+        for relay in self.relays:
+            relay.stop()
+
+
+@contextlib.contextmanager
+def testbed_cluster(workdir: Path) -> Iterator[Cluster]:
+    """kube-apiserver (no kwok) + the real node, the project's image imported into the node."""
+    from handoff_testbed.apiserver import ApiServer
+    from handoff_testbed.node import Node
+
+    image = build_image()
+    api = ApiServer()
+    api.fake_nodes = False
+    node = Node()
+    node.images = [image.tarball]
+    api.build()
+    node.build()
+    api.start(workdir / "apiserver")
+    try:
+        assert api.kubeconfig is not None
+        node.kubeconfig = api.kubeconfig
+        node.start(workdir / "node")
+        cluster = Cluster(api.kubeconfig, image.ref, node.gateway, workdir, local_node=True)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
+    finally:
+        node.stop()
+        api.stop()
+
+
+@contextlib.contextmanager
+def external_cluster(workdir: Path) -> Iterator[Cluster]:
+    """The cluster of $HANDOFF_E2E_KUBECONFIG (kind, or any other), the image loaded by
+    $HANDOFF_E2E_LOAD_IMAGE."""
+    ref = os.environ.get("HANDOFF_E2E_IMAGE")
+    if not ref:
+        image = build_image()
+        ref = image.ref
+        loader = os.environ.get("HANDOFF_E2E_LOAD_IMAGE")
+        if loader:
+            command = loader.format(tarball=shlex.quote(str(image.tarball)), image=shlex.quote(image.ref))
+            subprocess.run(command, shell=True, check=True)
+    pod_host = os.environ.get("HANDOFF_E2E_POD_HOST")
+    if not pod_host:
+        raise AssertionError("HANDOFF_E2E_POD_HOST: set it to an address of this machine the cluster's pods "
+                             "reach (for kind: the gateway of the `kind` docker network)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(Path(os.environ["HANDOFF_E2E_KUBECONFIG"]), ref, pod_host, workdir)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def cluster_from_environment(workdir: Path) -> contextlib.AbstractContextManager[Cluster]:
+    return external_cluster(workdir) if os.environ.get("HANDOFF_E2E_KUBECONFIG") else testbed_cluster(workdir)
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = 180.0, interval: float = 1.0) -> T:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        try:
+            result = probe()
+            if result:
+                return result
+        except (AssertionError, KeyError, subprocess.TimeoutExpired) as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {timeout:.0f}s: {what} (last: {last})")
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------------------------ the operator
+
+def install_operator(cluster: Cluster, namespace: str, watched: str, values: dict[str, Any]) -> str:
+    """CRDs (crds/, what the chart ships) + the chart's templates in `namespace`; waits until the
+    operator pod is Ready. Returns the release name."""
+    crds = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))]
+    cluster.apply(*crds)
+    for crd in crds:
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+    cluster.kubectl("create", "namespace", namespace)
+    repository, _, tag = cluster.image.rpartition(":")
+    release = f"e2e-{uuid.uuid4().hex[:5]}"
+    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(
+        {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+         "watchNamespaces": [watched], **values},
+        name=release, namespace=namespace, is_install=True)
+    docs = [d for path, text in sorted(rendered.items()) if path.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+    # The ServiceMonitor needs the Prometheus operator's CRD, which a bare cluster does not have.
+    docs = [d for d in docs if d["kind"] != "ServiceMonitor"]
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+    cluster.apply(*docs)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    cluster.kubectl("-n", namespace, "rollout", "status", f"deployment/{deployment['metadata']['name']}",
+                    "--timeout=180s", timeout=200)
+    return release
+
+
+def provide_checkpoint_volume(cluster: Cluster, namespace: str, claim: str) -> str | None:
+    """Where no StorageClass provisions volumes (the test bed), a hostPath PersistentVolume bound to the
+    checkpoint claim the operator creates, on a directory the image's uid 185 may write. Returns the PV's
+    name (to delete after), or None when the cluster provisions volumes itself (kind's default class)."""
+    if not cluster.local_node:
+        return None
+    path = cluster.workdir / "volumes" / f"{namespace}-{claim}"
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
+    name = f"{namespace}-{claim}"
+    cluster.apply({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "claimRef": {"namespace": namespace, "name": claim},
+                 "hostPath": {"path": str(path), "type": "Directory"}},
+    })
+    return name
+
+
+def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return cluster.get("pods", "-n", namespace, "-l", selector)["items"]
+
+
+def running(pod: dict[str, Any]) -> bool:
+    return pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+
+
+def describe_failure(cluster: Cluster, namespace: str) -> str:
+    """Pods, events and logs of `namespace`, for an assertion message."""
+    parts = [cluster.kubectl("get", "pods,events", "-n", namespace, "-o", "wide", check=False)]
+    for pod in cluster.get("pods", "-n", namespace)["items"]:
+        name = pod["metadata"]["name"]
+        parts.append(f"--- logs {name}\n" + cluster.kubectl("logs", "-n", namespace, name, "--tail=60",
+                                                           check=False))
+    return "\n".join(parts)

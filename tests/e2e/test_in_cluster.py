@@ -1,0 +1,227 @@
+"""The product as it runs for users: the operator installed from the chart runs as a pod; it starts the
+driver Deployment from the project's image; the driver's Spark creates real executor pods; data goes from
+Kafka into an Iceberg table (PostgreSQL catalog, S3 warehouse) exactly once, across a driver pod killed
+mid-stream; status and metrics come from the running pods; deleting the handoff leaves nothing behind.
+
+Runs on the test bed's real node by default, or on any cluster (kind: hack/kind-e2e), see
+in_cluster_support. Kafka, PostgreSQL and S3 run on this machine and are offered to the pods at
+`cluster.pod_host` (a Kafka listener advertised there; relays for the other two).
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from handoff_spark import ledger
+from handoff_testbed.kafka import Kafka
+from handoff_testbed.pytest_plugin import LOG_ROOT
+from iceberg_drill_support import end_offsets, produce
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually,
+                                install_operator, pods, provide_checkpoint_volume, running)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
+
+NAME = "events"
+CATALOG = "lake"
+TABLE = "e2e.events"
+BUCKET = "e2e-lake"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with cluster_from_environment(LOG_ROOT / "in-cluster") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
+    """A broker with a second listener advertised at pod_host, so pods follow its metadata to it."""
+    kafka = Kafka()
+    kafka.pod_host = cluster.pod_host
+    kafka.build()
+    kafka.start(cluster.workdir / "kafka")
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
+    suffix = uuid.uuid4().hex[:5]
+    system, ns = f"handoff-system-{suffix}", f"e2e-{suffix}"
+    cluster.kubectl("create", "namespace", ns)
+    install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
+    s3.create_bucket(BUCKET)
+    pg_for_pods, s3_for_pods = cluster.offer(postgres.port), cluster.offer(s3.port)
+    topic = f"events-{suffix}"
+    pod_kafka.create_topic(topic, partitions=3)
+    cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lake-s3", "namespace": ns},
+                   "stringData": {"access-key-id": "testing", "secret-access-key": "testing"}})
+    pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
+    handoff = {
+        "apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+        "metadata": {"name": NAME, "namespace": ns},
+        "spec": {
+            "source": {"bootstrapServers": pod_kafka.pod_bootstrap, "topics": [topic],
+                       "startingOffsets": "earliest", "format": "json"},
+            "sink": {"iceberg": {
+                "catalog": {"name": CATALOG,
+                            "properties": {"type": "sql", "warehouse": f"s3://{BUCKET}/warehouse",
+                                           "uri": f"postgresql+psycopg2://postgres@{pg_for_pods}/{postgres.database}",
+                                           "s3.endpoint": f"http://{s3_for_pods}", "s3.region": "us-east-1"},
+                            "propertiesFrom": [{"secretRef": {"name": "lake-s3"}, "prefix": "s3."}]},
+                "table": TABLE, "autoCreate": True}},
+            "schema": {"columns": [{"name": "id", "type": "long", "required": True},
+                                   {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}]},
+            "commitInterval": "2s",
+            "freshness": {"target": "5m"},
+            "scaling": {"minExecutors": 1, "maxExecutors": 1},
+            "spark": {"imagePullPolicy": "IfNotPresent",
+                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": "1Gi"},
+                      # Two cores on the test-bed node: the driver takes one, the executor a quarter.
+                      "sparkConf": {"spark.kubernetes.executor.request.cores": "250m",
+                                    "spark.sql.shuffle.partitions": "2"}},
+        },
+    }
+    catalog = load_catalog(CATALOG, **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{BUCKET}/warehouse",
+                                       **s3.iceberg_properties()})
+    state = {"ns": ns, "system": system, "topic": topic, "handoff": handoff, "catalog": catalog,
+             "bootstrap": pod_kafka.bootstrap, "produced": 0}
+    try:
+        yield state
+    except BaseException:
+        raise
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
+        if pv:
+            cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def _rows(state: dict[str, Any]) -> int:
+    try:
+        table = state["catalog"].load_table(TABLE)
+    except Exception:  # not created yet
+        return 0
+    return int(table.scan(selected_fields=("id",)).to_arrow().num_rows)
+
+
+def _assert_exactly_once(state: dict[str, Any]) -> None:
+    table = state["catalog"].load_table(TABLE)
+    data = table.scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+    keys = set(zip(data["_kafka_topic"].to_pylist(), data["_kafka_partition"].to_pylist(),
+                   data["_kafka_offset"].to_pylist()))
+    assert data.num_rows == len(keys) == state["produced"]
+    assert ledger.resume_offsets(table)[state["topic"]] == end_offsets(state["bootstrap"], state["topic"])
+
+
+def _driver(cluster: Cluster, ns: str) -> dict[str, Any] | None:
+    """The one running driver pod (None while there is none, or two)."""
+    found = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+             if running(p)]
+    return found[0] if len(found) == 1 else None
+
+
+def _new_driver(cluster: Cluster, ns: str, old: str) -> dict[str, Any] | None:
+    pod = _driver(cluster, ns)
+    return pod if pod is not None and pod["metadata"]["name"] != old else None
+
+
+def _handoff(cluster: Cluster, ns: str) -> dict[str, Any]:
+    return cluster.get("streamtablehandoff", NAME, "-n", ns)
+
+
+# Generous: module setup (node start, image import, chart install) is counted in the first test, and two
+# Spark drivers start on a shared 2-core machine. The waits below are bounds on hangs, not on speed.
+@pytest.mark.timeout(2400)
+def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[str, Any]) -> None:
+    ns, state = setup["ns"], setup
+    state["produced"] += produce(state["bootstrap"], state["topic"], range(0, 3000))
+    cluster.apply(state["handoff"])
+    try:
+        eventually(lambda: _rows(state) == 3000, "the first 3000 records in the table", timeout=600, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+    # The executors are pods Spark created, owned by the driver pod.
+    first = eventually(lambda: _driver(cluster, ns), "one running driver pod")
+    executors = pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=executor")
+    assert executors and all(e["metadata"]["ownerReferences"][0]["name"] == first["metadata"]["name"]
+                             for e in executors)
+
+    # Records keep arriving while the driver pod is force-deleted (no grace: as a node loss would).
+    def trickle() -> None:
+        for start in range(3000, 6000, 250):
+            produce(state["bootstrap"], state["topic"], range(start, start + 250))
+            time.sleep(0.5)
+
+    producer = threading.Thread(target=trickle)
+    producer.start()
+    eventually(lambda: _rows(state) > 3000, "the stream moving on", timeout=300, interval=0.5)
+    cluster.kubectl("delete", "pod", "-n", ns, first["metadata"]["name"], "--grace-period=0", "--force")
+    producer.join()
+    state["produced"] += 3000
+    eventually(lambda: _new_driver(cluster, ns, first["metadata"]["name"]), "a new driver pod",
+                        timeout=300)
+    try:
+        eventually(lambda: _rows(state) >= state["produced"], "all 6000 records in the table", timeout=600,
+                   interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+    _assert_exactly_once(state)
+    assert _new_driver(cluster, ns, first["metadata"]["name"]) is not None  # it is the new pod that resumed
+
+
+def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: dict[str, Any]) -> None:
+    ns, state = setup["ns"], setup
+    driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
+    table = state["catalog"].load_table(TABLE)
+    committed = ledger.resume_offsets(table)[state["topic"]]
+
+    def caught_up() -> dict[str, Any] | None:
+        status = _handoff(cluster, ns).get("status", {})
+        ready = {c["type"]: c["status"] for c in status.get("conditions", [])}.get("Ready")
+        done = (ready == "True" and status.get("lag") == 0 and status.get("app", {}).get("driver") == driver
+                and status.get("lastBatch") and status.get("freshness"))
+        return status if done else None
+
+    status = eventually(caught_up, "status Ready, lag 0, lastBatch and freshness from the current driver",
+                        timeout=300, interval=2)
+    assert {int(p): o for p, o in status["committed"]["offsets"][state["topic"]].items()} == committed
+    metrics = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{driver}:9090/proxy/metrics")
+    rows = [line for line in metrics.splitlines() if line.startswith("handoff_rows_total{")]
+    assert rows and float(rows[0].rsplit(" ", 1)[1]) > 0, metrics[:2000]
+
+
+def test_deleting_the_handoff_stops_the_driver_and_leaves_no_children(cluster: Cluster,
+                                                                       setup: dict[str, Any]) -> None:
+    ns = setup["ns"]
+    driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
+    # Follow the driver's log through its end: what it says on SIGTERM shows how it stopped.
+    follow = subprocess.Popen(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "logs", "-f", "-n", ns, driver],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cluster.kubectl("delete", "streamtablehandoff", NAME, "-n", ns, "--wait=true", "--timeout=240s", timeout=260)
+    try:
+        log, _ = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    # Stopped at a batch boundary within the grace period (not cut mid-batch, not killed).
+    assert "SIGTERM: finishing the current micro-batch, then stopping" in log, log[-3000:]
+    assert "stopping mid-batch" not in log and "stopped" in log.splitlines(), log[-3000:]
+    selector = f"handoff.io/name={NAME}"
+
+    def gone() -> bool:
+        left = cluster.get("pods,deployments,services,configmaps,serviceaccounts,roles,rolebindings",
+                           "-n", ns, "-l", selector)["items"]
+        return not left
+
+    eventually(gone, "no pods or children of the deleted handoff", timeout=180, interval=2)
+    # What the deleted handoff committed stays exactly once.
+    _assert_exactly_once(setup)

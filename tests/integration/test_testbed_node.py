@@ -1,0 +1,66 @@
+"""The test bed's real node: a pod runs a real container (the pause image, compiled here) and reaches the
+API server through the `kubernetes` Service's ClusterIP; after stop the host is as before (no process,
+bridge, iptables rule or chain, mount, cgroup or changed sysctl of the node's left)."""
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from handoff_testbed import host_state
+from handoff_testbed.apiserver import ApiServer
+from handoff_testbed.node import BRIDGE, CGROUP, RUN_DIR, Node
+
+pytestmark = [pytest.mark.node, pytest.mark.apiserver]
+
+
+def _iptables() -> list[str]:
+    return [line for binary in ("iptables-save", "ip6tables-save")
+            for line in subprocess.run([binary], capture_output=True, text=True).stdout.splitlines()
+            if not line.startswith("#")]
+
+
+def _kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", *args], input=stdin, check=True,
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+def test_a_pod_runs_and_the_host_is_restored(tmp_path: Path) -> None:
+    before = {"iptables": _iptables(), "sysctls": host_state.read_sysctls(), "mounts": host_state.mountpoints()}
+    api, node = ApiServer(), Node()
+    api.fake_nodes = False
+    node.images = []  # the pause image only: this test is about the node, not the project's image
+    api.start(tmp_path / "apiserver")
+    try:
+        assert api.kubeconfig is not None
+        node.kubeconfig = api.kubeconfig
+        node.start(tmp_path / "node")
+        # The pause container runs; its pod gets an address on the node's bridge.
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+               "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:handoff-testbed",
+                                        "imagePullPolicy": "Never"}]}}
+        _kubectl(api.kubeconfig, "apply", "-f", "-", stdin=json.dumps(pod))
+        _kubectl(api.kubeconfig, "wait", "--for=condition=Ready", "pod/p", "--timeout=120s")
+        status = json.loads(_kubectl(api.kubeconfig, "get", "pod", "p", "-o", "json"))["status"]
+        assert status["podIP"].startswith("10.88.0.")
+        # The ClusterIP of `kubernetes` leads to the API server (kube-proxy's DNAT to the node's relay).
+        context = ssl.create_default_context(cafile=str(api.ca_cert))  # its certificate names the ClusterIP
+        with urllib.request.urlopen("https://10.96.0.1/version", timeout=10, context=context) as resp:
+            assert json.load(resp)["gitVersion"] == api.version
+        assert Path(f"/sys/class/net/{BRIDGE}").exists()
+    finally:
+        node.stop()
+        api.stop()
+    time.sleep(0.5)
+    assert not Path(f"/sys/class/net/{BRIDGE}").exists()
+    assert _iptables() == before["iptables"]
+    assert host_state.read_sysctls() == before["sysctls"]
+    assert [m for m in host_state.mountpoints() if m not in before["mounts"]] == []
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{CGROUP}"))
+    assert not RUN_DIR.exists()
+    assert not (tmp_path / "node" / "teardown-problems.txt").exists()
