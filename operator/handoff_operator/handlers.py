@@ -33,7 +33,7 @@ from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_repo
                          transitions)
 from .kube import Kube, new_api_client
 from .models import format_duration
-from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
+from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
 from .settings import OperatorSettings
 from .truth import read_progress
@@ -225,7 +225,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
                                     for c in old_conditions),
             driver_report=report, now_ms=int(time.time() * 1000),
-            driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
+            driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
+            replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
         evaluation = evaluate(facts)
         now = _iso(_now())
         conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
@@ -371,3 +372,6 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     metrics.set_phase(namespace, name, None)
     with _locks_guard:
         _locks.pop((namespace, name), None)
+
+
+from . import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

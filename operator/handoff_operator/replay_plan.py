@@ -118,7 +118,7 @@ def wire(offsets: Mapping[str, Mapping[int, int]] | None) -> dict[str, dict[str,
     return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())}
 
 
-def _fmt(offsets: Mapping[str, Mapping[int, int]]) -> str:
+def fmt_offsets(offsets: Mapping[str, Mapping[int, int]]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for t, parts in sorted(offsets.items()) for p, o in sorted(parts.items()))
 
 
@@ -262,7 +262,7 @@ def _plan_rollback(req: Request, table: TableFacts, kafka: KafkaFacts | None) ->
                     resume_offsets=before, gap=gap, records=0,
                     summary=(f"roll the table back from snapshot {head} to {target} ({n} snapshots discarded, "
                              f"{records} records leave the table for good); the stream goes on from "
-                             f"{_fmt(before) or 'where it was'}, the skipped range recorded as a gap"))
+                             f"{fmt_offsets(before) or 'where it was'}, the skipped range recorded as a gap"))
     if kafka is None:
         return Failure("KafkaUnavailable", "Kafka's offsets could not be read; the request is planned again "
                        "when it can be")
@@ -272,7 +272,7 @@ def _plan_rollback(req: Request, table: TableFacts, kafka: KafkaFacts | None) ->
     return Plan("RollbackAndReplay", head_snapshot=head, target_snapshot=target, discarded_snapshots=n,
                 resume_offsets=replay_from, replay_from=replay_from, replay_to=before, records=records,
                 summary=(f"roll the table back from snapshot {head} to {target} ({n} snapshots discarded) and "
-                         f"re-read {records} records from Kafka: {_fmt(replay_from)} up to {_fmt(before)}"))
+                         f"re-read {records} records from Kafka: {fmt_offsets(replay_from)} up to {fmt_offsets(before)}"))
 
 
 def _plan_backfill(req: Request, table: TableFacts, kafka: KafkaFacts | None) -> Plan | Failure:
@@ -311,7 +311,7 @@ def _plan_backfill(req: Request, table: TableFacts, kafka: KafkaFacts | None) ->
         return Failure("OffsetsNotWritten", f"spec.to: beyond what Kafka holds: {'; '.join(ahead)}; "
                        f"lower spec.to to offsets already written")
     return Plan("Backfill", head_snapshot=table.head, replay_from=req.from_, replay_to=req.to, records=records,
-                summary=(f"re-read {records} records {_fmt(req.from_)} up to {_fmt(req.to)} into the table "
+                summary=(f"re-read {records} records {fmt_offsets(req.from_)} up to {fmt_offsets(req.to)} into the table "
                          f"under their own ledger query; the stream's position is unchanged"))
 
 
