@@ -152,14 +152,15 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
 
 def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int,
             label: str = "") -> dict[str, Any]:
-    from handoff_spark.app import ProgressReporter, prepare_sink, start_query
+    from handoff_spark import sinks
+    from handoff_spark.app import ProgressReporter, start_query
 
     name = f"{label}{fmt}-{size}"  # own checkpoint and table per run
     cfg = _cfg(args, bootstrap, topic, tmp, name, _sink(args, f"bench_{uuid.uuid4().hex[:6]}", f"h_{fmt}_{size}",
                                                          appendFormat=fmt, maxRowsPerRequest=size))
     lines: list[str] = []
     reporter = ProgressReporter(cfg, None, lines.append)
-    prepare_sink(cfg)
+    sinks.get(cfg.sink.kind).prepare(cfg)
     t0 = time.perf_counter()
     query = start_query(spark, cfg, available_now=True)
     while query.isActive:

@@ -81,7 +81,8 @@ def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop:
 def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path,
                 producer_kind: str = "plain", pipeline: str = "handoff") -> dict[str, Any]:
     from handoff_spark import ledger
-    from handoff_spark.app import prepare_sink, start_query
+    from handoff_spark import sinks
+    from handoff_spark.app import start_query
     from handoff_spark.config import AppConfig
 
     topic = f"fresh-{uuid.uuid4().hex[:6]}"
@@ -97,7 +98,7 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
                  "catalogProperties": props},
         "schema": {"columns": COLUMNS, "onIncompatible": "halt", "eventTimeColumn": "ts"},
         "triggerIntervalSeconds": trigger_s, "checkpointLocation": str(tmp / f"ck-{run}")})
-    prepare_sink(cfg)
+    sinks.get(cfg.sink.kind).prepare(cfg)
     from confluent_kafka import Producer
 
     warm = Producer({"bootstrap.servers": bootstrap})

@@ -187,7 +187,7 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
     """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones);
     AvailableNow, or a processing-time trigger of `trigger_s` seconds."""
     from handoff_spark.app import MIN_PARTITIONS_PER_CORE
-    from handoff_spark.kafka_source import INITIAL_OFFSETS_FILE
+    from handoff_spark.checkpoint import INITIAL_OFFSETS_FILE
 
     ck = Path(cfg.checkpoint_location)
     # The sink takes batch 0's start from the source's initial-offsets file; the JVM source does not write it.
@@ -213,7 +213,8 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
 
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
             value_bytes: int, partitions: int = 3) -> dict[str, Any]:
-    from handoff_spark.app import ProgressReporter, prepare_sink, start_query
+    from handoff_spark import sinks
+    from handoff_spark.app import ProgressReporter, start_query
     from handoff_spark.config import AppConfig
 
     sink = pipe.split("-", 1)[1]
@@ -232,7 +233,7 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_re
     lines: list[str] = []
     reporter = ProgressReporter(cfg, None, lines.append)
     if sink != "noop" and sink != "jvm-noop":
-        prepare_sink(cfg)
+        sinks.get(cfg.sink.kind).prepare(cfg)
     t0 = time.perf_counter()
     if jvm:
         query = _jvm_query(spark, cfg, topic, partitions, sink.removeprefix("jvm-"), max_records)

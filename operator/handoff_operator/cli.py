@@ -4,17 +4,19 @@
   HANDOFF_LOG_LEVEL, HANDOFF_METRICS_PORT, HANDOFF_STATUS_INTERVAL, ...); same as
   `kopf run -m handoff_operator` plus the Prometheus endpoint and namespace selection.
 - `handoff run -f handoff.yaml`: run one StreamTableHandoff locally (Spark local mode) by rendering its
-  app config exactly as the operator would and starting the data plane's entry point
-  (`python -m handoff_spark run --config ...`).
+  app config exactly as the operator would and becoming the data plane's entry point
+  (`exec python -m handoff_spark run --config ...`: one process, so a `kill -9` or a closed terminal leaves no
+  driver behind that keeps writing).
+- `handoff ledger show|accept-kafka -f handoff.yaml`: the handoff's ledger, read from its table; record that a
+  recreated topic/cluster is accepted (see handoff_spark.ledger_cli).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -66,34 +68,52 @@ def local_config(manifest: dict[str, Any], checkpoint: str | None, master: str) 
     return config.to_json()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _manifest(path: str) -> dict[str, Any]:
     import yaml
 
-    docs = [d for d in yaml.safe_load_all(Path(args.file).read_text()) if d]
-    manifests = [d for d in docs if d.get("kind") == "StreamTableHandoff"]
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise SystemExit(f"{path}: cannot read the manifest: {exc}") from None
+    manifests = [d for d in docs if isinstance(d, dict) and d.get("kind") == "StreamTableHandoff"]
     if len(manifests) != 1:
-        raise SystemExit(f"{args.file}: expected exactly one StreamTableHandoff, found {len(manifests)}")
-    text = local_config(manifests[0], args.checkpoint, args.master)
+        raise SystemExit(f"{path}: expected exactly one StreamTableHandoff, found {len(manifests)}")
+    return manifests[0]
+
+
+def _run(args: argparse.Namespace) -> int:
+    text = local_config(_manifest(args.file), args.checkpoint, args.master)
+    if args.metrics_port is not None:
+        doc = json.loads(text)
+        doc["metrics_port"] = args.metrics_port
+        text = json.dumps(doc, indent=2)
     if args.print_config:
         print(text)
         return 0
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        fh.write(text)
-    try:
-        extra = ["--available-now"] if args.available_now else []
-        child = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", fh.name, *extra])
+    config = Path(tempfile.gettempdir()) / f"handoff-app-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    config.write_text(text)
+    extra = ["--available-now"] if args.available_now else []
+    sys.stdout.flush()
+    # exec, not a child: signals reach the driver directly (SIGTERM/Ctrl-C stop it at a batch boundary) and
+    # nothing is orphaned when this process is killed.
+    os.execv(sys.executable, [sys.executable, "-m", "handoff_spark", "run", "--config", str(config), *extra])
+    return 0  # not reached
 
-        # Forward SIGTERM (and let Ctrl-C reach the child through the terminal's process group) so the
-        # driver stops at a batch boundary; subprocess.call would SIGKILL it on KeyboardInterrupt.
-        def forward(signum: int, _frame: Any) -> None:
-            if signum != signal.SIGINT:
-                child.send_signal(signum)
 
-        signal.signal(signal.SIGTERM, forward)
-        signal.signal(signal.SIGINT, forward)
-        return child.wait()
-    finally:
-        os.unlink(fh.name)
+def _ledger(args: argparse.Namespace) -> int:
+    from handoff_spark import ledger_cli
+    from handoff_spark.config import AppConfig
+
+    cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
+    if args.ledger_command == "show":
+        print(ledger_cli.main_show(cfg, args.output, args.limit))
+        return 0
+    result = ledger_cli.accept_kafka(cfg)
+    if not result["recorded"]:
+        print("the ledger already matches Kafka's cluster and topic ids: nothing recorded")
+    else:
+        print(f"recorded epoch snapshot {result['snapshot']}: {result['reason']}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--available-now", action="store_true",
                      help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--print-config", action="store_true", help="print the app config and exit")
+    run.add_argument("--metrics-port", type=int, default=None,
+                     help="serve Prometheus metrics on this port (0: any free port); default: none")
     run.set_defaults(func=_run)
+    led = sub.add_parser("ledger", help="read a handoff's ledger from its table, or record an accepted change")
+    led.add_argument("ledger_command", choices=["show", "accept-kafka"],
+                     help="show: entries newest first; accept-kafka: accept a recreated topic/cluster")
+    led.add_argument("-f", "--file", required=True, help="StreamTableHandoff manifest (YAML)")
+    led.add_argument("--checkpoint", help="checkpoint directory (as for `handoff run`)")
+    led.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    led.add_argument("--limit", type=int, default=None, help="newest N entries only")
+    led.set_defaults(func=_ledger)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -1,11 +1,36 @@
-"""`python -m handoff_spark run --config app.json [--available-now] [--sink FORMAT]` — the driver entry point."""
+"""The driver entry points.
+
+- `python -m handoff_spark run --config app.json [--available-now] [--sink FORMAT]`: the handoff's stream;
+- `python -m handoff_spark backfill --config app.json --query NAME --from JSON --to JSON [--checkpoint DIR]`:
+  re-read `[from, to)` (`{"topic": {"partition": offset}}`) into the table under its own ledger query NAME,
+  without moving the stream's position; refused when the table already holds any of the range. Resumable: run
+  it again with the same NAME and checkpoint and it goes on from its own ledger entries.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 
 from .config import AppConfig
+
+#: Kubernetes' default terminationMessagePath: what a pod's `lastState.terminated.message` shows (the operator's
+#: status.app.lastFailure).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def refuse(message: str) -> int:
+    """A start the driver refuses for a reason a person must act on: one line, no traceback, exit 2."""
+    print(f"handoff: {message}", file=sys.stderr, flush=True)
+    if os.path.exists(TERMINATION_LOG):
+        try:
+            with open(TERMINATION_LOG, "w") as fh:
+                fh.write(message[:4000])
+        except OSError:
+            pass
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,13 +42,51 @@ def main(argv: list[str] | None = None) -> int:
                      help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--sink", default=None,
                      help="override the sink with a built-in Spark sink (noop, console): benchmarks/debugging only")
+    back = sub.add_parser("backfill", help="re-read an offset range into the table under its own ledger query")
+    back.add_argument("--config", required=True, help="the handoff's AppConfig JSON")
+    back.add_argument("--query", required=True, help="ledger query name of this backfill, e.g. backfill-<request>")
+    back.add_argument("--from", dest="from_", required=True, help='start offsets (inclusive) {"topic": {"0": 10}}')
+    back.add_argument("--to", required=True, help="end offsets (exclusive), same partitions as --from")
+    back.add_argument("--checkpoint", default=None,
+                      help="checkpoint of this backfill (default: beside the handoff's, named after --query)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = AppConfig.load(args.config)
     from .app import run as run_app
+    from .resume import BackfillOverlapError, KafkaIdentityError
+    from .sinks import SinkUnavailable
 
-    return run_app(cfg, available_now=args.available_now, sink_format=args.sink,
-                   echo=lambda line: print(line, flush=True))
+    available_now = args.available_now if args.command == "run" else True
+    if args.command == "backfill":
+        try:
+            cfg = backfill_config(cfg, args.query, json.loads(args.from_), json.loads(args.to), args.checkpoint)
+        except ValueError as exc:
+            return refuse(f"backfill: {exc}")
+    try:
+        return run_app(cfg, available_now=available_now, sink_format=getattr(args, "sink", None),
+                       echo=lambda line: print(line, flush=True))
+    except (KafkaIdentityError, SinkUnavailable, BackfillOverlapError) as exc:
+        return refuse(str(exc))
+
+
+def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
+    """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
+    from .checkpoint import local_path
+    from .config import BackfillRange
+
+    if query == cfg.query_name:
+        raise ValueError(f"--query must differ from the stream's query {cfg.query_name!r}")
+    rng = BackfillRange.model_validate({"from": start, "to": end})
+    for (topic, p), (lo, hi) in rng.ranges().items():
+        if topic not in cfg.source.topics:
+            raise ValueError(f"topic {topic!r} is not one of the handoff's topics {list(cfg.source.topics)}")
+        if hi < lo:
+            raise ValueError(f"{topic}[{p}]: --to ({hi}) is before --from ({lo})")
+    if set(rng.ranges()) != {(t, p) for t, parts in rng.to.items() for p in parts}:
+        raise ValueError("--from and --to must name the same partitions")
+    where = checkpoint or str(local_path(cfg.checkpoint_location).parent / f"{query}-checkpoint")
+    return cfg.model_copy(update={"query_name": query, "backfill": rng, "checkpoint_location": where,
+                                  "metrics_port": None, "trigger_interval_seconds": 0})
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ running batch commit, stops the query at that batch boundary and exits 0. A seco
 """
 from __future__ import annotations
 
-import importlib
 import json
-import inspect
 import logging
 import os
 import signal
@@ -24,11 +22,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from . import sinks
 from .config import AppConfig
-from .kafka_source import RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource
+from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
+                           source_options)
 from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
                        write_progress_file)
 from .progress_publisher import ProgressPublisher
+from .resume import StartPlan, prepare_start
 
 log = logging.getLogger("handoff.app")
 
@@ -36,12 +37,6 @@ log = logging.getLogger("handoff.app")
 #: become 6 tasks in 3 full waves instead of 3 tasks in 2 waves with one core idle in the second.
 MIN_PARTITIONS_PER_CORE = 3
 
-#: Sink kind → (module, data source name). Sinks are PySpark Python data sources taking options
-#: `config` (AppConfig JSON) and `checkpointLocation`.
-SINKS: dict[str, tuple[str, str]] = {
-    "iceberg": ("handoff_spark.iceberg_sink", "handoff-iceberg"),
-    "bigquery": ("handoff_spark.bigquery_sink", "handoff-bigquery"),
-}
 #: Sinks whose write task reads its Kafka ranges itself (`handoff-kafka-ranges`, the fused path): records never
 #: cross Python → JVM → Python. `HANDOFF_FUSED_READ=0` falls back to the record source (for comparison).
 FUSED_SINKS = frozenset({"iceberg", "bigquery"})
@@ -76,48 +71,12 @@ def build_session(cfg: AppConfig) -> Any:
 
 
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:
-    from pyspark.sql.datasource import DataSource
-
     spark.dataSource.register(HandoffKafkaDataSource)
     spark.dataSource.register(HandoffKafkaRangesDataSource)
-    module_name, source_name = SINKS[cfg.sink.kind]
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"sink {cfg.sink.kind!r} is not available ({module_name}: {exc})") from exc
-    for _, obj in inspect.getmembers(module, inspect.isclass):
-        if issubclass(obj, DataSource) and obj is not DataSource and obj.name() == source_name:
-            spark.dataSource.register(obj)
-            return
-    raise SystemExit(f"{module_name} defines no data source named {source_name!r}")
-
-
-def source_options(cfg: AppConfig, stop_marker: str | None) -> dict[str, str]:
-    src = cfg.source
-    opts = {f"kafka.{k}": v for k, v in src.properties.items()}
-    opts.update({
-        "subscribe": ",".join(src.topics),
-        "kafka.bootstrap.servers": src.bootstrap_servers,
-        "startingOffsets": src.starting_offsets,
-        "onOffsetOutOfRange": src.on_offset_out_of_range,
-        "checkpointLocation": cfg.checkpoint_location,
-    })
-    if src.max_records_per_batch:
-        opts["maxRecordsPerBatch"] = str(src.max_records_per_batch)
-    if src.min_partitions:
-        opts["minPartitions"] = str(src.min_partitions)
-    if stop_marker:
-        opts["stopMarker"] = stop_marker
-    return opts
-
-
-def prepare_sink(cfg: AppConfig) -> None:
-    """Driver-side preparation the sink offers (create table, reconcile schema) before the query starts."""
-    module_name, _ = SINKS[cfg.sink.kind]
-    module = importlib.import_module(module_name)
-    prepare = getattr(module, "prepare", None)
-    if callable(prepare):
-        prepare(cfg)
+        spark.dataSource.register(sinks.get(cfg.sink.kind).data_source)
+    except sinks.SinkUnavailable as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
@@ -127,11 +86,11 @@ def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
 
 
 def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop_marker: str | None = None,
-                sink_format: str | None = None) -> Any:
+                sink_format: str | None = None, start_offsets: dict[str, dict[int, int]] | None = None) -> Any:
     """Start the query. `sink_format` overrides the configured sink (e.g. `noop`, `memory` for tests/bench);
-    those always get the record source."""
+    those always get the record source. `start_offsets`: the table ledger's end (where a fresh checkpoint starts)."""
     reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
-    options = source_options(cfg, stop_marker)
+    options = source_options(cfg, stop_marker, start_offsets)
     # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
     # over the cores (kafka_source.split_ranges; small batches stay one task per partition).
     options.setdefault("minPartitions", str(MIN_PARTITIONS_PER_CORE * spark.sparkContext.defaultParallelism))
@@ -139,8 +98,7 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
         reader = reader.option(key, value)
     df = reader.load()
     if sink_format is None:
-        _, fmt = SINKS[cfg.sink.kind]
-        writer = df.writeStream.format(fmt).option("config", cfg.to_json())
+        writer = df.writeStream.format(sinks.get(cfg.sink.kind).format).option("config", cfg.to_json())
     else:
         writer = df.writeStream.format(sink_format)
         if sink_format == "memory":
@@ -162,30 +120,13 @@ class ProgressReporter:
     """
 
     def __init__(self, cfg: AppConfig, metrics: Metrics | None, echo: Callable[[str], None],
-                 publisher: ProgressPublisher | None = None) -> None:
+                 publisher: ProgressPublisher | None = None, checkpoint_discarded: str | None = None) -> None:
         self.cfg, self.metrics, self.echo, self.publisher = cfg, metrics, echo, publisher
+        #: Why this driver discarded its checkpoint at start (it then resumed from the table's ledger).
+        self.checkpoint_discarded = checkpoint_discarded
         self.last_batch_id = -1
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
-
-    def _last_commit(self, batch_id: int) -> dict[str, Any] | None:
-        """The sink's record of this batch; when it lacks the newest event time (needed for freshness), read it
-        from the Iceberg ledger (the snapshot summary carries `handoff.max-event-time-ms`)."""
-        commit = read_last_commit(self.cfg.checkpoint_location)
-        if (commit is None or int(commit.get("batch_id", -1)) != batch_id or "max_event_time_ms" in commit
-                or not commit.get("snapshot_id") or self.cfg.sink.kind != "iceberg"):
-            return commit
-        try:
-            from . import ledger
-
-            sink = self.cfg.sink
-            table = ledger.load_table(sink.catalog_name, sink.catalog_properties, sink.table)  # type: ignore[union-attr]
-            snapshot = table.metadata.snapshot_by_id(int(commit["snapshot_id"]))
-            entry = ledger.commit_of(snapshot) if snapshot is not None else None
-            commit = {**commit, "max_event_time_ms": entry.max_event_time_ms if entry else None}
-        except Exception:  # noqa: BLE001 - freshness is best effort; the stream goes on
-            log.warning("could not read the committed event time from the ledger", exc_info=True)
-        return commit
 
     def poll(self, query: Any) -> None:
         try:
@@ -206,7 +147,7 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
-        report = report_from_progress(data, self._last_commit(int(data["batchId"])), self.max_event_time_ms,
+        report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         self.max_event_time_ms = report.max_event_time_ms
         self.reports.append(report)
@@ -214,6 +155,8 @@ class ProgressReporter:
         if self.metrics is not None:
             self.metrics.observe(report)
         record = report.record(cfg.handoff_id)
+        if self.checkpoint_discarded:
+            record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:
             write_progress_file(cfg.progress_file, record)
         if self.publisher is not None:
@@ -239,6 +182,12 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
+    start: StartPlan | None = None
+    if sink_format is None:
+        # Before the Spark session: a table or Kafka problem fails in a second, not after a JVM start.
+        backend = sinks.get(cfg.sink.kind)
+        backend.prepare(cfg)
+        start = prepare_start(cfg, backend, echo)
     spark = build_session(cfg)
     metrics = Metrics(cfg.handoff_id)
     if cfg.metrics_port is not None:
@@ -247,10 +196,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
-    reporter = ProgressReporter(cfg, metrics, echo, publisher)
-    if sink_format is None:
-        prepare_sink(cfg)
-    query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format)
+    reporter = ProgressReporter(cfg, metrics, echo, publisher,
+                                checkpoint_discarded=start.discarded if start is not None else None)
+    query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format,
+                        start_offsets=start.start_offsets() if start is not None else None)
     try:
         return wait(query, stop_requested, echo, reporter)
     except KeyboardInterrupt:

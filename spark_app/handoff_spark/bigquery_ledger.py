@@ -135,6 +135,13 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
         return False
 
 
+def record_gap(cfg: AppConfig, ranges: dict[str, dict[str, list[int]]]) -> bool:
+    """Record offsets deliberately left out of the table (a Rollback that must not bring discarded data back):
+    a ledger row with batch id -1 and no rows, so `resume_offsets` moves past the range. Unlike batch rows this
+    one carries the decision, so a False return must stop the caller (nothing else records it)."""
+    return record_batch(cfg, -1, ranges, 0, 0, None, None)
+
+
 # ------------------------------------------------------------------------------------------ reading
 
 def table_offsets(sink: BigQuerySink, client: Any | None = None) -> Offsets:
@@ -181,8 +188,8 @@ def list_commits(sink: BigQuerySink, handoff_id: str | None = None, client: Any 
 
 
 def latest_commit(sink: BigQuerySink, handoff_id: str | None = None, client: Any | None = None) -> Commit | None:
-    commits = list_commits(sink, handoff_id, client)
-    return commits[0] if commits else None
+    """The newest micro-batch (gap rows, batch id -1, are not commits of data)."""
+    return next((c for c in list_commits(sink, handoff_id, client) if c.batch_id >= 0), None)
 
 
 def commit_for_offset(sink: BigQuerySink, topic: str, partition: int, offset: int,
@@ -205,5 +212,5 @@ def resume_offsets(sink: BigQuerySink, handoff_id: str | None = None, client: An
     return out
 
 
-__all__ = ["Commit", "LEDGER_SUFFIX", "ledger_table", "record_batch", "table_offsets", "list_commits",
+__all__ = ["Commit", "LEDGER_SUFFIX", "ledger_table", "record_batch", "record_gap", "table_offsets", "list_commits",
            "latest_commit", "commit_for_offset", "resume_offsets"]

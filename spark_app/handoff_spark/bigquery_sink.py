@@ -30,14 +30,16 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from . import bigquery_client, bigquery_ledger, faults, offset_log
+from . import checkpoint as ckpt
+from . import bigquery_client, bigquery_ledger, faults
 from .bigquery_append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
 from .config import AppConfig, BigQuerySink
 from .decode import DeadLetter, decode_batch
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, task_records, write_last_commit
+from .checkpoint import read_last_commit
+from .sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -376,8 +378,54 @@ class BigQuerySinkDataSource(DataSource):  # type: ignore[misc,valid-type]
         return BigQueryStreamWriter(self.options["config"], prepare(cfg))
 
 
+DATA_SOURCE = BigQuerySinkDataSource
+
+
 def register(spark: Any) -> None:
     spark.dataSource.register(BigQuerySinkDataSource)
+
+
+def ledger_end(cfg: AppConfig) -> dict[tuple[str, int], int]:
+    """Where the table ends for this handoff: past every offset in the data table and every range the ledger
+    index records (DLQ-only batches, gaps). A Backfill's own query: the ends its ledger-index rows record."""
+    if cfg.backfill is not None:
+        out: dict[tuple[str, int], int] = {}
+        for c in bigquery_ledger.list_commits(_sink(cfg), cfg.handoff_id):
+            if c.query == cfg.query_name:
+                for t, parts in c.end_offsets.items():
+                    for p, end in parts.items():
+                        out[(t, p)] = max(out.get((t, p), 0), end)
+        return out
+    offsets = bigquery_ledger.resume_offsets(_sink(cfg), cfg.handoff_id)
+    return {(t, p): off for t, parts in offsets.items() for p, off in parts.items()}
+
+
+def backfill_overlap(cfg: AppConfig) -> list[str]:
+    """Offsets of `cfg.backfill` already in the table, before the backfill wrote any (its own rows are the
+    resumed backfill's, not a duplicate)."""
+    assert cfg.backfill is not None
+    if ledger_end(cfg):
+        return []
+    sink = _sink(cfg)
+    present = rows_in_range(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), cfg.backfill.ranges())
+    return [f"{present} rows of the range are already in the table"] if present else []
+
+
+def ledger_identity(cfg: AppConfig) -> tuple[str | None, dict[str, str]]:
+    """BigQuery's ledger index does not record the Kafka identity yet (see docs/bigquery-exactly-once.md)."""
+    return None, {}
+
+
+def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
+    """The contiguity check for BigQuery, the overlap half: a batch starting below where the table ends would
+    duplicate rows. (A start past the end is not refused here: a batch whose last records all went to the DLQ
+    leaves no rows, and its ledger-index row is best effort, so the table's end can lag the true one.)"""
+    from .ledger import contiguity_problems
+
+    moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
+    end = ledger_end(cfg)
+    return [p for p in contiguity_problems(moving, {tp: end[tp] for tp in moving if tp in end})
+            if "already holds" in p]
 
 
 # ---------------------------------------------------------------------------------------- driver side
@@ -407,6 +455,7 @@ class CommitResult:
     # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
     # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
     records: int | None = None
+    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver
@@ -416,7 +465,7 @@ _known_committed: dict[tuple[str, str], int] = {}
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def rows_in_range(client: Any, ref: str, ranges: offset_log.OffsetRange) -> int:
+def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange) -> int:
     """How many rows of the table lie in the offset ranges (the replay check; see the module docstring)."""
     conds = []
     for (topic, partition), (start, end) in sorted(ranges.items()):
@@ -485,8 +534,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     """Driver: make batch `batch_id` visible exactly once (see the module docstring), then record it."""
     sink = _sink(cfg)
     t0 = time.monotonic()
-    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
-    offsets_json = offset_log.to_json_ranges(ranges)
+    ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
+    offsets_json = ckpt.to_json_ranges(ranges)
     ref = bigquery_client.table_ref(sink)
     rows = sum(m.rows for m in msgs)
     dlq_rows = sum(m.dlq_rows for m in msgs)
@@ -510,6 +559,13 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
                             f"from the table's offsets (handoff ledger) instead of replaying over them.")
                     log.info("batch %s already in %s (%d rows): skipping the replay", batch_id, ref, present)
                     skipped = True
+                elif cfg.backfill is None:
+                    overlap = overlap_problems(cfg, ranges)
+                    if overlap:
+                        raise BatchCommitError(
+                            f"batch {batch_id} of handoff {cfg.handoff_id} is not committed: " + "; ".join(overlap)
+                            + ". The checkpoint is stale or another writer moved the table; the driver restarts "
+                              "and resumes from the table.")
             if not skipped:
                 faults.maybe_crash("crash-before-table-commit", batch_id)
                 if streams:
@@ -523,26 +579,27 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         faults.maybe_crash("crash-after-table-commit", batch_id)
     end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
     nonempty = any(se[0] != se[1] for se in ranges.values())
+    newest_event = max((m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None), default=None)
     if nonempty:
         # After the data commit, never before; on a skipped replay only if the crash came before it.
-        bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows,
-                                     max((m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None),
-                                         default=None), snapshot_id, only_if_missing=skipped)
+        bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event, snapshot_id,
+                                     only_if_missing=skipped)
+    # a backfill never moves the stream's group offsets
     group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
-        if nonempty else True
+        if nonempty and cfg.backfill is None else True
     result = CommitResult(
         batch_id=batch_id, snapshot_id=snapshot_id, skipped=skipped, rows=rows, dlq_rows=dlq_rows,
         offsets=offsets_json, commit_latency_ms=round((time.monotonic() - t0) * 1000, 1), attempts=1,
         group_offsets_committed=group_ok, bytes=stats.bytes, append_requests=stats.requests,
         append_retries=dict(stats.retries), append_errors=dict(stats.errors),
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
-        degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs))
+        degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs), max_event_time_ms=newest_event)
     write_last_commit(cfg.checkpoint_location, result)
     return result
 
 
 
 
-__all__ = ["BigQuerySinkDataSource", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
+__all__ = ["DATA_SOURCE", "BigQuerySinkDataSource", "ledger_end", "ledger_identity", "overlap_problems", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
            "prepare", "register", "commit_batch", "write_partition", "rows_in_range", "read_last_commit",
            "SchemaIncompatibleError", "BatchCommitError"]

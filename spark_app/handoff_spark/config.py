@@ -108,6 +108,17 @@ class Maintenance(_Model):
         default=600, ge=0, description="Unreferenced data files younger than this are never swept (in-flight writes).")
 
 
+class BackfillRange(_Model):
+    """A bounded re-read `[from, to)` per partition, committed under its own ledger query (`AppConfig.query_name`)
+    so the stream's own position does not move. Only the named partitions are read."""
+
+    from_: dict[str, dict[int, int]] = Field(alias="from")
+    to: dict[str, dict[int, int]]
+
+    def ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(t, p): (start, self.to[t][p]) for t, parts in self.from_.items() for p, start in parts.items()}
+
+
 class AppConfig(_Model):
     handoff_id: str = Field(description="namespace/name of the StreamTableHandoff; recorded in every commit")
     query_name: str = "handoff"
@@ -121,6 +132,7 @@ class AppConfig(_Model):
     progress_file: str | None = Field(default=None, description="JSON progress record rewritten after each batch")
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark_conf: dict[str, str] = Field(default_factory=dict)
+    backfill: BackfillRange | None = Field(default=None, description="set for a Backfill run (its own query)")
 
     @model_validator(mode="after")
     def _dlq_needed(self) -> "AppConfig":

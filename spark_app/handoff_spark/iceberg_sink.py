@@ -34,14 +34,16 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType
 
-from . import faults, ledger, offset_log
+from . import checkpoint as ckpt
+from . import faults, ledger
 from .config import AppConfig, IcebergSink
 from .iceberg_catalog import apply_updates
 from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
                             forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from .kafka_offsets import commit_group_offsets
-from .sink_common import max_event_time_ms, read_last_commit, task_batch_id, task_records, write_last_commit
+from .checkpoint import read_last_commit
+from .sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
 from .decode import decode_batch
 
@@ -81,11 +83,30 @@ def open_table(cfg: AppConfig, create: bool = True) -> Table:
 
 
 def spark_query_id(checkpoint: str) -> str | None:
-    """Spark's query id, stable across restarts of one checkpoint (`<checkpoint>/metadata`)."""
-    try:
-        return json.loads(offset_log._local_path(checkpoint).joinpath("metadata").read_text())["id"]
-    except (FileNotFoundError, KeyError, ValueError):
-        return None
+    """Spark's query id, stable across restarts of one checkpoint."""
+    return ckpt.query_id(checkpoint)
+
+
+def ledger_end(cfg: AppConfig) -> dict[tuple[str, int], int]:
+    """Where the table's ledger ends for this handoff's stream query (current ancestry; markers included)."""
+    offsets = ledger.resume_offsets(open_table(cfg, create=False), handoff_id=cfg.handoff_id, query=cfg.query_name)
+    return {(t, p): off for t, parts in offsets.items() for p, off in parts.items()}
+
+
+def ledger_identity(cfg: AppConfig) -> tuple[str | None, dict[str, str]]:
+    return ledger.latest_identity(open_table(cfg, create=False), cfg.handoff_id, cfg.query_name)
+
+
+def backfill_overlap(cfg: AppConfig) -> list[str]:
+    """Offsets of `cfg.backfill` the table already holds (batches of any other query of this handoff)."""
+    assert cfg.backfill is not None
+    held = [c for c in ledger.list_commits(open_table(cfg, create=False), handoff_id=cfg.handoff_id)
+            if c.query != cfg.query_name]
+    return ledger.overlap_problems(held, cfg.backfill.ranges())
+
+
+class LedgerMismatchError(RuntimeError):
+    """A batch does not start where the table's ledger ends: committing it would duplicate or skip records."""
 
 
 # ------------------------------------------------------------------------------------------ executors
@@ -257,6 +278,9 @@ class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
         return IcebergStreamWriter(self.options["config"])
 
 
+DATA_SOURCE = IcebergSinkDataSource
+
+
 # ---------------------------------------------------------------------------------------- driver side
 
 @dataclass(frozen=True)
@@ -272,6 +296,7 @@ class CommitResult:
     group_offsets_committed: bool
     records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
     task_ms: dict[str, float] = field(default_factory=dict)  # summed over the batch's write tasks
+    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 def _is_catalog_outage(exc: BaseException) -> bool:
@@ -341,14 +366,26 @@ def _drop_replay_files(table: Table, snapshot_id: int, msgs: list[IcebergCommitM
     delete_files(table.io, [p for p in paths if p not in committed])
 
 
+def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.OffsetRange) -> None:
+    """The one check that keeps duplicates out whatever happens to checkpoints or to a second (zombie) driver:
+    every partition's range must start where the table's ledger ends (see `ledger.contiguity_problems`)."""
+    moving = {tp for tp, (start, end) in ranges.items() if end > start}
+    problems = ledger.contiguity_problems(ranges, ledger.ledger_end(table, cfg.handoff_id, cfg.query_name, moving))
+    if problems:
+        raise LedgerMismatchError(
+            f"batch {batch_id} of handoff {cfg.handoff_id} is not committed: " + "; ".join(problems)
+            + ". Another writer moved the table or the checkpoint is stale; the driver restarts and resumes from "
+              "the table's ledger.")
+
+
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
-                    ranges: offset_log.OffsetRange, query_id: str | None) -> TableCommit:
+                    ranges: ckpt.OffsetRange, query_id: str | None) -> TableCommit:
     """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
     (schema evolution + append in ONE transaction) carrying the ledger properties. Bounded retries: a
     conflict or a catalog outage reloads the table and re-checks the ancestry before trying again (the
     previous attempt may have landed even if it reported failure)."""
     sink = _sink(cfg)
-    offsets_json = offset_log.to_json_ranges(ranges)
+    offsets_json = ckpt.to_json_ranges(ranges)
     event_times = [m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None]
     props = {
         ledger.ID: cfg.handoff_id, ledger.QUERY: cfg.query_name, ledger.BATCH_ID: str(batch_id),
@@ -358,6 +395,9 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
     }
     if query_id:
         props[ledger.QUERY_ID] = query_id
+    identity = ckpt.read_kafka_identity(cfg.checkpoint_location)
+    if identity:
+        props[ledger.KAFKA] = json.dumps(identity, separators=(",", ":"), sort_keys=True)
     attempts = 0
     replaced: list[str] = []
     table: Table | None = None
@@ -371,6 +411,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
                 log.info("batch %s already committed as snapshot %s: skipping", batch_id, done.snapshot_id)
                 _drop_replay_files(table, done.snapshot_id, msgs)
                 return TableCommit(table, done.snapshot_id, True, attempts)
+            check_contiguous(table, cfg, batch_id, ranges)
             faults.maybe_crash("crash-before-table-commit", batch_id)
             if faults.armed("catalog-outage", batch_id):
                 raise ConnectionError("HANDOFF_FAULT catalog-outage (test hook)")
@@ -414,7 +455,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
         except CommitFailedException as exc:
             last_error = exc
             log.warning("batch %s: commit conflict (attempt %s): %s", batch_id, attempts, exc)
-        except SchemaIncompatibleError:
+        except (SchemaIncompatibleError, LedgerMismatchError):
             raise
         except Exception as exc:  # noqa: BLE001
             if not _is_catalog_outage(exc):
@@ -433,13 +474,13 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
     """Driver commit of one micro-batch: offsets from Spark's offset log, the table commit, then (only after
     it is durable) the consumer-group offsets, the progress record and periodic upkeep."""
     t0 = time.monotonic()
-    ranges = offset_log.batch_range(cfg.checkpoint_location, batch_id)
-    offsets_json = offset_log.to_json_ranges(ranges)
+    ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
+    offsets_json = ckpt.to_json_ranges(ranges)
     tc = commit_to_table(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location))
     commit_ms = round((time.monotonic() - t0) * 1000, 1)
     faults.maybe_crash("crash-after-table-commit", batch_id)
     group_ok = False
-    if tc.snapshot_id is not None:
+    if tc.snapshot_id is not None and cfg.backfill is None:  # a backfill never moves the stream's group offsets
         end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
         group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end,
                                         cfg.source.properties)
@@ -447,6 +488,8 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
                           rows=sum(m.rows for m in msgs), dlq_rows=sum(m.dlq_rows for m in msgs),
                           offsets=offsets_json, commit_latency_ms=commit_ms, attempts=tc.attempts,
                           group_offsets_committed=group_ok, records=sum(m.records for m in msgs),
+                          max_event_time_ms=max((m.max_event_time_ms for m in msgs
+                                                 if m.max_event_time_ms is not None), default=None),
                           task_ms={k: round(sum(m.task_ms.get(k, 0.0) for m in msgs), 1)
                                    for k in ("read", "decode", "open_table", "write", "dlq")})
     write_last_commit(cfg.checkpoint_location, result)
@@ -506,6 +549,6 @@ def register(spark: Any) -> None:
 
 
 
-__all__ = ["IcebergSinkDataSource", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare",
+__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare",
            "register", "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]

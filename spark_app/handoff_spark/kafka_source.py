@@ -30,7 +30,10 @@ Options (keys are case-insensitive, Spark lower-cases them):
   `startingOffsets` (earliest|latest), `maxRecordsPerBatch`, `onOffsetOutOfRange` (fail|earliest),
   `checkpointLocation`, `stopMarker` (path; when it exists no new data is admitted — graceful stop),
   `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120),
-  `minPartitions` (split large ranges so a batch has at least this many tasks; see `split_ranges`).
+  `minPartitions` (split large ranges so a batch has at least this many tasks; see `split_ranges`),
+  `startOffsets` (JSON `{"topic": {"partition": offset}}`: where the table's ledger says the query resumes; a
+  fresh checkpoint starts there, and only partitions the ledger lacks start at `startingOffsets`),
+  `endingOffsets` (same form: a bounded read for Backfill; partitions it does not name are not read).
 """
 from __future__ import annotations
 
@@ -38,11 +41,8 @@ import json
 import logging
 import os
 import time
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator, Mapping
-from urllib.parse import urlparse
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -50,12 +50,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from . import checkpoint as ckpt
+
+if TYPE_CHECKING:
+    from .config import AppConfig
+
 log = logging.getLogger("handoff.kafka_source")
 
 SOURCE_NAME = "handoff-kafka"
 RANGES_SOURCE_NAME = "handoff-kafka-ranges"
-INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
-GAPS_FILE = "sources/handoff-gaps.jsonl"
 
 SPARK_SCHEMA = StructType([
     StructField("topic", StringType(), False),
@@ -230,24 +233,6 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
 
 
 # ------------------------------------------------------------------------------------------------
-# Checkpoint side files
-# ------------------------------------------------------------------------------------------------
-def _local_dir(checkpoint: str) -> Path:
-    parsed = urlparse(checkpoint)
-    if parsed.scheme in ("", "file"):
-        return Path(parsed.path if parsed.scheme else checkpoint)
-    raise SourceConfigError(f"checkpointLocation {checkpoint!r}: only local paths and file:// URIs are supported "
-                            f"by the handoff-kafka source (mount a volume for the checkpoint)")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-# ------------------------------------------------------------------------------------------------
 # Options
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -262,6 +247,10 @@ class SourceOptions:
     read_timeout_s: float = 120.0
     consume_batch: int = 10000
     min_partitions: int | None = None
+    #: Where the table's ledger says this query resumes (a fresh checkpoint starts here, not at startingOffsets).
+    start_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: A bounded read (Backfill): never past these offsets, and partitions not named here are not read at all.
+    ending_offsets: dict[tuple[str, int], int] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -286,11 +275,41 @@ class SourceOptions:
                    stop_marker=opts.get("stopmarker") or None,
                    read_timeout_s=float(opts.get("readtimeoutseconds", 120)),
                    consume_batch=int(opts.get("consumebatch", 10000)),
-                   min_partitions=int(min_parts) if min_parts else None)
+                   min_partitions=int(min_parts) if min_parts else None,
+                   start_offsets=from_offsets(json.loads(opts["startoffsets"])) if opts.get("startoffsets") else {},
+                   ending_offsets=from_offsets(json.loads(opts["endingoffsets"])) if opts.get("endingoffsets") else None)
 
     def client_conf(self) -> dict[str, str]:
         # read_committed always: a Handoff table must never contain aborted records.
         return {**self.kafka, "isolation.level": "read_committed"}
+
+
+def source_options(cfg: "AppConfig", stop_marker: str | None,
+                   start_offsets: Mapping[str, Mapping[int, int]] | None = None) -> dict[str, str]:
+    """The source's options for a handoff's app config: what the driver passes to the query and what a fused
+    write task parses to read its ranges the same way."""
+    src = cfg.source
+    opts = {f"kafka.{k}": v for k, v in src.properties.items()}
+    opts.update({
+        "subscribe": ",".join(src.topics),
+        "kafka.bootstrap.servers": src.bootstrap_servers,
+        "startingOffsets": src.starting_offsets,
+        "onOffsetOutOfRange": src.on_offset_out_of_range,
+        "checkpointLocation": cfg.checkpoint_location,
+    })
+    if src.max_records_per_batch:
+        opts["maxRecordsPerBatch"] = str(src.max_records_per_batch)
+    if src.min_partitions:
+        opts["minPartitions"] = str(src.min_partitions)
+    if stop_marker:
+        opts["stopMarker"] = stop_marker
+    if start_offsets:
+        opts["startOffsets"] = json.dumps({t: {str(p): int(o) for p, o in parts.items()}
+                                           for t, parts in start_offsets.items()}, sort_keys=True)
+    if cfg.backfill is not None:
+        opts["endingOffsets"] = json.dumps({t: {str(p): int(o) for p, o in parts.items()}
+                                            for t, parts in cfg.backfill.to.items()}, sort_keys=True)
+    return opts
 
 
 # ------------------------------------------------------------------------------------------------
@@ -371,15 +390,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets -------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        path = _local_dir(self.opts.checkpoint) / INITIAL_OFFSETS_FILE if self.opts.checkpoint else None
-        if path is not None and path.exists():
-            return json.loads(path.read_text())
+        """The start of batch 0 of a fresh checkpoint: the table ledger's offsets (`startOffsets`, passed by the
+        driver) for the partitions it has, `startingOffsets` for the others (new topic or partition). Persisted,
+        so a query that crashes in batch 0 replays the same range."""
+        if self.opts.checkpoint:
+            known = ckpt.initial_offsets(self.opts.checkpoint)
+            if known is not None:
+                return to_offsets(known)
         tps = self.broker.partitions()
-        initial = self.broker.list_offsets(tps, self.opts.starting_offsets)
+        ledger = {tp: off for tp, off in self.opts.start_offsets.items() if tp in set(tps)}
+        rest = [tp for tp in tps if tp not in ledger]
+        initial = {**self.broker.list_offsets(rest, self.opts.starting_offsets), **ledger}
         doc = to_offsets(initial)
-        if path is not None:
-            _atomic_write(path, json.dumps(doc, sort_keys=True))
-        log.info("handoff-kafka initial offsets (%s): %s", self.opts.starting_offsets, doc)
+        if self.opts.checkpoint:
+            ckpt.write_initial_offsets(self.opts.checkpoint, doc)
+        log.info("handoff-kafka initial offsets (ledger for %d partitions, %s for %d): %s", len(ledger),
+                 self.opts.starting_offsets, len(rest), doc)
         return doc
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -407,6 +433,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             tps = self.broker.partitions()
             latest = self.broker.list_offsets(tps, "latest")
             self._latest = dict(latest)
+        if self.opts.ending_offsets is not None:
+            cap = self.opts.ending_offsets
+            latest = {tp: min(off, cap.get(tp, begin.get(tp, off))) for tp, off in latest.items()}
         new = [tp for tp in tps if tp not in begin]
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(begin, {tp: off for tp, off in latest.items() if tp in begin}, max_rows)
@@ -443,11 +472,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "skipping to %d (onOffsetOutOfRange=earliest)", r.topic, r.partition, r.start, lost_to - 1,
                     lost_to)
         if self.opts.checkpoint:
-            path = _local_dir(self.opts.checkpoint) / GAPS_FILE
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a") as fh:
-                fh.write(json.dumps({"topic": r.topic, "partition": r.partition, "from": r.start,
-                                     "to": lost_to, "detectedAtMs": int(time.time() * 1000)}) + "\n")
+            ckpt.append_gap(self.opts.checkpoint, {"topic": r.topic, "partition": r.partition, "from": r.start,
+                                                   "to": lost_to, "detectedAtMs": int(time.time() * 1000)})
 
     def commit(self, end: dict) -> None:
         # Consumer-group offsets are committed by the sink after the table commit is durable.

@@ -9,6 +9,15 @@ must resume reading.
 Only the *current ancestry* counts: a rolled-back snapshot stays in the table metadata but its data is not in
 the table, so its offsets are not either. Snapshots without ledger properties (compaction, manual writes) are
 walked through, never treated as commits.
+
+Besides micro-batches (`kind` batch) the ledger holds markers, snapshots without data that move a partition's
+ledger end on purpose: a `gap` (offsets deliberately not in the table, e.g. a Rollback that must not bring
+discarded data back) and an `epoch` (a recreated topic or cluster accepted by the user: its partitions start
+again at the marker's offsets). The ledger end of a partition is the end of the newest entry that names it;
+a batch may commit only if it starts there (`contiguity_problems`).
+
+Each entry also records the Kafka cluster id and the topic ids it read (`handoff.kafka`), so a topic or cluster
+recreated under the same name is detected instead of silently re-read or skipped (`identity_problems`).
 """
 from __future__ import annotations
 
@@ -31,6 +40,11 @@ OFFSETS = "handoff.offsets"
 ROWS = "handoff.rows"
 DLQ_ROWS = "handoff.dlq-rows"
 MAX_EVENT_TIME_MS = "handoff.max-event-time-ms"
+KIND = "handoff.kind"  # batch (default) | gap | epoch
+REASON = "handoff.reason"
+KAFKA = "handoff.kafka"  # {"cluster": <cluster id>, "topics": {<topic>: <topic id>}}
+
+BATCH, GAP, EPOCH = "batch", "gap", "epoch"
 
 Offsets = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
 
@@ -50,6 +64,10 @@ class Commit:
     rows: int
     dlq_rows: int
     max_event_time_ms: int | None
+    kind: str = BATCH
+    reason: str | None = None
+    kafka_cluster_id: str | None = None
+    topic_ids: dict[str, str] | None = None
 
     @property
     def end_offsets(self) -> Offsets:
@@ -77,12 +95,15 @@ def commit_of(snapshot: Snapshot) -> Commit | None:
     raw = json.loads(props[OFFSETS])
     offsets = {t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()} for t, parts in raw.items()}
     met = props.get(MAX_EVENT_TIME_MS)
+    kafka = json.loads(props[KAFKA]) if props.get(KAFKA) else {}
     return Commit(
         snapshot_id=snapshot.snapshot_id, parent_snapshot_id=snapshot.parent_snapshot_id,
         timestamp_ms=snapshot.timestamp_ms, handoff_id=props[ID], query=props.get(QUERY, ""),
         query_id=props.get(QUERY_ID), batch_id=int(props[BATCH_ID]), offsets=offsets,
         rows=int(props.get(ROWS, "0")), dlq_rows=int(props.get(DLQ_ROWS, "0")),
         max_event_time_ms=int(met) if met not in (None, "") else None,
+        kind=props.get(KIND, BATCH), reason=props.get(REASON),
+        kafka_cluster_id=kafka.get("cluster"), topic_ids=kafka.get("topics"),
     )
 
 
@@ -103,21 +124,26 @@ def _metadata(table: Table | TableMetadata) -> TableMetadata:
     return table.metadata if isinstance(table, Table) else table
 
 
-def list_commits(table: Table | TableMetadata, handoff_id: str | None = None,
-                 snapshot_id: int | None = None) -> list[Commit]:
-    """Ledger commits in the current ancestry (or that of `snapshot_id`), newest first."""
-    out = []
+def _entries(table: Table | TableMetadata, handoff_id: str | None, query: str | None,
+             snapshot_id: int | None = None) -> Iterator[Commit]:
     for snap in ancestry(_metadata(table), snapshot_id):
         c = commit_of(snap)
-        if c is not None and (handoff_id is None or c.handoff_id == handoff_id):
-            out.append(c)
-    return out
+        if c is not None and (handoff_id is None or c.handoff_id == handoff_id) and (query is None or c.query == query):
+            yield c
 
 
-def latest_commit(table: Table | TableMetadata, handoff_id: str | None = None) -> Commit | None:
-    for snap in ancestry(_metadata(table)):
-        c = commit_of(snap)
-        if c is not None and (handoff_id is None or c.handoff_id == handoff_id):
+def list_commits(table: Table | TableMetadata, handoff_id: str | None = None,
+                 snapshot_id: int | None = None, query: str | None = None,
+                 include_markers: bool = True) -> list[Commit]:
+    """Ledger entries in the current ancestry (or that of `snapshot_id`), newest first."""
+    return [c for c in _entries(table, handoff_id, query, snapshot_id) if include_markers or c.kind == BATCH]
+
+
+def latest_commit(table: Table | TableMetadata, handoff_id: str | None = None,
+                  query: str | None = None) -> Commit | None:
+    """The newest micro-batch commit (markers are not commits of data)."""
+    for c in _entries(table, handoff_id, query):
+        if c.kind == BATCH:
             return c
     return None
 
@@ -132,7 +158,7 @@ def find_batch(table: Table | TableMetadata, handoff_id: str, query: str, batch_
     """
     for snap in ancestry(_metadata(table)):
         c = commit_of(snap)
-        if c is None or c.handoff_id != handoff_id or c.query != query:
+        if c is None or c.handoff_id != handoff_id or c.query != query or c.kind != BATCH:
             continue
         if query_id is not None and c.query_id is not None and c.query_id != query_id:
             return None  # an older checkpoint's commits: this checkpoint's batches would be newer
@@ -147,7 +173,7 @@ def snapshot_for_offset(table: Table | TableMetadata, topic: str, partition: int
                         handoff_id: str | None = None) -> Commit | None:
     """The commit (snapshot) whose range holds `offset` of `topic`/`partition`, None if none in the ancestry
     does (not yet committed, or expired)."""
-    for c in list_commits(table, handoff_id):
+    for c in list_commits(table, handoff_id, include_markers=False):
         if c.covers(topic, partition, offset):
             return c
     return None
@@ -164,20 +190,132 @@ def snapshot_at(table: Table | TableMetadata, timestamp_ms: int) -> Snapshot | N
 
 def commit_at(table: Table | TableMetadata, timestamp_ms: int, handoff_id: str | None = None) -> Commit | None:
     """The newest ledger commit made at or before `timestamp_ms`."""
-    for c in list_commits(table, handoff_id):
+    for c in list_commits(table, handoff_id, include_markers=False):
         if c.timestamp_ms <= timestamp_ms:
             return c
     return None
 
 
 def resume_offsets(table: Table | TableMetadata, snapshot_id: int | None = None,
-                   handoff_id: str | None = None) -> Offsets:
+                   handoff_id: str | None = None, query: str | None = None) -> Offsets:
     """`{topic: {partition: next offset}}` a query must resume from if the table is restored to `snapshot_id`
-    (default: current). For each partition the newest commit at or before the snapshot wins, so compaction
-    snapshots and commits that did not mention a partition are handled."""
+    (default: current): the ledger end of every partition. For each partition the newest entry at or before the
+    snapshot that names it wins (markers included), so compaction snapshots and commits that did not mention a
+    partition are handled."""
     out: Offsets = {}
-    for c in list_commits(table, handoff_id, snapshot_id=snapshot_id):
+    for c in _entries(table, handoff_id, query, snapshot_id):
         for topic, parts in c.offsets.items():
             for p, (_start, end) in parts.items():
                 out.setdefault(topic, {}).setdefault(p, end)
+    return out
+
+
+def ledger_end(table: Table | TableMetadata, handoff_id: str, query: str,
+               partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The ledger end of just `partitions` (those the ledger never saw are absent). Stops walking the ancestry
+    once every partition is found, so the per-commit check costs a snapshot or two, not the history."""
+    found: dict[tuple[str, int], int] = {}
+    for c in _entries(table, handoff_id, query):
+        for topic, parts in c.offsets.items():
+            for p, (_start, end) in parts.items():
+                if (topic, p) in partitions:
+                    found.setdefault((topic, p), end)
+        if len(found) == len(partitions):
+            break
+    return found
+
+
+def latest_identity(table: Table | TableMetadata, handoff_id: str, query: str) -> tuple[str | None, dict[str, str]]:
+    """(Kafka cluster id, {topic: topic id}) as the newest entries that recorded them say."""
+    cluster: str | None = None
+    topics: dict[str, str] = {}
+    for c in _entries(table, handoff_id, query):
+        if cluster is None and c.kafka_cluster_id:
+            cluster = c.kafka_cluster_id
+        for topic, tid in (c.topic_ids or {}).items():
+            topics.setdefault(topic, tid)
+        if cluster is not None and all(t in topics for t in c.offsets):
+            break
+    return cluster, topics
+
+
+def marker_properties(handoff_id: str, query: str, ranges: dict[str, dict[str, list[int]]], kind: str,
+                      reason: str, kafka: dict | None = None) -> dict[str, str]:
+    """Summary properties of a marker entry (no data): the ranges it covers on purpose and why."""
+    if kind not in (GAP, EPOCH):
+        raise ValueError(f"marker kind must be {GAP} or {EPOCH}, not {kind!r}")
+    props = {ID: handoff_id, QUERY: query, BATCH_ID: "-1", KIND: kind, REASON: reason[:2000],
+             OFFSETS: json.dumps(ranges, separators=(",", ":"), sort_keys=True), ROWS: "0", DLQ_ROWS: "0"}
+    if kafka:
+        props[KAFKA] = json.dumps(kafka, separators=(",", ":"), sort_keys=True)
+    return props
+
+
+def record_marker(table: Table, handoff_id: str, query: str, ranges: dict[str, dict[str, list[int]]], kind: str,
+                  reason: str, kafka: dict | None = None) -> int:
+    """Commit a snapshot without data that records `ranges` as a `gap` or an `epoch` (see the module docstring).
+    Returns its snapshot id. The caller stops the handoff's driver first: a marker moves the ledger end."""
+    tx = table.transaction()
+    with tx.update_snapshot(snapshot_properties=marker_properties(handoff_id, query, ranges, kind, reason,
+                                                                  kafka)).fast_append():
+        pass
+    committed = tx.commit_transaction()
+    snap = committed.current_snapshot()
+    assert snap is not None
+    return snap.snapshot_id
+
+
+def record_gap(table: Table, handoff_id: str, query: str, ranges: dict[str, dict[str, list[int]]],
+               reason: str) -> int:
+    """Record offsets deliberately left out of the table (`{"topic": {"partition": [start, end]}}`): the stream
+    goes on at each `end`, and the range is never re-read by a restart."""
+    return record_marker(table, handoff_id, query, ranges, GAP, reason)
+
+
+def contiguity_problems(ranges: dict[tuple[str, int], tuple[int, int]],
+                        ledger: dict[tuple[str, int], int]) -> list[str]:
+    """Why a batch must not commit: a partition whose non-empty range does not start at the ledger end (behind
+    it: the records are already in the table, a duplicate; past it: records would be skipped). Partitions the
+    ledger never saw may start anywhere (their start came from startingOffsets). Pure."""
+    out = []
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        if end <= start or (topic, partition) not in ledger:
+            continue
+        have = ledger[(topic, partition)]
+        if start < have:
+            out.append(f"{topic}[{partition}] starts at {start} but the table already holds offsets up to {have} "
+                       f"(re-reading {min(end, have) - start} records would duplicate them)")
+        elif start > have:
+            out.append(f"{topic}[{partition}] starts at {start} but the table's ledger ends at {have} "
+                       f"(offsets {have}..{start - 1} would be skipped)")
+    return out
+
+
+def overlap_problems(held: list[Commit], wanted: dict[tuple[str, int], tuple[int, int]]) -> list[str]:
+    """Which of `wanted` (`[from, to)` per partition) the table already holds according to `held` (batch
+    entries; markers hold no data). A Backfill must not re-write those records. Pure."""
+    out = []
+    for c in held:
+        if c.kind != BATCH:
+            continue
+        for (topic, partition), (lo, hi) in sorted(wanted.items()):
+            se = c.offsets.get(topic, {}).get(partition)
+            if se is not None and se[0] < hi and lo < se[1] and se[0] < se[1]:
+                out.append(f"{topic}[{partition}] offsets {max(lo, se[0])}..{min(hi, se[1]) - 1} are already in "
+                           f"the table (snapshot {c.snapshot_id}, query {c.query} batch {c.batch_id})")
+    return out
+
+
+def identity_problems(recorded_cluster: str | None, recorded_topics: dict[str, str], cluster: str | None,
+                      topics: dict[str, str]) -> list[str]:
+    """A Kafka cluster or topic that is not the one the ledger's offsets belong to (recreated under the same
+    name, or the handoff now points at another cluster). Unknown ids on either side are not a mismatch. Pure."""
+    out = []
+    if recorded_cluster and cluster and recorded_cluster != cluster:
+        out.append(f"the Kafka cluster id is {cluster}, the table's ledger was written from cluster {recorded_cluster}")
+    for topic, tid in sorted(topics.items()):
+        old = recorded_topics.get(topic)
+        if old and tid and old != tid:
+            out.append(f"topic {topic!r} has id {tid}, the ledger's offsets belong to topic id {old} "
+                       f"(the topic was deleted and recreated)")
     return out

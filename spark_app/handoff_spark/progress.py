@@ -15,11 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import urlparse
 
-from .sink_common import LAST_COMMIT_FILE
-
-INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
+from . import checkpoint as ckpt
 
 
 def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:
@@ -40,22 +37,13 @@ def lag_per_partition(end: Mapping[tuple[str, int], int], latest: Mapping[tuple[
         tp: lt for tp, lt in latest.items() if tp not in end}
 
 
-def _read_json(checkpoint: str, relative: str) -> Any:
-    parsed = urlparse(checkpoint)
-    base = Path(parsed.path if parsed.scheme == "file" else checkpoint)
-    try:
-        return json.loads((base / relative).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError):
-        return None
-
-
 def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
-    return _read_json(checkpoint, LAST_COMMIT_FILE)
+    return ckpt.read_last_commit(checkpoint)
 
 
 def read_initial_offsets(checkpoint: str) -> dict[tuple[str, int], int]:
     """The source's initial offsets (the start of batch 0, which Spark's progress leaves empty)."""
-    return _parse_offsets(_read_json(checkpoint, INITIAL_OFFSETS_FILE))
+    return _parse_offsets(ckpt.read_json(checkpoint, ckpt.INITIAL_OFFSETS_FILE))
 
 
 @dataclass

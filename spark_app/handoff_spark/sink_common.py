@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
-import os
-import tempfile
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -48,32 +45,15 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
     return value * 1000 if per_ms is None else value // per_ms
 
 
-#: Where a sink's driver-side commit leaves its result for the app's progress record and metrics. The commit
-#: runs in a Spark Python worker, not in the driver's Python process, hence a file beside the checkpoint.
-LAST_COMMIT_FILE = "handoff/last-commit.json"
-
-
 def write_last_commit(checkpoint: str, result: Any) -> None:
-    """Atomically rewrite `<checkpoint>/handoff/last-commit.json` with a sink's CommitResult (a dataclass)."""
-    from . import offset_log
+    """Record a sink's CommitResult (a dataclass) for the driver's progress record. The commit runs in a Spark
+    Python worker, not in the driver's Python process, hence a file in the checkpoint. Best effort."""
+    from . import checkpoint as ckpt
 
     try:
-        path = offset_log._local_path(checkpoint) / LAST_COMMIT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
-            json.dump(dataclasses.asdict(result), tmp)
-        os.replace(tmp.name, path)
+        ckpt.write_last_commit(checkpoint, dataclasses.asdict(result))
     except OSError:
-        log.warning("could not write %s", LAST_COMMIT_FILE, exc_info=True)
-
-
-def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
-    from . import offset_log
-
-    try:
-        return json.loads((offset_log._local_path(checkpoint) / LAST_COMMIT_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
+        log.warning("could not write %s", ckpt.LAST_COMMIT_FILE, exc_info=True)
 
 
 def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -84,7 +64,6 @@ def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     never cross Python → JVM → Python. Otherwise the batches already are records and pass through. Lazy, so
     a sink can append (BigQuery) while the rest of its ranges are still being read."""
     from . import kafka_source  # pyspark-only module; the operator imports this one without pyspark
-    from .app import source_options  # the driver's option set, so both paths read Kafka identically
 
     it = iter(batches)
     for first in it:
@@ -92,7 +71,7 @@ def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
             yield first
             yield from it
             return
-        opts = kafka_source.SourceOptions.parse(source_options(cfg, None))
+        opts = kafka_source.SourceOptions.parse(kafka_source.source_options(cfg, None))
         for rng in kafka_source.ranges_of(itertools.chain([first], it)):
             yield from kafka_source.read_range(opts, rng)
         return

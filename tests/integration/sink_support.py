@@ -53,7 +53,8 @@ def raw_batch(topic: str, partition: int, start: int, values: list[bytes]) -> pa
 
 
 def write_offsets(checkpoint: Path, batch_id: int, offsets: dict[str, dict[str, int]],
-                  initial: dict[str, dict[str, int]] | None = None) -> None:
+                  initial: dict[str, dict[str, int]] | None = None,
+                  query_id: str = "11111111-2222-3333-4444-555555555555") -> None:
     """What Spark (and the source, for batch 0) write before running batch `batch_id`."""
     (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
     meta = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
@@ -62,4 +63,4 @@ def write_offsets(checkpoint: Path, batch_id: int, offsets: dict[str, dict[str, 
         (checkpoint / "sources").mkdir(parents=True, exist_ok=True)
         (checkpoint / "sources" / "handoff-initial.json").write_text(json.dumps(initial))
     if not (checkpoint / "metadata").exists():
-        (checkpoint / "metadata").write_text(json.dumps({"id": "11111111-2222-3333-4444-555555555555"}))
+        (checkpoint / "metadata").write_text(json.dumps({"id": query_id}))

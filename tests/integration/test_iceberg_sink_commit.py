@@ -7,8 +7,8 @@ import pytest
 from pyiceberg.types import DoubleType, LongType, StringType
 
 from handoff_spark import ledger, maintenance
-from handoff_spark.iceberg_sink import (IcebergStreamWriter, SchemaIncompatibleError, abort_batch, commit_batch,
-                                        open_table, prepare)
+from handoff_spark.iceberg_sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
+                                        abort_batch, commit_batch, open_table, prepare)
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from sink_support import app_config, raw_batch, record, write_offsets
@@ -135,3 +135,39 @@ def test_orphan_sweep_on_s3_keeps_committed_files(kafka, s3, tmp_path):
     table = open_table(cfg)
     assert maintenance.orphan_files(table) == []
     assert table.scan().to_arrow().num_rows == 6  # every committed file is still there
+
+
+def test_a_batch_commits_only_where_the_ledger_ends(kafka, tmp_path):
+    """A zombie driver (its own, older checkpoint) must not commit over what the live one committed, and a
+    deliberate gap recorded in the ledger moves where the next batch must start."""
+    topic = "sink-contiguity-1"
+    kafka.create_topic(topic, partitions=1)
+    cfg = app_config(tmp_path, kafka.bootstrap, topic)
+    prepare(cfg)
+    cp = tmp_path / "checkpoint"
+    write_offsets(cp, 0, {topic: {"0": 5}}, initial={topic: {"0": 0}})
+    commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 0, [record(i) for i in range(5)])), 0)
+
+    # the zombie: another checkpoint that still thinks the stream is at 0 (new query id, so no replay skip)
+    zombie = cfg.model_copy(update={"checkpoint_location": str(tmp_path / "zombie")})
+    write_offsets(tmp_path / "zombie", 0, {topic: {"0": 8}}, initial={topic: {"0": 0}},
+                  query_id="99999999-2222-3333-4444-555555555555")
+    with pytest.raises(LedgerMismatchError, match=r"starts at 0 but the table already holds offsets up to 5"):
+        commit_batch(zombie, _write(zombie, raw_batch(topic, 0, 0, [record(i) for i in range(8)])), 0)
+    # and a batch that would skip records (starts past the ledger end) is refused too
+    write_offsets(cp, 1, {topic: {"0": 12}})
+    write_offsets(cp, 2, {topic: {"0": 15}})
+    with pytest.raises(LedgerMismatchError, match=r"offsets 5\.\.11 would be skipped"):
+        commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 12, [record(i) for i in range(12, 15)])), 2)
+    table = open_table(cfg)
+    assert table.scan().to_arrow().num_rows == 5
+
+    # unless the gap is recorded on purpose
+    gap = ledger.record_gap(table, cfg.handoff_id, cfg.query_name, {topic: {"0": [5, 12]}}, "test: left out")
+    r2 = commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 12, [record(i) for i in range(12, 15)])), 2)
+    table = open_table(cfg)
+    assert not r2.skipped and table.scan().to_arrow().num_rows == 8
+    entries = ledger.list_commits(table, cfg.handoff_id)
+    assert [(c.kind, c.snapshot_id == gap) for c in entries] == [("batch", False), ("gap", True), ("batch", False)]
+    assert ledger.resume_offsets(table, handoff_id=cfg.handoff_id, query=cfg.query_name) == {topic: {0: 15}}
+    assert ledger.latest_commit(table, cfg.handoff_id).batch_id == 2

@@ -12,7 +12,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, NestedField, StringType
 
-from handoff_spark import ledger, maintenance, offset_log
+from handoff_spark import checkpoint as offset_log
+from handoff_spark import ledger, maintenance
 from handoff_spark.iceberg_table import parse_partition_field, plan_schema_changes
 
 SCHEMA = Schema(NestedField(1, "_kafka_partition", IntegerType()), NestedField(2, "_kafka_offset", LongType()))

@@ -1,0 +1,248 @@
+"""The Spark checkpoint's layout, owned in one place: Spark's own offset log and Handoff's side files.
+
+The checkpoint is a cache of where the stream is; the table's ledger is the truth (`resume.py` decides whether
+a checkpoint may be trusted). What is in it:
+
+- `metadata`: `{"id": <query id>}`, stable across restarts of one checkpoint;
+- `offsets/N` (Spark `OffsetSeqLog`): batch N's end offsets, written *before* the batch runs; a replayed batch
+  reuses the file, so it is the authoritative answer to "which records does batch N contain". Line 1 `v1`,
+  line 2 the batch metadata JSON, then one line per source (`{"<topic>": {"<partition>": <next offset>}}`, `-`
+  for a source without offsets). Handoff queries have exactly one source;
+- `commits/N`: Spark's own "batch N is done" marker, written after the sink's commit returned;
+- `sources/handoff-initial.json`: the start of batch 0 (Spark does not persist a Python source's initial
+  offsets; a query that crashes in batch 0 must replay the same range, and the sink needs that start);
+- `sources/handoff-gaps.jsonl`: offsets retention deleted before they were read (`onOffsetOutOfRange=earliest`);
+- `handoff/last-commit.json`: the sink's result of the newest batch, for the driver's progress record.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+TopicPartition = tuple[str, int]
+OffsetRange = dict[TopicPartition, tuple[int, int]]
+
+INITIAL_OFFSETS_FILE = "sources/handoff-initial.json"
+GAPS_FILE = "sources/handoff-gaps.jsonl"
+LAST_COMMIT_FILE = "handoff/last-commit.json"
+#: What Spark and Handoff keep under a checkpoint; `discard` removes exactly these (the directory itself may be
+#: a volume's mount point and stays).
+SPARK_ENTRIES = ("metadata", "offsets", "commits", "sources", "state", "handoff")
+
+
+class OffsetLogError(RuntimeError):
+    """The offset log does not hold what the batch needs (missing file, unexpected format)."""
+
+
+class CheckpointLocationError(ValueError):
+    """The checkpoint location is not a local path (object stores are refused when the spec is validated)."""
+
+
+def local_path(checkpoint: str) -> Path:
+    """The directory of a `file://` URI or plain path."""
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else checkpoint)
+    raise CheckpointLocationError(f"checkpoint {checkpoint!r}: only local paths and file:// URIs are supported "
+                                  f"(mount a volume for the checkpoint)")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_text(checkpoint: str, relative: str) -> str | None:
+    try:
+        return (local_path(checkpoint) / relative).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_json(checkpoint: str, relative: str) -> Any:
+    text = read_text(checkpoint, relative)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+# ------------------------------------------------------------------------------------------- offset log
+
+def parse_source_offsets(text: str) -> dict[TopicPartition, int]:
+    """`{"topic": {"0": 12}}` → `{("topic", 0): 12}`."""
+    raw = json.loads(text)
+    return {(topic, int(p)): int(off) for topic, parts in raw.items() for p, off in parts.items()}
+
+
+def parse_offset_file(text: str) -> dict[TopicPartition, int]:
+    """Parse one `offsets/N` file (or a plain source-offset JSON document) into end offsets."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise OffsetLogError("empty offset file")
+    if not lines[0].startswith("v"):
+        return parse_source_offsets(text)  # plain JSON (the initial offsets file)
+    if len(lines) < 3:
+        raise OffsetLogError(f"offset file has no source offsets: {text[:200]!r}")
+    sources = [line for line in lines[2:] if line.strip() != "-"]
+    if len(sources) != 1:
+        raise OffsetLogError(f"expected exactly one source in the offset log, found {len(sources)}")
+    return parse_source_offsets(sources[0])
+
+
+def end_offsets(checkpoint: str, batch_id: int) -> dict[TopicPartition, int] | None:
+    """End (exclusive) offsets of batch `batch_id`, or None if Spark has not planned that batch."""
+    text = read_text(checkpoint, f"offsets/{batch_id}")
+    return None if text is None else parse_offset_file(text)
+
+
+def initial_offsets(checkpoint: str) -> dict[TopicPartition, int] | None:
+    text = read_text(checkpoint, INITIAL_OFFSETS_FILE)
+    return None if text is None else parse_offset_file(text)
+
+
+def write_initial_offsets(checkpoint: str, offsets: dict[str, dict[str, int]]) -> None:
+    atomic_write(local_path(checkpoint) / INITIAL_OFFSETS_FILE, json.dumps(offsets, sort_keys=True))
+
+
+def batch_range(checkpoint: str, batch_id: int) -> OffsetRange:
+    """`{(topic, partition): (start, end)}` of batch `batch_id`, end exclusive.
+
+    A partition that appears only in the end offsets (added to the topic mid-stream) starts at 0: the
+    source reads new partitions from their beginning, and offsets below the log start simply hold no rows.
+    """
+    end = end_offsets(checkpoint, batch_id)
+    if end is None:
+        raise OffsetLogError(f"{checkpoint}/offsets/{batch_id} does not exist")
+    if batch_id == 0:
+        start = initial_offsets(checkpoint)
+        if start is None:
+            raise OffsetLogError(f"batch 0 needs the source's initial offsets in {checkpoint}/{INITIAL_OFFSETS_FILE}")
+    else:
+        start = end_offsets(checkpoint, batch_id - 1)
+        if start is None:
+            # Spark purges old offset files (minBatchesToRetain); the previous batch's file is always kept
+            # because the log retains the last batches. Missing means a corrupt checkpoint.
+            raise OffsetLogError(f"{checkpoint}/offsets/{batch_id - 1} (start of batch {batch_id}) does not exist")
+    return {tp: (start.get(tp, 0), e) for tp, e in sorted(end.items())}
+
+
+def to_json_ranges(ranges: OffsetRange) -> dict[str, dict[str, list[int]]]:
+    """Ledger form: `{"topic": {"partition": [start, end]}}` (what `handoff.offsets` stores)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        out.setdefault(topic, {})[str(partition)] = [start, end]
+    return out
+
+
+def from_json_ranges(doc: dict[str, dict[str, list[int]]]) -> OffsetRange:
+    return {(topic, int(p)): (int(se[0]), int(se[1])) for topic, parts in doc.items() for p, se in parts.items()}
+
+
+# ------------------------------------------------------------------------------------ where Spark resumes
+
+def query_id(checkpoint: str) -> str | None:
+    """Spark's query id, stable across restarts of one checkpoint (`<checkpoint>/metadata`)."""
+    doc = read_json(checkpoint, "metadata")
+    return doc.get("id") if isinstance(doc, dict) else None
+
+
+def _batch_ids(checkpoint: str, log: str) -> list[int]:
+    try:
+        names = os.listdir(local_path(checkpoint) / log)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What Spark will do when a query starts on this checkpoint.
+
+    `next_start`: the start offsets of the next batch Spark runs (None: the checkpoint holds no position, the
+    source's `initialOffset` decides). `pending_batch`: a batch Spark planned but did not mark done; it is re-run
+    with the same range (`pending_end` is its end), and the sink skips it if the table already has it.
+    """
+
+    query_id: str | None
+    next_start: dict[TopicPartition, int] | None
+    pending_batch: int | None
+    pending_end: dict[TopicPartition, int] | None
+
+    @property
+    def empty(self) -> bool:
+        return self.next_start is None and self.pending_batch is None
+
+
+def resume_point(checkpoint: str) -> ResumePoint:
+    planned = _batch_ids(checkpoint, "offsets")
+    qid = query_id(checkpoint)
+    if not planned:
+        return ResumePoint(qid, initial_offsets(checkpoint), None, None)
+    last = planned[-1]
+    end = end_offsets(checkpoint, last)
+    if last in _batch_ids(checkpoint, "commits"):
+        return ResumePoint(qid, end, None, None)
+    start = initial_offsets(checkpoint) if last == 0 else end_offsets(checkpoint, last - 1)
+    return ResumePoint(qid, start, last, end)
+
+
+def discard(checkpoint: str) -> list[str]:
+    """Remove Spark's and Handoff's state from the checkpoint (the directory stays: it may be a mount point).
+    Returns what was removed. The next query on it starts fresh, from the table's ledger."""
+    root = local_path(checkpoint)
+    removed = []
+    for name in SPARK_ENTRIES:
+        path = root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    for crc in root.glob(".metadata*.crc"):
+        crc.unlink()
+    return removed
+
+
+# ------------------------------------------------------------------------------------------ side files
+
+def append_gap(checkpoint: str, record: dict[str, Any]) -> None:
+    path = local_path(checkpoint) / GAPS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def write_last_commit(checkpoint: str, result: dict[str, Any]) -> None:
+    atomic_write(local_path(checkpoint) / LAST_COMMIT_FILE, json.dumps(result))
+
+
+def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
+    doc = read_json(checkpoint, LAST_COMMIT_FILE)
+    return doc if isinstance(doc, dict) else None
+
+
+#: The Kafka cluster id and topic ids the driver found at start; every ledger entry the sink commits records them.
+KAFKA_IDENTITY_FILE = "handoff/kafka-identity.json"
+
+
+def write_kafka_identity(checkpoint: str, identity: dict[str, Any]) -> None:
+    atomic_write(local_path(checkpoint) / KAFKA_IDENTITY_FILE, json.dumps(identity, sort_keys=True))
+
+
+def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
+    doc = read_json(checkpoint, KAFKA_IDENTITY_FILE)
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,127 @@
+"""Where a query starts: the table's ledger is the truth, the Spark checkpoint only a cache of it.
+
+At start the driver compares where the checkpoint would resume with where the sink's ledger ends. A checkpoint
+that agrees is used as is (the usual restart). One that disagrees — the table was rolled back, another writer
+moved it, the checkpoint belongs to another table, or was restored from an old backup — is discarded, and the
+query starts fresh from the ledger's offsets (`startOffsets` of the source). A lost checkpoint is the same case
+without the discard. Partitions the ledger never saw start at `startingOffsets`.
+
+The Kafka cluster id and topic ids recorded in the ledger are checked first: offsets of a deleted and recreated
+topic (or of another cluster) mean nothing for the new one, so the driver refuses to start rather than re-read
+or skip records silently, and says how to proceed.
+
+`checkpoint_problems` and `ledger.identity_problems` are the pure decisions; `prepare_start` does the I/O.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import checkpoint as ckpt
+from .ledger import identity_problems
+
+log = logging.getLogger("handoff.resume")
+
+TopicPartition = tuple[str, int]
+
+
+class KafkaIdentityError(RuntimeError):
+    """The topic or cluster is not the one the ledger's offsets belong to."""
+
+
+class BackfillOverlapError(RuntimeError):
+    """A Backfill range the table already (partly) holds: re-reading it would duplicate records."""
+
+
+def _candidate_problems(start: dict[TopicPartition, int], ledger: dict[TopicPartition, int],
+                        baseline: dict[TopicPartition, int]) -> list[str]:
+    out = []
+    for tp, end in sorted(ledger.items()):
+        have = start.get(tp)
+        if have != end:
+            where = "does not know the partition" if have is None else f"resumes at {have}"
+            out.append(f"{tp[0]}[{tp[1]}]: the checkpoint {where}, the table's ledger ends at {end}")
+    for tp, have in sorted(start.items()):
+        if tp not in ledger and have > baseline.get(tp, have):
+            out.append(f"{tp[0]}[{tp[1]}]: the checkpoint resumes at {have}, but the table holds none of "
+                       f"offsets {baseline[tp]}..{have - 1}")
+    return out
+
+
+def checkpoint_problems(point: ckpt.ResumePoint, ledger: dict[TopicPartition, int],
+                        baseline: dict[TopicPartition, int]) -> list[str]:
+    """Why the checkpoint must not be trusted (empty: it agrees with the ledger). Pure.
+
+    `point`: where Spark would resume. Its next batch starts at `next_start`; a batch Spark planned but did not
+    mark done either already landed in the table (the ledger then ends at its end, and the sink will skip it) or
+    did not (the ledger ends at its start) — both agree. `baseline`: per partition, the offset the checkpoint
+    first saw it at (its initial offset, else Kafka's earliest now): a partition the ledger never saw must not be
+    past it, or records the checkpoint counts as read are not in the table.
+    """
+    if point.empty:
+        return []
+    candidates = [c for c in (point.next_start, point.pending_end) if c is not None]
+    if not candidates:
+        candidates = [{}]
+    problems = [_candidate_problems(c, ledger, baseline) for c in candidates]
+    return [] if any(not p for p in problems) else problems[0]
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What the driver starts from: the ledger's offsets (handed to the source for a fresh checkpoint), and why
+    the checkpoint was discarded, if it was."""
+
+    ledger: dict[TopicPartition, int]
+    discarded: str | None
+
+    def start_offsets(self) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for (topic, p), off in sorted(self.ledger.items()):
+            out.setdefault(topic, {})[p] = off
+        return out
+
+
+def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> StartPlan:
+    """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the
+    ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sinks.SinkBackend`)."""
+    from .kafka_identity import kafka_identity, list_earliest
+
+    topics = set(cfg.source.topics)
+    ledger = {tp: off for tp, off in sink.ledger_end(cfg).items() if tp[0] in topics}
+    if cfg.backfill is not None:
+        overlap = sink.backfill_overlap(cfg)
+        if overlap:
+            raise BackfillOverlapError(
+                f"backfill {cfg.query_name} of handoff {cfg.handoff_id}: " + "; ".join(overlap[:5])
+                + ". Nothing was written. Fix: backfill only ranges the table does not hold (see `handoff ledger "
+                  "show`), e.g. a gap a Rollback left.")
+        # the backfill's own ledger (a resumed run) wins; partitions it has not committed start at `from`
+        ledger = {**{(t, p): off for t, parts in cfg.backfill.from_.items() for p, off in parts.items()}, **ledger}
+    cluster, topic_ids = kafka_identity(cfg)
+    recorded_cluster, recorded_topics = sink.ledger_identity(cfg)
+    problems = identity_problems(recorded_cluster, recorded_topics, cluster, topic_ids)
+    if problems:
+        raise KafkaIdentityError(
+            f"handoff {cfg.handoff_id}: " + "; ".join(problems) + ". Its offsets in the table's ledger do not "
+            f"apply to what Kafka holds now, so nothing is read (no silent re-read or skip). Fix: if the handoff "
+            f"points at the wrong cluster, correct spec.source.bootstrapServers; if the topic was recreated on "
+            f"purpose, run `handoff ledger accept-kafka -f <manifest>`, which records the new ids in the ledger and "
+            f"starts the new topic's partitions at spec.source.startingOffsets.")
+    point = ckpt.resume_point(cfg.checkpoint_location)
+    discarded = None
+    if not point.empty:
+        initial = ckpt.initial_offsets(cfg.checkpoint_location) or {}
+        starts = {tp for c in (point.next_start, point.pending_end) if c for tp in c}
+        unknown = sorted(tp for tp in starts if tp not in ledger and tp not in initial)
+        baseline = {**list_earliest(cfg, unknown), **initial}
+        found = checkpoint_problems(point, ledger, baseline)
+        if found:
+            discarded = "; ".join(found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
+            removed = ckpt.discard(cfg.checkpoint_location)
+            echo(f"checkpoint {cfg.checkpoint_location} disagrees with the table's ledger and is discarded "
+                 f"({', '.join(removed)}): {discarded}. Resuming from the ledger.")
+            log.warning("checkpoint discarded: %s", discarded)
+    ckpt.write_kafka_identity(cfg.checkpoint_location, {"cluster": cluster, "topics": topic_ids})
+    return StartPlan(ledger=ledger, discarded=discarded)

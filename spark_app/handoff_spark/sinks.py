@@ -1,0 +1,70 @@
+"""The table sinks and what the driver needs of each: one explicit registry, no module scanning.
+
+A sink module (`iceberg_sink`, `bigquery_sink`) provides:
+- `DATA_SOURCE`: the PySpark Python data source class (its `name()` is the `writeStream.format`);
+- `prepare(cfg)`: driver, before the query: create the table, reconcile the declared schema;
+- `ledger_end(cfg) -> {(topic, partition): next offset}`: where the table's ledger ends for this handoff's
+  stream query (the truth a query resumes from);
+- `ledger_identity(cfg) -> (cluster id, {topic: topic id})`: the Kafka identity the ledger recorded;
+- `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
+- `commit_batch(cfg, messages, batch_id) -> CommitResult`: the driver-side commit (called by the writer).
+Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+_MODULES = {
+    "iceberg": "handoff_spark.iceberg_sink",
+    "bigquery": "handoff_spark.bigquery_sink",
+}
+
+
+class SinkUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class SinkBackend:
+    kind: str
+    module: ModuleType
+
+    @property
+    def data_source(self) -> type:
+        return self.module.DATA_SOURCE
+
+    @property
+    def format(self) -> str:
+        return self.data_source.name()
+
+    def prepare(self, cfg: Any) -> Any:
+        return self.module.prepare(cfg)
+
+    def ledger_end(self, cfg: Any) -> dict[tuple[str, int], int]:
+        return self.module.ledger_end(cfg)
+
+    def ledger_identity(self, cfg: Any) -> tuple[str | None, dict[str, str]]:
+        return self.module.ledger_identity(cfg)
+
+    def backfill_overlap(self, cfg: Any) -> list[str]:
+        return self.module.backfill_overlap(cfg)
+
+
+def kinds() -> list[str]:
+    return sorted(_MODULES)
+
+
+def get(kind: str) -> SinkBackend:
+    """The backend for `sink.kind`; a clear error when its module cannot be imported (missing client library)."""
+    try:
+        name = _MODULES[kind]
+    except KeyError:
+        raise SinkUnavailable(f"unknown sink kind {kind!r}; known: {', '.join(kinds())}") from None
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        raise SinkUnavailable(f"sink {kind!r} is not available ({name}: {exc})") from exc
+    return SinkBackend(kind, module)

@@ -1,0 +1,89 @@
+"""The pure decisions behind "the ledger is the truth": when a checkpoint may be trusted, when a batch may
+commit, and when Kafka is not the Kafka the ledger's offsets belong to."""
+from __future__ import annotations
+
+import json
+
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.ledger import contiguity_problems, identity_problems
+from handoff_spark.resume import checkpoint_problems
+
+T0, T1 = ("t", 0), ("t", 1)
+
+
+def _point(next_start=None, pending=None, pending_end=None):
+    return ckpt.ResumePoint("q", next_start, pending, pending_end)
+
+
+def test_agreeing_checkpoint_is_trusted():
+    assert checkpoint_problems(_point({T0: 10, T1: 5}), {T0: 10, T1: 5}, {}) == []
+
+
+def test_empty_checkpoint_is_trusted_whatever_the_ledger():
+    assert checkpoint_problems(_point(), {T0: 10}, {}) == []
+
+
+def test_pending_batch_that_already_landed_agrees():
+    # batch planned [10, 20), committed to the table, Spark crashed before commits/N: the sink will skip it
+    point = _point({T0: 10}, pending=3, pending_end={T0: 20})
+    assert checkpoint_problems(point, {T0: 20}, {}) == []
+    assert checkpoint_problems(point, {T0: 10}, {}) == []
+
+
+def test_checkpoint_ahead_of_a_rolled_back_table_is_refused():
+    problems = checkpoint_problems(_point({T0: 30}), {T0: 10}, {})
+    assert problems == ["t[0]: the checkpoint resumes at 30, the table's ledger ends at 10"]
+
+
+def test_checkpoint_behind_the_table_is_refused():
+    assert checkpoint_problems(_point({T0: 5}), {T0: 10}, {})
+
+
+def test_checkpoint_without_a_partition_the_ledger_has_is_refused():
+    assert "does not know the partition" in checkpoint_problems(_point({T0: 10}), {T0: 10, T1: 4}, {})[0]
+
+
+def test_partition_the_ledger_never_saw_must_not_be_past_where_it_entered():
+    # entered at its initial offset 7 and nothing committed: fine; moved to 9 with nothing in the table: refused
+    assert checkpoint_problems(_point({T0: 10, T1: 7}), {T0: 10}, {T1: 7}) == []
+    assert "holds none of offsets 7..8" in checkpoint_problems(_point({T0: 10, T1: 9}), {T0: 10}, {T1: 7})[0]
+
+
+def test_contiguity_duplicate_gap_and_new_partition():
+    assert contiguity_problems({T0: (10, 20)}, {T0: 10}) == []
+    assert "would duplicate" in contiguity_problems({T0: (5, 20)}, {T0: 10})[0]
+    assert "would be skipped" in contiguity_problems({T0: (12, 20)}, {T0: 10})[0]
+    assert contiguity_problems({T1: (0, 5)}, {T0: 10}) == []  # a partition the ledger never saw
+    assert contiguity_problems({T0: (3, 3)}, {T0: 10}) == []  # empty ranges move nothing
+
+
+def test_identity_mismatch_names_topic_and_cluster():
+    assert identity_problems("c1", {"t": "a"}, "c1", {"t": "a"}) == []
+    assert identity_problems(None, {}, "c1", {"t": "a"}) == []  # nothing recorded yet
+    assert "deleted and recreated" in identity_problems("c1", {"t": "a"}, "c1", {"t": "b"})[0]
+    assert "cluster id is c2" in identity_problems("c1", {"t": "a"}, "c2", {"t": "a"})[0]
+
+
+def _offsets_file(path, end):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(end) + "\n")
+
+
+def test_resume_point_reads_spark_layout(tmp_path):
+    cp = str(tmp_path)
+    assert ckpt.resume_point(cp).empty
+    ckpt.write_initial_offsets(cp, {"t": {"0": 3}})
+    assert ckpt.resume_point(cp).next_start == {T0: 3}
+    _offsets_file(tmp_path / "offsets" / "0", {"t": {"0": 10}})
+    point = ckpt.resume_point(cp)
+    assert (point.next_start, point.pending_batch, point.pending_end) == ({T0: 3}, 0, {T0: 10})
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "0").write_text("v1\n{}\n")
+    _offsets_file(tmp_path / "offsets" / "1", {"t": {"0": 15}})
+    point = ckpt.resume_point(cp)
+    assert (point.next_start, point.pending_batch, point.pending_end) == ({T0: 10}, 1, {T0: 15})
+    (tmp_path / "commits" / "1").write_text("v1\n{}\n")
+    assert ckpt.resume_point(cp) == ckpt.ResumePoint(None, {T0: 15}, None, None)
+    (tmp_path / "metadata").write_text('{"id":"abc"}')
+    assert ckpt.discard(cp) == ["metadata", "offsets", "commits", "sources"]
+    assert ckpt.resume_point(cp).empty and tmp_path.exists()
