@@ -39,7 +39,7 @@ def load(config: AppConfig) -> Table | None:
 def _entry(commit: ledger.Commit | None) -> LedgerEntry | None:
     if commit is None:
         return None
-    return LedgerEntry(commit.handoff_id, commit.query, commit.offsets, gap=bool(getattr(commit, "gap", False)))
+    return LedgerEntry(commit.handoff_id, commit.query, commit.offsets, gap=commit.kind != ledger.BATCH)
 
 
 def table_facts(table: Table) -> TableFacts:
@@ -73,18 +73,11 @@ def rollback(table: Table, target: int) -> None:
 
 def stream_offsets(table: Table, handoff_id: str, query: str) -> Offsets:
     """Where the handoff's stream (its ledger query) stands now: next offset per partition."""
-    out: Offsets = {}
-    for commit in ledger.list_commits(table, handoff_id):
-        if commit.query != query:
-            continue
-        for topic, parts in commit.offsets.items():
-            for p, (_start, end) in parts.items():
-                out.setdefault(topic, {}).setdefault(p, end)
-    return out
+    return ledger.resume_offsets(table, handoff_id=handoff_id, query=query)
 
 
 def record_gap(table: Table, handoff_id: str, query: str, gap: Ranges, reason: str) -> int:
-    """Record `gap` as deliberately skipped in the ledger, so the stream goes on after it (the lead's
-    `handoff_spark.ledger.record_gap`)."""
-    ranges = {t: {p: (s, e) for p, (s, e) in parts.items()} for t, parts in gap.items()}
-    return ledger.record_gap(table, handoff_id, query, ranges, reason)  # type: ignore[attr-defined]
+    """Record `gap` as deliberately skipped in the ledger (a marker snapshot without data), so the stream goes
+    on after it and a restart never re-reads it."""
+    ranges = {t: {str(p): [s, e] for p, (s, e) in parts.items()} for t, parts in gap.items()}
+    return ledger.record_gap(table, handoff_id, query, ranges, reason)
