@@ -188,3 +188,28 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     handoff = cluster.get(s.ns, "orders")
     assert not {"handoff.io/replay", "handoff.io/replay-hold"} & set(handoff["metadata"].get("annotations") or {})
     eventually(lambda: cluster.get(s.ns, "orders")["status"].get("phase") != "Replaying", "handoff not Replaying")
+
+
+def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(cluster: Cluster, operator: Operator,
+                                                                              kafka, tmp_path) -> None:
+    from handoff_spark import ledger
+
+    s = Setup(cluster, kafka, tmp_path)
+    head, target = s.current(), s.snapshots[2]
+    rows_at_target = s.table.scan(snapshot_id=target).to_arrow().num_rows
+    s.request("drop-bad", mode="Rollback", target={"snapshotId": target})
+    status = s.wait_phase("drop-bad", "Succeeded")
+    assert status["plan"]["gapFrom"] == {s.topic: {"0": 30, "1": 15}}
+    assert status["plan"]["gapTo"] == {s.topic: {"0": 50, "1": 25}}
+    assert [st["name"] for st in status["steps"]] == ["DriverStopped", "Tagged", "RolledBack", "GapRecorded",
+                                                      "DriverStarted"]
+    s.table.refresh()
+    # The discarded rows are gone, and the ledger records their offsets as a deliberate gap: the stream's
+    # position is where it was, so a restarted driver never re-reads them.
+    assert s.table.scan().to_arrow().num_rows == rows_at_target
+    gap = ledger.list_commits(s.table, s.handoff_id)[0]
+    assert gap.kind == ledger.GAP and gap.offsets == {s.topic: {0: (30, 50), 1: (15, 25)}}
+    assert "drop-bad" in (gap.reason or "")
+    assert ledger.resume_offsets(s.table, handoff_id=s.handoff_id, query="handoff") == {s.topic: {0: 50, 1: 25}}
+    assert s.table.metadata.refs[status["undoTag"]].snapshot_id == head
+    assert s.replicas() == 1
