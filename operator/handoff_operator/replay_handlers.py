@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -357,8 +358,12 @@ def advance(namespace: str, name: str, kube: Kube) -> bool:
         if req.phase == "Pending":
             p = _make_plan(req, spec, handoff, config, claimed=False)
             if spec.mode == "Backfill" and not req.dry_run:
-                req.write("Failed", "BackfillNotImplemented", f"planned ({p.summary}), but this operator cannot "
-                          f"run a backfill yet; nothing was changed", plan=_plan_status(p))
+                command = (f"python -m handoff_spark backfill --config app.json --query backfill-{req.name} "
+                           f"--from '{json.dumps(replay_plan.wire(p.replay_from))}' "
+                           f"--to '{json.dumps(replay_plan.wire(p.replay_to))}'")
+                req.write("Failed", "BackfillNotImplemented", f"planned ({p.summary}), but this operator does not "
+                          f"run backfills yet; nothing was changed. Run it with the handoff's app config "
+                          f"(ConfigMap {handoff['metadata']['name']}-app): {command}", plan=_plan_status(p))
                 return True
             req.write("Planned", "DryRun" if req.dry_run else "Planned",
                       ("dry run, nothing changed: " if req.dry_run else "planned: ") + p.summary,
