@@ -242,11 +242,11 @@ def _plan_rollback(req: Request, table: TableFacts, kafka: KafkaFacts | None) ->
     if others:
         return Failure("OtherWritersInRange", f"the rollback would also discard commits of {', '.join(others)}, "
                        f"which this handoff's stream would not write again; pick a target after them")
-    mine_discarded = [s.entry for s in discarded if _mine(s.entry, req)]
-    mine_kept = [s.entry for s in kept if _mine(s.entry, req)]
-    before = _stream_ends([e for e in mine_discarded if e is not None] + [e for e in mine_kept if e is not None])
-    at_target = _stream_ends([e for e in mine_kept if e is not None])
-    starts = _first_starts([e for e in mine_discarded if e is not None])
+    mine_discarded = [s.entry for s in discarded if s.entry is not None and _mine(s.entry, req)]
+    mine_kept = [s.entry for s in kept if s.entry is not None and _mine(s.entry, req)]
+    before = _stream_ends(mine_discarded + mine_kept)
+    at_target = _stream_ends(mine_kept)
+    starts = _first_starts(mine_discarded)
     replay_from: Offsets = {}
     for t, parts in before.items():
         for p, end in parts.items():
