@@ -279,7 +279,11 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config:
         raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
     if "Tagged" not in steps:
         tag = replay_table.undo_tag_name(req.namespace, req.name)
-        replay_table.ensure_tag(table, tag, head)
+        try:
+            replay_table.ensure_tag(table, tag, head)
+        except replay_table.TagTaken as exc:
+            raise Refused("UndoTagExists", f"{exc} (left by an earlier request of this name?); nothing was "
+                          f"rolled back: remove the tag or create the request under another name") from exc
         req.step("Tagged", f"tagged snapshot {head} (the table before the rollback) as {tag}", undoTag=tag)
         return
     if "RolledBack" not in steps:

@@ -55,13 +55,17 @@ def current_snapshot(table: Table) -> int | None:
     return table.metadata.current_snapshot_id
 
 
+class TagTaken(RuntimeError):
+    """The undo tag's name is already used for another snapshot."""
+
+
 def ensure_tag(table: Table, name: str, snapshot_id: int) -> bool:
     """Tag `snapshot_id` as `name` unless it already is (True: created now). A tag of that name on
     another snapshot is an error: it is not ours to move."""
     ref = table.metadata.refs.get(name)
     if ref is not None:
         if ref.snapshot_id != snapshot_id:
-            raise RuntimeError(f"tag {name!r} already exists on snapshot {ref.snapshot_id}, not {snapshot_id}")
+            raise TagTaken(f"tag {name!r} already exists on snapshot {ref.snapshot_id}, not {snapshot_id}")
         return False
     table.manage_snapshots().create_tag(snapshot_id, name).commit()
     return True
