@@ -40,6 +40,7 @@ class DriverFacts:
     pod_phase: str | None = None               # Pending/Running/Succeeded/Failed
     pod_ready: bool = False
     pod_config_hash: str | None = None         # handoff.io/config-hash of the running pod
+    pod_started_at_ms: int | None = None       # the pod's status.startTime (upgrade.committed_by)
     restart_count: int = 0
     waiting_reason: str | None = None
     last_termination_reason: str | None = None
@@ -55,6 +56,7 @@ class ProgressFacts:
     committed_at_ms: int | None = None
     committed_offsets: Mapping[str, Mapping[str, int]] | None = None   # {topic: {partition: next}}
     end_offsets: Mapping[str, Mapping[str, int]] | None = None
+    earliest_offsets: Mapping[str, Mapping[str, int]] | None = None   # Kafka's log start offsets
     lag: int | None = None
     max_event_time_ms: int | None = None
     freshness_seconds: float | None = None
@@ -78,6 +80,7 @@ class DriverReport:
     duration_ms: int | None = None
     input_rows_per_second: float | None = None
     dlq_rows: int | None = None
+    committed_snapshot: int | None = None    # the batch's table commit (upgrade.committed_by)
 
 
 # What a sink's degradedReason means, for the condition message.

@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import driver_report, metrics
+from . import driver_report, metrics, retention_check, rollback
 from .bigquery_truth import service_account_key
 from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
@@ -35,6 +35,7 @@ from .kube import Kube, new_api_client
 from .models import format_duration
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
+from .retention_report import RetentionCheck
 from .settings import OperatorSettings
 from .truth import read_progress
 from .validation import Problem, check, parse_spec
@@ -95,13 +96,20 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 # --------------------------------------------------------------------------------------- reconcile
 
 def _status_progress(status: Mapping[str, Any]) -> ProgressFacts:
-    """The last known progress from the status (change handlers do not query the table and Kafka)."""
+    """The last known progress from the status (change handlers do not query the table and Kafka).
+
+    That includes what the last refresh could *not* read: a child-triggered reconcile knows nothing new about the
+    ledger or Kafka, so a Degraded=StatusUnavailable stands until the next refresh reads them (it flipped to
+    AsExpected and back within a second before)."""
     committed = status.get("committed") or {}
     snapshot = committed.get("snapshot")
+    unreadable = [c.get("message") or "status unavailable" for c in status.get("conditions") or []
+                  if c.get("type") == "Degraded" and c.get("status") == "True"
+                  and c.get("reason") == "StatusUnavailable"]
     return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
                          committed_batch=committed.get("batch"),
                          committed_offsets=committed.get("offsets"), lag=status.get("lag"),
-                         freshness_seconds=status.get("freshnessSeconds"))
+                         freshness_seconds=status.get("freshnessSeconds"), errors=tuple(unreadable))
 
 
 def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
@@ -121,21 +129,23 @@ def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
     return out
 
 
-def _read_truth(namespace: str, name: str, kube: Kube) -> ProgressFacts | None:
-    """Committed progress (ledger) and Kafka offsets for the handoff's current spec; None if it has
-    no workable spec."""
+def _read_truth(namespace: str, name: str, kube: Kube) -> tuple[ProgressFacts, RetentionCheck | None] | None:
+    """Committed progress (ledger) and Kafka offsets for the handoff's current spec, and the retention
+    check when one is due (retention_check; it enforces in enforce mode); None if it has no workable spec."""
     obj = kube.get_handoff(namespace, name)
     if obj is None:
         return None
     spec, problems = parse_spec(obj.get("spec") or {})
+    spec = rollback.held_spec(kube, obj) or spec  # a failed spec change rolled back: the last good one runs
     if spec is None:
         return None
     secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
     resolved, problems = check(name, spec, secrets)
     if problems:
         return None
-    return read_progress(render(obj, spec, SETTINGS.default_image, resolved).config,
-                         bigquery_key=service_account_key(spec, secrets))
+    config = render(obj, spec, SETTINGS.default_image, resolved).config
+    progress = read_progress(config, bigquery_key=service_account_key(spec, secrets))
+    return progress, retention_check.observe(namespace, name, spec, config, progress, kube.api, SETTINGS)
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
@@ -170,8 +180,9 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
     The table and Kafka are read first, outside the per-object lock: they can be slow (timeouts)
     and must not hold up a spec change waiting for the lock."""
     truth: ProgressFacts | None = None
+    retention: RetentionCheck | None = None
     if refresh_truth and not deleting:
-        truth = _read_truth(namespace, name, kube)
+        truth, retention = _read_truth(namespace, name, kube) or (None, None)
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = kube.get_handoff(namespace, name)
         if obj is None:
@@ -193,7 +204,14 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
 
         events: list[tuple[str, str, str]] = []
         old_hash = app.get("configHash")
+        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
+        upgrade: rollback.Step | None = None
         if rendered is not None and not deleting:
+            # Automatic rollback of a failed spec change: may swap in the last good spec's children.
+            upgrade = rollback.step(kube, obj, spec, rendered, status, report, truth,  # type: ignore[arg-type]
+                                    SETTINGS, int(time.time() * 1000))
+            rendered = upgrade.rendered
+            events += upgrade.events
             for child in rendered.unowned:
                 if kube.create_if_missing(child):
                     events.append(("Normal", "CheckpointVolumeCreated",
@@ -201,15 +219,17 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
                                    f"checkpoint (kept when the handoff is deleted)"))
             for child in rendered.children:
                 kube.apply(child)
-            if old_hash and old_hash != rendered.config_hash and not spec.suspend:  # type: ignore[union-attr]
+            suspended = spec.suspend  # type: ignore[union-attr]
+            changed = bool(old_hash) and old_hash != rendered.config_hash and not suspended
+            if changed:
                 app["restarts"] = int(app.get("restarts") or 0) + 1
+            if changed and not upgrade.rolling_back:  # a rollback has its own Event
                 events.append(("Normal", "Restarting", (
                     f"generation {generation} changed the app config ({old_hash} → {rendered.config_hash}): "
                     f"stopping the driver at a batch boundary, then starting it with the new config")))
             app["configHash"] = rendered.config_hash
 
         driver = kube.driver_facts(namespace, name)
-        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
         if truth is not None and rendered is not None:
             progress = truth
         else:
@@ -227,11 +247,13 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             driver_report=report, now_ms=int(time.time() * 1000),
             driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
             replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
-        evaluation = evaluate(facts)
+        evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None, driver)
+        retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
+                                          truth if rendered is not None else None, old_conditions)
         now = _iso(_now())
-        conditions = merge_conditions(old_conditions, evaluation.conditions, generation, now)
+        conditions = merge_conditions(old_conditions, evaluation.conditions + retained.conditions, generation, now)
         for kind, reason, message in [(t.type, t.reason, t.message)
-                                      for t in transitions(old_conditions, evaluation.conditions)]:
+                                      for t in transitions(old_conditions, evaluation.conditions) + retained.events]:
             events.append((kind, reason, message))
 
         if driver is not None and driver.pod_name:
@@ -244,6 +266,7 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             "conditions": conditions,
             "app": app,
             **_progress_status(progress),
+            **retained.status,
         }
         if refresh_truth:
             # Unknown now = unknown: clear what an earlier refresh found (merge patch: null deletes).
@@ -254,6 +277,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if rendered is not None and not deleting:
             new_status["executors"] = {**(status.get("executors") or {}),
                                        "current": kube.executor_count(namespace, name)}
+        if upgrade is not None:
+            new_status.update(upgrade.status())
         if report_read:
             new_status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
         if _differs(status, new_status):
@@ -370,6 +395,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
     metrics.set_phase(namespace, name, None)
+    retention_check.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
 

@@ -160,7 +160,9 @@ def driver_facts(deployment: client.V1Deployment, pods: list[client.V1Pod]) -> D
         ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []))
         containers = [c for c in (status.container_statuses or []) if c.name == "driver"]
         facts.update(pod_name=pod.metadata.name, pod_phase=status.phase, pod_ready=ready,
-                     pod_config_hash=(pod.metadata.annotations or {}).get(CONFIG_HASH_ANNOTATION))
+                     pod_config_hash=(pod.metadata.annotations or {}).get(CONFIG_HASH_ANNOTATION),
+                     pod_started_at_ms=(int(status.start_time.timestamp() * 1000) if status.start_time
+                                        else None))
         if containers:
             c = containers[0]
             facts["restart_count"] = c.restart_count or 0

@@ -6,8 +6,9 @@ One registry object per process is what prometheus-client expects; the handlers 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -22,6 +23,19 @@ LAG = Gauge("handoff_lag_records", "Kafka records not yet committed to the table
             ["namespace", "name"])
 FRESHNESS = Gauge("handoff_freshness_seconds", "Age of the newest committed event time",
                   ["namespace", "name"])
+RETENTION_HEADROOM = Gauge("handoff_retention_headroom_seconds",
+                           "Topic retention minus what the handoff needs (replay window + max outage + lag age "
+                           "+ margin); negative: too short, +Inf: unlimited", ["namespace", "name", "topic"])
+RETENTION_NEED = Gauge("handoff_retention_need_seconds", "Retention the handoff needs of the topic",
+                       ["namespace", "name", "topic"])
+RETENTION_HAVE = Gauge("handoff_retention_have_seconds", "How long the topic keeps records (+Inf: unlimited)",
+                       ["namespace", "name", "topic"])
+LOST_RECORDS = Gauge("handoff_lost_records", "Records Kafka deleted before the handoff read them (ledger "
+                     "position below the earliest offset)", ["namespace", "name", "topic"])
+_retention_topics: dict[tuple[str, str], set[str]] = {}
+UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
+                            "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
+                            "ReadinessTimeout)", ["reason"])
 
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
@@ -54,6 +68,12 @@ def set_phase(namespace: str, name: str, phase: str | None) -> None:
                 gauge.remove(namespace, name)
             except KeyError:
                 pass
+        for topic in _retention_topics.pop(key, set()):
+            for gauge in (RETENTION_HEADROOM, RETENTION_NEED, RETENTION_HAVE, LOST_RECORDS):
+                try:
+                    gauge.remove(namespace, name, topic)
+                except KeyError:
+                    pass
     else:
         _phases[key] = phase
         _seen_phases.add(phase)
@@ -68,6 +88,26 @@ def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> N
     freshness = progress.get("freshnessSeconds")
     if isinstance(freshness, (int, float)):
         FRESHNESS.labels(namespace, name).set(freshness)
+
+
+def set_retention(namespace: str, name: str, check: Any, lost: Sequence[Any] | None) -> None:
+    """Gauges from a retention check (`retention_report.RetentionCheck`, None: none this time) and the lost
+    ranges (`retention.LostRange`, None: unknown this time)."""
+    topics = _retention_topics.setdefault((namespace, name), set())
+    inf = float("inf")
+    for v in (check.verdicts if check is not None else ()):
+        topics.add(v.topic)
+        RETENTION_NEED.labels(namespace, name, v.topic).set(v.need_seconds)
+        RETENTION_HAVE.labels(namespace, name, v.topic).set(inf if v.have_seconds is None else v.have_seconds)
+        RETENTION_HEADROOM.labels(namespace, name, v.topic).set(
+            inf if v.headroom_seconds is None else v.headroom_seconds)
+    if lost is not None:
+        per_topic: dict[str, int] = {t: 0 for t in topics}
+        for r in lost:
+            per_topic[r.topic] = per_topic.get(r.topic, 0) + (r.end - r.start)
+        for topic, count in per_topic.items():
+            topics.add(topic)
+            LOST_RECORDS.labels(namespace, name, topic).set(count)
 
 
 def serve(port: int) -> None:

@@ -47,4 +47,6 @@ def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets
         committed_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in committed.items()},
         end_offsets=({t: {str(p): o for p, o in parts.items()} for t, parts in end.items()}
                      if end is not None else None),
+        earliest_offsets=({t: {str(p): o for p, o in parts.items()} for t, parts in earliest.items()}
+                          if earliest is not None else None),
         lag=lag, max_event_time_ms=event_ms, freshness_seconds=freshness, errors=tuple(errors))

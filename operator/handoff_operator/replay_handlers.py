@@ -34,7 +34,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from . import handlers, replay_plan, replay_table
+from . import handlers, replay_plan, replay_table, rollback
 from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from .kube import Kube
 from .models import ReplayRequestSpec
@@ -99,10 +99,11 @@ def _apply_handoff(kube: Kube, namespace: str, name: str) -> None:
 
 
 def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
-    """The app config the operator renders for the handoff (the driver runs exactly this)."""
+    """The app config the driver runs (the last good spec's while a failed upgrade is rolled back)."""
     meta = handoff["metadata"]
     spec, problems = parse_spec(handoff.get("spec") or {})
     if spec is not None:
+        spec = rollback.held_spec(kube, handoff) or spec  # a failed spec change rolled back: the last good runs
         secrets = kube.read_secrets(meta["namespace"], sorted(referenced_secrets(spec)))
         resolved, problems = check(meta["name"], spec, secrets)
         if not problems:

@@ -26,10 +26,20 @@ class OperatorSettings(BaseSettings):
     driver_report_max_age: float = Field(default=60.0, gt=0)
     # How long deletion waits for the driver to stop at a batch boundary before letting go.
     delete_grace_seconds: float = Field(default=180.0, ge=0)
+    # Seconds between retention checks of a handoff's topics (DescribeConfigs, a record sample); data loss
+    # is checked on every status refresh.
+    retention_check_interval: float = Field(default=300.0, gt=0)
+    # Where enforce mode looks for Strimzi KafkaTopics (comma-separated); empty = cluster-wide.
+    kafka_topic_namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A changed spec whose driver neither commits a batch (while records wait) nor becomes ready within this
+    # many seconds is rolled back to the last good spec (spec.upgrade.readinessTimeout overrides it).
+    upgrade_readiness_timeout: float = Field(default=300.0, gt=0)
+    # A changed spec's driver in CrashLoopBackOff with at least this many restarts is rolled back at once.
+    upgrade_crash_restarts: int = Field(default=3, ge=1)
     # Image used when a StreamTableHandoff names none.
     default_image: str = "ghcr.io/handoff/handoff-spark:0.1.0"
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "kafka_topic_namespaces", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):

@@ -51,10 +51,14 @@ def main(argv: list[str] | None = None) -> int:
                       help="checkpoint of this backfill (default: beside the handoff's, named after --query)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    cfg = AppConfig.load(args.config)
+    try:
+        cfg = AppConfig.load(args.config)
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        errors = getattr(exc, "errors", None)
+        detail = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors()) if errors else exc
+        return refuse(f"app config {args.config}: {detail}")
     from .app import run as run_app
-    from .resume import BackfillOverlapError, KafkaIdentityError
-    from .sinks import SinkUnavailable
+    from .errors import HandoffConfigError
 
     available_now = args.available_now if args.command == "run" else True
     if args.command == "backfill":
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_app(cfg, available_now=available_now, sink_format=getattr(args, "sink", None),
                        echo=lambda line: print(line, flush=True))
-    except (KafkaIdentityError, SinkUnavailable, BackfillOverlapError) as exc:
+    except HandoffConfigError as exc:
         return refuse(str(exc))
 
 

@@ -182,17 +182,17 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
+    metrics = Metrics(cfg.handoff_id)
+    if cfg.metrics_port is not None:  # first: a busy port fails in a second
+        port = metrics.serve(cfg.metrics_port)
+        echo(f"metrics on :{port}/metrics")
     start: StartPlan | None = None
     if sink_format is None:
-        # Before the Spark session: a table or Kafka problem fails in a second, not after a JVM start.
+        # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
         backend = sinks.get(cfg.sink.kind)
         backend.prepare(cfg)
         start = prepare_start(cfg, backend, echo)
     spark = build_session(cfg)
-    metrics = Metrics(cfg.handoff_id)
-    if cfg.metrics_port is not None:
-        port = metrics.serve(cfg.metrics_port)
-        echo(f"metrics on :{port}/metrics")
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())

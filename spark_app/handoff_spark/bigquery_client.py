@@ -40,8 +40,18 @@ def credentials(sink: BigQuerySink) -> Any:
 
         return AnonymousCredentials()
     import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
 
-    creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/bigquery"])
+    try:
+        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/bigquery"])
+    except DefaultCredentialsError:
+        from .errors import HandoffConfigError
+
+        raise HandoffConfigError(
+            f"BigQuery sink {sink.project}.{sink.dataset}.{sink.table}: no credentials. Fix: set "
+            "spec.sink.bigquery.credentialsFrom to a Secret key holding a service-account JSON key, give the "
+            "driver's ServiceAccount Workload Identity, or (emulators only) set spec.sink.bigquery.restEndpoint "
+            "and grpcEndpoint") from None
     return creds
 
 

@@ -238,5 +238,13 @@ class Metrics:
         """Start the HTTP endpoint; returns the bound port (0 → an ephemeral one)."""
         from prometheus_client import start_http_server
 
-        server, _thread = start_http_server(port, registry=self.registry)
+        try:
+            server, _thread = start_http_server(port, registry=self.registry)
+        except OSError as exc:
+            from .errors import HandoffConfigError
+
+            raise HandoffConfigError(
+                f"metrics port {port} cannot be used ({exc.strerror}): another process (an earlier driver?) holds "
+                f"it. Fix: stop that process, or pick another port (`handoff run --metrics-port 0` takes any free "
+                f"one; in the app config: metricsPort)") from None
         return int(server.server_address[1])

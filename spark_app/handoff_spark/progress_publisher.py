@@ -107,8 +107,10 @@ class ProgressPublisher:
             self._record = dict(record)
             self._cond.notify()
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Publish the newest record if it is not out yet (best effort), then stop the thread."""
+    def close(self, timeout: float = 20.0) -> None:
+        """Publish the newest record if it is not out yet (best effort), then stop the thread. The wait covers a
+        first publish (API client set-up) on a busy node: an AvailableNow run that exits right after its last
+        commit otherwise lost its final record (seen with 5 s)."""
         with self._cond:
             self._closed = True
             self._cond.notify()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import checkpoint as ckpt
+from .errors import HandoffConfigError
 from .ledger import identity_problems
 
 log = logging.getLogger("handoff.resume")
@@ -26,11 +27,11 @@ log = logging.getLogger("handoff.resume")
 TopicPartition = tuple[str, int]
 
 
-class KafkaIdentityError(RuntimeError):
+class KafkaIdentityError(HandoffConfigError):
     """The topic or cluster is not the one the ledger's offsets belong to."""
 
 
-class BackfillOverlapError(RuntimeError):
+class BackfillOverlapError(HandoffConfigError):
     """A Backfill range the table already (partly) holds: re-reading it would duplicate records."""
 
 

@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .errors import HandoffConfigError
+
 _MODULES = {
     "iceberg": "handoff_spark.iceberg_sink",
     "bigquery": "handoff_spark.bigquery_sink",
 }
 
 
-class SinkUnavailable(RuntimeError):
-    pass
+class SinkUnavailable(HandoffConfigError):
+    """The sink's module (or its client library) cannot be imported."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,51 @@ def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
     return path
 
 
+def install_chart_rbac(admin: client.ApiClient, apiserver: Any, namespace: str, values: dict[str, Any],
+                       release: str) -> tuple[list[dict[str, Any]], str]:
+    """Create the RBAC objects (ServiceAccount, (Cluster)Roles, bindings) the chart renders with `values`; returns
+    them and a real token of the ServiceAccount (TokenRequest API)."""
+    import helm_python as helm
+    import yaml
+    from kubernetes import utils
+
+    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(values, name=release, namespace=namespace,
+                                                                        is_install=True)
+    docs = [d for path, text in rendered.items() if path.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
+    rbac_docs = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                  "RoleBinding")]
+    utils.create_from_yaml(admin, yaml_objects=rbac_docs)
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        sa["metadata"]["name"], namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    return rbac_docs, token
+
+
+def token_client(apiserver: Any, token: str) -> client.ApiClient:
+    """An API client that authenticates with a ServiceAccount token, as a pod running as that account would."""
+    cfg = client.Configuration()
+    cfg.host = apiserver.server
+    cfg.ssl_ca_cert = str(apiserver.ca_cert)
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+def delete_cluster_rbac(admin: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    """Delete the cluster-scoped RBAC objects among `docs` (namespaced ones go with their namespaces)."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    for d in docs:
+        if d["kind"] == "ClusterRole":
+            rbac.delete_cluster_role(d["metadata"]["name"])
+        elif d["kind"] == "ClusterRoleBinding":
+            rbac.delete_cluster_role_binding(d["metadata"]["name"])
+def driver_kubeconfig(cluster: "Cluster", apiserver: Any, namespace: str, service_account: str) -> str:
+    """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API): the rights the
+    operator's rendered Role gives a driver pod, nothing more."""
+    token = cluster.core.create_namespaced_service_account_token(
+        service_account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    return str(token_kubeconfig(apiserver, apiserver.workdir / f"driver-{namespace}.kubeconfig", "driver", token))
+
+
 def install_crds(kubeconfig: str) -> None:
     out = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"),
                   check=False)
@@ -248,3 +293,19 @@ def base_spec(bootstrap: str = "127.0.0.1:9", **overrides: Any) -> dict[str, Any
     }
     spec.update(overrides)
     return spec
+
+
+def ledger_commit(table: Any, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], event_ms: int,
+                  rows: int) -> int:
+    """A ledger snapshot exactly as the sink writes it (docs/design/data-plane-contract.md), appended to a
+    PyIceberg table with one long column `id`; returns the snapshot id."""
+    import json
+
+    import pyarrow as pa
+
+    table.append(pa.table({"id": pa.array(range(rows), pa.int64())}), snapshot_properties={
+        "handoff.id": handoff_id, "handoff.query": "handoff", "handoff.batch-id": str(batch),
+        "handoff.offsets": json.dumps(offsets), "handoff.rows": str(rows), "handoff.dlq-rows": "0",
+        "handoff.max-event-time-ms": str(event_ms)})
+    table.refresh()
+    return table.current_snapshot().snapshot_id

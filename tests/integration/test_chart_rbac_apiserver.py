@@ -16,16 +16,15 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-import helm_python as helm
 import pytest
 import yaml
-from kubernetes import client, config, utils
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.render import Resolved, render
-from operator_support import token_kubeconfig
+from operator_support import delete_cluster_rbac, install_chart_rbac, token_client, token_kubeconfig
 
 pytestmark = pytest.mark.apiserver
 
@@ -60,33 +59,15 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
     for ns in (release, watched, other):
         core.create_namespace({"metadata": {"name": ns}})
     _apply_crds(admin)
-    rendered = helm.Chart.load(REPO / "charts/handoff-operator").render(
-        {"watchNamespaces": [watched]}, name=f"h{suffix}", namespace=release, is_install=True)
-    docs = [d for path, text in rendered.items() if path.endswith(".yaml")
-            for d in yaml.safe_load_all(text) if d]
-    rbac_docs = [d for d in docs if d["kind"] in
-                 ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
-    utils.create_from_yaml(admin, yaml_objects=rbac_docs)
-    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
-    token = core.create_namespaced_service_account_token(
-        sa["metadata"]["name"], release, {"spec": {"expirationSeconds": 3600}}).status.token
-    cfg = client.Configuration()
-    cfg.host = apiserver.server
-    cfg.ssl_ca_cert = str(apiserver.ca_cert)
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    operator = client.ApiClient(cfg)
+    rbac_docs, token = install_chart_rbac(admin, apiserver, release, {"watchNamespaces": [watched]}, f"h{suffix}")
+    operator = token_client(apiserver, token)
     kubeconfig = token_kubeconfig(apiserver, apiserver.workdir / f"operator-{suffix}.kubeconfig", "operator", token)
     try:
         yield {"admin": admin, "operator": operator, "watched": watched, "other": other,
                "kubeconfig": kubeconfig}
     finally:
         operator.close()
-        rbac = client.RbacAuthorizationV1Api(admin)
-        for d in rbac_docs:
-            if d["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(d["metadata"]["name"])
-            elif d["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(d["metadata"]["name"])
+        delete_cluster_rbac(admin, rbac_docs)
         for ns in (release, watched, other):
             core.delete_namespace(ns)
         admin.close()

@@ -25,7 +25,7 @@ from handoff_spark.bigquery_sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
 from handoff_spark.progress_publisher import ProgressPublisher
 from handoff_spark.sink_common import write_last_commit
-from operator_support import Cluster, base_spec, eventually, operator_running, token_kubeconfig
+from operator_support import Cluster, base_spec, driver_kubeconfig, eventually, operator_running
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -44,13 +44,6 @@ def _spec(kafka, tmp_path) -> dict[str, Any]:
     spec["sink"]["iceberg"]["catalog"]["properties"] = props
     spec["sink"]["iceberg"]["partitionBy"] = []
     return spec
-
-
-def _driver_kubeconfig(cluster: Cluster, apiserver, ns: str, service_account: str) -> str:
-    """A kubeconfig holding a real token of the driver's ServiceAccount (TokenRequest API)."""
-    token = cluster.core.create_namespaced_service_account_token(
-        service_account, ns, {"spec": {"expirationSeconds": 3600}}).status.token
-    return str(token_kubeconfig(apiserver, apiserver.workdir / f"driver-{ns}.kubeconfig", "driver", token))
 
 
 class _Query:
@@ -98,7 +91,7 @@ def test_driver_report_drives_degraded(cluster: Cluster, apiserver, kafka, tmp_p
             env["HANDOFF_DRIVER_POD_NAME"] = pod.metadata.name
             env["HANDOFF_PROGRESS_PUBLISH_SECONDS"] = "1"
             driver_api = config.new_client_from_config(
-                config_file=_driver_kubeconfig(cluster, apiserver, ns, dep.spec.template.spec.service_account_name))
+                config_file=driver_kubeconfig(cluster, apiserver, ns, dep.spec.template.spec.service_account_name))
             errors: list[BaseException] = []
             publisher = ProgressPublisher.from_env(env, api=driver_api, on_error=errors.append)
             assert publisher is not None

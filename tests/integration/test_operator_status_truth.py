@@ -9,14 +9,13 @@ import time
 import uuid
 
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import Cluster, Operator, base_spec, eventually
+from operator_support import Cluster, Operator, base_spec, eventually, ledger_commit as _commit
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -27,17 +26,6 @@ def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
         for i in range(n):
             producer.produce(topic, json.dumps({"id": i}).encode(), partition=partition)
     assert producer.flush(30) == 0
-
-
-def _commit(table, handoff_id: str, batch: int, offsets: dict[str, dict[str, list[int]]], event_ms: int,
-            rows: int) -> int:
-    """A ledger snapshot exactly as the sink writes it (docs/design/data-plane-contract.md)."""
-    table.append(pa.table({"id": pa.array(range(rows), pa.int64())}), snapshot_properties={
-        "handoff.id": handoff_id, "handoff.query": "handoff", "handoff.batch-id": str(batch),
-        "handoff.offsets": json.dumps(offsets), "handoff.rows": str(rows), "handoff.dlq-rows": "0",
-        "handoff.max-event-time-ms": str(event_ms)})
-    table.refresh()
-    return table.current_snapshot().snapshot_id
 
 
 def test_status_reports_ledger_commit_lag_and_freshness(cluster: Cluster, kafka, tmp_path) -> None:

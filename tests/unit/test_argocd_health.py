@@ -54,6 +54,11 @@ READY = [cond("Ready", "True", "Committing", "last commit 3s ago", 2), cond("Pro
         cond("Ready", "True", "Committing", gen=2),
         cond("Degraded", "True", "FreshnessTargetMissed", "freshness 9m > target 2m", 2)]}),
      "Degraded", "FreshnessTargetMissed: freshness 9m > target 2m"),
+    # A failed spec change rolled back: the last good config runs (Ready), but not the spec Argo CD applied.
+    (sth(status={"observedGeneration": 2, "phase": "Degraded", "conditions": [
+        cond("Ready", "True", "Running", gen=2), cond("Progressing", "False", "UpgradeRolledBack", gen=2),
+        cond("Degraded", "True", "UpgradeRolledBack", "generation 2 (config ab) crash-looped", 2)]}),
+     "Degraded", "UpgradeRolledBack: generation 2 (config ab) crash-looped"),
     (sth(status={"observedGeneration": 2, "phase": "Starting", "conditions": [
         cond("Ready", "False", "DriverStarting", gen=2), cond("Progressing", "True", "DriverStarting", "pod pending", 2)]}),
      "Progressing", "DriverStarting: pod pending"),

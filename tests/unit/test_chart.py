@@ -26,6 +26,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                       "imagePullSecrets": [{"name": "regcred"}], "sparkImage": "registry.local/spark:1",
                       "extraEnv": [{"name": "HANDOFF_X", "value": "1"}], "nodeSelector": {"pool": "ops"}},
     "metrics-off": {"metrics": {"enabled": False}, "serviceAccount": {"create": False, "name": "existing"}},
+    "retention-enforce": {"retention": {"enforce": True}},
+    "retention-enforce-namespaced": {"watchNamespaces": ["shop"],
+                                     "retention": {"enforce": True, "kafkaTopicNamespaces": ["kafka"]}},
 }
 
 
@@ -84,6 +87,7 @@ def test_deployment_wiring() -> None:
     assert env["HANDOFF_NAMESPACES"] == "shop"
     assert env["HANDOFF_DEFAULT_IMAGE"] == "registry.local/spark:1"
     assert env["HANDOFF_METRICS_PORT"] == "8080" and env["HANDOFF_X"] == "1"
+    assert env["HANDOFF_UPGRADE_READINESS_TIMEOUT"] == "300" and env["HANDOFF_UPGRADE_CRASH_RESTARTS"] == "3"
     assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
@@ -157,3 +161,25 @@ def test_rbac_covers_what_the_operator_does(name: str) -> None:
     assert not _allows(cluster_role["rules"], "rbac.authorization.k8s.io", "clusterroles", "create")
     assert not any("escalate" in r["verbs"] or "bind" in r["verbs"] or "*" in r["verbs"]
                    for r in cluster_role["rules"])
+
+
+def _kafka_topic_verbs(rules: list[dict[str, Any]]) -> set[str]:
+    return {v for r in rules if "kafka.strimzi.io" in r["apiGroups"] for v in r["verbs"]
+            if "kafkatopics" in r["resources"] or "*" in r["resources"]}
+
+
+def test_retention_rbac_audit_needs_nothing_enforce_gets_exactly_kafkatopic_get_list_patch() -> None:
+    audit = render({})
+    assert all(not _kafka_topic_verbs(r["rules"]) for r in by_kind(audit, "ClusterRole") + by_kind(audit, "Role"))
+    (cluster_role,) = by_kind(render(VALUE_SETS["retention-enforce"]), "ClusterRole")
+    assert _kafka_topic_verbs(cluster_role["rules"]) == {"get", "list", "patch"}
+    docs = render(VALUE_SETS["retention-enforce-namespaced"])
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert not _kafka_topic_verbs(cluster_role["rules"])  # only in the namespaces that hold KafkaTopics
+    (role,) = [r for r in by_kind(docs, "Role") if _kafka_topic_verbs(r["rules"])]
+    assert role["metadata"]["namespace"] == "kafka" and _kafka_topic_verbs(role["rules"]) == {"get", "list", "patch"}
+    (binding,) = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["metadata"]["namespace"] == "kafka"
+    env = {e["name"]: e.get("value") for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+           ["containers"][0]["env"]}
+    assert env["HANDOFF_KAFKA_TOPIC_NAMESPACES"] == "kafka" and env["HANDOFF_RETENTION_CHECK_INTERVAL"] == "300"

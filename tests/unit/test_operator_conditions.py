@@ -130,3 +130,22 @@ def test_restart_stays_restarting_until_the_new_driver_runs():
                                              pod_name="d-2", pod_phase="Running", pod_ready=True,
                                              pod_config_hash="h2")))
     assert done.phase == "Running" and _by_type(done)["Progressing"].reason == "RolloutComplete"
+
+
+def test_unreadable_truth_does_not_flap_on_a_child_triggered_reconcile():
+    """A refresh found Kafka unreachable (Degraded=True StatusUnavailable); the driver pod then changes and a
+    reconcile without a refresh runs from the status: Degraded must stay True until a refresh reads the truth."""
+    from handoff_operator.handlers import _status_progress
+
+    status = {"lag": 5, "conditions": [
+        {"type": "Degraded", "status": "True", "reason": "StatusUnavailable", "message": "kafka: timed out"}]}
+    progress = _status_progress(status)
+    assert progress.errors == ("kafka: timed out",)
+    starting = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d-1", pod_phase="Pending",
+                           pod_config_hash="h1")
+    for driver in (starting, RUNNING):
+        c = _by_type(evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=driver,
+                                    progress=progress)))
+        assert (c["Degraded"].status, c["Degraded"].reason) == ("True", "StatusUnavailable")
+    assert _status_progress({"conditions": [{"type": "Degraded", "status": "False", "reason": "AsExpected"}]}
+                            ).errors == ()

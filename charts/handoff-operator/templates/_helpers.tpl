@@ -76,3 +76,11 @@ rights on pods/services/configmaps/PVCs itself.
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
+
+{{/* What spec.retention.mode=enforce needs when Strimzi manages a topic: find the KafkaTopic naming it
+(list), read it, raise spec.config.retention.ms (patch). Nothing else: no create/delete/update. */}}
+{{- define "handoff.kafkaTopicRules" -}}
+- apiGroups: [kafka.strimzi.io]
+  resources: [kafkatopics]
+  verbs: [get, list, patch]
+{{- end -}}

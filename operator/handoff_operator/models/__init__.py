@@ -10,7 +10,7 @@ from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, 
                                    IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, LastBatchStatus,
                                    ReplaySpec, DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
                                    SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
-                                   StreamTableHandoffStatus)
+                                   StreamTableHandoffStatus, UpgradeSpec, UpgradeStatus)
 
 ALL_RESOURCES: tuple[type[CustomResource], ...] = (StreamTableHandoff, ReplayRequest)
 
@@ -22,5 +22,5 @@ __all__ = [
     "ReplayTarget", "DriverSpec", "ExecutorSpec", "RetentionSpec", "ScalingSpec", "SchemaSpec", "SecretKeyRef",
     "SecretRef", "SinkSpec", "SparkSpec", "StreamTableHandoff", "StreamTableHandoffSpec",
     "StreamTableHandoffStatus", "find_condition", "format_duration", "parse_duration",
-    "quantity_to_bytes", "spark_memory",
+    "quantity_to_bytes", "spark_memory", "UpgradeSpec", "UpgradeStatus",
 ]

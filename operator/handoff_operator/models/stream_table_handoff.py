@@ -298,10 +298,13 @@ class ReplaySpec(SpecModel):
 
 
 class RetentionSpec(SpecModel):
-    """What to do when Kafka topic retention is shorter than replay.maxOutage / replay.window."""
+    """What to do when a topic's Kafka retention is shorter than replay.window + replay.maxOutage + the
+    handoff's lag age + 10% (condition RetentionSufficient; docs/operator.md, "Retention")."""
 
     mode: Literal["audit", "enforce"] = Field(
-        default="audit", description="audit: report a condition; enforce: raise the topics' retention.ms.")
+        default="audit", description="audit: report the RetentionSufficient condition; enforce: also raise the "
+                                     "topics' retention.ms (never lower it), in the Strimzi KafkaTopic when one "
+                                     "manages the topic.")
 
 
 class ScalingSpec(SpecModel):
@@ -386,6 +389,22 @@ class CheckpointSpec(SpecModel):
                                            description="StorageClass of the checkpoint volume.")
 
 
+class UpgradeSpec(SpecModel):
+    """What the operator does when a spec change breaks the driver (docs/operator.md, "Rollback of a failed
+    upgrade"). A spec counts as good once its driver has committed a batch; the user's spec is never
+    rewritten, the operator only runs the last good app config until the spec changes again."""
+
+    readiness_timeout: Duration | None = Field(
+        default=None, description="How long the driver of a changed spec may take to commit its first batch "
+                                  "while records wait (or to become ready) before the operator goes back to "
+                                  "the last good spec. Default: the operator's "
+                                  "HANDOFF_UPGRADE_READINESS_TIMEOUT (5m).")
+    auto_rollback: bool = Field(
+        default=True, description="Go back to the last spec whose driver committed a batch when a changed "
+                                  "spec's driver crash-loops or misses readinessTimeout (Degraded=True reason "
+                                  "UpgradeRolledBack); false: keep trying the new spec.")
+
+
 class StreamTableHandoffSpec(SpecModel):
     """Desired state of a StreamTableHandoff."""
 
@@ -410,6 +429,8 @@ class StreamTableHandoffSpec(SpecModel):
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Executor autoscaling.")
     spark: SparkSpec = Field(default_factory=SparkSpec, description="Spark driver/executor settings.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Spark checkpoint storage.")
+    upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec,
+                                 description="Automatic rollback of a spec change whose driver fails.")
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 
@@ -452,6 +473,12 @@ class StreamTableHandoffSpec(SpecModel):
     @property
     def scaling_cooldown_seconds(self) -> float:
         return parse_duration(self.scaling.cooldown)
+
+    @property
+    def upgrade_readiness_timeout_seconds(self) -> float | None:
+        """None: the operator's default applies."""
+        timeout = self.upgrade.readiness_timeout
+        return parse_duration(timeout) if timeout is not None else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -503,6 +530,68 @@ class LastBatchStatus(StatusModel):
                     "Degraded=True reason SinkDegraded while set.")
 
 
+class TopicRetentionStatus(StatusModel):
+    """One topic's retention against the handoff's needs (see docs/operator.md, "Retention")."""
+
+    topic: TopicName = Field(description="Kafka topic.")
+    sufficient: bool = Field(description="Retention covers the need.")
+    need_seconds: float = Field(ge=0, description="replay.window + replay.maxOutage + lag age + 10% margin.")
+    have_seconds: float | None = Field(default=None, ge=0, description="How long the topic keeps records: "
+                                       "the shorter of retention.ms and retention.bytes at the current write "
+                                       "rate; absent = unlimited.")
+    headroom_seconds: float | None = Field(default=None, description="have - need (negative: too short); "
+                                           "absent = unlimited.")
+    limited_by: Literal["retention.ms", "retention.bytes"] | None = Field(
+        default=None, description="The setting that limits have.")
+    lag_age_seconds: float = Field(default=0, ge=0, description="Age of the oldest record not yet committed.")
+    cleanup_policy: str = Field(default="delete", max_length=64, description="The topic's cleanup.policy.")
+
+
+class LostRangeStatus(StatusModel):
+    """Offsets Kafka deleted before the handoff read them (end exclusive)."""
+
+    topic: TopicName = Field(description="Kafka topic.")
+    partition: int = Field(ge=0, description="Partition.")
+    from_offset: int = Field(ge=0, description="First lost offset: the ledger's next offset.")
+    to_offset: int = Field(ge=0, description="Kafka's earliest offset when the loss was seen (exclusive).")
+
+
+class RetentionStatus(StatusModel):
+    """The retention check (every HANDOFF_RETENTION_CHECK_INTERVAL) and data loss (every refresh)."""
+
+    checked_at: datetime | None = Field(default=None, description="When the topics' configs were last read.")
+    headroom_seconds: float | None = Field(default=None, description="The smallest headroom over the topics "
+                                           "(negative: retention too short); absent = unlimited.")
+    topics: list[TopicRetentionStatus] = Field(default_factory=list, max_length=100,
+                                               description="Per topic: need, have, headroom.")
+    lost: list[LostRangeStatus] = Field(default_factory=list, max_length=1000,
+                                        description="Ranges deleted by Kafka before they were read (DataLoss=True).")
+class UpgradeStatus(StatusModel):
+    """Automatic rollback of failed spec changes: which app config is known good, which one is being
+    tried, and which one was rolled back (docs/operator.md, "Rollback of a failed upgrade")."""
+
+    last_good_config_hash: str | None = Field(
+        default=None, max_length=128,
+        description="Config hash of the last spec whose driver committed a batch (its spec is kept in the "
+                    "ConfigMap <name>-last-good).")
+    trying_generation: int | None = Field(default=None, ge=0,
+                                          description="Generation whose driver has not committed a batch yet.")
+    trying_config_hash: str | None = Field(default=None, max_length=128,
+                                           description="Config hash of the spec being tried.")
+    trying_since: datetime | None = Field(
+        default=None, description="Start of the readiness clock of the tried spec (it runs while records wait "
+                                  "or the driver is not ready).")
+    rolled_back_generation: int | None = Field(
+        default=None, ge=0, description="Generation whose driver failed and was rolled back; the last good "
+                                        "config runs until the spec changes again.")
+    rolled_back_config_hash: str | None = Field(default=None, max_length=128,
+                                                description="Config hash of the rolled back spec.")
+    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout"] | None = Field(
+        default=None, description="Why it was rolled back.")
+    rolled_back_at: datetime | None = Field(default=None, description="When it was rolled back.")
+    message: str | None = Field(default=None, max_length=1024, description="What happened, for people.")
+
+
 class StreamTableHandoffStatus(StatusModel):
     """Observed state, written by the operator only."""
 
@@ -521,6 +610,11 @@ class StreamTableHandoffStatus(StatusModel):
     executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
     last_batch: LastBatchStatus | None = Field(default=None,
                                                description="The driver's report of its newest micro-batch.")
+    retention: RetentionStatus | None = Field(default=None, description="Kafka retention against replay needs.")
+    last_good_generation: int | None = Field(
+        default=None, ge=0, description="Newest generation whose driver committed a batch (what a failed spec "
+                                        "change is rolled back to).")
+    upgrade: UpgradeStatus | None = Field(default=None, description="Automatic rollback of failed spec changes.")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""The retention check of one handoff, as the status refresh runs it: gather, decide, act (enforce), report.
+
+Gather (`retention_kafka.topic_facts`) costs a DescribeConfigs, three ListOffsets and a record sample, so
+it runs at most every HANDOFF_RETENTION_CHECK_INTERVAL per handoff (and at once when the parts of the
+spec it depends on change); between checks `observe` returns None and the status keeps the last answer.
+Data loss needs only the ledger position and Kafka's earliest offsets, which every refresh reads anyway,
+so it is decided on every refresh.
+
+Enforce (`spec.retention.mode: enforce`) only ever raises `retention.ms`, to the need rounded up to whole
+hours: in the KafkaTopic when Strimzi manages the topic, else in Kafka. A refusal (Kafka ACL, apiserver
+403) becomes the condition's message; nothing is raised past it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka import KafkaException
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from handoff_spark.config import AppConfig
+
+from . import metrics, retention_kafka, retention_report, strimzi
+from .conditions import Condition, ProgressFacts, Transition
+from .models import StreamTableHandoffSpec
+from .retention import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
+from .retention_report import EnforceOutcome, RetentionCheck
+from .settings import OperatorSettings
+
+_last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}
+_last_lock = threading.Lock()
+
+
+def requirement(spec: StreamTableHandoffSpec) -> Requirement:
+    return Requirement(spec.replay_window_seconds, spec.replay_max_outage_seconds,
+                       enforce=spec.retention.mode == "enforce")
+
+
+def _signature(spec: StreamTableHandoffSpec) -> tuple[Any, ...]:
+    return (spec.source.bootstrap_servers, tuple(spec.source.topics), spec.replay.window, spec.replay.max_outage,
+            spec.retention.mode)
+
+
+def _due(namespace: str, name: str, spec: StreamTableHandoffSpec, interval: float) -> bool:
+    with _last_lock:
+        last = _last.get((namespace, name))
+    return last is None or last[0] != _signature(spec) or time.monotonic() - last[1] >= interval
+
+
+def _checked(namespace: str, name: str, spec: StreamTableHandoffSpec) -> None:
+    with _last_lock:
+        _last[(namespace, name)] = (_signature(spec), time.monotonic())
+
+
+def forget(namespace: str, name: str) -> None:
+    with _last_lock:
+        _last.pop((namespace, name), None)
+
+
+def _enforce(config: AppConfig, facts: TopicFacts, target_ms: int, api: client.ApiClient,
+             settings: OperatorSettings) -> EnforceOutcome:
+    topic, current = facts.topic, facts.retention_ms
+    try:
+        refs = strimzi.find(api, topic, settings.kafka_topic_namespaces)
+        if len(refs) > 1:
+            return EnforceOutcome(topic, "failed", current, None, "KafkaTopic",
+                                  f"{len(refs)} KafkaTopics name the topic ({', '.join(map(str, refs))}): raise "
+                                  f"retention.ms in the one that manages it")
+        if refs:
+            ref = refs[0]
+            if ref.retention_ms is not None and not may_raise(ref.retention_ms, target_ms):
+                return EnforceOutcome(topic, "pending", ref.retention_ms, ref.retention_ms, str(ref))
+            strimzi.patch_retention(api, ref, target_ms)
+            return EnforceOutcome(topic, "patched", ref.retention_ms if ref.retention_ms is not None else current,
+                                  target_ms, str(ref))
+        retention_kafka.raise_retention_ms(config, topic, target_ms)
+        return EnforceOutcome(topic, "raised", current, target_ms, "Kafka")
+    except (strimzi.KafkaTopicRefused, retention_kafka.RetentionRefused) as exc:
+        where = "KafkaTopic" if isinstance(exc, strimzi.KafkaTopicRefused) else "Kafka"
+        return EnforceOutcome(topic, "refused", current, None, where, str(exc))
+    except (KafkaException, ApiException, OSError) as exc:
+        return EnforceOutcome(topic, "failed", current, None, "Kafka", f"{type(exc).__name__}: {exc}")
+
+
+def decide_and_enforce(config: AppConfig, spec: StreamTableHandoffSpec, facts: Mapping[str, TopicFacts],
+                       now_ms: int, api: client.ApiClient, settings: OperatorSettings) -> RetentionCheck:
+    need = requirement(spec)
+    verdicts: list[TopicVerdict] = []
+    enforced: list[EnforceOutcome] = []
+    for topic in spec.source.topics:
+        topic_facts = facts[topic]
+        result = verdict(topic_facts, need, now_ms)
+        if need.enforce and not result.sufficient and may_raise(topic_facts.retention_ms, result.target_retention_ms):
+            outcome = _enforce(config, topic_facts, result.target_retention_ms, api, settings)  # type: ignore[arg-type]
+            enforced.append(outcome)
+            if outcome.action == "raised":
+                result = verdict(replace(topic_facts, retention_ms=outcome.after_ms), need, now_ms)
+        verdicts.append(result)
+    return RetentionCheck(now_ms, tuple(verdicts), tuple(enforced),
+                          cleanup_policies={t: ",".join(f.cleanup_policy) for t, f in facts.items()})
+
+
+def observe(namespace: str, name: str, spec: StreamTableHandoffSpec, config: AppConfig, progress: ProgressFacts,
+            api: client.ApiClient, settings: OperatorSettings) -> RetentionCheck | None:
+    """A fresh check when one is due, else None (the status keeps the last). Never raises: a failed read is
+    the check's error (RetentionSufficient=Unknown), tried again at the next interval like a success, so an
+    unreachable cluster does not add its timeouts to every refresh. Not tried while this refresh could not
+    read Kafka's offsets at all (Degraded=StatusUnavailable already says so)."""
+    if progress.end_offsets is None or not _due(namespace, name, spec, settings.retention_check_interval):
+        return None
+    now_ms = int(time.time() * 1000)
+    _checked(namespace, name, spec)
+    try:
+        facts = retention_kafka.topic_facts(config, progress.committed_offsets, now_ms,
+                                            config_max_age=settings.retention_check_interval)
+    except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
+        return RetentionCheck(now_ms, errors=(f"{type(exc).__name__}: {exc}",))
+    return decide_and_enforce(config, spec, facts, now_ms, api, settings)
+
+
+@dataclass(frozen=True)
+class Report:
+    conditions: tuple[Condition, ...] = ()
+    events: list[Transition] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)   # merged into the status patch
+
+
+def report(namespace: str, name: str, spec: StreamTableHandoffSpec | None, check: RetentionCheck | None,
+           progress: ProgressFacts | None, old_conditions: Sequence[Mapping[str, Any]]) -> Report:
+    """Conditions, Events, `status.retention` and gauges from this refresh's check (None: nothing new) and
+    the truth's progress (None: not read this time, e.g. a change handler)."""
+    lost = None
+    if progress is not None and progress.earliest_offsets is not None:
+        lost = lost_from_offsets(progress.committed_offsets, progress.earliest_offsets)
+    if spec is None or (check is None and lost is None):
+        return Report()
+    conditions = retention_report.conditions(check, lost, spec.source.on_offset_out_of_range)
+    metrics.set_retention(namespace, name, check, lost)
+    status = retention_report.status(check, lost)
+    return Report(conditions, retention_report.events(old_conditions, conditions, check),
+                  {"retention": status} if status else {})

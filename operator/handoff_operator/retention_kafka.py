@@ -1,0 +1,165 @@
+"""Reading (and raising) topic retention in Kafka (I/O; the rule is in `retention`).
+
+Per check, per handoff: one DescribeConfigs (retention.ms, retention.bytes, cleanup.policy; its answer is
+reused for the check interval by other handoffs on the same topic, and dropped when we raise it), ListOffsets
+for earliest, latest and "first offset at now − RATE_WINDOW" (the write rate), and one short fetch per
+partition to read two record timestamps Kafka has no offset→timestamp lookup for: the oldest record not
+yet committed (the lag age) and the record that starts the rate window (its real age; a young or idle
+topic would otherwise look slower than it is). The fetched records' sizes give the average record size
+for the `retention.bytes` estimate. The AdminClient is the operator's per-cluster one (`truth._admin`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourceType
+
+from handoff_spark.config import AppConfig
+
+from .retention import PartitionFacts, TopicFacts
+from .truth import _admin
+
+RATE_WINDOW_MS = 15 * 60 * 1000
+_SAMPLE_RECORDS = 50     # per partition, for the average record size
+_REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+            KafkaError.POLICY_VIOLATION}
+
+
+_configs: dict[tuple[str, str], tuple[float, dict[str, str | None]]] = {}
+_configs_lock = threading.Lock()
+
+
+class RetentionRefused(RuntimeError):
+    """Kafka refused to change the config (ACLs, a create/alter policy)."""
+
+
+def _int(value: str | None) -> int | None:
+    return None if value in (None, "") else int(value)  # type: ignore[arg-type]
+
+
+def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0, max_age: float = 0.0
+                    ) -> dict[str, dict[str, str | None]]:
+    """retention.ms, retention.bytes, cleanup.policy per topic, as the broker reports them (defaults included).
+    Answers younger than `max_age` seconds are reused: handoffs sharing a topic describe it once per interval."""
+    now = time.monotonic()
+    out: dict[str, dict[str, str | None]] = {}
+    with _configs_lock:
+        for topic in topics:
+            cached = _configs.get((config.source.bootstrap_servers, topic))
+            if cached is not None and now - cached[0] < max_age:
+                out[topic] = cached[1]
+    missing = [t for t in topics if t not in out]
+    if not missing:
+        return out
+    futures = _admin(config).describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in missing],
+                                              request_timeout=timeout)
+    for resource, future in futures.items():
+        entries = future.result(timeout=timeout)
+        out[resource.name] = {key: (entries[key].value if key in entries else None)
+                              for key in ("retention.ms", "retention.bytes", "cleanup.policy")}
+        with _configs_lock:
+            _configs[(config.source.bootstrap_servers, resource.name)] = (now, out[resource.name])
+    return out
+
+
+def _offsets(admin: object, specs: Mapping[TopicPartition, OffsetSpec], timeout: float
+             ) -> dict[tuple[str, int], int]:
+    futures = admin.list_offsets(dict(specs), isolation_level=IsolationLevel.READ_COMMITTED,  # type: ignore[attr-defined]
+                                 request_timeout=timeout)
+    return {(tp.topic, tp.partition): f.result(timeout=timeout).offset for tp, f in futures.items()}
+
+
+def _sample(config: AppConfig, positions: Mapping[tuple[str, int], int], timeout: float
+            ) -> dict[tuple[str, int], tuple[int, float]]:
+    """(timestamp ms of the first record at or after each position, average size of the records fetched
+    there). A consumer that never joins or commits to a group; small fetches so a sample stays small."""
+    if not positions:
+        return {}
+    consumer = Consumer({**dict(config.source.properties), "bootstrap.servers": config.source.bootstrap_servers,
+                         "group.id": "handoff-operator-retention-probe", "enable.auto.commit": False,
+                         "enable.auto.offset.store": False, "isolation.level": "read_committed",
+                         "queued.min.messages": 1, "fetch.message.max.bytes": 65536,
+                         "client.id": "handoff-operator"})
+    found: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        deadline = time.monotonic() + timeout
+        while len(found) < len(positions) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                if msg.error() is not None:
+                    continue
+                key = (msg.topic(), msg.partition())
+                sizes = found.setdefault(key, [])
+                if len(sizes) < _SAMPLE_RECORDS:
+                    size = len(msg.key() or b"") + len(msg.value() or b"") + sum(
+                        len(k) + len(v or b"") for k, v in (msg.headers() or []))
+                    sizes.append((msg.timestamp()[1], size))
+    finally:
+        consumer.close()
+    return {key: (rows[0][0], sum(s for _, s in rows) / len(rows)) for key, rows in found.items()}
+
+
+def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | None, now_ms: int,
+                timeout: float = 5.0, config_max_age: float = 0.0) -> dict[str, TopicFacts]:
+    """Everything the retention rule needs about the handoff's topics (configs reused up to `config_max_age` s)."""
+    topics = list(config.source.topics)
+    configs = describe_topics(config, topics, timeout, config_max_age)
+    admin = _admin(config)
+    metadata = admin.list_topics(timeout=timeout)
+    tps = []
+    for topic in topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise RuntimeError(f"topic {topic!r} not found in Kafka")
+        tps += [TopicPartition(topic, p) for p in meta.partitions]
+    earliest = _offsets(admin, {tp: OffsetSpec.earliest() for tp in tps}, timeout)
+    latest = _offsets(admin, {tp: OffsetSpec.latest() for tp in tps}, timeout)
+    window_start = _offsets(admin, {tp: OffsetSpec.for_timestamp(now_ms - RATE_WINDOW_MS) for tp in tps}, timeout)
+    nexts = {(t, int(p)): int(o) for t, parts in (committed or {}).items() for p, o in parts.items()}
+    waiting = {k: max(o, earliest[k]) for k, o in nexts.items() if k in latest and o < latest[k]}
+    rate_from = {k: o for k, o in window_start.items() if 0 <= o < latest[k]}
+    oldest = _sample(config, waiting, timeout)
+    rate_rows = _sample(config, rate_from, timeout)
+    out: dict[str, TopicFacts] = {}
+    for topic in topics:
+        conf = configs.get(topic, {})
+        partitions: dict[int, PartitionFacts] = {}
+        for tp in (tp for tp in tps if tp.topic == topic):
+            key = (topic, tp.partition)
+            rate, size = 0.0, None
+            if key in rate_rows:
+                first_ms, size = rate_rows[key]
+                rate = (latest[key] - rate_from[key]) / max(1.0, (now_ms - first_ms) / 1000.0)
+            elif key in oldest:
+                size = oldest[key][1]
+            partitions[tp.partition] = PartitionFacts(
+                earliest=earliest[key], latest=latest[key], next_offset=nexts.get(key),
+                oldest_unconsumed_ms=oldest[key][0] if key in oldest else None,
+                records_per_second=rate, average_record_bytes=size)
+        out[topic] = TopicFacts(topic, _int(conf.get("retention.ms")), _int(conf.get("retention.bytes")),
+                                tuple(p.strip() for p in (conf.get("cleanup.policy") or "delete").split(",")),
+                                partitions)
+    return out
+
+
+def raise_retention_ms(config: AppConfig, topic: str, target_ms: int, timeout: float = 10.0) -> None:
+    """Set the topic's retention.ms (IncrementalAlterConfigs: only this key changes). The caller has
+    checked that this raises it. Raises RetentionRefused when the broker says no for permissions."""
+    admin = _admin(config)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", str(target_ms), incremental_operation=AlterConfigOpType.SET)])
+    with _configs_lock:
+        _configs.pop((config.source.bootstrap_servers, topic), None)
+    try:
+        for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
+            future.result(timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.code() in _REFUSED:
+            raise RetentionRefused(f"Kafka refused AlterConfigs ({error.name()}): grant the operator's principal "
+                                   f"AlterConfigs on topic {topic}, or raise retention.ms to {target_ms} yourself"
+                                   ) from exc
+        raise

@@ -1,0 +1,191 @@
+"""Automatic rollback of a failed upgrade, in reconcile: gather the facts, `upgrade.decide`, act (I/O).
+
+Called by `handlers.reconcile` before it applies the children: it returns which rendering to apply (the
+current spec's, or the last good spec's while a failed change is rolled back), the Events to emit and the
+status fields to write (`lastGoodGeneration`, `upgrade`).
+
+Where the last good spec lives: the owned ConfigMap `<name>-last-good` (`spec.json`: the handoff's spec as
+it was when its driver committed, plus its generation and config hash), written when a spec is marked good
+and before the status says so, so the operator can render it again after a restart. It holds the spec, not
+the rendered app config: Secret values are resolved again when it is rendered, so none are stored here, and
+the children (Deployment, app config) come out exactly as the operator renders any spec.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from . import metrics
+from .conditions import DriverReport, ProgressFacts
+from .kube import Kube
+from .models import StreamTableHandoffSpec
+from .render import Rendered, labels, owner_reference, referenced_secrets, render
+from .settings import OperatorSettings
+from .upgrade import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, decide, overlay
+from .validation import check, parse_spec
+
+SPEC_KEY = "spec.json"
+__all__ = ["Step", "held_spec", "last_good_configmap_name", "overlay", "render_spec", "step"]
+log = logging.getLogger("handoff.operator")
+
+
+def last_good_configmap_name(name: str) -> str:
+    return f"{name}-last-good"
+
+
+# ------------------------------------------------------------------------------ status <-> state
+
+def _ms(text: Any) -> int | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return int(moment.timestamp() * 1000)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def state_from_status(status: Mapping[str, Any]) -> UpgradeState:
+    up = status.get("upgrade") or {}
+    reason = up.get("rolledBackReason")
+    return UpgradeState(
+        last_good_generation=status.get("lastGoodGeneration"), last_good_hash=up.get("lastGoodConfigHash"),
+        trying_generation=up.get("tryingGeneration"), trying_hash=up.get("tryingConfigHash"),
+        trying_since_ms=_ms(up.get("tryingSince")),
+        rolled_back_generation=up.get("rolledBackGeneration"), rolled_back_hash=up.get("rolledBackConfigHash"),
+        rolled_back_reason=reason if reason in ("CrashLoop", "ReadinessTimeout") else None,
+        rolled_back_at_ms=_ms(up.get("rolledBackAt")), message=up.get("message"))
+
+
+def status_from_state(state: UpgradeState) -> dict[str, Any]:
+    """`lastGoodGeneration` and `upgrade`, every key present (null clears it in the merge patch)."""
+    return {"lastGoodGeneration": state.last_good_generation, "upgrade": {
+        "lastGoodConfigHash": state.last_good_hash,
+        "tryingGeneration": state.trying_generation, "tryingConfigHash": state.trying_hash,
+        "tryingSince": _iso(state.trying_since_ms),
+        "rolledBackGeneration": state.rolled_back_generation, "rolledBackConfigHash": state.rolled_back_hash,
+        "rolledBackReason": state.rolled_back_reason, "rolledBackAt": _iso(state.rolled_back_at_ms),
+        "message": state.message[:1024] if state.message else None}}
+
+
+# --------------------------------------------------------------------------- the stored last good spec
+
+def last_good_configmap(owner: Mapping[str, Any], config_hash: str) -> dict[str, Any]:
+    meta = owner["metadata"]
+    name = meta["name"]
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": last_good_configmap_name(name), "namespace": meta["namespace"],
+                         "labels": labels(name, "last-good"), "ownerReferences": [owner_reference(owner)]},
+            "data": {SPEC_KEY: json.dumps(owner.get("spec") or {}, sort_keys=True),
+                     "generation": str(meta.get("generation") or 0), "configHash": config_hash}}
+
+
+def render_spec(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec,
+                image: str) -> Rendered | None:
+    """The children of `spec` with today's Secret values (None: the spec no longer works, e.g. a Secret
+    it names is gone)."""
+    secrets = kube.read_secrets(owner["metadata"]["namespace"], sorted(referenced_secrets(spec)))
+    resolved, problems = check(owner["metadata"]["name"], spec, secrets)
+    return None if problems else render(owner, spec, image, resolved)
+
+
+def _read_last_good(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
+    meta = owner["metadata"]
+    try:
+        cm = kube.core.read_namespaced_config_map(last_good_configmap_name(meta["name"]), meta["namespace"])
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    try:
+        raw = json.loads((cm.data or {}).get(SPEC_KEY) or "null")
+    except json.JSONDecodeError:
+        raw = None
+    spec, _ = parse_spec(raw) if isinstance(raw, dict) else (None, [])
+    if spec is None:
+        log.warning(f"{meta['namespace']}/{meta['name']}: the stored last good spec does not parse; "
+                    f"no rollback possible until a spec commits again")
+    return spec
+
+
+def _render_last_good(kube: Kube, owner: Mapping[str, Any], image: str) -> Rendered | None:
+    spec = _read_last_good(kube, owner)
+    return render_spec(kube, owner, spec, image) if spec is not None else None
+
+
+def held_spec(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
+    """The last good spec while the status says a rollback holds for the current generation (None: the
+    current spec runs). What runs is what the status's truth (the table's ledger, Kafka's offsets) must be
+    read with: a rolled back spec may name another table or topic."""
+    rolled_back = ((owner.get("status") or {}).get("upgrade") or {}).get("rolledBackGeneration")
+    if rolled_back is None or rolled_back != owner["metadata"].get("generation"):
+        return None
+    return _read_last_good(kube, owner)
+
+
+# ------------------------------------------------------------------------------------------- step
+
+@dataclass(frozen=True)
+class Step:
+    decision: Decision
+    rendered: Rendered                               # what to apply now
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def rolling_back(self) -> bool:
+        return self.decision.action == "rollBack"
+
+    def status(self) -> dict[str, Any]:
+        return status_from_state(self.decision.state)
+
+
+def step(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered: Rendered,
+         status: Mapping[str, Any], report: DriverReport | None, truth: ProgressFacts | None,
+         settings: OperatorSettings, now_ms: int) -> Step:
+    meta = owner["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    state = state_from_status(status)
+
+    # Gather. The last good spec is read only when it may be needed (not the config running now).
+    last_good: Rendered | None = None
+    if state.last_good_hash is not None and state.last_good_hash != rendered.config_hash:
+        last_good = _render_last_good(kube, owner, settings.default_image)
+    timeout = spec.upgrade_readiness_timeout_seconds
+    facts = UpgradeFacts(
+        generation=int(meta.get("generation") or 0), desired_hash=rendered.config_hash,
+        suspended=spec.suspend, now_ms=now_ms,
+        timeout_seconds=timeout if timeout is not None else settings.upgrade_readiness_timeout,
+        crash_restarts=settings.upgrade_crash_restarts, auto_rollback=spec.upgrade.auto_rollback,
+        driver=kube.driver_facts(namespace, name), report=report,
+        ledger_committed_at_ms=truth.committed_at_ms if truth is not None else None,
+        lag=truth.lag if truth is not None else status.get("lag"),
+        last_good_available=last_good is not None)
+
+    # Decide.
+    decision = decide(facts, state)
+
+    # Act.
+    events: list[tuple[str, str, str]] = []
+    if decision.action == "markGood":
+        kube.apply(last_good_configmap(owner, rendered.config_hash))  # before the status says so
+        if state.last_good_hash is not None:
+            events.append(("Normal", "UpgradeSucceeded", decision.message))
+        log.info(f"{namespace}/{name}: {decision.message}")
+    elif decision.action == "rollBack":
+        events.append(("Warning", UPGRADE_ROLLED_BACK, decision.message))
+        metrics.UPGRADE_ROLLBACKS.labels(reason=decision.state.rolled_back_reason or "").inc()
+        log.warning(f"{namespace}/{name}: {decision.message}")
+    # decide() runs the last good spec only while it renders (last_good_available).
+    return Step(decision, last_good if decision.run_last_good and last_good is not None else rendered, events)

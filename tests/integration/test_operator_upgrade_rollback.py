@@ -1,0 +1,237 @@
+"""Rollback of a failed upgrade, with the operator in-process against the real kube-apiserver and
+controller-manager (Deployment → ReplicaSet → pod).
+
+Real: the API server and controller-manager, the operator, Kafka, the SQLite Iceberg catalog, and the driver
+that proves generation 1 good: the data plane's own entry point (`python -m handoff_spark run`) fed with the app config the operator rendered into `<name>-app` (only the Spark placement
+swapped for local mode and the pod's paths for temporary ones), committing to the table and publishing its
+progress record into `<name>-progress` as the driver pod, with a real token of the driver's ServiceAccount
+(so the rendered Role is what allows it).
+
+Played by the test: the kubelet (the test bed has none for these pods). It writes the driver pods' status
+through pods/status, as a kubelet would: Running/Ready for a driver of generation 1, and for generation 2's
+driver a container in CrashLoopBackOff after 3 restarts. The crash itself is not real; what the operator
+reads to decide (the pod's container status and config-hash annotation) is exactly what it reads in a
+cluster.
+
+The second test (readiness timeout, operator restart) needs no Spark: generation 1's driver is played by the
+driver's real progress publisher (`handoff_spark.progress_publisher`, as the driver pod, with its
+ServiceAccount's token) publishing a progress record that names a committed snapshot; the record's numbers
+are the test's, not a table's."""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from handoff_spark.progress_publisher import ProgressPublisher
+from kubernetes import config as kube_config
+from operator_support import REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, operator_running
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
+NAME = "orders"
+RECORDS = 200
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    for i in range(RECORDS):
+        doc = {"id": i, "created_at": (start + dt.timedelta(seconds=i)).isoformat()}
+        producer.produce(topic, json.dumps(doc).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def _hash(obj: Any) -> str:
+    return obj.metadata.annotations["handoff.io/config-hash"]
+
+
+def _template_hash(cluster: Cluster, ns: str) -> str:
+    return cluster.apps.read_namespaced_deployment(f"{NAME}-driver", ns).spec.template.metadata.annotations[
+        "handoff.io/config-hash"]
+
+
+def _pods_of(cluster: Cluster, ns: str, config_hash: str) -> list[Any]:
+    pods = cluster.driver_pods(ns, NAME)
+    return pods if pods and all(_hash(p) == config_hash for p in pods) else []
+
+
+@contextlib.contextmanager
+def _driver(cluster: Cluster, apiserver: Any, ns: str, pod: Any, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """The driver of the pod `pod`, as the operator rendered it, running here (streaming, as in the pod)
+    until the block ends; then SIGTERM, and it stops at a batch boundary."""
+    rendered = json.loads(cluster.core.read_namespaced_config_map(f"{NAME}-app", ns).data["app.json"])
+    config = {**rendered, "checkpointLocation": str(tmp_path / "checkpoint"),
+              "progressFile": str(tmp_path / "progress.json"), "metricsPort": 0,
+              "sparkConf": {"spark.master": "local[2]"}}
+    (tmp_path / "app.json").write_text(json.dumps(config))
+    (container,) = pod.spec.containers
+    env = {e.name: e.value for e in container.env if e.value is not None}
+    env.update({"HANDOFF_DRIVER_POD_NAME": pod.metadata.name,  # the kubelet expands $(POD_NAME)
+                "KUBECONFIG": driver_kubeconfig(cluster, apiserver, ns, pod.spec.service_account_name),
+                "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
+                "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
+    env.pop("PYSPARK_SUBMIT_ARGS", None)  # pod-only JVM settings ($(POD_NAME), k8s driver pod name)
+    with (tmp_path / "driver.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
+                                env={**os.environ, **env}, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            yield proc
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(180) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _published(cluster: Cluster, ns: str, proc: subprocess.Popen, log: Path) -> dict[str, Any] | None:
+    assert proc.poll() is None, log.read_text()[-3000:]
+    text = (cluster.core.read_namespaced_config_map(f"{NAME}-progress", ns).data or {}).get("progress.json")
+    return json.loads(text) if text else None
+
+
+@pytest.mark.e2e
+def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(cluster: Cluster, apiserver, kafka,
+                                                                             tmp_path: Path) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    _produce(kafka.bootstrap, topic)
+    spec = base_spec(kafka.bootstrap)
+    spec["source"]["topics"] = [topic]
+    spec["sink"]["iceberg"]["catalog"]["properties"] = {
+        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    ns = cluster.new_namespace("upgrade")
+    # Only the crash loop may trigger a rollback here, never the readiness clock.
+    with operator_running(cluster.kubeconfig, status_interval=1.0, upgrade_readiness_timeout=3600.0):
+        try:
+            cluster.create(ns, NAME, spec)
+            v1_pod = cluster.make_driver_ready(ns, NAME)
+            v1_hash = _hash(v1_pod)
+            cluster.wait_condition(ns, NAME, "Ready", "True", "Running")
+            # Running is not good yet: nothing committed.
+            status = cluster.get(ns, NAME)["status"]
+            assert status["upgrade"]["tryingGeneration"] == 1 and "lastGoodGeneration" not in status
+
+            # Generation 1's driver commits what Kafka holds: the spec is good.
+            with _driver(cluster, apiserver, ns, v1_pod, tmp_path) as proc:
+                record = eventually(lambda: _published(cluster, ns, proc, tmp_path / "driver.log"),
+                                    "the driver's progress record", timeout=300)
+                assert record["driverPod"] == v1_pod.metadata.name and record["committedSnapshot"]
+                status = eventually(lambda: (s := cluster.get(ns, NAME)["status"]).get("lastGoodGeneration") == 1
+                                    and s, "generation 1 marked good")
+            assert status["upgrade"]["lastGoodConfigHash"] == v1_hash
+            assert "tryingGeneration" not in status["upgrade"]
+            stored = cluster.core.read_namespaced_config_map(f"{NAME}-last-good", ns)
+            assert json.loads(stored.data["spec.json"]) == cluster.get(ns, NAME)["spec"]
+            assert (stored.data["generation"], stored.data["configHash"]) == ("1", v1_hash)
+            assert [r.kind for r in stored.metadata.owner_references] == ["StreamTableHandoff"]
+            eventually(lambda: (cluster.get(ns, NAME)["status"].get("committed") or {}).get("offsets")
+                       == {topic: {"0": RECORDS // 2, "1": RECORDS // 2}}, "the ledger's commit in the status")
+
+            # Generation 2 changes the app config (another table, among others); its driver crash-loops. While
+            # it is tried, the status reads its table: nothing committed there, every record waits.
+            cluster.patch_spec(ns, NAME, {"commitInterval": "20s", "sink": {"iceberg": {"table": "shop.orders_v2"}}})
+            v2_hash = eventually(lambda: (h := _template_hash(cluster, ns)) != v1_hash and h, "generation 2 applied")
+            eventually(lambda: _pods_of(cluster, ns, v2_hash), "generation 2's driver pod")
+            eventually(lambda: cluster.get(ns, NAME)["status"].get("lag") == RECORDS, "lag of generation 2's table")
+            cluster.make_driver_crash(ns, NAME, restarts=3, message="Py4JJavaError: NoSuchMethodError")
+
+            # Back to generation 1's config; the user's spec is left as it is.
+            cond = cluster.wait_condition(ns, NAME, "Degraded", "True", "UpgradeRolledBack")
+            assert "generation 2" in cond["message"] and "generation 1" in cond["message"]
+            assert "CrashLoopBackOff" in cond["message"] and "NoSuchMethodError" in cond["message"]
+            eventually(lambda: _template_hash(cluster, ns) == v1_hash, "the Deployment back on generation 1's config")
+            app = json.loads(cluster.core.read_namespaced_config_map(f"{NAME}-app", ns).data["app.json"])
+            assert app["triggerIntervalSeconds"] == 10 and app["sink"]["table"] == "shop.orders"
+            # The status reads what runs again: generation 1's table, where everything is committed.
+            eventually(lambda: cluster.get(ns, NAME)["status"].get("lag") == 0, "lag of generation 1's table")
+            cr = cluster.get(ns, NAME)
+            assert cr["spec"]["commitInterval"] == "20s" and cr["metadata"]["generation"] == 2
+            up = cr["status"]["upgrade"]
+            assert (up["rolledBackGeneration"], up["rolledBackConfigHash"], up["rolledBackReason"]) == (
+                2, v2_hash, "CrashLoop")
+            assert cr["status"]["lastGoodGeneration"] == 1
+            events = [e for e in cluster.events(ns, NAME) if e.reason == "UpgradeRolledBack"]
+            assert len(events) == 1 and events[0].type == "Warning" and "generation 2" in events[0].message
+
+            # Generation 1's config runs again: Ready, and still Degraded (the spec asks for something else).
+            eventually(lambda: _pods_of(cluster, ns, v1_hash), "generation 1's driver pod again")
+            cluster.make_driver_ready(ns, NAME)
+            cluster.wait_condition(ns, NAME, "Ready", "True", "Running")
+            status = cluster.get(ns, NAME)["status"]
+            assert status["phase"] == "Degraded" and _template_hash(cluster, ns) == v1_hash
+            assert cluster.condition(ns, NAME, "Degraded")["reason"] == "UpgradeRolledBack"
+
+            # Generation 3 is tried afresh.
+            cluster.patch_spec(ns, NAME, {"commitInterval": "30s"})
+            v3_hash = eventually(lambda: (h := _template_hash(cluster, ns)) not in (v1_hash, v2_hash) and h,
+                                 "generation 3 applied")
+            status = eventually(lambda: (s := cluster.get(ns, NAME)["status"])["upgrade"].get("tryingGeneration")
+                                == 3 and s, "generation 3 tried")
+            assert status["upgrade"]["tryingConfigHash"] == v3_hash
+            assert "rolledBackGeneration" not in status["upgrade"] and status["lastGoodGeneration"] == 1
+            eventually(lambda: (c := cluster.condition(ns, NAME, "Degraded"))["observedGeneration"] == 3
+                       and c["reason"] != "UpgradeRolledBack", "no rollback reported for generation 3")
+        finally:
+            cluster.delete_all_handoffs()
+
+
+def test_a_spec_whose_driver_never_gets_ready_is_rolled_back_after_its_readiness_timeout(
+        cluster: Cluster, apiserver, tmp_path: Path) -> None:
+    ns = cluster.new_namespace("upgrade")
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+    try:
+        cluster.create(ns, NAME, base_spec(upgrade={"readinessTimeout": "3s"}))
+        v1_pod = cluster.make_driver_ready(ns, NAME)
+        v1_hash = _hash(v1_pod)
+        # Generation 1's driver reports a committed batch into <name>-progress.
+        (container,) = v1_pod.spec.containers
+        env = {e.name: e.value for e in container.env if e.value is not None}
+        env["HANDOFF_DRIVER_POD_NAME"] = v1_pod.metadata.name
+        api = kube_config.new_client_from_config(config_file=driver_kubeconfig(
+            cluster, apiserver, ns, v1_pod.spec.service_account_name))
+        errors: list[BaseException] = []
+        publisher = ProgressPublisher.from_env(env, api=api, on_error=errors.append)
+        assert publisher is not None
+        publisher.offer({"handoffId": f"{ns}/{NAME}", "batchId": 0, "rows": 100, "dlqRows": 0,
+                         "committedSnapshot": 4242, "offsets": {"orders": {"0": 100}}, "degradedReason": None})
+        publisher.close()
+        assert not errors, errors
+        eventually(lambda: cluster.get(ns, NAME)["status"].get("lastGoodGeneration") == 1, "generation 1 good")
+
+        # Generation 2's driver never becomes ready (the pod stays Pending: no kubelet plays it).
+        cluster.patch_spec(ns, NAME, {"commitInterval": "20s"})
+        v2_hash = eventually(lambda: (h := _template_hash(cluster, ns)) != v1_hash and h, "generation 2 applied")
+        cond = cluster.wait_condition(ns, NAME, "Degraded", "True", "UpgradeRolledBack")
+        assert "generation 2" in cond["message"] and "did not commit a batch within 3s" in cond["message"]
+        assert "is not ready" in cond["message"]
+        eventually(lambda: _template_hash(cluster, ns) == v1_hash, "the Deployment back on generation 1's config")
+        up = cluster.get(ns, NAME)["status"]["upgrade"]
+        assert (up["rolledBackGeneration"], up["rolledBackConfigHash"], up["rolledBackReason"]) == (
+            2, v2_hash, "ReadinessTimeout")
+
+        # An operator restart keeps running the last good config (the state is in the status and the
+        # last good spec in <name>-last-good).
+        op.stop()
+        op.start()
+        eventually(lambda: _pods_of(cluster, ns, v1_hash), "generation 1's driver pod again")
+        cluster.make_driver_ready(ns, NAME)
+        cluster.wait_condition(ns, NAME, "Ready", "True", "Running")
+        assert _template_hash(cluster, ns) == v1_hash
+        assert cluster.condition(ns, NAME, "Degraded")["reason"] == "UpgradeRolledBack"
+        assert cluster.get(ns, NAME)["spec"]["commitInterval"] == "20s"
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()

@@ -1,0 +1,188 @@
+"""upgrade.decide: keep, mark good or roll back a spec change, over plain data; overlay of the conditions;
+the status round trip of the state (rollback.state_from_status / status_from_state)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from handoff_operator.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate
+from handoff_operator.rollback import state_from_status, status_from_state
+from handoff_operator.upgrade import UpgradeFacts, UpgradeState, decide, overlay
+
+NOW = 1_800_000_000_000
+MIN = 60_000
+GOOD = UpgradeState(last_good_generation=1, last_good_hash="h1")
+
+
+def _driver(hash_: str = "h2", **kw) -> DriverFacts:
+    base = dict(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name=f"d-{hash_}",
+                pod_phase="Running", pod_ready=True, pod_config_hash=hash_, pod_started_at_ms=NOW - 10 * MIN)
+    base.update(kw)
+    return DriverFacts(**base)
+
+
+def _crashing(hash_: str = "h2", restarts: int = 3) -> DriverFacts:
+    return _driver(hash_, ready_replicas=0, pod_ready=False, restart_count=restarts,
+                   waiting_reason="CrashLoopBackOff", last_termination_reason="Error (exit code 1)",
+                   last_termination_message="NoClassDefFoundError: org/apache/kafka")
+
+
+def _facts(**kw) -> UpgradeFacts:
+    base = dict(generation=2, desired_hash="h2", suspended=False, now_ms=NOW, timeout_seconds=300.0,
+                crash_restarts=3, lag=100)
+    base.update(kw)
+    return UpgradeFacts(**base)
+
+
+def _committed(pod: str, snapshot: int | None = 7) -> DriverReport:
+    return DriverReport(published_at_ms=NOW, driver_pod=pod, batch_id=4, committed_snapshot=snapshot)
+
+
+def test_first_spec_is_tried_then_marked_good_by_the_drivers_report():
+    tried = decide(_facts(generation=1, desired_hash="h1", driver=_driver("h1", pod_ready=False)), UpgradeState())
+    assert tried.action == "keep" and not tried.run_last_good
+    assert (tried.state.trying_generation, tried.state.trying_hash, tried.state.trying_since_ms) == (1, "h1", NOW)
+
+    good = decide(_facts(generation=1, desired_hash="h1", driver=_driver("h1"), report=_committed("d-h1")),
+                  tried.state)
+    assert good.action == "markGood"
+    assert (good.state.last_good_generation, good.state.last_good_hash) == (1, "h1")
+    assert good.state.trying_hash is None and "generation 1" in good.message
+    # Marked once: the same evidence again changes nothing.
+    assert decide(_facts(generation=1, desired_hash="h1", driver=_driver("h1"), report=_committed("d-h1")),
+                  good.state).action == "keep"
+
+
+def test_a_report_without_a_commit_or_from_another_pod_is_no_evidence():
+    tried = UpgradeState(last_good_generation=1, last_good_hash="h1", trying_generation=2, trying_hash="h2",
+                         trying_since_ms=NOW - MIN)
+    for report in (_committed("d-h2", snapshot=None),      # a batch the sink did not commit
+                   _committed("d-h1"),                      # the old driver's last report
+                   DriverReport(published_at_ms=NOW)):      # nothing yet
+        assert decide(_facts(driver=_driver(), report=report), tried).action == "keep", report
+
+
+def test_a_ledger_commit_after_the_new_pod_started_marks_it_good():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    started = NOW - MIN
+    driver = _driver(pod_started_at_ms=started)
+    assert decide(_facts(driver=driver, ledger_committed_at_ms=started + 5_000), tried).action == "markGood"
+    # The old driver's last commit (finished while it stopped) is older than the new pod: no evidence.
+    assert decide(_facts(driver=driver, ledger_committed_at_ms=started - 2_000), tried).action == "keep"
+    assert decide(_facts(driver=driver, ledger_committed_at_ms=started + 200), tried).action == "keep"
+
+
+def test_crash_loop_of_a_changed_spec_rolls_back_to_the_last_good_one():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    decision = decide(_facts(driver=_crashing()), tried)
+    assert decision.action == "rollBack" and decision.run_last_good
+    st = decision.state
+    assert (st.rolled_back_generation, st.rolled_back_hash, st.rolled_back_reason) == (2, "h2", "CrashLoop")
+    assert st.trying_hash is None and st.last_good_generation == 1 and st.rolled_back_at_ms == NOW
+    assert "generation 2" in decision.message and "generation 1" in decision.message
+    assert "CrashLoopBackOff" in decision.message and "NoClassDefFoundError" in decision.message
+
+
+def test_one_or_two_restarts_are_not_yet_a_crash_loop_but_an_image_error_is():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    assert decide(_facts(driver=_crashing(restarts=2)), tried).action == "keep"
+    pull = _driver(pod_ready=False, ready_replicas=0, waiting_reason="ImagePullBackOff")
+    assert decide(_facts(driver=pull), tried).state.rolled_back_reason == "CrashLoop"
+
+
+def test_the_old_config_crashing_says_nothing_about_the_new_one():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    assert decide(_facts(driver=_crashing("h1")), tried).action == "keep"
+
+
+def test_no_commit_within_the_readiness_timeout_rolls_back():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 4 * MIN)
+    pending = _driver(pod_ready=False, ready_replicas=0, pod_phase="Pending")
+    assert decide(_facts(driver=pending), tried).action == "keep"
+    late = decide(_facts(driver=pending, now_ms=NOW + MIN), tried)
+    assert late.action == "rollBack" and late.state.rolled_back_reason == "ReadinessTimeout"
+    assert "within 5m" in late.message and "is not ready (Pending)" in late.message
+    # Ready but committing nothing while records wait fails the same way.
+    busy = decide(_facts(driver=_driver(), lag=500, now_ms=NOW + MIN), tried)
+    assert busy.action == "rollBack" and "500 records wait" in busy.message
+    # The spec's own timeout is honoured.
+    assert decide(_facts(driver=pending, timeout_seconds=600, now_ms=NOW + MIN), tried).action == "keep"
+
+
+def test_a_ready_driver_with_nothing_to_commit_is_not_timed_out():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 60 * MIN)
+    idle = decide(_facts(driver=_driver(), lag=0), tried)
+    assert idle.action == "keep" and idle.state.trying_since_ms is None
+    # Records arrive: the clock starts from zero then.
+    busy = decide(_facts(driver=_driver(), lag=10, now_ms=NOW + MIN), idle.state)
+    assert busy.action == "keep" and busy.state.trying_since_ms == NOW + MIN
+
+
+def test_the_rollback_holds_until_the_spec_changes_then_the_new_spec_is_tried():
+    rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2")).state
+    # The last good config runs now; its driver committing does not make generation 2 good.
+    hold = decide(_facts(driver=_driver("h1"), report=_committed("d-h1"), now_ms=NOW + 60 * MIN), rolled)
+    assert hold.action == "keep" and hold.run_last_good and hold.state == rolled
+
+    # Generation 3 (another config) is tried afresh; the rollback is forgotten.
+    v3 = decide(_facts(generation=3, desired_hash="h3", driver=_driver("h1"), now_ms=NOW + 61 * MIN), rolled)
+    assert v3.action == "keep" and not v3.run_last_good
+    assert (v3.state.trying_generation, v3.state.trying_hash, v3.state.trying_since_ms) == (3, "h3", NOW + 61 * MIN)
+    assert v3.state.rolled_back_generation is None and v3.state.message is None
+    # ... and rolled back again if it fails too.
+    again = decide(_facts(generation=3, desired_hash="h3", driver=_crashing("h3"), now_ms=NOW + 62 * MIN), v3.state)
+    assert again.action == "rollBack" and again.state.rolled_back_generation == 3
+
+    # A spec reverted to the good config needs nothing proven.
+    back = decide(_facts(generation=3, desired_hash="h1", driver=_driver("h1")), rolled)
+    assert back.action == "keep" and not back.run_last_good and back.state.trying_hash is None
+
+
+def test_a_rollback_needs_a_good_spec_to_go_back_to():
+    first = UpgradeState(trying_generation=1, trying_hash="h1", trying_since_ms=NOW - 60 * MIN)
+    assert decide(_facts(generation=1, desired_hash="h1", driver=_crashing("h1")), first).action == "keep"
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 60 * MIN)
+    assert decide(_facts(driver=_crashing(), last_good_available=False), tried).action == "keep"
+    assert decide(_facts(driver=_crashing(), auto_rollback=False), tried).action == "keep"
+    # A rollback whose last good spec can no longer be rendered lets the current spec run.
+    rolled = decide(_facts(driver=_crashing()), tried).state
+    lost = decide(_facts(driver=_crashing(), last_good_available=False), rolled)
+    assert not lost.run_last_good and lost.state.rolled_back_generation is None
+
+
+def test_suspended_neither_proves_nor_fails_and_stops_the_clock():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 60 * MIN)
+    suspended = decide(_facts(suspended=True, driver=None), tried)
+    assert suspended.action == "keep" and suspended.state.trying_since_ms is None
+    resumed = decide(_facts(driver=_driver(pod_ready=False), now_ms=NOW + MIN), suspended.state)
+    assert resumed.action == "keep" and resumed.state.trying_since_ms == NOW + MIN
+
+
+def test_overlay_reports_the_rollback_as_degraded():
+    rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2"))
+    running = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_driver("h1"),
+                             progress=ProgressFacts(lag=0)))
+    shown = {c.type: c for c in overlay(running, rolled).conditions}
+    assert overlay(running, rolled).phase == "Degraded"
+    assert (shown["Degraded"].status, shown["Degraded"].reason) == ("True", "UpgradeRolledBack")
+    assert "generation 2" in shown["Degraded"].message
+    assert shown["Ready"].status == "True"     # the last good config runs and commits
+    assert (shown["Progressing"].status, shown["Progressing"].reason) == ("False", "UpgradeRolledBack")
+    # The last good driver failing too says more than the rollback.
+    failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h1")))
+    assert {c.type: c for c in overlay(failing, rolled, _crashing("h1")).conditions}["Degraded"].reason \
+        == "DriverFailing"
+    # ... but the rolled back config's pod, crashing until the Deployment replaces it, is old news.
+    leaving = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h2")))
+    shown = {c.type: c for c in overlay(leaving, rolled, _crashing("h2")).conditions}
+    assert shown["Degraded"].reason == "UpgradeRolledBack"
+    # Nothing rolled back: unchanged.
+    assert overlay(running, decide(_facts(driver=_driver()), GOOD)) == running
+
+
+def test_state_round_trips_through_the_status():
+    rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2")).state
+    for state in (UpgradeState(), GOOD, rolled, replace(GOOD, trying_generation=2, trying_hash="h2",
+                                                       trying_since_ms=NOW)):
+        status = status_from_state(state)
+        assert state_from_status(status) == state
+        assert set(status["upgrade"]) >= {"lastGoodConfigHash", "rolledBackGeneration", "tryingSince"}
