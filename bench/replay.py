@@ -76,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         from handoff_spark.config import AppConfig
 
         topic = f"replay-{uuid.uuid4().hex[:6]}"
-        AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-            [NewTopic(topic, args.partitions, 1)])[topic].result(30)
-        time.sleep(1)
+        if kafka is not None:
+            kafka.create_topic(topic, partitions=args.partitions)   # waits for the partitions' leaders
+        else:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
+            time.sleep(1)
         tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
         cfg = AppConfig.model_validate({
             "handoffId": "bench/replay", "source": {"bootstrapServers": bootstrap, "topics": [topic]},

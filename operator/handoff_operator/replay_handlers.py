@@ -160,6 +160,7 @@ class Request:
 
     def step(self, name: str, message: str, **fields: Any) -> None:
         steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now(), "message": message}]
+        fields.setdefault("startedAt", self.status.get("startedAt") or _now())
         self.write("Running", name, message, steps=steps, **fields)
 
 
