@@ -11,7 +11,8 @@ topic:
   recorded with those snapshots must still be in Kafka;
 - `replay.maxOutage`: the handoff must survive an outage that long without losing records;
 - lag age: the oldest record not yet committed (on any partition) is already that old, so it has that
-  much less time left;
+  much less time left (a partition the ledger has not committed on yet counts 0: a new handoff starting
+  from `earliest` would otherwise always need more than the topic keeps);
 - margin: MARGIN_FRACTION of the rest (clock skew, segment roll granularity, the check interval).
 
 `have` is the shorter of `retention.ms` and how long the partition's `retention.bytes` lasts at the

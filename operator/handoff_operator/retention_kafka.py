@@ -72,34 +72,40 @@ def _offsets(admin: object, specs: Mapping[TopicPartition, OffsetSpec], timeout:
     return {(tp.topic, tp.partition): f.result(timeout=timeout).offset for tp, f in futures.items()}
 
 
-def _sample(config: AppConfig, positions: Mapping[tuple[str, int], int], timeout: float
-            ) -> dict[tuple[str, int], tuple[int, float]]:
-    """(timestamp ms of the first record at or after each position, average size of the records fetched
-    there). A consumer that never joins or commits to a group; small fetches so a sample stays small."""
-    if not positions:
-        return {}
+Sample = dict[tuple[str, int], tuple[int, float]]
+
+
+def _sample(config: AppConfig, rounds: list[Mapping[tuple[str, int], int]], timeout: float) -> list[Sample]:
+    """Per round of positions: (timestamp ms of the first record at or after each position, average size of the
+    records fetched there). One consumer for all rounds (its start-up is most of a sample's cost); it never
+    joins or commits to a group. librdkafka's fetch-queue backoff (1 s) is off: a sample is a few fetches."""
+    if not any(rounds):
+        return [{} for _ in rounds]
     consumer = Consumer({**dict(config.source.properties), "bootstrap.servers": config.source.bootstrap_servers,
                          "group.id": "handoff-operator-retention-probe", "enable.auto.commit": False,
                          "enable.auto.offset.store": False, "isolation.level": "read_committed",
-                         "queued.min.messages": 1, "fetch.message.max.bytes": 65536,
+                         "fetch.queue.backoff.ms": 0, "fetch.wait.max.ms": 10, "fetch.message.max.bytes": 16384,
                          "client.id": "handoff-operator"})
-    found: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    out: list[Sample] = []
     try:
-        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
-        deadline = time.monotonic() + timeout
-        while len(found) < len(positions) and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=500, timeout=0.5):
-                if msg.error() is not None:
-                    continue
-                key = (msg.topic(), msg.partition())
-                sizes = found.setdefault(key, [])
-                if len(sizes) < _SAMPLE_RECORDS:
-                    size = len(msg.key() or b"") + len(msg.value() or b"") + sum(
-                        len(k) + len(v or b"") for k, v in (msg.headers() or []))
-                    sizes.append((msg.timestamp()[1], size))
+        for positions in rounds:
+            found: dict[tuple[str, int], list[tuple[int, int]]] = {}
+            if positions:
+                consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+                deadline = time.monotonic() + timeout
+                while len(found) < len(positions) and time.monotonic() < deadline:
+                    for msg in consumer.consume(num_messages=500, timeout=0.5):
+                        if msg.error() is not None:
+                            continue
+                        sizes = found.setdefault((msg.topic(), msg.partition()), [])
+                        if len(sizes) < _SAMPLE_RECORDS:
+                            sizes.append((msg.timestamp()[1], len(msg.key() or b"") + len(msg.value() or b"") + sum(
+                                len(k) + len(v or b"") for k, v in (msg.headers() or []))))
+                consumer.unassign()
+            out.append({key: (rows[0][0], sum(s for _, s in rows) / len(rows)) for key, rows in found.items()})
     finally:
         consumer.close()
-    return {key: (rows[0][0], sum(s for _, s in rows) / len(rows)) for key, rows in found.items()}
+    return out
 
 
 def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | None, now_ms: int,
@@ -121,8 +127,7 @@ def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | 
     nexts = {(t, int(p)): int(o) for t, parts in (committed or {}).items() for p, o in parts.items()}
     waiting = {k: max(o, earliest[k]) for k, o in nexts.items() if k in latest and o < latest[k]}
     rate_from = {k: o for k, o in window_start.items() if 0 <= o < latest[k]}
-    oldest = _sample(config, waiting, timeout)
-    rate_rows = _sample(config, rate_from, timeout)
+    oldest, rate_rows = _sample(config, [waiting, rate_from], timeout)
     out: dict[str, TopicFacts] = {}
     for topic in topics:
         conf = configs.get(topic, {})

@@ -11,6 +11,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from handoff_operator.retention import Requirement, verdict
 from handoff_operator.retention_kafka import describe_topics, raise_retention_ms, topic_facts
+from operator_support import eventually
 from sink_support import app_config
 
 pytestmark = pytest.mark.kafka
@@ -56,8 +57,10 @@ def test_raise_retention_ms_changes_only_that_config(kafka, tmp_path) -> None:
     config = app_config(tmp_path, kafka.bootstrap, topic)
     assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"
     raise_retention_ms(config, topic, 3_600_000)
-    # The raise drops the cached answer: even a long max_age reads the new value.
-    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "3600000"
+    # The raise drops the cached answer: even a long max_age reads the new value (once the broker has applied
+    # the controller's change, which is asynchronous in KRaft).
+    eventually(lambda: describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "3600000",
+               "the raised retention.ms", timeout=30)
     admin = kafka.admin()  # held: a dropped AdminClient cancels its requests
     (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
     assert future.result(30)["max.message.bytes"].value == "123456"  # incremental: nothing else changed
@@ -73,5 +76,10 @@ def test_topic_configs_are_described_once_per_interval(kafka, tmp_path) -> None:
         ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+    def broker_has_it() -> bool:
+        (f,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+        return f.result(30)["retention.ms"].value == "120000"
+    eventually(broker_has_it, "the broker applied the change", timeout=30)
     assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"  # within the interval
     assert describe_topics(config, [topic], max_age=0)[topic]["retention.ms"] == "120000"
