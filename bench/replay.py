@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_kafka import broker  # noqa: E402
 from throughput import produce  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
@@ -59,16 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.json"))
     args = ap.parse_args(argv)
-    kafka = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from handoff_testbed.kafka import Kafka
-
-        kafka = Kafka()
-        kafka.build()
-        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
-    try:
+    with broker(args.bootstrap) as (bootstrap, kafka):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         from handoff_operator.replay_local import replay
@@ -133,9 +125,6 @@ def main(argv: list[str] | None = None) -> int:
               f"\nratio {total / once:.2f} (goal ≤ 1.5); table whole after the replay: {whole}")
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         return 0 if whole else 1
-    finally:
-        if kafka is not None:
-            kafka.stop()
 
 
 if __name__ == "__main__":
