@@ -20,6 +20,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "commit_latency": ("commit_latency.py", [], ["--batches", "100"]),
     "bigquery_append": ("bigquery_append.py", [], ["--records", "30000", "--naive-records", "10000"]),
     "retention_check": ("retention_check.py", [], ["--runs", "5"]),
+    "replay": ("replay.py", [], ["--records", "100000"]),
 }
 
 

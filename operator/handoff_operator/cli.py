@@ -3,6 +3,8 @@
 - `handoff operator`: run the operator with settings from the environment (HANDOFF_NAMESPACES,
   HANDOFF_LOG_LEVEL, HANDOFF_METRICS_PORT, HANDOFF_STATUS_INTERVAL, ...); same as
   `kopf run -m handoff_operator` plus the Prometheus endpoint and namespace selection.
+- `handoff replay -f handoff.yaml -r replay.yaml`: a ReplayRequest against a locally run handoff's table
+  (plan, undo tag, rollback, gap), as the operator does it; the user stops and restarts `handoff run`.
 - `handoff run -f handoff.yaml`: run one StreamTableHandoff locally (Spark local mode) by rendering its
   app config exactly as the operator would and becoming the data plane's entry point
   (`exec python -m handoff_spark run --config ...`: one process, so a `kill -9` or a closed terminal leaves no
@@ -116,6 +118,24 @@ def _ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    import yaml
+
+    from handoff_spark.config import AppConfig
+
+    from .replay_local import replay
+
+    cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(args.request).read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise SystemExit(f"{args.request}: cannot read the manifest: {exc}") from None
+    requests = [d for d in docs if isinstance(d, dict) and d.get("kind") == "ReplayRequest"]
+    if len(requests) != 1:
+        raise SystemExit(f"{args.request}: expected exactly one ReplayRequest, found {len(requests)}")
+    return replay(cfg, requests[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="handoff", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -144,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     led.add_argument("-o", "--output", choices=["text", "json"], default="text")
     led.add_argument("--limit", type=int, default=None, help="newest N entries only")
     led.set_defaults(func=_ledger)
+    rep = sub.add_parser("replay", help="run a ReplayRequest against a locally run handoff's table (stop "
+                                        "`handoff run` first, start it again after)")
+    rep.add_argument("-f", "--file", required=True, help="StreamTableHandoff manifest (YAML)")
+    rep.add_argument("-r", "--request", required=True, help="ReplayRequest manifest (YAML)")
+    rep.add_argument("--checkpoint", help="checkpoint directory (as for `handoff run`)")
+    rep.set_defaults(func=_replay)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

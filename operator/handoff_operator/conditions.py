@@ -105,6 +105,7 @@ class Facts:
     driver_report: DriverReport | None = None  # None = nothing published (yet)
     now_ms: int = 0                            # the operator's clock, for the report's age
     driver_report_max_age_seconds: float = 60.0
+    replay: str | None = None                  # the ReplayRequest rewinding the table now (annotation)
 
 
 def live_report(facts: Facts) -> DriverReport | None:
@@ -163,6 +164,9 @@ def evaluate(facts: Facts) -> Evaluation:
             _cond(PROGRESSING, True, "Terminating", "stopping the driver at a batch boundary"),
             _cond(DEGRADED, False, "Terminating", "deleting"),
         ))
+
+    if facts.replay is not None and not facts.suspended:
+        return _replaying(facts)
 
     if facts.suspended:
         stopped = driver is None or driver.replicas == 0
@@ -224,6 +228,18 @@ def evaluate(facts: Facts) -> Evaluation:
     degraded = _degraded_while_running(facts)
     return Evaluation("Degraded" if degraded.status == "True" else "Running",
                       (ready, progressing, degraded))
+
+
+def _replaying(facts: Facts) -> Evaluation:
+    """A ReplayRequest holds the handoff: the table is being rewound and re-filled, so it is not Ready
+    (not whole) until the request finishes; a crashing driver still shows as Degraded."""
+    driver = facts.driver
+    crash = _crash_reason(driver) if driver is not None else None
+    message = f"ReplayRequest {facts.replay} is rewinding the table" + _progress_summary(facts.progress)
+    degraded = (_cond(DEGRADED, True, "DriverFailing", f"driver pod {driver.pod_name} is failing ({crash})")
+                if crash and driver is not None else _cond(DEGRADED, False, "Replaying", message))
+    return Evaluation("Replaying", (_cond(READY, False, "Replaying", message),
+                                    _cond(PROGRESSING, True, "Replaying", message), degraded))
 
 
 def _degraded_while_running(facts: Facts) -> Condition:

@@ -35,7 +35,7 @@ from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_repo
                          transitions)
 from .kube import Kube, in_cluster_server, new_api_client
 from .models import format_duration
-from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, Rendered,
+from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
 from .retention_report import RetentionCheck
 from .settings import OperatorSettings
@@ -253,7 +253,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
                                     for c in old_conditions),
             driver_report=report, now_ms=int(time.time() * 1000),
-            driver_report_max_age_seconds=SETTINGS.driver_report_max_age)
+            driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
+            replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
         evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None, driver)
         retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
                                           truth if rendered is not None else None, old_conditions)
@@ -411,3 +412,6 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     retention_check.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
+
+
+from . import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

@@ -56,6 +56,10 @@ KIND = "StreamTableHandoff"
 PLURAL = "streamtablehandoffs"
 
 CONFIG_HASH_ANNOTATION = "handoff.io/config-hash"
+# Set on a StreamTableHandoff by a running ReplayRequest (replay_handlers): `replay` names the request (the
+# handoff's phase is Replaying), `replay-hold` keeps the driver at 0 replicas while the table is rewound.
+REPLAY_ANNOTATION = "handoff.io/replay"
+REPLAY_HOLD_ANNOTATION = "handoff.io/replay-hold"
 NAME_LABEL = "handoff.io/name"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "handoff-operator", "app.kubernetes.io/part-of": "handoff"}
@@ -459,7 +463,8 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     template = driver_pod_template(spec, namespace, name, image, resolved.secret_values, grace_seconds)
     digest = config_hash(full_json, template)
     template["metadata"]["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
-    replicas = 0 if spec.suspend else 1
+    held = REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {})
+    replicas = 0 if spec.suspend or held else 1
 
     children: list[dict[str, Any]] = [{
         "apiVersion": "v1", "kind": "ConfigMap",

@@ -110,6 +110,8 @@ ReplayPhase = Literal["Pending", "Planned", "Running", "Succeeded", "Failed"]
 class ReplayPlan(StatusModel):
     """What the request will do (or did), computed before anything changes."""
 
+    head_snapshot: SnapshotId | None = Field(default=None, description="The table's current snapshot when "
+                                                                       "planned (tagged as status.undoTag).")
     rollback_to_snapshot: SnapshotId | None = Field(default=None, description="Snapshot the table goes back to.")
     discarded_snapshots: int | None = Field(default=None, ge=0,
                                             description="Snapshots leaving the table's current history.")
@@ -117,7 +119,10 @@ class ReplayPlan(StatusModel):
                                               description="Offsets the stream resumes from afterwards.")
     replay_from: OffsetsMap | None = Field(default=None, description="Start of the re-read range (inclusive).")
     replay_to: OffsetsMap | None = Field(default=None, description="End of the re-read range (exclusive).")
-    records: int | None = Field(default=None, ge=0, description="Records to re-read.")
+    gap_from: OffsetsMap | None = Field(default=None, description="Rollback: start of the range recorded in the "
+                                                                  "ledger as skipped (inclusive).")
+    gap_to: OffsetsMap | None = Field(default=None, description="Rollback: end of the skipped range (exclusive).")
+    records: int | None = Field(default=None, ge=0, description="Records (offsets) to re-read.")
     summary: str | None = Field(default=None, max_length=4096, description="The plan in one sentence.")
 
 
@@ -128,6 +133,19 @@ class ReplayProgress(StatusModel):
     snapshot: SnapshotId | None = Field(default=None, description="Newest snapshot the replay committed.")
 
 
+ReplayStepName = Literal["DriverStopped", "Tagged", "RolledBack", "GapRecorded", "DriverStarted", "Replayed"]
+
+
+class ReplayStep(StatusModel):
+    """One completed step of a running request, in order: the audit trail, and what an operator restarted
+    mid-replay reads to go on without doing a step twice."""
+
+    name: ReplayStepName = Field(description="DriverStopped, Tagged, RolledBack, GapRecorded, DriverStarted, "
+                                             "Replayed.")
+    at: datetime = Field(description="When the step completed.")
+    message: str = Field(default="", max_length=1024, description="What was done.")
+
+
 class ReplayRequestStatus(StatusModel):
     observed_generation: int | None = Field(default=None, ge=0)
     phase: ReplayPhase | None = None
@@ -136,6 +154,11 @@ class ReplayRequestStatus(StatusModel):
                                         description="Ready (finished OK), Progressing, Degraded (failed).")
     plan: ReplayPlan | None = None
     progress: ReplayProgress | None = None
+    steps: list[ReplayStep] = Field(default_factory=list, max_length=16,
+                                    description="Steps completed so far, in order.")
+    undo_tag: str | None = Field(default=None, max_length=255,
+                                 description="Iceberg tag on the table's snapshot before the rollback (the "
+                                             "undo point; see docs/operator.md).")
     started_at: datetime | None = None
     completed_at: datetime | None = None
 

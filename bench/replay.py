@@ -1,0 +1,131 @@
+"""Time to roll back and replay N records, beside the plain time to consume the same N records once.
+
+Setup: a seed of `--seed` records is committed first (snapshot S0), then `--records` more are produced.
+  * baseline, `consume once`: the Handoff app (`python -m handoff_spark run --config app.json --available-now`,
+    Spark local mode, SQLite catalog) reads the N records after S0 into the table, from its checkpoint;
+  * `rollback + replay`: a RollbackAndReplay to S0 (the operator's own plan and table steps, through
+    `handoff_operator.replay_local`: plan, undo tag, rollback) and the same app started again, which finds its
+    checkpoint disagreeing with the ledger, resumes from the ledger and re-reads the same N records.
+Both runs pay one Spark start-up; the ratio is replay / once (the goal: ≤ 1.5). The table is checked after the
+replay: rows == distinct (partition, offset) == seed + N.
+Prints a table and writes bench/results/replay.json.
+
+    .venv/bin/python bench/replay.py [--records 1000000] [--partitions 3] [--bootstrap HOST:PORT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_kafka import broker  # noqa: E402
+from throughput import produce  # noqa: E402
+
+COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
+           {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
+           {"name": "region", "type": "string"}, {"name": "note", "type": "string"}]
+
+
+def run_app(app_json: Path, log: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack")]),
+           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    t = time.perf_counter()
+    with log.open("a") as fh:
+        rc = subprocess.call([sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json),
+                              "--available-now"], stdout=fh, stderr=subprocess.STDOUT, env=env)
+    seconds = time.perf_counter() - t
+    if rc != 0:
+        raise SystemExit(f"the app exited {rc}; see {log}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.json"))
+    args = ap.parse_args(argv)
+    with broker(args.bootstrap) as (bootstrap, kafka):
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        from handoff_operator.replay_local import replay
+        from handoff_spark import ledger
+        from handoff_spark.config import AppConfig
+
+        topic = f"replay-{uuid.uuid4().hex[:6]}"
+        if kafka is not None:
+            kafka.create_topic(topic, partitions=args.partitions)   # waits for the partitions' leaders
+        else:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
+            time.sleep(1)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
+        cfg = AppConfig.model_validate({
+            "handoffId": "bench/replay", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+            "sink": {"kind": "iceberg", "catalogName": "bench",
+                     "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db",
+                                           "warehouse": f"file://{tmp}/warehouse"},
+                     "table": "bench.replay"},
+            "schema": {"columns": COLUMNS, "onIncompatible": "halt"},
+            "checkpointLocation": str(tmp / "checkpoint"), "triggerIntervalSeconds": 0,
+            "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}})
+        app_json = tmp / "app.json"
+        app_json.write_text(cfg.to_json())
+        log = tmp / "app.log"
+
+        produce(bootstrap, topic, args.seed)
+        run_app(app_json, log)
+        table = ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay")  # type: ignore[union-attr]
+        seed_snapshot = table.metadata.current_snapshot_id
+        produce(bootstrap, topic, args.records)
+        once = run_app(app_json, log)
+        print(f"consume once: {args.records:,} records in {once:.1f} s", flush=True)
+
+        t = time.perf_counter()
+        lines: list[str] = []
+        rc = replay(cfg, {"metadata": {"name": "bench", "namespace": "bench"},
+                          "spec": {"handoffRef": {"name": "replay"}, "mode": "RollbackAndReplay",
+                                   "target": {"snapshotId": seed_snapshot}}}, echo=lines.append)
+        rollback = time.perf_counter() - t
+        if rc != 0:
+            raise SystemExit("replay refused: " + "; ".join(lines))
+        reread = run_app(app_json, log)
+        total = rollback + reread
+        print(f"rollback + replay: {rollback:.2f} s + {reread:.1f} s", flush=True)
+
+        table = ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay")  # type: ignore[union-attr]
+        data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+        distinct = len(set(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist())))
+        whole = data.num_rows == distinct == args.seed + args.records
+        results: dict[str, Any] = {
+            "records": args.records, "partitions": args.partitions,
+            "consume_once_seconds": round(once, 2), "rollback_seconds": round(rollback, 3),
+            "replay_seconds": round(reread, 2), "rollback_and_replay_seconds": round(total, 2),
+            "ratio": round(total / once, 2), "table_whole_after_replay": whole,
+            "plan": [line for line in lines if line.startswith("plan:")],
+        }
+        print(f"\n| run | seconds | records/s |\n|---|---|---|\n"
+              f"| consume once (baseline) | {once:.1f} | {args.records / once:,.0f} |\n"
+              f"| rollback + replay | {total:.1f} | {args.records / total:,.0f} |\n"
+              f"\nratio {total / once:.2f} (goal ≤ 1.5); table whole after the replay: {whole}")
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        return 0 if whole else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+"""kopf handlers for ReplayRequest: plan, then run the request one idempotent step at a time.
+
+One daemon per request calls `advance` until the request is final. `advance` reads the request, the
+handoff and the table fresh each time, does at most the next step, and records it in `status.steps`
+before the next one, so an operator restarted mid-replay goes on where it stopped and repeats nothing
+(each table step also checks the table itself, see `replay_table`).
+
+The run of a Rollback / RollbackAndReplay:
+1. plan (`replay_plan.plan`); a plan that cannot succeed ends Failed here, before anything changes;
+   `dryRun` ends at phase Planned;
+2. claim the handoff: annotations `handoff.io/replay=<request>` (phase Replaying) and
+   `handoff.io/replay-hold` (render keeps the driver Deployment at 0 replicas), written with the
+   handoff's resourceVersion so two requests cannot both claim it;
+3. DriverStopped: the driver pod is gone (SIGTERM: the app finishes its batch). The plan is made again
+   against the now quiet table, since the driver may have committed batches meanwhile;
+4. Tagged: the head gets the tag `handoff-undo-<namespace>-<request>` (status.undoTag), the undo point;
+5. RolledBack: `manage_snapshots().rollback_to_snapshot(target)`;
+6. GapRecorded (Rollback only): the discarded offsets are recorded in the ledger as a deliberate gap,
+   so the stream goes on from where it was and the discarded records never come back;
+7. DriverStarted: the hold is lifted; the driver resumes from the table's ledger;
+8. Replayed (RollbackAndReplay): the ledger has passed the offsets the table held before
+   (status.progress meanwhile); then Succeeded and the claim is released.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
+
+from . import handlers, replay_plan, replay_table, rollback
+from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
+from .kube import Kube
+from .models import ReplayRequestSpec
+from .render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, referenced_secrets,
+                     render)
+from .truth import kafka_offsets
+from .validation import check, parse_spec
+
+REPLAY_PLURAL = "replayrequests"
+RESOURCE = dict(group=GROUP, version=VERSION, plural=REPLAY_PLURAL)
+FINAL = ("Succeeded", "Failed")
+log = logging.getLogger("handoff.operator.replay")
+
+
+class Refused(Exception):
+    """The request cannot go on: it ends Failed with this reason and message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+class Wait(Exception):
+    """Not yet (driver still stopping, Kafka unreachable ...): try again at the next tick."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------------------- API access
+
+def _get(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _patch_status(kube: Kube, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, REPLAY_PLURAL, name,
+                                                      {"status": dict(status)},
+                                                      _content_type="application/merge-patch+json")
+
+
+def _annotate_handoff(kube: Kube, handoff: Mapping[str, Any], annotations: Mapping[str, str | None],
+                      *, guarded: bool) -> None:
+    """Merge-patch annotations (None deletes); `guarded`: only if the handoff did not change since read."""
+    meta: dict[str, Any] = {"annotations": dict(annotations)}
+    if guarded:
+        meta["resourceVersion"] = handoff["metadata"]["resourceVersion"]
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, handoff["metadata"]["namespace"], PLURAL,
+                                               handoff["metadata"]["name"], {"metadata": meta},
+                                               _content_type="application/merge-patch+json")
+
+
+def _apply_handoff(kube: Kube, namespace: str, name: str) -> None:
+    """Let the handoff's reconcile apply what the annotations now say (driver replicas, phase)."""
+    handlers.reconcile(namespace, name, kube, refresh_truth=False)
+
+
+def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
+    """The app config the driver runs (the last good spec's while a failed upgrade is rolled back)."""
+    meta = handoff["metadata"]
+    spec, problems = parse_spec(handoff.get("spec") or {})
+    if spec is not None:
+        spec = rollback.held_spec(kube, handoff) or spec  # a failed spec change rolled back: the last good runs
+        secrets = kube.read_secrets(meta["namespace"], sorted(referenced_secrets(spec)))
+        resolved, problems = check(meta["name"], spec, secrets)
+        if not problems:
+            return render(handoff, spec, handlers.SETTINGS.default_image, resolved).config
+    raise Refused("HandoffInvalid", f"StreamTableHandoff {meta['name']} has an invalid spec ("
+                  + "; ".join(str(p) for p in problems) + "); fix it, then create a new ReplayRequest")
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+def _conditions(phase: str, reason: str, message: str, dry_run: bool) -> list[Condition]:
+    if phase == "Failed":
+        return [Condition(READY, "False", reason, message), Condition(PROGRESSING, "False", reason, message),
+                Condition(DEGRADED, "True", reason, message)]
+    if phase == "Succeeded" or (phase == "Planned" and dry_run):
+        return [Condition(READY, "True", reason, message), Condition(PROGRESSING, "False", reason, message),
+                Condition(DEGRADED, "False", reason, message)]
+    return [Condition(READY, "False", reason, message), Condition(PROGRESSING, "True", reason, message),
+            Condition(DEGRADED, "False", "AsExpected", message)]
+
+
+class Request:
+    """One ReplayRequest as read now, with the status changes of this tick."""
+
+    def __init__(self, kube: Kube, obj: dict[str, Any]) -> None:
+        self.kube, self.obj = kube, obj
+        self.namespace, self.name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        self.generation = int(obj["metadata"].get("generation") or 1)
+        self.status: dict[str, Any] = dict(obj.get("status") or {})
+        self.dry_run = bool((obj.get("spec") or {}).get("dryRun"))
+
+    @property
+    def phase(self) -> str:
+        return self.status.get("phase") or "Pending"
+
+    @property
+    def steps(self) -> list[str]:
+        return [s.get("name") for s in self.status.get("steps") or []]
+
+    def write(self, phase: str, reason: str, message: str, **fields: Any) -> None:
+        """Phase + conditions (+ fields) in one status patch; an Event when the reason changes."""
+        old = self.status.get("conditions") or []
+        before = next((c.get("reason") for c in old if c.get("type") == READY), None)
+        patch = {"observedGeneration": self.generation, "phase": phase, **fields,
+                 "conditions": merge_conditions(old, _conditions(phase, reason, message, self.dry_run),
+                                                self.generation, _now())}
+        if phase in FINAL and not self.status.get("completedAt"):
+            patch["completedAt"] = _now()
+        _patch_status(self.kube, self.namespace, self.name, patch)
+        self.status.update(patch)
+        if before != reason:
+            kopf.event(self.obj, type="Warning" if phase == "Failed" else "Normal", reason=reason,
+                       message=message[:1000])
+
+    def step(self, name: str, message: str, **fields: Any) -> None:
+        steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now(), "message": message}]
+        fields.setdefault("startedAt", self.status.get("startedAt") or _now())
+        self.write("Running", name, message, steps=steps, **fields)
+
+
+def _plan_status(p: replay_plan.Plan) -> dict[str, Any]:
+    gap = p.gap or {}
+    return {k: v for k, v in {
+        "headSnapshot": str(p.head_snapshot) if p.head_snapshot is not None else None,
+        "rollbackToSnapshot": str(p.target_snapshot) if p.target_snapshot is not None else None,
+        "discardedSnapshots": p.discarded_snapshots if p.mode != "Backfill" else None,
+        "resumeOffsets": replay_plan.wire(p.resume_offsets),
+        "replayFrom": replay_plan.wire(p.replay_from), "replayTo": replay_plan.wire(p.replay_to),
+        "gapFrom": replay_plan.wire({t: {q: r[0] for q, r in parts.items()} for t, parts in gap.items()}) if gap else None,
+        "gapTo": replay_plan.wire({t: {q: r[1] for q, r in parts.items()} for t, parts in gap.items()}) if gap else None,
+        "records": p.records, "summary": p.summary[:4096]}.items() if v is not None}
+
+
+def _offsets(wire_: Mapping[str, Mapping[str, int]] | None) -> replay_plan.Offsets:
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (wire_ or {}).items()}
+
+
+# ------------------------------------------------------------------------------------------- planning
+
+def _active_others(kube: Kube, handoff: Mapping[str, Any], me: str) -> list[str]:
+    """Other requests running for this handoff: the one holding the claim, unless it is gone or final."""
+    holder = (handoff["metadata"].get("annotations") or {}).get(REPLAY_ANNOTATION)
+    if not holder or holder == me:
+        return []
+    other = _get(kube, handoff["metadata"]["namespace"], holder)
+    if other is None or (other.get("status") or {}).get("phase") in FINAL:
+        return []
+    return [holder]
+
+
+def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any], config: Any,
+               claimed: bool) -> replay_plan.Plan:
+    request = replay_plan.request_from_spec(spec, config.handoff_id, config.query_name, config.source.topics,
+                                            config.sink.kind)
+    table = facts = kafka = None
+    if request.sink == "iceberg":
+        try:
+            table = replay_table.load(config)
+            facts = replay_table.table_facts(table) if table is not None else None
+        except Exception as exc:  # noqa: BLE001 - the catalog may come back: plan again next tick
+            raise Wait(f"cannot read the table: {type(exc).__name__}: {exc}") from exc
+        try:
+            latest, earliest = kafka_offsets(config)
+            kafka = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
+        except Exception as exc:  # noqa: BLE001 - reported as KafkaUnavailable when the plan needs it
+            log.info(f"{req.namespace}/{req.name}: cannot read Kafka offsets: {exc}")
+    others = [] if claimed else _active_others(req.kube, handoff, req.name)
+    result = replay_plan.plan(request, facts, kafka, others)
+    if isinstance(result, replay_plan.Failure):
+        if result.reason == "KafkaUnavailable":
+            raise Wait(result.message)
+        raise Refused(result.reason, result.message)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- steps
+
+def _release(req: Request, handoff: Mapping[str, Any] | None) -> None:
+    """Drop the claim (if ours) and let the handoff's driver run again."""
+    if handoff is None:
+        return
+    annotations = handoff["metadata"].get("annotations") or {}
+    if annotations.get(REPLAY_ANNOTATION) != req.name:
+        return
+    _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: None, REPLAY_HOLD_ANNOTATION: None}, guarded=False)
+    _apply_handoff(req.kube, handoff["metadata"]["namespace"], handoff["metadata"]["name"])
+
+
+def _claim(req: Request, handoff: Mapping[str, Any]) -> None:
+    others = _active_others(req.kube, handoff, req.name)
+    if others:
+        raise Refused("AnotherReplayRunning", f"ReplayRequest {others[0]} is running for this handoff; create "
+                      f"this request again once it has finished")
+    try:
+        _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: req.name, REPLAY_HOLD_ANNOTATION: "true"},
+                          guarded=True)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise Wait("the handoff changed while claiming it; trying again") from exc
+        raise
+
+
+def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config: Any) -> None:
+    """The next step of a running request (each returns; the daemon calls again)."""
+    ns, handoff_name = handoff["metadata"]["namespace"], handoff["metadata"]["name"]
+    annotations = handoff["metadata"].get("annotations") or {}
+    steps = req.steps
+    if annotations.get(REPLAY_ANNOTATION) != req.name:
+        if steps and steps[-1] != "DriverStarted":
+            # Claimed, then the annotation was removed by someone: take it back before going on.
+            _claim(req, handoff)
+            _apply_handoff(req.kube, ns, handoff_name)
+            raise Wait("claimed the handoff again")
+        if not steps:
+            _claim(req, handoff)
+            _apply_handoff(req.kube, ns, handoff_name)
+            req.write("Running", "StoppingDriver", f"stopping the driver of {handoff_name} at a batch boundary",
+                      startedAt=req.status.get("startedAt") or _now())
+            return
+    if "DriverStopped" not in steps:
+        if REPLAY_HOLD_ANNOTATION not in annotations:
+            _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: "true"}, guarded=False)
+        _apply_handoff(req.kube, ns, handoff_name)
+        pods = req.kube.driver_pods(ns, handoff_name)
+        if pods:
+            raise Wait(f"waiting for driver pod {pods[0].metadata.name} to stop at a batch boundary")
+        # The driver may have committed batches since the plan: plan again against the quiet table.
+        p = _make_plan(req, spec, handoff, config, claimed=True)
+        req.step("DriverStopped", f"driver of {handoff_name} stopped; plan: {p.summary}", plan=_plan_status(p))
+        return
+    plan = req.status.get("plan") or {}
+    head, target = int(plan["headSnapshot"]), int(plan["rollbackToSnapshot"])
+    table = replay_table.load(config)
+    if table is None:
+        raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
+    if "Tagged" not in steps:
+        tag = replay_table.undo_tag_name(req.namespace, req.name)
+        try:
+            replay_table.ensure_tag(table, tag, head)
+        except replay_table.TagTaken as exc:
+            raise Refused("UndoTagExists", f"{exc} (left by an earlier request of this name?); nothing was "
+                          f"rolled back: remove the tag or create the request under another name") from exc
+        req.step("Tagged", f"tagged snapshot {head} (the table before the rollback) as {tag}", undoTag=tag)
+        return
+    if "RolledBack" not in steps:
+        current = replay_table.current_snapshot(table)
+        if current == head:
+            replay_table.rollback(table, target)
+        elif current != target:
+            raise Refused("TableMoved", f"the table's current snapshot is {current}, neither {head} (planned) "
+                          f"nor {target} (target): another writer changed it; nothing was rolled back")
+        req.step("RolledBack", f"rolled the table back from snapshot {head} to {target}")
+        return
+    if spec.mode == "Rollback" and "GapRecorded" not in steps:
+        gap = {t: {int(p): (int(plan["gapFrom"][t][p]), int(plan["gapTo"][t][p])) for p in parts}
+               for t, parts in (plan.get("gapFrom") or {}).items()}
+        now = replay_table.stream_offsets(table, config.handoff_id, config.query_name)
+        pending = {t: {p: r for p, r in parts.items() if now.get(t, {}).get(p, r[0]) < r[1]}
+                   for t, parts in gap.items()}
+        pending = {t: parts for t, parts in pending.items() if parts}
+        if pending:
+            replay_table.record_gap(table, config.handoff_id, config.query_name, pending,
+                                    f"ReplayRequest {req.namespace}/{req.name} (mode Rollback)")
+        req.step("GapRecorded", "recorded the discarded offsets as a deliberate gap in the ledger: "
+                 + ", ".join(f"{t}[{p}] {s}-{e}" for t, parts in gap.items() for p, (s, e) in parts.items()))
+        return
+    if "DriverStarted" not in steps:
+        _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: None}, guarded=False)
+        _apply_handoff(req.kube, ns, handoff_name)
+        req.step("DriverStarted", f"driver of {handoff_name} started again; it resumes from the table's ledger")
+        return
+    if spec.mode == "Rollback":
+        _release(req, handoff)
+        req.write("Succeeded", "Succeeded", f"table rolled back to snapshot {target}; the stream goes on from "
+                  f"where it was", steps=req.status.get("steps"))
+        return
+    start, end = _offsets(plan.get("replayFrom")), _offsets(plan.get("replayTo"))
+    now = replay_table.stream_offsets(table, config.handoff_id, config.query_name)
+    done, finished = replay_plan.progress(start, end, now)
+    snapshot = replay_table.current_snapshot(table)
+    progress = {"offsets": replay_plan.wire({t: {p: now.get(t, {}).get(p, o) for p, o in parts.items()}
+                                             for t, parts in start.items()}),
+                "records": done, "total": int(plan.get("records") or 0),
+                "snapshot": str(snapshot) if snapshot is not None and snapshot != target else None}
+    progress = {k: v for k, v in progress.items() if v is not None}
+    if not finished:
+        if progress != req.status.get("progress"):
+            req.write("Running", "Replaying", f"re-read {done} of {progress['total']} records", progress=progress)
+        return
+    steps_done = list(req.status.get("steps") or []) + [
+        {"name": "Replayed", "at": _now(), "message": f"the ledger passed {replay_plan.fmt_offsets(end)}"}]
+    _release(req, handoff)
+    req.write("Succeeded", "Succeeded", f"re-read {done} records; the table holds again everything up to "
+              f"{replay_plan.fmt_offsets(end)}", progress=progress, steps=steps_done)
+
+
+def advance(namespace: str, name: str, kube: Kube) -> bool:
+    """Do the next thing for this request. True once it is final (nothing more will happen)."""
+    obj = _get(kube, namespace, name)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return True
+    req = Request(kube, obj)
+    if req.phase in FINAL or (req.phase == "Planned" and req.dry_run):
+        return True
+    handoff: dict[str, Any] | None = None
+    try:
+        try:
+            spec = ReplayRequestSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            raise Refused("InvalidSpec", f"spec.{'.'.join(str(x) for x in first['loc'])}: {first['msg']}; create "
+                          f"a new ReplayRequest") from exc
+        handoff = kube.get_handoff(namespace, spec.handoff_ref.name)
+        if handoff is None:
+            raise Refused("HandoffNotFound", f"StreamTableHandoff {spec.handoff_ref.name} not found in namespace "
+                          f"{namespace}; correct spec.handoffRef.name in a new ReplayRequest")
+        config = _handoff_config(kube, handoff)
+        if req.phase == "Pending":
+            p = _make_plan(req, spec, handoff, config, claimed=False)
+            if spec.mode == "Backfill" and not req.dry_run:
+                command = (f"python -m handoff_spark backfill --config app.json --query backfill-{req.name} "
+                           f"--from '{json.dumps(replay_plan.wire(p.replay_from))}' "
+                           f"--to '{json.dumps(replay_plan.wire(p.replay_to))}'")
+                req.write("Failed", "BackfillNotImplemented", f"planned ({p.summary}), but this operator does not "
+                          f"run backfills yet; nothing was changed. Run it with the handoff's app config "
+                          f"(ConfigMap {handoff['metadata']['name']}-app): {command}", plan=_plan_status(p))
+                return True
+            req.write("Planned", "DryRun" if req.dry_run else "Planned",
+                      ("dry run, nothing changed: " if req.dry_run else "planned: ") + p.summary,
+                      plan=_plan_status(p))
+            return req.dry_run
+        _run(req, spec, handoff, config)
+        return req.phase in FINAL
+    except Refused as refused:
+        _release(req, handoff)
+        req.write("Failed", refused.reason, refused.message)
+        return True
+
+
+async def _tick(namespace: str, name: str, memo: Any, logger: Any) -> bool:
+    try:
+        return await asyncio.to_thread(advance, namespace, name, handlers._kube(memo))
+    except Wait as wait:
+        logger.info(f"replay {namespace}/{name}: {wait}")
+    except (ApiException, OSError, TimeoutError) as exc:
+        logger.warning(f"replay {namespace}/{name}: {type(exc).__name__}: {exc}; retrying")
+    except Exception as exc:  # noqa: BLE001 - one broken request must not end the daemon; it retries
+        logger.exception(f"replay {namespace}/{name} step failed: {exc}; retrying")
+    return False
+
+
+@kopf.daemon(**RESOURCE, initial_delay=0.2, cancellation_timeout=10.0)
+async def run_replay(namespace: str, name: str, memo: Any, stopped: kopf.DaemonStopped, logger: Any,
+                     **_: Any) -> None:
+    """Advance the request until it is final. Runs again after an operator restart: a final request
+    returns at once, a running one goes on from its recorded steps."""
+    while not stopped:
+        if await _tick(namespace, name, memo, logger):
+            return
+        await stopped.wait(min(handlers.SETTINGS.status_interval, 2.0))
+
+
+@kopf.on.delete(**RESOURCE)
+def on_replay_delete(namespace: str, name: str, spec: Mapping[str, Any], memo: Any, **_: Any) -> None:
+    """A request deleted mid-run releases its claim, so the driver runs again (the table stays as it is)."""
+    kube = handlers._kube(memo)
+    handoff = kube.get_handoff(namespace, (spec.get("handoffRef") or {}).get("name", ""))
+    if handoff is None:
+        return
+    obj = _get(kube, namespace, name)
+    if obj is not None:
+        _release(Request(kube, obj), handoff)
