@@ -193,7 +193,8 @@ def test_unworkable_spec_gets_invalid_spec_and_recovers(cluster: Cluster, operat
     assert "spec.sink.iceberg.partitionBy[1]" in cond["message"]
     assert cluster.get(ns, "bad")["status"]["phase"] == "Failed"
     assert not cluster.children(ns, "bad")["Deployment"], "no app for a spec that cannot work"
-    assert any(e.reason == "InvalidSpec" and e.type == "Warning" for e in cluster.events(ns, "bad"))
+    eventually(lambda: any(e.reason == "InvalidSpec" and e.type == "Warning" for e in cluster.events(ns, "bad")),
+               "a Warning Event InvalidSpec")  # kopf posts Events asynchronously
 
     # The operator is still serving other resources.
     cluster.create(ns, "good", base_spec())
