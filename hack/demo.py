@@ -102,11 +102,13 @@ def produce_orders(bootstrap: str, start: int, count: int, bad: list[bytes] = ()
     rng = random.Random(start)
     for raw in bad:
         producer.produce(TOPIC, value=raw, key=b"bad")
-    base = int(time.time()) - 3 * 86400
     for i in range(start, start + count):
+        # The event time is when the order is produced, as in a shop, so the freshness the driver prints (now
+        # minus the newest committed event time) is the real delay from order to table.
+        now = time.time()
         order = {"order_id": f"o-{i:07d}", "customer_id": rng.randint(1, 500),
                  "status": rng.choice(["new", "paid", "shipped"]), "total": f"{rng.uniform(1, 500):.2f}",
-                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + i * 7))}
+                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"}
         producer.produce(TOPIC, key=order["order_id"].encode(), value=json.dumps(order).encode())
         if i % 5000 == 0:
             producer.poll(0)
