@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
+
+from bench_kafka import broker  # noqa: E402
 
 
 def _timed(fn: Any, runs: int) -> dict[str, float]:
@@ -80,20 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "retention_check.json"))
     args = ap.parse_args(argv)
-    kafka = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from handoff_testbed.kafka import Kafka
-
-        kafka = Kafka()
-        kafka.build()
-        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
-    try:
+    with broker(args.bootstrap) as (bootstrap, _kafka):
         results = [measure(bootstrap, int(p), args.records, args.runs) for p in args.partitions.split(",")]
-    finally:
-        if kafka is not None:
-            kafka.stop()
     print(f"{'partitions':>10} {'baseline ms (p50/p90)':>22} {'retention check ms (p50/p90)':>29} {'ratio':>6} "
           f"{'share @300s/15s':>16}")
     for r in results:
