@@ -65,17 +65,18 @@ class Kube:
 
     # -- the handoff itself ----------------------------------------------------------------------
 
-    def get_handoff(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_handoff(self, namespace: str, name: str, plural: str = PLURAL) -> dict[str, Any] | None:
+        """A Handoff custom object (a StreamTableHandoff unless `plural` names another kind), None if gone."""
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any], plural: str = PLURAL) -> None:
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)},
+            GROUP, VERSION, namespace, plural, name, {"status": dict(status)},
             _content_type="application/merge-patch+json")
 
     # -- children --------------------------------------------------------------------------------

@@ -68,18 +68,11 @@ def _now() -> str:
 # ------------------------------------------------------------------------------------------- API access
 
 def _get(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL, name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return kube.get_handoff(namespace, name, plural=REPLAY_PLURAL)
 
 
 def _patch_status(kube: Kube, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, REPLAY_PLURAL, name,
-                                                      {"status": dict(status)},
-                                                      _content_type="application/merge-patch+json")
+    kube.patch_status(namespace, name, status, plural=REPLAY_PLURAL)
 
 
 def _annotate_handoff(kube: Kube, handoff: Mapping[str, Any], annotations: Mapping[str, str | None],
