@@ -12,7 +12,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, NestedField, StringType
 
-from handoff_spark import checkpoint as offset_log
+from handoff_spark import checkpoint as ckpt
 from handoff_spark import ledger, maintenance
 from handoff_spark.iceberg_table import parse_partition_field, plan_schema_changes
 
@@ -102,14 +102,14 @@ def test_offset_log_reads_spark_files(tmp_path):
     (cp / "sources" / "handoff-initial.json").write_text('{"t": {"0": 3}}')
     (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 10, "1": 4}}')
     (cp / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 12, "1": 4}}\n')
-    assert offset_log.batch_range(str(cp), 0) == {("t", 0): (3, 10), ("t", 1): (0, 4)}
-    assert offset_log.batch_range(f"file://{cp}", 1) == {("t", 0): (10, 12), ("t", 1): (4, 4)}
-    assert offset_log.to_json_ranges(offset_log.batch_range(str(cp), 1)) == {"t": {"0": [10, 12], "1": [4, 4]}}
-    with pytest.raises(offset_log.OffsetLogError):
-        offset_log.batch_range(str(cp), 2)
+    assert ckpt.batch_range(str(cp), 0) == {("t", 0): (3, 10), ("t", 1): (0, 4)}
+    assert ckpt.batch_range(f"file://{cp}", 1) == {("t", 0): (10, 12), ("t", 1): (4, 4)}
+    assert ckpt.to_json_ranges(ckpt.batch_range(str(cp), 1)) == {"t": {"0": [10, 12], "1": [4, 4]}}
+    with pytest.raises(ckpt.OffsetLogError):
+        ckpt.batch_range(str(cp), 2)
     (cp / "sources" / "handoff-initial.json").unlink()
-    with pytest.raises(offset_log.OffsetLogError, match="initial offsets"):
-        offset_log.batch_range(str(cp), 0)
+    with pytest.raises(ckpt.OffsetLogError, match="initial offsets"):
+        ckpt.batch_range(str(cp), 0)
 
 
 def test_schema_plan_evolves_widens_and_refuses_narrowing():
