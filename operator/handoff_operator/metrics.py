@@ -102,26 +102,25 @@ def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> N
         FRESHNESS_TARGET.labels(namespace, name).set(target)
 
 
-def set_driver_restarts(namespace: str, name: str, restarts: int | None) -> None:
-    """The driver container's restart count (None: no driver pod now), for the crash-loop alert."""
-    if restarts is None:
+def _set_or_remove(gauge: Gauge, namespace: str, name: str, value: float | None) -> None:
+    """None: the series goes (unknown is no sample, not a stale number)."""
+    if value is None:
         try:
-            DRIVER_RESTARTS.remove(namespace, name)
+            gauge.remove(namespace, name)
         except KeyError:
             pass
     else:
-        DRIVER_RESTARTS.labels(namespace, name).set(restarts)
+        gauge.labels(namespace, name).set(value)
+
+
+def set_driver_restarts(namespace: str, name: str, restarts: int | None) -> None:
+    """The driver container's restart count (None: no driver pod now), for the crash-loop alert."""
+    _set_or_remove(DRIVER_RESTARTS, namespace, name, restarts)
 
 
 def set_executors(namespace: str, name: str, desired: int | None, current: int | None) -> None:
-    for gauge, value in ((EXECUTORS_DESIRED, desired), (EXECUTORS_CURRENT, current)):
-        if value is None:
-            try:
-                gauge.remove(namespace, name)
-            except KeyError:
-                pass
-        else:
-            gauge.labels(namespace, name).set(value)
+    _set_or_remove(EXECUTORS_DESIRED, namespace, name, desired)
+    _set_or_remove(EXECUTORS_CURRENT, namespace, name, current)
 
 
 def set_retention(namespace: str, name: str, check: Any, lost: Sequence[Any] | None) -> None:

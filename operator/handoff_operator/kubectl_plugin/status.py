@@ -7,22 +7,12 @@ batch), so the text says how old that measurement is.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from .. import driver_report
 from ..models.common import format_duration
 from ..validation import parse_spec
-
-
-def _report(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def lag_per_partition(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -44,7 +34,7 @@ def summary(obj: Mapping[str, Any], report_text: str | None, now_ms: int) -> dic
     spec, _problems = parse_spec(obj.get("spec") or {})
     target = spec.freshness_target_seconds if spec is not None else None
     freshness = status.get("freshnessSeconds")
-    report = _report(report_text)
+    report = driver_report.document(report_text)
     published = (report or {}).get("publishedAtMs")
     executors = status.get("executors") or {}
     retention = status.get("retention") or {}
