@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 import yaml
 from confluent_kafka import Producer
+from prometheus_client import REGISTRY
 
 from handoff_operator.kubectl_plugin.cli import main
 from handoff_spark.progress import BatchReport
@@ -119,4 +120,8 @@ def test_status_ledger_and_replay_through_kubectl(cluster: Cluster, operator: Op
     # A request the operator refuses ends Failed: exit 1, the reason printed.
     code, text, err = run("replay", "orders", "--to-snapshot", "12345", "--mode", "Rollback")
     assert code == 1 and "phase Failed (SnapshotNotFound: " in text, text + err
+    # The operator (in this process) counted the ended requests the dashboard and HandoffReplayFailed read.
+    ended = {phase: REGISTRY.get_sample_value("handoff_replays_total", {"namespace": ns, "phase": phase})
+             for phase in ("Planned", "Failed", "Succeeded")}
+    assert ended == {"Planned": 2, "Failed": 1, "Succeeded": None}
     cluster.delete_all_handoffs()
