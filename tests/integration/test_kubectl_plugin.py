@@ -124,4 +124,14 @@ def test_status_ledger_and_replay_through_kubectl(cluster: Cluster, operator: Op
     ended = {phase: REGISTRY.get_sample_value("handoff_replays_total", {"namespace": ns, "phase": phase})
              for phase in ("Planned", "Failed", "Succeeded")}
     assert ended == {"Planned": 2, "Failed": 1, "Succeeded": None}
+
+    # A crash-looping driver: the restart count the crash-loop alert reads, the failure `status` shows.
+    cluster.make_driver_crash(ns, "orders", 4, "boom: the catalog refused the commit")
+    eventually(lambda: REGISTRY.get_sample_value("handoff_driver_restarts", {"namespace": ns, "name": "orders"}) == 4,
+               "handoff_driver_restarts 4")
+    eventually(lambda: (cluster.get(ns, "orders").get("status") or {}).get("app", {}).get("lastFailure"),
+               "status.app.lastFailure")
+    code, text, _ = run("status", "orders")
+    failure = next(line for line in text.splitlines() if line.startswith("  last failure  "))
+    assert code == 0 and failure.endswith("boom: the catalog refused the commit"), text
     cluster.delete_all_handoffs()
