@@ -30,14 +30,20 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def parse(text: str | None) -> DriverReport | None:
+def document(text: str | None) -> dict[str, Any] | None:
+    """The published JSON object, or None when there is none or it is unreadable."""
     if not text:
         return None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
         return None
-    if not isinstance(doc, dict):
+    return doc if isinstance(doc, dict) else None
+
+
+def parse(text: str | None) -> DriverReport | None:
+    doc = document(text)
+    if doc is None:
         return None
     published = _int(doc.get("publishedAtMs"))
     if published is None:

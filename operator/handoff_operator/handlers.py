@@ -299,7 +299,10 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         if evaluation.phase is not None:
             metrics.set_phase(namespace, name, evaluation.phase)
         metrics.set_progress(namespace, name, {"lag": progress.lag,
-                                               "freshnessSeconds": progress.freshness_seconds})
+                                               "freshnessSeconds": progress.freshness_seconds,
+                                               "freshnessTargetSeconds": facts.freshness_target_seconds})
+        metrics.set_driver_restarts(namespace, name,
+                                    driver.restart_count if driver is not None and driver.pod_name else None)
         seen: set[str] = set()
         for kind, reason, message in events:
             if reason in seen:

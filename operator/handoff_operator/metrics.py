@@ -36,6 +36,12 @@ RETENTION_HAVE = Gauge("handoff_retention_have_seconds", "How long the topic kee
 LOST_RECORDS = Gauge("handoff_lost_records", "Records Kafka deleted before the handoff read them (ledger "
                      "position below the earliest offset)", ["namespace", "name", "topic"])
 _retention_topics: dict[tuple[str, str], set[str]] = {}
+FRESHNESS_TARGET = Gauge("handoff_freshness_target_seconds", "The handoff's freshness objective "
+                         "(spec.freshness.target), to compare handoff_freshness_seconds with", ["namespace", "name"])
+DRIVER_RESTARTS = Gauge("handoff_driver_restarts", "Restarts of the driver pod's container (a new pod starts at 0)",
+                        ["namespace", "name"])
+REPLAYS_ENDED = Counter("handoff_replays", "ReplayRequests that ended, by final phase (Succeeded, Failed; "
+                        "Planned for a dryRun)", ["namespace", "phase"])
 UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
                             "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
                             "ReadinessTimeout)", ["reason"])
@@ -66,7 +72,7 @@ def set_phase(namespace: str, name: str, phase: str | None) -> None:
     key = (namespace, name)
     if phase is None:
         _phases.pop(key, None)
-        for gauge in (LAG, FRESHNESS, EXECUTORS_DESIRED, EXECUTORS_CURRENT):
+        for gauge in (LAG, FRESHNESS, FRESHNESS_TARGET, DRIVER_RESTARTS, EXECUTORS_DESIRED, EXECUTORS_CURRENT):
             try:
                 gauge.remove(namespace, name)
             except KeyError:
@@ -91,17 +97,30 @@ def set_progress(namespace: str, name: str, progress: Mapping[str, object]) -> N
     freshness = progress.get("freshnessSeconds")
     if isinstance(freshness, (int, float)):
         FRESHNESS.labels(namespace, name).set(freshness)
+    target = progress.get("freshnessTargetSeconds")
+    if isinstance(target, (int, float)):
+        FRESHNESS_TARGET.labels(namespace, name).set(target)
+
+
+def _set_or_remove(gauge: Gauge, namespace: str, name: str, value: float | None) -> None:
+    """None: the series goes (unknown is no sample, not a stale number)."""
+    if value is None:
+        try:
+            gauge.remove(namespace, name)
+        except KeyError:
+            pass
+    else:
+        gauge.labels(namespace, name).set(value)
+
+
+def set_driver_restarts(namespace: str, name: str, restarts: int | None) -> None:
+    """The driver container's restart count (None: no driver pod now), for the crash-loop alert."""
+    _set_or_remove(DRIVER_RESTARTS, namespace, name, restarts)
 
 
 def set_executors(namespace: str, name: str, desired: int | None, current: int | None) -> None:
-    for gauge, value in ((EXECUTORS_DESIRED, desired), (EXECUTORS_CURRENT, current)):
-        if value is None:
-            try:
-                gauge.remove(namespace, name)
-            except KeyError:
-                pass
-        else:
-            gauge.labels(namespace, name).set(value)
+    _set_or_remove(EXECUTORS_DESIRED, namespace, name, desired)
+    _set_or_remove(EXECUTORS_CURRENT, namespace, name, current)
 
 
 def set_retention(namespace: str, name: str, check: Any, lost: Sequence[Any] | None) -> None:

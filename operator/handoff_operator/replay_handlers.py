@@ -34,7 +34,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from . import handlers, replay_plan, replay_table, rollback
+from . import handlers, metrics, replay_plan, replay_table, rollback
 from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from .kube import Kube
 from .models import ReplayRequestSpec
@@ -143,10 +143,14 @@ class Request:
         patch = {"observedGeneration": self.generation, "phase": phase, **fields,
                  "conditions": merge_conditions(old, _conditions(phase, reason, message, self.dry_run),
                                                 self.generation, _now())}
+        ended = (phase in FINAL and not self.status.get("completedAt")) or (
+            phase == "Planned" and self.dry_run and self.phase != "Planned")
         if phase in FINAL and not self.status.get("completedAt"):
             patch["completedAt"] = _now()
         _patch_status(self.kube, self.namespace, self.name, patch)
         self.status.update(patch)
+        if ended:
+            metrics.REPLAYS_ENDED.labels(self.namespace, phase).inc()
         if before != reason:
             kopf.event(self.obj, type="Warning" if phase == "Failed" else "Normal", reason=reason,
                        message=message[:1000])

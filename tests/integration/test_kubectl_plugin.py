@@ -1,0 +1,137 @@
+"""`kubectl handoff` as a person runs it: the real kubectl finds the installed `kubectl-handoff` on PATH and runs
+it against the test bed's API server, with the operator in-process, real Kafka and a real Iceberg table (SQLite
+catalog) holding ledger commits as the sink writes them. The driver does not run (no pods here): its progress
+record is published into `<name>-progress` by the driver's own publisher."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from prometheus_client import REGISTRY
+
+from handoff_operator.kubectl_plugin.cli import main
+from handoff_spark.progress import BatchReport
+from handoff_spark.progress_publisher import ProgressPublisher
+from operator_support import (Cluster, Operator, base_spec, eventually, ledger_commit, operator_running,
+                              sqlite_ledger_table)
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster) -> Iterator[Operator]:
+    with operator_running(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0) as op:
+        yield op
+
+
+def plugin(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl handoff ...` with the package's scripts on PATH (where pip put kubectl-handoff)."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["kubectl", "handoff", *args], capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_status_ledger_and_replay_through_kubectl(cluster: Cluster, operator: Operator, kafka, tmp_path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(60):
+        producer.produce(topic, json.dumps({"id": i}).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    props, table = sqlite_ledger_table(tmp_path)
+    ns = cluster.new_namespace("kplug")
+    hid = f"{ns}/orders"
+    now_ms = int(time.time() * 1000)
+    snapshots = [ledger_commit(table, hid, b, {topic: {"0": [s, e], "1": [s, e]}}, now_ms, 2 * (e - s))
+                 for b, (s, e) in enumerate([(0, 10), (10, 20), (20, 25)])]
+    spec = base_spec(kafka.bootstrap)
+    spec["source"]["topics"] = [topic]
+    spec["sink"]["iceberg"]["catalog"]["properties"] = props
+    spec["sink"]["iceberg"]["partitionBy"] = []
+    cluster.create(ns, "orders", spec)
+    kubeconfig = cluster.kubeconfig
+
+    # The driver's record, published as the driver does (its own publisher, its own record format).
+    eventually(lambda: cluster.core.read_namespaced_config_map("orders-progress", ns), "orders-progress")
+    publisher = ProgressPublisher(ns, "orders-progress", api=cluster.api, pod="orders-driver-0")
+    publisher.offer(BatchReport(batch_id=2, rows=10, duration_ms=800, start={(topic, 0): 20, (topic, 1): 20},
+                                end={(topic, 0): 25, (topic, 1): 25}, lag={(topic, 0): 5, (topic, 1): 5},
+                                commit=None, max_event_time_ms=now_ms).record(hid))
+    publisher.close()
+    # The operator read the table's ledger and Kafka: 2 × (30 - 25) records behind.
+    eventually(lambda: (s := cluster.get(ns, "orders").get("status") or {}).get("lag") == 10
+               and (s.get("committed") or {}).get("snapshot") == str(snapshots[-1]), "status from the ledger")
+
+    # Through the real kubectl: it finds kubectl-handoff on PATH; KUBECONFIG from the environment.
+    out = plugin(kubeconfig, "status", "orders", "-n", ns)
+    assert out.returncode == 0, out.stderr
+    assert f"StreamTableHandoff {ns}/orders:" in out.stdout and "lag         10 records" in out.stdout
+    assert "target 5m" in out.stdout and f"snapshot {snapshots[-1]} batch 2" in out.stdout
+    assert "Lag per partition (the driver's report" in out.stdout and "Conditions:" in out.stdout
+    out = plugin(kubeconfig, "status", "absent", "-n", ns)
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f'error: streamtablehandoffs.handoff.io "absent" not found in namespace {ns}'), out.stderr
+
+    # The rest in this process (the same entry point, without a process start per call on a busy machine).
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "-n", ns, "--kubeconfig", kubeconfig])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, text, _ = run("status", "orders", "-o", "json")
+    doc = json.loads(text)
+    assert code == 0 and doc["lag"] == 10 and doc["freshnessTargetSeconds"] == 300
+    assert doc["lagPerPartition"] == [{"topic": topic, "partition": 0, "lag": 5},
+                                      {"topic": topic, "partition": 1, "lag": 5}]
+    assert {c["type"] for c in doc["conditions"]} >= {"Ready", "Progressing"}
+
+    # The ledger, newest first, from the table the resource names.
+    code, text, err = run("ledger", "orders", "-o", "yaml")
+    assert code == 0, err
+    rows = yaml.safe_load(text)
+    assert [r["snapshot"] for r in rows] == snapshots[::-1]
+    assert rows[0]["offsets"] == {topic: {"0": [20, 25], "1": [20, 25]}} and rows[0]["batch"] == 2
+    code, text, _ = run("ledger", "orders", "--limit", "2")
+    assert text.splitlines()[0].startswith(f"{snapshots[-1]}  handoff") and f"{topic}[1] 20→25" in text
+    assert len(text.splitlines()) == 2
+
+    # A dry-run replay: the request is written, followed to Planned, and its plan printed.
+    code, text, err = run("replay", "orders", "--to-snapshot", str(snapshots[0]), "--dry-run")
+    assert code == 0, err
+    lines = text.splitlines()
+    assert lines[0].startswith("replayrequest.handoff.io/orders-replay-") and lines[0].endswith(" created")
+    assert any(line.startswith("plan: ") for line in lines) and lines[-1].startswith("phase Planned (DryRun: ")
+    code, text, err = run("replay", "orders", "--to-snapshot", str(snapshots[0]), "--dry-run", "-o", "json",
+                          "--request-name", "plan-json")
+    final = json.loads(text)
+    assert code == 0 and final["name"] == "plan-json" and final["status"]["phase"] == "Planned"
+    assert final["status"]["plan"]["rollbackToSnapshot"] == str(snapshots[0])
+    assert final["status"]["plan"]["records"] == 2 * 15 and "phase Planned" in err
+    # A request the operator refuses ends Failed: exit 1, the reason printed.
+    code, text, err = run("replay", "orders", "--to-snapshot", "12345", "--mode", "Rollback")
+    assert code == 1 and "phase Failed (SnapshotNotFound: " in text, text + err
+    # The operator (in this process) counted the ended requests the dashboard and HandoffReplayFailed read.
+    ended = {phase: REGISTRY.get_sample_value("handoff_replays_total", {"namespace": ns, "phase": phase})
+             for phase in ("Planned", "Failed", "Succeeded")}
+    assert ended == {"Planned": 2, "Failed": 1, "Succeeded": None}
+
+    # A crash-looping driver: the restart count the crash-loop alert reads, the failure `status` shows.
+    cluster.make_driver_crash(ns, "orders", 4, "boom: the catalog refused the commit")
+    eventually(lambda: REGISTRY.get_sample_value("handoff_driver_restarts", {"namespace": ns, "name": "orders"}) == 4,
+               "handoff_driver_restarts 4")
+    eventually(lambda: (cluster.get(ns, "orders").get("status") or {}).get("app", {}).get("lastFailure"),
+               "status.app.lastFailure")
+    code, text, _ = run("status", "orders")
+    failure = next(line for line in text.splitlines() if line.startswith("  last failure  "))
+    assert code == 0 and failure.endswith("boom: the catalog refused the commit"), text
+    cluster.delete_all_handoffs()
