@@ -174,7 +174,7 @@ def _protobuf_writer(schema_id: int, schema_str: str) -> WriterSchema:
         out: dict[str, Any] = {}
         for f in msg.DESCRIPTOR.fields:
             v = getattr(msg, f.name)
-            if f.label == 3:
+            if f.is_repeated:
                 out[f.name] = [_proto_value(f, x) for x in v] if f.message_type is None or not \
                     f.message_type.GetOptions().map_entry else {k: _proto_value(f.message_type.fields_by_name["value"], x)
                                                                 for k, x in v.items()}

@@ -115,7 +115,7 @@ def protobuf_fields(descriptor: Any) -> list[Field]:
     """Columns of a Protobuf message descriptor (`google.protobuf.descriptor.Descriptor`)."""
     out = []
     for f in descriptor.fields:
-        repeated = f.label == 3  # LABEL_REPEATED (maps are repeated entries)
+        repeated = f.is_repeated  # maps are repeated entries too
         if f.type == _PROTO_MESSAGE and not repeated:
             if f.message_type.full_name == "google.protobuf.Timestamp":
                 out.append(Field(f.name, "timestamp"))
