@@ -94,9 +94,17 @@ def _as_json_text(v: Any) -> Any:
 
 
 def _cell(v: Any, f: rs.Field | None) -> Any:
-    """A decoded value as the column stores it: nested values as JSON text, UUIDs as their string."""
-    if f is not None and f.json:
+    """A decoded value as the column stores it: nested values as JSON text, UUIDs as their string, JSON Schema
+    date-time/date strings parsed (ValueError when they are not ISO-8601)."""
+    if f is None or v is None:
+        return v
+    if f.json:
         return _as_json_text(v)
+    if isinstance(v, str) and f.type == "timestamp":
+        ts = dt.datetime.fromisoformat(v)
+        return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    if isinstance(v, str) and f.type == "date":
+        return dt.date.fromisoformat(v)
     return str(v) if isinstance(v, uuid.UUID) else v
 
 
@@ -353,19 +361,20 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
         if missing is not None:
             reject(i, "missing-required", f"{missing}: required column is missing or null")
             continue
+        try:
+            row = {name: _cell(record.get(name), by_name.get(name)) for name in out}
+            extra_row = {f.name: _cell(record.get(f.name), f) for f in writer.fields
+                         if compatible and f.name not in declared and record.get(f.name) is not None}
+        except ValueError as exc:
+            reject(i, "undecodable", f"writer schema {schema_id}: {str(exc)[:200]}")
+            continue
         n = len(keep)
         keep.append(i)
         used.setdefault(schema_id, writer)
-        for name in out:
-            v = record.get(name)
-            f = by_name.get(name)
-            out[name].append(_cell(v, f))
-        if compatible:
-            for f in writer.fields:
-                if f.name not in declared:
-                    v = record.get(f.name)
-                    if v is not None:
-                        extra_values.setdefault(f.name, {})[n] = _cell(v, f)
+        for name, v in row.items():
+            out[name].append(v)
+        for name, v in extra_row.items():
+            extra_values.setdefault(name, {})[n] = v
     if dead and policy.on_incompatible == "halt":
         first = dead[0]
         raise SchemaIncompatible(
