@@ -96,8 +96,10 @@ def _as_json_text(v: Any) -> Any:
 def _cell(v: Any, f: rs.Field | None) -> Any:
     """A decoded value as the column stores it: nested values as JSON text, UUIDs as their string, JSON Schema
     date-time/date strings parsed (ValueError when they are not ISO-8601)."""
-    if f is None or v is None:
+    if v is None:
         return v
+    if f is None:
+        return str(v) if isinstance(v, uuid.UUID) else v
     if f.json:
         return _as_json_text(v)
     if isinstance(v, str) and f.type == "timestamp":
@@ -116,10 +118,13 @@ class WriterSchema:
     fields: list[rs.Field]
     decode: Callable[[bytes, int], dict[str, Any]]
     versions: list[tuple[str, int]] = field(default_factory=list)
+    by_name: dict[str, rs.Field] = field(init=False)
+    #: fields whose decoded value may still need parsing (JSON Schema date-time/date strings)
+    parsed: list[rs.Field] = field(init=False)
 
-    @property
-    def by_name(self) -> dict[str, rs.Field]:
-        return {f.name: f for f in self.fields}
+    def __post_init__(self) -> None:
+        self.by_name = {f.name: f for f in self.fields}
+        self.parsed = [f for f in self.fields if f.type in ("timestamp", "date")]
 
 
 def _avro_writer(schema_id: int, schema_str: str) -> WriterSchema:
@@ -304,9 +309,10 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
     topics, partitions, offsets = raw.column("topic"), raw.column("partition"), raw.column("offset")
     declared = {c.name: c for c in policy.columns}
     compatible = policy.evolution == "compatible"
-    out: dict[str, list[Any]] = {c.name: [] for c in policy.columns}
+    required = [c for c in policy.columns if c.required]
+    records: list[dict[str, Any]] = []
+    record_writers: list[WriterSchema] = []
     extra_types: dict[str, rs.Field] = {}
-    extra_values: dict[str, dict[int, Any]] = {}
     misfit: dict[int, str | None] = {}  # schema id → why its fields do not fit the columns (None: they fit)
     used: dict[int, WriterSchema] = {}
     keep: list[int] = []
@@ -356,25 +362,22 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             reject(i, "undecodable", f"payload does not decode with writer schema {schema_id}: "
                                      f"{type(exc).__name__}: {str(exc)[:200]}")
             continue
-        by_name = writer.by_name
-        missing = next((c.name for c in policy.columns if c.required and record.get(c.name) is None), None)
+        missing = next((c.name for c in required if record.get(c.name) is None), None)
         if missing is not None:
             reject(i, "missing-required", f"{missing}: required column is missing or null")
             continue
         try:
-            row = {name: _cell(record.get(name), by_name.get(name)) for name in out}
-            extra_row = {f.name: _cell(record.get(f.name), f) for f in writer.fields
-                         if compatible and f.name not in declared and record.get(f.name) is not None}
+            for f in writer.parsed:
+                v = record.get(f.name)
+                if isinstance(v, str):
+                    record[f.name] = _cell(v, f)
         except ValueError as exc:
             reject(i, "undecodable", f"writer schema {schema_id}: {str(exc)[:200]}")
             continue
-        n = len(keep)
         keep.append(i)
+        records.append(record)
+        record_writers.append(writer)
         used.setdefault(schema_id, writer)
-        for name, v in row.items():
-            out[name].append(v)
-        for name, v in extra_row.items():
-            extra_values.setdefault(name, {})[n] = v
     if dead and policy.on_incompatible == "halt":
         first = dead[0]
         raise SchemaIncompatible(
@@ -382,13 +385,19 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             f"{first.detail} ({len(dead)} such record(s) in this batch). schema.onIncompatible=halt stops the "
             f"hand-off instead of skipping it. Fix: correct the producer or the registry's schema, or set "
             f"spec.schema.onIncompatible=deadLetter with spec.deadLetter.topic to divert such records.")
-    columns = {name: pa.array(vals, arrow_type(declared[name].type)) for name, vals in out.items()}
-    extras: dict[str, pa.Array] = {}
-    for name, f in extra_types.items():
-        dense: list[Any] = [None] * len(keep)
-        for j, v in extra_values.get(name, {}).items():
-            dense[j] = v
-        extras[name] = pa.array(dense, arrow_type(f.type))
+    def column(name: str, typ: str) -> pa.Array:
+        """One column over the kept records, fast when no writer schema needs the value converted."""
+        if any(w.by_name.get(name) is not None and w.by_name[name].json for w in used.values()):
+            vals = [_cell(r.get(name), w.by_name.get(name)) for r, w in zip(records, record_writers)]
+        else:
+            vals = [r.get(name) for r in records]
+        try:
+            return pa.array(vals, arrow_type(typ))
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # e.g. Avro uuid values into a string column
+            return pa.array([None if v is None else _cell(v, None) for v in vals], arrow_type(typ))
+
+    columns = {c.name: column(c.name, c.type) for c in policy.columns}
+    extras = {name: column(name, f.type) for name, f in extra_types.items()}
     table = _assemble(columns, policy, extras, raw, pa.array(keep, pa.int64()))
     uses = [SchemaUse(sid, tuple(w.versions)) for sid, w in sorted(used.items())]
     return table, dead, uses
