@@ -11,7 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from bq_common import read_dead_letters
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -123,14 +124,6 @@ def test_avro_from_registry_evolves_dead_letters_and_records_schema_ids(kafka, s
     assert seen[str(v2_id)] == [f"{topic}-value:2"]
     assert len(seen) == 2 and all(len(v) == 1 and v[0].startswith(f"{topic}-value:") for v in seen.values())
 
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                  "auto.offset.reset": "earliest"})
-    c.subscribe([f"{topic}.dlq"])
-    letters = []
-    for _ in range(30):
-        letters += [m for m in c.consume(10, timeout=1) if m.error() is None]
-        if len(letters) >= 3:
-            break
-    c.close()
+    letters = read_dead_letters(kafka.bootstrap, f"{topic}.dlq", expect=3)
     reasons = sorted(dict(m.headers())["handoff.reason"].decode() for m in letters)
     assert reasons == ["no-schema-id", "undecodable", "unknown-schema"]
