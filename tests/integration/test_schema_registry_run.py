@@ -31,7 +31,6 @@ spec:
     format: avro
     schemaRegistry:
       url: {registry}
-    maxRecordsPerBatch: 40
   sink:
     iceberg:
       catalog:
