@@ -6,7 +6,8 @@ runs on Java 17. Its `ccompat` API (`/apis/ccompat/v7`) is the Confluent Schema 
 confluent-kafka's `SchemaRegistryClient` and serializers talk to it unchanged (probed: register, get by id,
 versions, Avro/Protobuf/JSON Schema serializers).
 
-Start-up is slow (Quarkus + H2: ~10-20 s idle, ~70 s on a loaded 2-core box), so tests share one per session.
+Start-up is slow (Quarkus + H2: 60-90 s measured on a 2-core box at load 20-30; idle not measured), so tests
+share one per session.
 """
 from __future__ import annotations
 
