@@ -24,7 +24,7 @@ venv: $(VENV)/.installed
 ## the real node (kubelet, kube-proxy, pause image) and the project's image it runs. All cached.
 testbed-build: venv
 	bash hack/install-system-deps.sh
-	$(TESTBED) build kafka apiserver postgres s3 bigquery node
+	$(TESTBED) build kafka apiserver postgres s3 bigquery node schema-registry
 
 ## The project's image (Dockerfile) built here on a debootstrapped Debian base; a no-op when the inputs
 ## are unchanged (cached by their hash). Prints the image reference.

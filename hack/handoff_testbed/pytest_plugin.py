@@ -40,8 +40,8 @@ def start_component(name: str) -> Component:
     return comp
 
 
-def _session_fixture(name: str):
-    @pytest.fixture(scope="session", name=name)
+def _session_fixture(name: str, fixture_name: str | None = None):
+    @pytest.fixture(scope="session", name=fixture_name or name)
     def fixture() -> Iterator[Component]:
         comp = start_component(name)
         try:
@@ -57,6 +57,7 @@ apiserver = _session_fixture("apiserver")
 postgres = _session_fixture("postgres")
 s3 = _session_fixture("s3")
 bigquery = _session_fixture("bigquery")
+schema_registry = _session_fixture("schema-registry", "schema_registry")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -12,6 +12,7 @@ COMPONENTS: dict[str, str] = {
     "s3": "handoff_testbed.s3:S3",
     "bigquery": "handoff_testbed.bigquery:BigQueryEmulator",
     "node": "handoff_testbed.node:Node",
+    "schema-registry": "handoff_testbed.schema_registry:SchemaRegistry",
 }
 
 

@@ -92,10 +92,11 @@ class Resolved:
 
     source_properties: dict[str, str] = field(default_factory=dict)
     catalog_properties: dict[str, str] = field(default_factory=dict)
+    schema_registry_user_info: str | None = None
 
     @property
     def secret_values(self) -> bool:
-        return bool(self.source_properties or self.catalog_properties)
+        return bool(self.source_properties or self.catalog_properties or self.schema_registry_user_info)
 
 
 # ------------------------------------------------------------------------------------------- names
@@ -147,6 +148,9 @@ def referenced_secrets(spec: StreamTableHandoffSpec) -> set[str]:
     names = {(r.secret_ref or r.secret_key_ref).name for r in refs}  # type: ignore[union-attr]
     if spec.sink.bigquery is not None and spec.sink.bigquery.credentials_from is not None:
         names.add(spec.sink.bigquery.credentials_from.name)
+    registry = spec.source.schema_registry
+    if registry is not None and registry.credentials_from is not None:
+        names.add(registry.credentials_from.name)
     return names
 
 
@@ -205,7 +209,21 @@ def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str
             problems.append(("spec.sink.bigquery.credentialsFrom.key",
                              f"Secret {bq.credentials_from.name!r} has no key {bq.credentials_from.key!r}; "
                              f"add the service-account JSON under that key or correct the key"))
-    return Resolved(source, catalog), problems
+    user_info = None
+    registry = spec.source.schema_registry
+    if registry is not None and registry.credentials_from is not None:
+        ref = registry.credentials_from
+        data = secrets.get(ref.name)
+        if data is None:
+            problems.append(("spec.source.schemaRegistry.credentialsFrom.name",
+                             f"Secret {ref.name!r} not found in this namespace; create it or correct the name"))
+        elif ref.key not in data:
+            problems.append(("spec.source.schemaRegistry.credentialsFrom.key",
+                             f"Secret {ref.name!r} has no key {ref.key!r}; add `user:password` under that key "
+                             f"or correct the key"))
+        else:
+            user_info = data[ref.key]
+    return Resolved(source, catalog, user_info), problems
 
 
 # ------------------------------------------------------------------------------------- app config
@@ -263,6 +281,9 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "properties": {**src.properties, **resolved.source_properties},
         "onOffsetOutOfRange": src.on_offset_out_of_range, "consumerGroup": src.consumer_group,
     }
+    if src.schema_registry is not None:
+        source["schemaRegistry"] = {"url": src.schema_registry.url,
+                                    "basicAuthUserInfo": resolved.schema_registry_user_info}
     if spec.sink.iceberg is not None:
         ice = spec.sink.iceberg
         sink: dict[str, Any] = {
@@ -304,6 +325,9 @@ def redacted_json(config: AppConfig, resolved: Resolved, spec: StreamTableHandof
     data = json.loads(config.to_json())
     for key in resolved.source_properties:
         data["source"]["properties"][key] = "<from a Secret: spec.source.propertiesFrom>"
+    if resolved.schema_registry_user_info:
+        data["source"]["schemaRegistry"]["basicAuthUserInfo"] = \
+            "<from a Secret: spec.source.schemaRegistry.credentialsFrom>"
     if data["sink"].get("kind") == "iceberg":
         for key in resolved.catalog_properties:
             data["sink"]["catalogProperties"][key] = "<from a Secret: spec.sink.iceberg.catalog.propertiesFrom>"

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from handoff_spark.config import REGISTRY_FORMATS
+
 from .models import StreamTableHandoffSpec
 from .render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
 
@@ -87,14 +89,16 @@ def check(name: str, spec: StreamTableHandoffSpec,
                 f"in schema.columns or remove eventTimeColumn (freshness then uses the Kafka timestamp)")))
 
     known = set(declared) | set(KAFKA_METADATA_COLUMNS)
-    if spec.sink.iceberg is not None:
+    # Columns that come from the Schema Registry at run time cannot be checked here.
+    from_registry = spec.source.format in REGISTRY_FORMATS and not schema.columns
+    if spec.sink.iceberg is not None and not from_registry:
         for i, transform in enumerate(spec.sink.iceberg.partition_by):
             column = partition_source_column(transform)
             if column is not None and column not in known:
                 problems.append(Problem(f"spec.sink.iceberg.partitionBy[{i}]", (
                     f"{transform!r} reads column {column!r}, which schema.columns does not declare; "
                     f"declare it or partition by one of: {', '.join(sorted(known))}")))
-    if spec.sink.bigquery is not None:
+    if spec.sink.bigquery is not None and not from_registry:
         bq = spec.sink.bigquery
         if bq.partition_by is not None and bq.partition_by not in known:
             problems.append(Problem("spec.sink.bigquery.partitionBy", (

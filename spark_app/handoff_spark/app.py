@@ -172,6 +172,9 @@ class ProgressReporter:
 def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,
         echo: Callable[[str], None] = print) -> int:
     """Run until AvailableNow drains, a stop signal arrives (exit 0), or the query fails (exit 1)."""
+    from .registry_decode import registry_columns
+
+    cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()
     marker_dir = tempfile.mkdtemp(prefix="handoff-stop-")
     stop_marker = str(Path(marker_dir) / "stop")

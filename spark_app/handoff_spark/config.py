@@ -46,11 +46,24 @@ class SchemaPolicy(_Model):
         default=None, description="Column holding the event time used for freshness; default: Kafka timestamp.")
 
 
+SourceFormat = Literal["json", "raw", "avro", "protobuf", "jsonSchema"]
+REGISTRY_FORMATS = ("avro", "protobuf", "jsonSchema")
+
+
+class SchemaRegistry(_Model):
+    """A Confluent-compatible Schema Registry (values framed as magic byte 0 + 4-byte schema id)."""
+
+    url: str = Field(description="Base URL of the Confluent REST API, e.g. http://registry:8081")
+    # `user:password` for HTTP basic auth; resolved from a Secret by the operator.
+    basic_auth_user_info: str | None = None
+
+
 class KafkaSource(_Model):
     bootstrap_servers: str
     topics: list[str] = Field(min_length=1)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    format: Literal["json", "raw"] = "json"
+    format: SourceFormat = "json"
+    schema_registry: SchemaRegistry | None = None
     max_records_per_batch: int | None = Field(default=None, gt=0)
     min_partitions: int | None = Field(
         default=None, gt=0, description="Split large offset ranges so a batch runs at least this many tasks "
@@ -133,6 +146,12 @@ class AppConfig(_Model):
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark_conf: dict[str, str] = Field(default_factory=dict)
     backfill: BackfillRange | None = Field(default=None, description="set for a Backfill run (its own query)")
+
+    @model_validator(mode="after")
+    def _registry_needed(self) -> "AppConfig":
+        if self.source.format in REGISTRY_FORMATS and self.source.schema_registry is None:
+            raise ValueError(f"source.format={self.source.format} needs source.schemaRegistry.url")
+        return self
 
     @model_validator(mode="after")
     def _dlq_needed(self) -> "AppConfig":

@@ -6,7 +6,7 @@ again (at-least-once into the DLQ); the headers `handoff.source.topic/partition/
 the dedup key. The original key, value and headers are kept so a fixed record can be re-produced as is.
 
 Headers added (all UTF-8 strings): `handoff.reason` (null-value | unparseable | not-an-object |
-missing-required | type-mismatch), `handoff.error` (human detail), `handoff.source.topic`,
+missing-required | type-mismatch; Schema Registry formats also no-schema-id | unknown-schema | undecodable), `handoff.error` (human detail), `handoff.source.topic`,
 `handoff.source.partition`, `handoff.source.offset`, `handoff.source.timestamp` (epoch ms, if any),
 `handoff.id`.
 """

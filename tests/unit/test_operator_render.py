@@ -192,3 +192,30 @@ def test_progress_configmap_also_with_an_own_service_account():
     s["spark"]["serviceAccountName"] = "spark"
     r = _render(s)
     assert "orders-progress" in [c["metadata"]["name"] for c in r.children if c["kind"] == "ConfigMap"]
+
+
+def test_schema_registry_credentials_come_from_a_secret_and_stay_out_of_the_configmap():
+    s = spec()
+    s["source"].pop("propertiesFrom")
+    s["sink"]["iceberg"]["catalog"].pop("propertiesFrom")
+    s["source"].update(format="avro", schemaRegistry={"url": "http://registry:8081",
+                                                      "credentialsFrom": {"name": "sr", "key": "userInfo"}})
+    s["schema"]["columns"] = []
+    s["sink"]["iceberg"].pop("partitionBy", None)
+    s["schema"].pop("eventTimeColumn", None)
+    r = _render(s, secrets={"sr": {"userInfo": "reader:pw"}})
+    real = AppConfig.model_validate_json(r.child("Secret")["stringData"]["app.json"])
+    assert real.source.format == "avro" and real.source.schema_registry is not None
+    assert real.source.schema_registry.url == "http://registry:8081"
+    assert real.source.schema_registry.basic_auth_user_info == "reader:pw"
+    shown = r.child("ConfigMap")["data"]["app.json"]
+    assert "reader:pw" not in shown and "schemaRegistry.credentialsFrom" in shown
+    parsed, _ = parse_spec(body(s, name="orders")["spec"])
+    _, problems = check("orders", parsed, {})
+    assert [p.field for p in problems] == ["spec.source.schemaRegistry.credentialsFrom.name"]
+
+
+def test_registry_formats_need_a_registry():
+    s = spec(source={**spec()["source"], "format": "protobuf"})
+    _, problems = parse_spec(body(s, name="orders")["spec"])
+    assert problems and "schemaRegistry" in str(problems[0])

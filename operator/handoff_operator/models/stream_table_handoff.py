@@ -76,6 +76,16 @@ def _forbid_keys(props: dict[str, str], keys: tuple[str, ...], why: str) -> dict
 # Source
 
 
+class SchemaRegistrySpec(SpecModel):
+    """A Schema Registry with the Confluent REST API (Confluent, Apicurio's ccompat API, Karapace ...)."""
+
+    url: str = Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512,
+                     description="Base URL of the registry's Confluent-compatible API, e.g. "
+                                 "http://schema-registry:8081 or http://apicurio:8080/apis/ccompat/v7.")
+    credentials_from: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding `user:password` for HTTP basic auth; omit for none.")
+
+
 class KafkaSourceSpec(SpecModel):
     """Where records come from. Offsets are tracked by Handoff (in the table's commits and Spark's
     checkpoint), not by a consumer group; the group only mirrors committed offsets for lag tools."""
@@ -86,6 +96,8 @@ class KafkaSourceSpec(SpecModel):
                     + " (Handoff manages them for exactly-once)"},
         {"rule": f"!has(self.properties) || self.properties.all(k, !(k in {_cel_list(SECRET_KAFKA_PROPERTIES)}))",
          "message": "credentials in source.properties: put them in a Secret and use source.propertiesFrom"},
+        {"rule": "!has(self.format) || !(self.format in ['avro', 'protobuf', 'jsonSchema']) || has(self.schemaRegistry)",
+         "message": "source.format avro, protobuf and jsonSchema need source.schemaRegistry.url"},
     ]})
 
     bootstrap_servers: str = Field(min_length=1, max_length=4096,
@@ -96,8 +108,13 @@ class KafkaSourceSpec(SpecModel):
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest", description="Where a new handoff starts reading; ignored once anything "
                                         "is committed (it then resumes from the table's ledger).")
-    format: Literal["json", "raw"] = Field(
-        default="json", description="json: decode values into the declared columns; raw: keep key/value bytes.")
+    format: Literal["json", "raw", "avro", "protobuf", "jsonSchema"] = Field(
+        default="json", description="json: decode values into the declared columns; raw: keep key/value bytes; "
+                                    "avro, protobuf, jsonSchema: values in the Confluent wire format (magic byte + "
+                                    "schema id), decoded with the writer schema from schemaRegistry; columns come "
+                                    "from the registry's latest schema of <topic>-value when schema.columns is empty.")
+    schema_registry: SchemaRegistrySpec | None = Field(
+        default=None, description="The Schema Registry for format avro, protobuf or jsonSchema.")
     max_records_per_batch: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
         description="Upper bound on records per micro-batch (admission control while catching up).")
@@ -123,6 +140,8 @@ class KafkaSourceSpec(SpecModel):
 
     @model_validator(mode="after")
     def _check_properties(self) -> "KafkaSourceSpec":
+        if self.format in ("avro", "protobuf", "jsonSchema") and self.schema_registry is None:
+            raise ValueError(f"source.format={self.format} needs source.schemaRegistry.url")
         _forbid_keys(self.properties, RESERVED_KAFKA_PROPERTIES,
                      "Handoff manages these for exactly-once; remove them from source.properties")
         _forbid_keys(self.properties, SECRET_KAFKA_PROPERTIES,

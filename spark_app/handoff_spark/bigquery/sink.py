@@ -37,7 +37,8 @@ from .append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percen
 from .schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
 from ..config import AppConfig, BigQuerySink
-from ..decode import DeadLetter, decode_batch
+from ..decode import DeadLetter
+from ..source_decode import decode_source
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
 from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
@@ -257,7 +258,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
             continue
         msg.records += rb.num_rows
         raw = pa.Table.from_batches([rb])
-        decoded, dead_decode = decode_batch(raw, cfg.schema_, cfg.source.format)
+        decoded, dead_decode, _schemas = decode_source(raw, cfg)
         dead.add(raw, dead_decode)
         decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
                                         pa.array([batch_id] * decoded.num_rows, pa.int64()))

@@ -43,6 +43,7 @@ MAX_EVENT_TIME_MS = "handoff.max-event-time-ms"
 KIND = "handoff.kind"  # batch (default) | gap | epoch
 REASON = "handoff.reason"
 KAFKA = "handoff.kafka"  # {"cluster": <cluster id>, "topics": {<topic>: <topic id>}}
+SCHEMAS = "handoff.schemas"  # {"<schema id>": ["<subject>:<version>", ...]}: registry writer schemas of the rows
 LOST = "handoff.lost"  # {"topic": {"partition": [from, to]}}: offsets of the range retention deleted unread
 
 BATCH, GAP, EPOCH = "batch", "gap", "epoch"

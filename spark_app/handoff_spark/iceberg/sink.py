@@ -46,7 +46,7 @@ from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
 from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
-from ..decode import decode_batch
+from ..source_decode import decode_source
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -126,6 +126,7 @@ class IcebergCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     added_ids: dict[str, int] = field(default_factory=dict)
     records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
     task_ms: dict[str, float] = field(default_factory=dict)  # where the task's time went (profiling)
+    schemas: dict[str, list[str]] = field(default_factory=dict)  # registry writer schemas of the rows
 
 
 def _provisional_metadata(metadata: TableMetadata, schema: Schema) -> TableMetadata:
@@ -228,7 +229,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
         msg.records = raw.num_rows
         t1 = time.perf_counter()
         batch_id = task_batch_id()
-        decoded, dead = decode_batch(raw, cfg.schema_, cfg.source.format)
+        decoded, dead, msg.schemas = decode_source(raw, cfg)
         msg.dlq_rows = len(dead)
         t2 = time.perf_counter()
         table = open_table(cfg)
@@ -396,6 +397,9 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
     }
     if query_id:
         props[ledger.QUERY_ID] = query_id
+    schemas = {sid: versions for m in msgs for sid, versions in m.schemas.items()}
+    if schemas:
+        props[ledger.SCHEMAS] = json.dumps(schemas, separators=(",", ":"), sort_keys=True)
     lost = ckpt.gaps_in(cfg.checkpoint_location, ranges)
     if lost:
         props[ledger.LOST] = json.dumps(lost, separators=(",", ":"), sort_keys=True)
