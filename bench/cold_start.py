@@ -8,14 +8,15 @@ Per pipeline, one driver process at a time (Spark local[2], SQLite catalog, 1 s 
   2. `kill -9`: the driver's whole process group is killed with SIGKILL, N more appear while it is down, the
      same driver restarts on its checkpoint → time to its first commit, first batch, then a warm batch of N.
 The driver is stopped (SIGTERM) at the end and the table checked: rows == distinct (partition, offset) == 4 N.
-Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator runs it) and, as the baseline in
+Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator runs it), `handoff-start` (the
+same with the start-up candidates on: HANDOFF_PARALLEL_START=1, HANDOFF_PREWARM=1) and, as the baseline in
 the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
 
-    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff-base,handoff,jvm] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,handoff-start,jvm] [--bootstrap HOST:PORT]
     .venv/bin/python bench/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
 """
 from __future__ import annotations
@@ -159,8 +160,9 @@ class Driver:
         self.reader.join(5)
 
 
-#: `handoff-base`: the driver with this issue's start-up changes turned off (the baseline in the same run).
-PIPELINE_ENV = {"handoff": {}, "handoff-base": {"HANDOFF_PARALLEL_START": "0", "HANDOFF_PREWARM": "0"}}
+#: `handoff`: the driver as shipped; `handoff-start`: with the start-up candidates turned on (the table prepared
+#: beside the session start, Python daemons/workers warmed beside the query start: app.Prepare, warmup).
+PIPELINE_ENV = {"handoff": {}, "handoff-start": {"HANDOFF_PARALLEL_START": "1", "HANDOFF_PREWARM": "1"}}
 
 
 def driver_argv(pipeline: str, app_json: Path) -> list[str]:
@@ -331,7 +333,7 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
-    ap.add_argument("--pipelines", default="handoff-base,handoff,jvm")
+    ap.add_argument("--pipelines", default="handoff,handoff-start,jvm")
     ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
     ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")

@@ -235,7 +235,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         port = metrics.serve(cfg.metrics_port)
         echo(f"metrics on :{port}/metrics")
     start: StartPlan | None = None
-    if sink_format is None and os.environ.get("HANDOFF_PARALLEL_START", "1") != "0":
+    # Off by default until measured on a quiet machine (bench/cold_start.py `handoff-start`; docs/benchmarks.md).
+    if sink_format is None and os.environ.get("HANDOFF_PARALLEL_START", "0") == "1":
         prepare = Prepare(cfg, echo)  # beside the session start (see Prepare)
         try:
             spark = build_session(cfg)

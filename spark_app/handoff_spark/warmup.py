@@ -9,7 +9,9 @@ by a Python data source reader like the sink's write tasks) starts the same daem
 background thread while the main thread starts the query, so the two overlap instead of queueing.
 
 Nothing here touches Kafka, the table or the checkpoint: a failed warm-up is logged and ignored (the query
-then starts what it needs itself). `HANDOFF_PREWARM=0` turns it off.
+then starts what it needs itself). Off unless `HANDOFF_PREWARM=1`: not yet shown to pay on this project's
+2-core machine (docs/benchmarks.md, "Cold start"), and under heavy overload the extra Python processes made a
+query's own worker miss Spark's connect-back timeout once.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class WarmupReader(DataSourceReader):
 
 
 def enabled() -> bool:
-    return os.environ.get("HANDOFF_PREWARM", "1") != "0"
+    return os.environ.get("HANDOFF_PREWARM", "0") == "1"
 
 
 def start(spark: Any) -> threading.Thread | None:
