@@ -191,11 +191,11 @@ def table_check(cfg: Any) -> dict[str, int]:
 
 def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) -> dict[str, Any]:
     """First commit of a freshly started `drv` (its backlog is `n` rows), then a warm batch of `n` more."""
-    first = drv.wait_rows(n, timeout=600)
+    first = drv.wait_rows(n, timeout=900)
     snaps = snapshots_after(cfg, drv.started_epoch)
     start_to_commit = (snaps[0] / 1000 - drv.started_epoch) if snaps else None
     produce_more()
-    batches = drv.wait_rows(2 * n, timeout=300)
+    batches = drv.wait_rows(2 * n, timeout=900)
     warm = [b for b in batches if b not in first]
     return {"start_to_first_commit_s": None if start_to_commit is None else round(start_to_commit, 2),
             "first_batches": first, "first_batch_ms": first[0]["ms"], "first_batch_rows": first[0]["rows"],
