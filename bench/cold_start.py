@@ -8,15 +8,14 @@ Per pipeline, one driver process at a time (Spark local[2], SQLite catalog, 1 s 
   2. `kill -9`: the driver's whole process group is killed with SIGKILL, N more appear while it is down, the
      same driver restarts on its checkpoint → time to its first commit, first batch, then a warm batch of N.
 The driver is stopped (SIGTERM) at the end and the table checked: rows == distinct (partition, offset) == 4 N.
-Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator runs it), `handoff-start` (the
-same with the start-up candidates on: HANDOFF_PARALLEL_START=1, HANDOFF_PREWARM=1) and, as the baseline in
-the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
+Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator runs it) and, as the baseline
+in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
 
-    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,handoff-start,jvm] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--bootstrap HOST:PORT]
     .venv/bin/python bench/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
 """
 from __future__ import annotations
@@ -160,9 +159,9 @@ class Driver:
         self.reader.join(5)
 
 
-#: `handoff`: the driver as shipped; `handoff-start`: with the start-up candidates turned on (the table prepared
-#: beside the session start, Python daemons/workers warmed beside the query start: app.Prepare, warmup).
-PIPELINE_ENV = {"handoff": {}, "handoff-start": {"HANDOFF_PARALLEL_START": "1", "HANDOFF_PREWARM": "1"}}
+#: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
+#: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
+PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}}
 
 
 def driver_argv(pipeline: str, app_json: Path) -> list[str]:
@@ -203,7 +202,7 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
             "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
-                              if any(k in line for k in ("handoff.app", "handoff.warmup", "batch 0:", "handoff.jvm"))][:12]}
+                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm"))][:12]}
 
 
 def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: dict[str, str]) -> dict[str, Any]:
@@ -333,7 +332,7 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
-    ap.add_argument("--pipelines", default="handoff,handoff-start,jvm")
+    ap.add_argument("--pipelines", default="handoff,jvm")
     ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
     ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import jvm_cds, sinks, warmup
+from . import jvm_cds, sinks
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -71,51 +71,9 @@ def build_session(cfg: AppConfig) -> Any:
     return spark
 
 
-class Prepare:
-    """The table's prepare and the ledger read (`prepare_start`), in a daemon thread, while the main thread
-    starts the Spark session: PyIceberg/SQL/Kafka admin work in this Python process beside the JVM's start in
-    its own (two processes, two cores). Why a thread and not after the session: the JVM start and this work
-    queued one after the other on every (re)start. A failure interrupts the main thread at once, so a table or
-    Kafka problem still fails in seconds, not after a JVM start; `result()` re-raises it."""
-
-    def __init__(self, cfg: AppConfig, echo: Callable[[str], None]) -> None:
-        self._plan: StartPlan | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(cfg, echo), name="handoff-prepare", daemon=True)
-        self._thread.start()
-
-    def _run(self, cfg: AppConfig, echo: Callable[[str], None]) -> None:
-        import _thread
-
-        try:
-            backend = sinks.get(cfg.sink.kind)
-            backend.prepare(cfg)
-            self._plan = prepare_start(cfg, backend, echo)
-            log.info("table prepared, start planned")
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread by result()
-            self._error = exc
-            _thread.interrupt_main()
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    @property
-    def failed(self) -> bool:
-        return self._error is not None
-
-    def result(self) -> StartPlan:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._plan is not None
-        return self._plan
-
-
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:
     spark.dataSource.register(HandoffKafkaDataSource)
     spark.dataSource.register(HandoffKafkaRangesDataSource)
-    if warmup.enabled():
-        spark.dataSource.register(warmup.WarmupDataSource)
     try:
         spark.dataSource.register(sinks.get(cfg.sink.kind).data_source)
     except sinks.SinkUnavailable as exc:
@@ -235,26 +193,14 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         port = metrics.serve(cfg.metrics_port)
         echo(f"metrics on :{port}/metrics")
     start: StartPlan | None = None
-    # Off by default until measured on a quiet machine (bench/cold_start.py `handoff-start`; docs/benchmarks.md).
-    if sink_format is None and os.environ.get("HANDOFF_PARALLEL_START", "0") == "1":
-        prepare = Prepare(cfg, echo)  # beside the session start (see Prepare)
-        try:
-            spark = build_session(cfg)
-            prepare.wait()
-        except KeyboardInterrupt:
-            if not prepare.failed:
-                raise
-        start = prepare.result()
-    else:
-        if sink_format is None:
-            # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
-            backend = sinks.get(cfg.sink.kind)
-            backend.prepare(cfg)
-            start = prepare_start(cfg, backend, echo)
-            log.info("table prepared, start planned")
-        spark = build_session(cfg)
+    if sink_format is None:
+        # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
+        backend = sinks.get(cfg.sink.kind)
+        backend.prepare(cfg)
+        start = prepare_start(cfg, backend, echo)
+        log.info("table prepared, start planned")
+    spark = build_session(cfg)
     log.info("spark session started")
-    warmup.start(spark)  # Python daemons/workers start beside the query's own start (see warmup)
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
