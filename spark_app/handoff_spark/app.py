@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import sinks
+from . import jvm_cds, sinks
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -51,7 +51,7 @@ def build_session(cfg: AppConfig) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
-    conf = dict(cfg.spark_conf)
+    conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
@@ -201,7 +201,9 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         backend = sinks.get(cfg.sink.kind)
         backend.prepare(cfg)
         start = prepare_start(cfg, backend, echo)
+        log.info("table prepared, start planned")
     spark = build_session(cfg)
+    log.info("spark session started")
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
@@ -211,6 +213,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format,
                         start_offsets=start.start_offsets() if start is not None else None,
                         min_partitions_file=min_partitions_file)
+    log.info("query started")
     # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
     scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
                                      partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,

@@ -1,0 +1,387 @@
+"""Cold start: how soon a (re)started driver commits, and how much slower its first batch is than a warm one.
+
+Every restart (a crash, an upgrade, a replay, a failover) pays it, so it bounds freshness under faults.
+Per pipeline, one driver process at a time (Spark local[2], SQLite catalog, 1 s processing-time trigger):
+  1. `clean`: N records are waiting in the topic (one Kafka transaction, so they appear at once); the driver
+     starts on an empty checkpoint → time to its first committed snapshot, that batch's duration; then N more
+     appear → that (warm) batch's duration;
+  2. `kill -9`: the driver's whole process group is killed with SIGKILL, N more appear while it is down, the
+     same driver restarts on its checkpoint → time to its first commit, first batch, then a warm batch of N.
+The driver is stopped (SIGTERM) at the end and the table checked: rows == distinct (partition, offset) == 4 N.
+Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator runs it) and, as the baseline
+in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
+itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
+commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
+The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
+`--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
+
+    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "spark_app"))
+sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
+           {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
+           {"name": "region", "type": "string"}]
+PARTITIONS = 3
+BATCH_LINE = re.compile(r"batch (\d+): (\d+) rows in (\d+) ms")
+
+
+def produce_txn(bootstrap: str, topic: str, first_id: int, n: int) -> None:
+    """`n` records in one Kafka transaction: a read_committed reader sees all of them at once or none."""
+    import datetime as dt
+
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 1_000_000, "transactional.id": f"cold-{uuid.uuid4().hex}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    now = dt.datetime.now(dt.timezone.utc)
+    for i in range(first_id, first_id + n):
+        v = json.dumps({"id": i, "ts": now.isoformat(timespec="milliseconds"), "customer": f"c{i % 9973:05d}",
+                        "amount": round(i * 0.37 % 500, 2), "region": ("eu", "us", "ap")[i % 3],
+                        "note": "x" * 60}).encode()
+        while True:
+            try:
+                p.produce(topic, v, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.commit_transaction(60)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the future resolves
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until every partition has a leader
+        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and \
+                all(p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.2)
+
+
+def app_config(bootstrap: str, topic: str, tmp: Path, pipeline: str, extra_conf: dict[str, str]) -> Any:
+    from handoff_spark.config import AppConfig
+
+    return AppConfig.model_validate({
+        "handoffId": f"bench/cold-{pipeline}", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "sink": {"kind": "iceberg", "catalogName": f"cold-{pipeline}", "table": "bench.cold",
+                 "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/{pipeline}.db",
+                                       "warehouse": f"file://{tmp}/{pipeline}-wh"}},
+        "schema": {"columns": COLUMNS, "onIncompatible": "halt", "evolution": "none"},
+        "checkpointLocation": str(tmp / f"ck-{pipeline}"), "triggerIntervalSeconds": 1,
+        "sparkConf": {"spark.master": "local[2]", **extra_conf}})
+
+
+class Driver:
+    """One driver process (own process group, so kill -9 takes its JVM too); its output lines are stamped with
+    the seconds since start and kept (for the log and to find batch lines)."""
+
+    def __init__(self, argv: list[str], log: Path, extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack"),
+                                                             str(ROOT / "bench")]),
+               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        self.log = log
+        self.lines: list[tuple[float, str]] = []
+        self.started_epoch = time.time()
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.log.open("a") as fh:
+            for line in self.proc.stdout:
+                at = time.perf_counter() - self.t0
+                self.lines.append((at, line.rstrip()))
+                fh.write(f"[{at:7.2f}] {line}")
+                fh.flush()
+
+    def batches(self) -> list[dict[str, Any]]:
+        out = []
+        for at, line in list(self.lines):
+            m = BATCH_LINE.search(line)
+            if m and "snapshot" in line:
+                out.append({"batch": int(m[1]), "rows": int(m[2]), "ms": int(m[3]), "seen_at_s": round(at, 2)})
+        return out
+
+    def wait_rows(self, total_rows: int, timeout: float) -> list[dict[str, Any]]:
+        """Until the committed batches of this process add up to `total_rows`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            b = self.batches()
+            if sum(x["rows"] for x in b) >= total_rows:
+                return b
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"driver exited {self.proc.returncode}; see {self.log}")
+            time.sleep(0.1)
+        raise TimeoutError(f"no commit of {total_rows} rows within {timeout:.0f} s; see {self.log}")
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.reader.join(5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.reader.join(5)
+
+
+#: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
+#: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
+PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}}
+
+
+def driver_argv(pipeline: str, app_json: Path) -> list[str]:
+    if pipeline in PIPELINE_ENV:
+        return [sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json)]
+    return [sys.executable, str(Path(__file__).resolve()), "--jvm-driver", str(app_json)]
+
+
+def snapshots_after(cfg: Any, epoch: float) -> list[int]:
+    from handoff_spark.iceberg import ledger
+
+    table = ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties), cfg.sink.table)
+    return sorted(s.timestamp_ms for s in table.metadata.snapshots if s.timestamp_ms >= epoch * 1000)
+
+
+def table_check(cfg: Any) -> dict[str, int]:
+    from handoff_spark.iceberg import ledger
+
+    table = ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties), cfg.sink.table)
+    data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id")).to_arrow()
+    return {"rows": data.num_rows,
+            "distinct_offsets": len(set(zip(data["_kafka_partition"].to_pylist(),
+                                            data["_kafka_offset"].to_pylist()))),
+            "distinct_ids": len(set(data["id"].to_pylist()))}
+
+
+def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) -> dict[str, Any]:
+    """First commit of a freshly started `drv` (its backlog is `n` rows), then a warm batch of `n` more."""
+    first = drv.wait_rows(n, timeout=900)
+    snaps = snapshots_after(cfg, drv.started_epoch)
+    start_to_commit = (snaps[0] / 1000 - drv.started_epoch) if snaps else None
+    produce_more()
+    batches = drv.wait_rows(2 * n, timeout=900)
+    warm = [b for b in batches if b not in first]
+    return {"start_to_first_commit_s": None if start_to_commit is None else round(start_to_commit, 2),
+            "first_batches": first, "first_batch_ms": first[0]["ms"], "first_batch_rows": first[0]["rows"],
+            "warm_batches": warm, "warm_batch_ms": max(b["ms"] for b in warm),
+            "warm_batch_rows": sum(b["rows"] for b in warm),
+            "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
+            "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
+                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm"))][:12]}
+
+
+def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: dict[str, str]) -> dict[str, Any]:
+    topic = f"cold-{pipeline}-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic)
+    cfg = app_config(bootstrap, topic, tmp, pipeline, extra_conf)
+    app_json = tmp / f"{pipeline}.json"
+    app_json.write_text(cfg.to_json())
+    next_id = [0]
+
+    def more() -> None:
+        produce_txn(bootstrap, topic, next_id[0], n)
+        next_id[0] += n
+
+    out: dict[str, Any] = {"topic": topic}
+    more()
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", PIPELINE_ENV.get(pipeline))
+    try:
+        out["clean"] = phase(drv, cfg, 0, n, more)
+    finally:
+        drv.kill9()
+    more()
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", PIPELINE_ENV.get(pipeline))
+    try:
+        out["after_kill9"] = phase(drv, cfg, 2 * n, n, more)
+    finally:
+        drv.stop()
+    out["table"] = table_check(cfg)
+    out["table"]["produced"] = next_id[0]
+    out["table"]["whole"] = (out["table"]["rows"] == out["table"]["distinct_offsets"] == out["table"]["distinct_ids"]
+                             == next_id[0])
+    return out
+
+
+def jvm_driver(app_json: str) -> int:
+    """The baseline's driver: Spark's JVM Kafka source → handoff-iceberg, the same session/sink/trigger/reporting
+    as `handoff_spark.app.run` (session start logged the same way)."""
+    import logging
+    import threading as th
+
+    from throughput import _jvm_query, spark_kafka_jars
+
+    from handoff_spark import sinks
+    from handoff_spark.app import ProgressReporter, build_session, wait
+    from handoff_spark.config import AppConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log = logging.getLogger("handoff.jvm")
+    cfg = AppConfig.load(app_json)
+    cfg = cfg.model_copy(update={"spark_conf": {**cfg.spark_conf, "spark.jars": ",".join(spark_kafka_jars())}})
+    sinks.get("iceberg").prepare(cfg)
+    log.info("table prepared")
+    spark = build_session(cfg)
+    log.info("spark session started")
+    query = _jvm_query(spark, cfg, cfg.source.topics[0], PARTITIONS, "iceberg", 0, cfg.trigger_interval_seconds)
+    log.info("query started")
+    return wait(query, th.Event(), lambda line: print(line, flush=True),
+                ProgressReporter(cfg, None, lambda line: print(line, flush=True)))
+
+
+def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tuple[float, float]) -> dict[str, Any]:
+    """A producer writes `rate` records/s for `seconds` while the handoff driver is killed with SIGKILL every
+    `kill_every` seconds (uniform) and restarted at once; afterwards the driver drains the rest and stops.
+    Reported: per driver life, its length and the batches it committed; the table check."""
+    from confluent_kafka import Producer
+
+    topic = f"chaos-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic)
+    cfg = app_config(bootstrap, topic, tmp, "chaos", {})
+    app_json = tmp / "chaos.json"
+    app_json.write_text(cfg.to_json())
+    stop = threading.Event()
+    produced = [0]
+
+    def producer() -> None:
+        import datetime as dt
+
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        t0 = time.monotonic()
+        while not stop.is_set():
+            due = int((time.monotonic() - t0) * rate)
+            while produced[0] < due:
+                i = produced[0]
+                p.produce(topic, json.dumps({"id": i, "ts": dt.datetime.now(dt.timezone.utc).isoformat(),
+                                             "customer": f"c{i % 9973:05d}", "amount": 1.0, "region": "eu"}))
+                produced[0] += 1
+            p.poll(0)
+            time.sleep(0.01)
+        assert p.flush(60) == 0
+
+    prod = threading.Thread(target=producer, daemon=True)
+    prod.start()
+    lives: list[dict[str, Any]] = []
+    rng = random.Random(15)
+    t_end = time.monotonic() + seconds
+    life = 0
+    while time.monotonic() < t_end:
+        drv = Driver(driver_argv("handoff", app_json), tmp / f"chaos-{life}.log")
+        live = min(rng.uniform(*kill_every), max(0.0, t_end - time.monotonic()))
+        time.sleep(live)
+        drv.kill9()
+        b = drv.batches()
+        lives.append({"life": life, "seconds": round(live, 1), "commits": len(b), "rows": sum(x["rows"] for x in b),
+                      "first_commit_seen_at_s": b[0]["seen_at_s"] if b else None})
+        print(f"life {life}: {live:.1f} s, {len(b)} commits, first at "
+              f"{b[0]['seen_at_s'] if b else '-'} s", flush=True)
+        life += 1
+    stop.set()
+    prod.join()
+    drv = Driver(driver_argv("handoff", app_json), tmp / "chaos-drain.log")
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            check = table_check(cfg)
+            if check["rows"] >= produced[0]:
+                break
+            time.sleep(2)
+    finally:
+        drv.stop()
+    check = table_check(cfg)
+    check["produced"] = produced[0]
+    check["whole"] = check["rows"] == check["distinct_offsets"] == check["distinct_ids"] == produced[0]
+    return {"seconds": seconds, "rate": rate, "kill_every": kill_every, "lives": lives,
+            "lives_with_commits": sum(1 for x in lives if x["commits"]), "table": check}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
+    ap.add_argument("--pipelines", default="handoff,jvm")
+    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
+    ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")
+    ap.add_argument("--chaos", type=float, default=0, help="run the chaos mode for this many seconds instead")
+    ap.add_argument("--rate", type=int, default=2000, help="chaos: records/s produced")
+    ap.add_argument("--kill-every", default="15,30", help="chaos: kill -9 after uniform(lo, hi) seconds")
+    ap.add_argument("--jvm-driver", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.jvm_driver:
+        return jvm_driver(args.jvm_driver)
+    # A SIGTERM ends the run through the finally blocks (drivers and the test-bed broker are stopped).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from bench_kafka import broker
+
+    extra = dict(kv.split("=", 1) for kv in args.conf)
+    load_before = os.getloadavg()
+    results: dict[str, Any] = {}
+    with broker(args.bootstrap) as (bootstrap, _kafka):
+        tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
+        print(f"logs in {tmp}", flush=True)
+        if args.chaos:
+            lo, hi = (float(x) for x in args.kill_every.split(","))
+            results["chaos"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi))
+        else:
+            for pipeline in [p for p in args.pipelines.split(",") if p]:
+                results[pipeline] = run_pipeline(pipeline, bootstrap, tmp, args.records, extra)
+    doc = {"records": args.records, "label": args.label, "conf": extra, "cpus": os.cpu_count(),
+           "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
+    out = Path(args.out or ROOT / "bench" / "results" / ("cold_start_chaos.json" if args.chaos else "cold_start.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.chaos:
+        c = results["chaos"]
+        print(f"\n{len(c['lives'])} lives, {c['lives_with_commits']} committed; table {c['table']}")
+    else:
+        print(f"\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
+        print("|---|---|---:|---:|---:|---:|")
+        for name, r in results.items():
+            for ph in ("clean", "after_kill9"):
+                p = r[ph]
+                print(f"| {name} | {ph} | {p['start_to_first_commit_s']} s | {p['first_batch_ms']} ms "
+                      f"({p['first_batch_rows']}) | {p['warm_batch_ms']} ms ({p['warm_batch_rows']}) | "
+                      f"{p['first_over_warm']} |")
+            print(f"| {name} | table | {r['table']} | | | |")
+    print(f"load average before {load_before}, after {os.getloadavg()}; wrote {out}")
+    return 0 if all(r["table"]["whole"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
