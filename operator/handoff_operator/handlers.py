@@ -341,6 +341,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
     reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context
     for Events), so a thousand idle handoffs hold no threads."""
     while not stopped:
+        metrics.STATUS_REFRESHES.inc()
         try:
             await asyncio.to_thread(_run, namespace, name, memo, refresh_truth=True,
                                     permanent_on_invalid=False)

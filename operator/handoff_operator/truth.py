@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
 from handoff_spark.kafka_offsets import committed_group_offsets
 
+from . import metrics
 from .conditions import ProgressFacts
 from .progress import progress_facts
 
@@ -51,6 +52,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0
     """(end offsets, earliest offsets) per topic partition, read_committed like the source reads."""
     admin = _admin(config)
     metadata = admin.list_topics(timeout=timeout)
+    metrics.KAFKA_REQUESTS.labels(api="list_topics").inc()
     partitions = []
     for topic in config.source.topics:
         meta = metadata.topics.get(topic)
@@ -61,6 +63,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0
     for spec in (OffsetSpec.latest(), OffsetSpec.earliest()):
         futures = admin.list_offsets({tp: spec for tp in partitions},
                                      isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
+        metrics.KAFKA_REQUESTS.labels(api="list_offsets").inc()
         offsets: dict[str, dict[int, int]] = {}
         for tp, future in futures.items():
             offsets.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout).offset
@@ -78,6 +81,7 @@ def latest_commit(config: AppConfig) -> Any:
     sink = config.sink
     if not isinstance(sink, IcebergSink):
         return None
+    metrics.CATALOG_READS.labels(kind="iceberg_load_table").inc()
     try:
         table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
     except Exception as exc:
@@ -114,6 +118,7 @@ class GroupCommit:
 
 def group_commit(config: AppConfig, end: dict[str, dict[int, int]]) -> GroupCommit | None:
     partitions = [(t, p) for t, parts in end.items() for p in parts]
+    metrics.KAFKA_REQUESTS.labels(api="committed_group_offsets").inc()
     committed = committed_group_offsets(config.source.bootstrap_servers, config.consumer_group, partitions,
                                         dict(config.source.properties))
     return GroupCommit(committed) if committed else None
