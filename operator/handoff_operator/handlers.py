@@ -43,7 +43,7 @@ from .truth import read_progress
 from .validation import Problem, check, parse_spec
 
 SETTINGS = OperatorSettings()
-FINALIZER = "handoff.io/finalizer"
+FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
 TRANSIENT_DELAY = 10.0
 
@@ -78,9 +78,9 @@ def _kube(memo: Any) -> Kube:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="handoff.io")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="handoff.io", key="last-handled-configuration")
+        prefix=GROUP, key="last-handled-configuration")
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300

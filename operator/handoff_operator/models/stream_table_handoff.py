@@ -629,7 +629,7 @@ class StreamTableHandoffStatus(StatusModel):
 # The resource
 
 # Children are named <name>-driver, <name>-checkpoint ...: with the longest suffix they must still fit the
-# 63 characters of a DNS label (Service names, label values). Must equal render.MAX_NAME_LENGTH.
+# 63 characters of a DNS label (Service names, label values). render and validation import these.
 MAX_NAME_LENGTH = 63 - len("-checkpoint")
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
