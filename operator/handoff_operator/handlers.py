@@ -21,6 +21,7 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_AN
                      referenced_secrets, render)
 from .retention_report import RetentionCheck
 from .settings import OperatorSettings
-from .status_decision import Decision, Observed, decide, differs, status_progress
+from .status_decision import Decision, Observed, decide, status_progress, worth_writing
 from .truth import read_progress
 from .validation import Problem, check, parse_spec
 
@@ -65,7 +66,7 @@ def _now() -> dt.datetime:
 def _kube(memo: Any) -> Kube:
     kube = getattr(memo, "kube", None)
     if kube is None:
-        kube = Kube(new_api_client())
+        kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
         memo.kube = kube
     return kube
 
@@ -82,7 +83,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
-    memo.kube = Kube(new_api_client())
+    memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
     memo.settings = SETTINGS
 
 
@@ -185,7 +186,7 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
                                f"created PersistentVolumeClaim {child['metadata']['name']} for the "
                                f"checkpoint (kept when the handoff is deleted)"))
     for child in rendered.children:
-        kube.apply(child)
+        kube.apply_if_changed(child)
     old_hash = out.app.get("configHash")
     changed = bool(old_hash) and old_hash != rendered.config_hash and not spec.suspend
     if changed:
@@ -273,7 +274,7 @@ def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: Dr
 def _act_on_status(kube: Kube, obj: Mapping[str, Any], decision: Decision, truth: ProgressFacts | None) -> None:
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    if differs(obj.get("status") or {}, decision.status):
+    if worth_writing(obj.get("status") or {}, decision.status):
         kube.patch_status(namespace, name, decision.status)
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
@@ -315,6 +316,8 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
     An async daemon (not a timer) so the interval is read from the settings at run time; the blocking
     reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context
     for Events), so a thousand idle handoffs hold no threads."""
+    # Jittered: a bulk apply of many handoffs must not refresh them all in the same second, every interval.
+    await stopped.wait(random.uniform(0, min(SETTINGS.status_interval, 10.0)))
     while not stopped:
         metrics.STATUS_REFRESHES.inc()
         try:
@@ -325,7 +328,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(SETTINGS.status_interval)
+        await stopped.wait(SETTINGS.status_interval * random.uniform(0.9, 1.1))
 
 
 def _owner_name(meta: Mapping[str, Any]) -> str | None:
@@ -352,10 +355,15 @@ _DRIVER_LABELS = {NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver",
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_DRIVER_LABELS)
-def on_driver_deployment(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any,
-                         type: str | None, **_: Any) -> None:
-    if type is not None:  # None = the initial listing at startup; the resume handler covers it
-        _on_child(namespace, meta, memo, logger)
+def on_driver_deployment(namespace: str, meta: Mapping[str, Any], status: Mapping[str, Any], memo: Any,
+                         logger: Any, type: str | None, **_: Any) -> None:
+    if type is None:  # None = the initial listing at startup; the resume handler covers it
+        return
+    if type == "DELETED" or int(meta.get("generation") or 0) != int((status or {}).get("observedGeneration") or 0):
+        # Its spec changed (someone edited it, or our own apply) or it is gone: apply it again next time
+        # instead of trusting what this process applied last (drift repair).
+        _kube(memo).applied.forget(namespace, "Deployment", meta.get("name"))
+    _on_child(namespace, meta, memo, logger)
 
 
 @kopf.on.event("", "v1", "pods", labels=_DRIVER_LABELS)
@@ -386,6 +394,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     metrics.set_phase(namespace, name, None)
     autoscale.forget(namespace, name)
     retention_check.forget(namespace, name)
+    kube.applied.forget_owner(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
 

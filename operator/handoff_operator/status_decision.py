@@ -141,6 +141,24 @@ def _once_per_reason(events: Sequence[Event]) -> list[Event]:
     return out
 
 
+#: A status that differs from the stored one only in its freshness is written when the freshness moved by more
+#: than this fraction: an idle handoff's freshness grows every refresh, and writing it each time made every
+#: refresh of every handoff an API write and a watch event. The handoff_freshness_seconds gauge stays exact.
+FRESHNESS_WRITE_STEP = 0.1
+FRESHNESS_KEYS = ("freshness", "freshnessSeconds")
+
+
+def worth_writing(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """Patch the status? When anything but the freshness differs, or the freshness appeared, went, or moved by
+    more than FRESHNESS_WRITE_STEP of its stored value."""
+    if differs(current, {k: v for k, v in patch.items() if k not in FRESHNESS_KEYS}):
+        return True
+    old, new = current.get("freshnessSeconds"), patch.get("freshnessSeconds")
+    if old is None or new is None:
+        return old is not None or new is not None
+    return abs(float(new) - float(old)) > FRESHNESS_WRITE_STEP * float(old)
+
+
 def differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Would this merge patch change anything? (No write, no watch event, when a refresh finds nothing new.)"""
     for key, value in patch.items():
@@ -155,5 +173,5 @@ def differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     return False
 
 
-__all__ = ["Observed", "Decision", "decide", "differs", "status_progress", "progress_status", "app_status",
+__all__ = ["Observed", "Decision", "decide", "differs", "worth_writing", "status_progress", "progress_status", "app_status",
            "DriverReport"]

@@ -59,3 +59,14 @@ def test_the_same_facts_twice_need_no_second_write() -> None:
 def test_a_status_the_crd_would_refuse_fails_in_the_decision() -> None:
     with pytest.raises(ValidationError):
         decide(observed(ProgressFacts(lag=-1)))
+
+
+def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -> None:
+    from handoff_operator.status_decision import worth_writing
+
+    stored = {"lag": 0, "freshness": "1m40s", "freshnessSeconds": 100.0}
+    assert not worth_writing(stored, {"lag": 0, "freshness": "1m45s", "freshnessSeconds": 105.0})
+    assert worth_writing(stored, {"lag": 0, "freshness": "1m55s", "freshnessSeconds": 115.0})
+    assert worth_writing(stored, {"lag": 1, "freshness": "1m45s", "freshnessSeconds": 105.0})
+    assert worth_writing(stored, {"lag": 0, "freshness": None, "freshnessSeconds": None})
+    assert worth_writing({"lag": 0}, {"lag": 0, "freshnessSeconds": 1.0})
