@@ -33,7 +33,7 @@ from kubernetes.client.rest import ApiException
 
 from . import autoscale, driver_report, metrics, retention_check, rollback
 from .bigquery_truth import service_account_key
-from .conditions import DriverReport, Facts, ProgressFacts
+from .conditions import DriverFacts, DriverReport, Facts, ProgressFacts
 from .kube import Kube, in_cluster_server, new_api_client
 from .models import StreamTableHandoffSpec
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
@@ -159,6 +159,7 @@ class ChildrenOutcome:
     spec's), the rollout step, `status.app`, `status.executors` and the Events it owes."""
 
     rendered: Rendered | None
+    driver: DriverFacts | None = None        # read before the rollout; None: read it in _observe
     upgrade: rollback.Step | None = None
     app: dict[str, Any] = field(default_factory=dict)
     executors: dict[str, Any] | None = None
@@ -175,8 +176,9 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     if desired.rendered is None or spec is None:
         return out
     now_ms = int(time.time() * 1000)
+    driver = kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
-    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms)
+    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
     rendered = out.rendered = upgrade.rendered
     out.upgrade = upgrade
     out.events += upgrade.events
@@ -185,8 +187,9 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
             out.events.append(("Normal", "CheckpointVolumeCreated",
                                f"created PersistentVolumeClaim {child['metadata']['name']} for the "
                                f"checkpoint (kept when the handoff is deleted)"))
-    for child in rendered.children:
-        kube.apply_if_changed(child)
+    applied = [kube.apply_if_changed(child) for child in rendered.children]
+    # The driver as read above still stands unless this step changed one of its children.
+    out.driver = None if any(applied) or upgrade.decision.action != "keep" else driver
     old_hash = out.app.get("configHash")
     changed = bool(old_hash) and old_hash != rendered.config_hash and not spec.suspend
     if changed:
@@ -246,7 +249,7 @@ def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: Dr
     namespace, name = meta["namespace"], meta["name"]
     generation = int(meta.get("generation") or 0)
     old_conditions = status.get("conditions") or []
-    driver = kube.driver_facts(namespace, name)
+    driver = children.driver if children.driver is not None else kube.driver_facts(namespace, name)
     progress = truth if truth is not None and rendered is not None else status_progress(status)
     facts = Facts(
         generation=generation,
