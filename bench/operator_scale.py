@@ -197,9 +197,11 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
            "HANDOFF_DEFAULT_IMAGE": "registry.test/handoff-spark:bench",
            # This checkout's code, also when the bench runs from a copy (a baseline of another commit).
            "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("operator", "spark_app"))}
-    log = open(rundir / "operator.log", "w")
-    proc = subprocess.Popen(["nice", "-n", "10", sys.executable, "-m", "handoff_operator", "operator", "-n", namespace],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    from handoff_testbed.proc import Service
+
+    proc = Service("operator", ["nice", "-n", "10", sys.executable, "-m", "handoff_operator", "operator", "-n",
+                                namespace], rundir / "operator.log", env=env).start()
+    assert proc.pid is not None
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -207,7 +209,7 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                 operator_counters(port)
                 break
             except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
+                if time.monotonic() > deadline or not proc.alive():
                     raise RuntimeError(f"the operator did not start; see {rundir / 'operator.log'}")
                 time.sleep(0.3)
         time.sleep(2)  # kopf's watch is up
@@ -277,13 +279,7 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         print(f"  N={n}: {json.dumps(result)}", flush=True)
         return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        proc.stop(30)
 
 
 def table(results: list[dict]) -> str:
