@@ -105,14 +105,18 @@ def operator_counters(port: int) -> dict[str, float]:
 def apiserver_counters(api: Any) -> dict[str, float]:
     text = scrape(api.server + "/metrics", api.token, str(api.ca_cert))
     writes = reads = 0.0
+    by_resource: dict[str, float] = {}
     for labels, value in samples(text, "apiserver_request_total"):
         if labels.get("resource") in IGNORED_RESOURCES:
             continue
         if labels.get("verb") in WRITE_VERBS:
             writes += value
+            what = f"{labels.get('verb')} {labels.get('resource')}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else "")
+            by_resource[what] = by_resource.get(what, 0.0) + value
         elif labels.get("verb") in READ_VERBS:
             reads += value
-    return {"writes": writes, "reads": reads}
+    return {"writes": writes, "reads": reads, "by_resource": by_resource}
 
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -274,6 +278,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                 "apiserver_writes": per(api1["writes"] - api0["writes"]),
                 "apiserver_reads": per(api1["reads"] - api0["reads"])},
             "new_batch_to_status_seconds": change_seconds,
+            "apiserver_writes_by_resource": {k: per(v - api0["by_resource"].get(k, 0.0))
+                                             for k, v in sorted(api1["by_resource"].items())
+                                             if v - api0["by_resource"].get(k, 0.0) > 0},
             "load_average": [round(load0, 2), round(load1, 2)],
         }
         print(f"  N={n}: {json.dumps(result)}", flush=True)
