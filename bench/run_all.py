@@ -21,6 +21,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "bigquery_append": ("bigquery_append.py", [], ["--records", "30000", "--naive-records", "10000"]),
     "retention_check": ("retention_check.py", [], ["--runs", "5"]),
     "replay": ("replay.py", [], ["--records", "100000"]),
+    "operator_scale": ("operator_scale.py", [], ["--counts", "10,50", "--steady", "60"]),
 }
 
 
