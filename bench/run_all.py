@@ -22,6 +22,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "retention_check": ("retention_check.py", [], ["--runs", "5"]),
     "replay": ("replay.py", [], ["--records", "100000"]),
     "decode_formats": ("decode_formats.py", [], ["--records", "20000"]),
+    "operator_scale": ("operator_scale.py", [], ["--counts", "10,50", "--steady", "60"]),
 }
 
 

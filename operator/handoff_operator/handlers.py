@@ -21,29 +21,31 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import autoscale, driver_report, metrics, retention_check, retention_report, rollback
+from . import autoscale, driver_report, metrics, retention_check, rollback
 from .bigquery_truth import service_account_key
-from .conditions import (DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
-                         transitions)
+from .conditions import DriverFacts, DriverReport, Facts, ProgressFacts
 from .kube import Kube, in_cluster_server, new_api_client
-from .models import format_duration
+from .models import StreamTableHandoffSpec
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
 from .retention_report import RetentionCheck
 from .settings import OperatorSettings
+from .status_decision import Decision, Observed, decide, status_progress, worth_writing
 from .truth import read_progress
 from .validation import Problem, check, parse_spec
 
 SETTINGS = OperatorSettings()
-FINALIZER = "handoff.io/finalizer"
+FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
 TRANSIENT_DELAY = 10.0
 
@@ -61,14 +63,10 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _kube(memo: Any) -> Kube:
     kube = getattr(memo, "kube", None)
     if kube is None:
-        kube = Kube(new_api_client())
+        kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
         memo.kube = kube
     return kube
 
@@ -78,14 +76,14 @@ def _kube(memo: Any) -> Kube:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="handoff.io")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="handoff.io", key="last-handled-configuration")
+        prefix=GROUP, key="last-handled-configuration")
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
-    memo.kube = Kube(new_api_client())
+    memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
     memo.settings = SETTINGS
 
 
@@ -102,40 +100,6 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 # --------------------------------------------------------------------------------------- reconcile
-
-def _status_progress(status: Mapping[str, Any]) -> ProgressFacts:
-    """The last known progress from the status (change handlers do not query the table and Kafka).
-
-    That includes what the last refresh could *not* read: a child-triggered reconcile knows nothing new about the
-    ledger or Kafka, so a Degraded=StatusUnavailable stands until the next refresh reads them (it flipped to
-    AsExpected and back within a second before)."""
-    committed = status.get("committed") or {}
-    snapshot = committed.get("snapshot")
-    unreadable = [c.get("message") or "status unavailable" for c in status.get("conditions") or []
-                  if c.get("type") == "Degraded" and c.get("status") == "True"
-                  and c.get("reason") == "StatusUnavailable"]
-    return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
-                         committed_batch=committed.get("batch"),
-                         committed_offsets=committed.get("offsets"), lag=status.get("lag"),
-                         freshness_seconds=status.get("freshnessSeconds"), errors=tuple(unreadable))
-
-
-def _progress_status(progress: ProgressFacts) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if progress.committed_snapshot is not None or progress.committed_offsets:
-        at = (_iso(dt.datetime.fromtimestamp(progress.committed_at_ms / 1000, dt.timezone.utc))
-              if progress.committed_at_ms is not None else None)
-        out["committed"] = {"snapshot": (str(progress.committed_snapshot)
-                                         if progress.committed_snapshot is not None else None),
-                            "batch": progress.committed_batch,
-                            "offsets": dict(progress.committed_offsets or {}), "at": at}
-    if progress.lag is not None:
-        out["lag"] = progress.lag
-    if progress.freshness_seconds is not None:
-        out["freshnessSeconds"] = round(progress.freshness_seconds, 3)
-        out["freshness"] = format_duration(progress.freshness_seconds)
-    return out
-
 
 def _read_truth(namespace: str, name: str, kube: Kube) -> tuple[ProgressFacts, RetentionCheck | None] | None:
     """Committed progress (ledger) and Kafka offsets for the handoff's current spec, and the retention
@@ -167,26 +131,91 @@ def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverRe
         return None, False
 
 
-def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
-    """Would this merge patch change anything? (No write, no watch event, when a refresh finds nothing new.)"""
-    for key, value in patch.items():
-        if isinstance(value, Mapping) and isinstance(current.get(key), Mapping):
-            if _differs(current[key], value):
-                return True
-        elif value is None:
-            if current.get(key) is not None:
-                return True
-        elif current.get(key) != value:
-            return True
-    return False
+@dataclass(frozen=True)
+class Desired:
+    """The handoff as read and what its spec renders to (gather step; no decisions on the world yet)."""
+
+    obj: dict[str, Any]
+    spec: StreamTableHandoffSpec | None
+    problems: list[Problem]
+    rendered: Rendered | None
+
+
+def _desired(kube: Kube, obj: dict[str, Any]) -> Desired:
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    spec, problems = parse_spec(obj.get("spec") or {})
+    rendered: Rendered | None = None
+    if spec is not None:
+        secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
+        resolved, problems = check(name, spec, secrets)
+        if not problems:
+            rendered = render(obj, spec, SETTINGS.default_image, resolved)
+    return Desired(obj, spec, list(problems), rendered)
+
+
+@dataclass
+class ChildrenOutcome:
+    """What the children step (act) did: the rendering that runs (a rollback may swap in the last good
+    spec's), the rollout step, `status.app`, `status.executors` and the Events it owes."""
+
+    rendered: Rendered | None
+    driver: DriverFacts | None = None        # read before the rollout; None: read it in _observe
+    upgrade: rollback.Step | None = None
+    app: dict[str, Any] = field(default_factory=dict)
+    executors: dict[str, Any] | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, truth: ProgressFacts | None,
+                     refresh_truth: bool) -> ChildrenOutcome:
+    """Roll out the rendered children (server-side apply), roll back a failed spec change, scale executors."""
+    obj, spec = desired.obj, desired.spec
+    meta, status = obj["metadata"], obj.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    out = ChildrenOutcome(desired.rendered, app=dict(status.get("app") or {}))
+    if desired.rendered is None or spec is None:
+        return out
+    now_ms = int(time.time() * 1000)
+    driver = kube.driver_facts(namespace, name)
+    # Automatic rollback of a failed spec change: may swap in the last good spec's children.
+    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
+    rendered = out.rendered = upgrade.rendered
+    out.upgrade = upgrade
+    out.events += upgrade.events
+    for child in rendered.unowned:
+        if kube.create_if_missing(child):
+            out.events.append(("Normal", "CheckpointVolumeCreated",
+                               f"created PersistentVolumeClaim {child['metadata']['name']} for the "
+                               f"checkpoint (kept when the handoff is deleted)"))
+    applied = [kube.apply_if_changed(child) for child in rendered.children]
+    # The driver as read above still stands unless this step changed one of its children.
+    out.driver = None if any(applied) or upgrade.decision.action != "keep" else driver
+    old_hash = out.app.get("configHash")
+    changed = bool(old_hash) and old_hash != rendered.config_hash and not spec.suspend
+    if changed:
+        out.app["restarts"] = int(out.app.get("restarts") or 0) + 1
+    if changed and not upgrade.rolling_back:  # a rollback has its own Event
+        out.events.append(("Normal", "Restarting", (
+            f"generation {int(meta.get('generation') or 0)} changed the app config ({old_hash} → "
+            f"{rendered.config_hash}): stopping the driver at a batch boundary, then starting it with the new "
+            f"config")))
+    out.app["configHash"] = rendered.config_hash
+    out.executors, scaled = autoscale.refresh(
+        kube, namespace, name, spec, status.get("executors") or {}, truth if refresh_truth else None, report,
+        kube.executor_count(namespace, name), now_ms)
+    if scaled is not None:
+        out.events.append(scaled)
+    return out
 
 
 def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
               deleting: bool = False) -> list[Problem]:
     """Bring one handoff's children and status in line with its spec and the world. Idempotent.
 
-    The table and Kafka are read first, outside the per-object lock: they can be slow (timeouts)
-    and must not hold up a spec change waiting for the lock."""
+    Gather (the handoff, its rendering, the driver's report and pods; on a refresh the ledger and Kafka),
+    decide (status_decision.decide, pure), act (children, status patch, Events, gauges). The table and Kafka
+    are read first, outside the per-object lock: they can be slow (timeouts) and must not hold up a spec
+    change waiting for the lock."""
     truth: ProgressFacts | None = None
     retention: RetentionCheck | None = None
     if refresh_truth and not deleting:
@@ -197,119 +226,70 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
             return []
         meta = obj["metadata"]
         deleting = deleting or bool(meta.get("deletionTimestamp"))
-        generation = int(meta.get("generation") or 0)
         status: dict[str, Any] = dict(obj.get("status") or {})
-        old_conditions = status.get("conditions") or []
-        app = dict(status.get("app") or {})
-
-        spec, problems = parse_spec(obj.get("spec") or {})
-        rendered: Rendered | None = None
-        if spec is not None:
-            secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
-            resolved, problems = check(name, spec, secrets)
-            if not problems:
-                rendered = render(obj, spec, SETTINGS.default_image, resolved)
-
-        events: list[tuple[str, str, str]] = []
-        old_hash = app.get("configHash")
+        desired = _desired(kube, obj)
         report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
-        upgrade: rollback.Step | None = None
-        if rendered is not None and not deleting:
-            # Automatic rollback of a failed spec change: may swap in the last good spec's children.
-            upgrade = rollback.step(kube, obj, spec, rendered, status, report, truth,  # type: ignore[arg-type]
-                                    SETTINGS, int(time.time() * 1000))
-            rendered = upgrade.rendered
-            events += upgrade.events
-            for child in rendered.unowned:
-                if kube.create_if_missing(child):
-                    events.append(("Normal", "CheckpointVolumeCreated",
-                                   f"created PersistentVolumeClaim {child['metadata']['name']} for the "
-                                   f"checkpoint (kept when the handoff is deleted)"))
-            for child in rendered.children:
-                kube.apply(child)
-            suspended = spec.suspend  # type: ignore[union-attr]
-            changed = bool(old_hash) and old_hash != rendered.config_hash and not suspended
-            if changed:
-                app["restarts"] = int(app.get("restarts") or 0) + 1
-            if changed and not upgrade.rolling_back:  # a rollback has its own Event
-                events.append(("Normal", "Restarting", (
-                    f"generation {generation} changed the app config ({old_hash} → {rendered.config_hash}): "
-                    f"stopping the driver at a batch boundary, then starting it with the new config")))
-            app["configHash"] = rendered.config_hash
-
-        driver = kube.driver_facts(namespace, name)
-        if truth is not None and rendered is not None:
-            progress = truth
+        if deleting:
+            children = ChildrenOutcome(desired.rendered, app=dict(status.get("app") or {}))
         else:
-            progress = _status_progress(status)
-        facts = Facts(
-            generation=generation,
-            suspended=bool(spec.suspend) if spec is not None else False,
-            desired_hash=rendered.config_hash if rendered is not None else None,
-            invalid=[str(p) for p in problems],
-            driver=driver, progress=progress,
-            freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
-            deleting=deleting, previous_hash=old_hash,
-            restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
-                                    for c in old_conditions),
-            driver_report=report, now_ms=int(time.time() * 1000),
-            driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
-            replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
-        evaluation = rollback.overlay(evaluate(facts), upgrade.decision if upgrade is not None else None, driver)
-        retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
-                                          truth if rendered is not None else None, old_conditions)
-        evaluation = retention_report.degrade_on_data_loss(evaluation, retained.conditions, old_conditions)
-        now = _iso(_now())
-        conditions = merge_conditions(old_conditions, evaluation.conditions + retained.conditions, generation, now)
-        for kind, reason, message in [(t.type, t.reason, t.message)
-                                      for t in transitions(old_conditions, evaluation.conditions) + retained.events]:
-            events.append((kind, reason, message))
+            children = _act_on_children(kube, desired, report, truth, refresh_truth)
+        observed = _observe(kube, desired, children, report, report_read, truth, retention, refresh_truth, deleting)
+        decision = decide(observed)
+        _act_on_status(kube, obj, observed, decision)
+        return desired.problems
 
-        if driver is not None and driver.pod_name:
-            app["driver"] = driver.pod_name
-            if driver.last_termination_reason:
-                detail = (driver.last_termination_message or "").strip()
-                app["lastFailure"] = (driver.last_termination_reason + (f": {detail}" if detail else ""))[:4000]
-        new_status: dict[str, Any] = {
-            "observedGeneration": generation,
-            "conditions": conditions,
-            "app": app,
-            **_progress_status(progress),
-            **retained.status,
-        }
-        if refresh_truth:
-            # Unknown now = unknown: clear what an earlier refresh found (merge patch: null deletes).
-            for key in ("lag", "freshness", "freshnessSeconds"):
-                new_status.setdefault(key, None)
-        if evaluation.phase is not None:
-            new_status["phase"] = evaluation.phase
-        if rendered is not None and not deleting:
-            executors, scaled = autoscale.refresh(
-                kube, namespace, name, spec, status.get("executors") or {},  # type: ignore[arg-type]
-                truth if refresh_truth else None, report, kube.executor_count(namespace, name), facts.now_ms)
-            new_status["executors"] = executors
-            if scaled is not None:
-                events.append(scaled)
-        if upgrade is not None:
-            new_status.update(upgrade.status())
-        if report_read:
-            new_status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
-        if _differs(status, new_status):
-            kube.patch_status(namespace, name, new_status)
-        if evaluation.phase is not None:
-            metrics.set_phase(namespace, name, evaluation.phase)
-        metrics.set_progress(namespace, name, {"lag": progress.lag,
-                                               "freshnessSeconds": progress.freshness_seconds,
-                                               "freshnessTargetSeconds": facts.freshness_target_seconds})
-        metrics.set_driver_restarts(namespace, name,
-                                    driver.restart_count if driver is not None and driver.pod_name else None)
-        seen: set[str] = set()
-        for kind, reason, message in events:
-            if reason in seen:
-                continue
-            seen.add(reason)
-            kopf.event(obj, type=kind, reason=reason, message=message[:1000])
-        return list(problems)
+
+def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: DriverReport | None,
+             report_read: bool, truth: ProgressFacts | None, retention: RetentionCheck | None,
+             refresh_truth: bool, deleting: bool) -> Observed:
+    """The facts for the decision: the driver as it is after the children step, and the progress (fresh from
+    the truth on a refresh, else the status's last known)."""
+    obj, spec, rendered = desired.obj, desired.spec, children.rendered
+    meta, status = obj["metadata"], obj.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    generation = int(meta.get("generation") or 0)
+    old_conditions = status.get("conditions") or []
+    driver = children.driver if children.driver is not None else kube.driver_facts(namespace, name)
+    progress = truth if truth is not None and rendered is not None else status_progress(status)
+    facts = Facts(
+        generation=generation,
+        suspended=bool(spec.suspend) if spec is not None else False,
+        desired_hash=rendered.config_hash if rendered is not None else None,
+        invalid=[str(p) for p in desired.problems],
+        driver=driver, progress=progress,
+        freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
+        deleting=deleting, previous_hash=(status.get("app") or {}).get("configHash"),
+        restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
+                                for c in old_conditions),
+        driver_report=report, now_ms=int(time.time() * 1000),
+        driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
+        replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
+    retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
+                                      truth if rendered is not None else None, old_conditions)
+    upgrade = children.upgrade
+    return Observed(generation=generation, status=status, app=children.app, facts=facts,
+                    upgrade_decision=upgrade.decision if upgrade is not None else None,
+                    upgrade_status=upgrade.status() if upgrade is not None else None, retained=retained,
+                    refresh_truth=refresh_truth, executors=children.executors, report_read=report_read,
+                    events=children.events, now=_now())
+
+
+def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decision: Decision) -> None:
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if worth_writing(obj.get("status") or {}, decision.status):
+        kube.patch_status(namespace, name, decision.status)
+    if decision.phase is not None:
+        metrics.set_phase(namespace, name, decision.phase)
+    status, facts = decision.status, observed.facts
+    metrics.set_progress(namespace, name, {"lag": status.get("lag"),
+                                           "freshnessSeconds": status.get("freshnessSeconds"),
+                                           "freshnessTargetSeconds": facts.freshness_target_seconds})
+    driver = facts.driver
+    metrics.set_driver_restarts(namespace, name,
+                                driver.restart_count if driver is not None and driver.pod_name else None)
+    for kind, reason, message in decision.events:
+        kopf.event(obj, type=kind, reason=reason, message=message)
 
 
 def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool) -> None:
@@ -343,7 +323,10 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
     An async daemon (not a timer) so the interval is read from the settings at run time; the blocking
     reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context
     for Events), so a thousand idle handoffs hold no threads."""
+    # Jittered: a bulk apply of many handoffs must not refresh them all in the same second, every interval.
+    await stopped.wait(random.uniform(0, min(SETTINGS.status_interval, 10.0)))
     while not stopped:
+        metrics.STATUS_REFRESHES.inc()
         try:
             await asyncio.to_thread(_run, namespace, name, memo, refresh_truth=True,
                                     permanent_on_invalid=False)
@@ -352,7 +335,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(SETTINGS.status_interval)
+        await stopped.wait(SETTINGS.status_interval * random.uniform(0.9, 1.1))
 
 
 def _owner_name(meta: Mapping[str, Any]) -> str | None:
@@ -379,10 +362,15 @@ _DRIVER_LABELS = {NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver",
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_DRIVER_LABELS)
-def on_driver_deployment(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any,
-                         type: str | None, **_: Any) -> None:
-    if type is not None:  # None = the initial listing at startup; the resume handler covers it
-        _on_child(namespace, meta, memo, logger)
+def on_driver_deployment(namespace: str, meta: Mapping[str, Any], status: Mapping[str, Any], memo: Any,
+                         logger: Any, type: str | None, **_: Any) -> None:
+    if type is None:  # None = the initial listing at startup; the resume handler covers it
+        return
+    if type == "DELETED" or int(meta.get("generation") or 0) != int((status or {}).get("observedGeneration") or 0):
+        # Its spec changed (someone edited it, or our own apply) or it is gone: apply it again next time
+        # instead of trusting what this process applied last (drift repair).
+        _kube(memo).applied.forget(namespace, "Deployment", meta.get("name"))
+    _on_child(namespace, meta, memo, logger)
 
 
 @kopf.on.event("", "v1", "pods", labels=_DRIVER_LABELS)
@@ -413,6 +401,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     metrics.set_phase(namespace, name, None)
     autoscale.forget(namespace, name)
     retention_check.forget(namespace, name)
+    kube.applied.forget_owner(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
 

@@ -47,20 +47,19 @@ from typing import Any
 
 from handoff_spark.config import AppConfig
 
-from .models import StreamTableHandoffSpec, quantity_to_bytes, spark_memory
+from .models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
+                     quantity_to_bytes, spark_memory)
 from .models.common import PropertyFrom
 
-GROUP = "handoff.io"
-VERSION = "v1alpha1"
-KIND = "StreamTableHandoff"
-PLURAL = "streamtablehandoffs"
+KIND: str = StreamTableHandoff.model_fields["kind"].default
+PLURAL = StreamTableHandoff.plural
 
-CONFIG_HASH_ANNOTATION = "handoff.io/config-hash"
+CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 # Set on a StreamTableHandoff by a running ReplayRequest (replay_handlers): `replay` names the request (the
 # handoff's phase is Replaying), `replay-hold` keeps the driver at 0 replicas while the table is rewound.
-REPLAY_ANNOTATION = "handoff.io/replay"
-REPLAY_HOLD_ANNOTATION = "handoff.io/replay-hold"
-NAME_LABEL = "handoff.io/name"
+REPLAY_ANNOTATION = f"{GROUP}/replay"
+REPLAY_HOLD_ANNOTATION = f"{GROUP}/replay-hold"
+NAME_LABEL = f"{GROUP}/name"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "handoff-operator", "app.kubernetes.io/part-of": "handoff"}
 
@@ -81,9 +80,8 @@ DEFAULT_GRACE_SECONDS = 120
 # $(VAR) in env values): an address, not `kubernetes.default.svc`, so clusters without DNS work too.
 SPARK_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 
-# The longest handoff name whose children still have valid names: `<name>-driver` is a Service name
-# (DNS-1035 label, ≤ 63) and `<name>-checkpoint` a PVC name.
-MAX_NAME_LENGTH = 63 - len("-checkpoint")
+# MAX_NAME_LENGTH (from the model): the longest handoff name whose children still have valid names.
+__all__ = ["GROUP", "VERSION", "KIND", "PLURAL", "MAX_NAME_LENGTH"]
 
 
 @dataclass(frozen=True)

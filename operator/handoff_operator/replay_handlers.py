@@ -37,13 +37,13 @@ from pydantic import ValidationError
 from . import handlers, metrics, replay_plan, replay_table, rollback
 from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from .kube import Kube
-from .models import ReplayRequestSpec
+from .models import ReplayRequest, ReplayRequestSpec
 from .render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, referenced_secrets,
                      render)
 from .truth import kafka_offsets
 from .validation import check, parse_spec
 
-REPLAY_PLURAL = "replayrequests"
+REPLAY_PLURAL = ReplayRequest.plural
 RESOURCE = dict(group=GROUP, version=VERSION, plural=REPLAY_PLURAL)
 FINAL = ("Succeeded", "Failed")
 log = logging.getLogger("handoff.operator.replay")

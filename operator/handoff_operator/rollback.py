@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from . import metrics
-from .conditions import DriverReport, ProgressFacts
+from .conditions import DriverFacts, DriverReport, ProgressFacts
 from .kube import Kube
 from .models import StreamTableHandoffSpec
 from .render import Rendered, labels, owner_reference, referenced_secrets, render
@@ -153,7 +153,8 @@ class Step:
 
 def step(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered: Rendered,
          status: Mapping[str, Any], report: DriverReport | None, truth: ProgressFacts | None,
-         settings: OperatorSettings, now_ms: int) -> Step:
+         settings: OperatorSettings, now_ms: int, driver: DriverFacts | None = None) -> Step:
+    """`driver`: the driver's facts if the caller already read them (else read here)."""
     meta = owner["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     state = state_from_status(status)
@@ -168,7 +169,7 @@ def step(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec, ren
         suspended=spec.suspend, now_ms=now_ms,
         timeout_seconds=timeout if timeout is not None else settings.upgrade_readiness_timeout,
         crash_restarts=settings.upgrade_crash_restarts, auto_rollback=spec.upgrade.auto_rollback,
-        driver=kube.driver_facts(namespace, name), report=report,
+        driver=driver if driver is not None else kube.driver_facts(namespace, name), report=report,
         ledger_committed_at_ms=truth.committed_at_ms if truth is not None else None,
         lag=truth.lag if truth is not None else status.get("lag"),
         last_good_available=last_good is not None)

@@ -19,8 +19,12 @@ class OperatorSettings(BaseSettings):
     log_level: str = "INFO"
     # None (HANDOFF_METRICS_PORT=0 or empty) turns the Prometheus endpoint off.
     metrics_port: int | None = Field(default=8080, ge=0, le=65535)
-    # Seconds between status refreshes from the truth (driver, ledger, Kafka).
+    # Seconds between status refreshes from the truth (driver, ledger, Kafka); each handoff's timer is jittered
+    # by ±10% so a bulk apply does not refresh in lockstep.
     status_interval: float = Field(default=15.0, gt=0)
+    # Children whose rendered body did not change are re-applied at least this often (±10%), which repairs
+    # drift in children the operator does not watch; the driver Deployment is re-applied on its own change.
+    children_resync_interval: float = Field(default=600.0, gt=0)
     # A driver's published progress record older than this no longer counts (the driver republishes it
     # every 15 s while it lives): its degradedReason cannot keep Degraded stuck after the driver stopped.
     driver_report_max_age: float = Field(default=60.0, gt=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from dataclasses import dataclass
 
@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
 from handoff_spark.kafka_offsets import committed_group_offsets
 
+from . import metrics
+from .bigquery_truth import BoundedCache
 from .conditions import ProgressFacts
 from .progress import progress_facts
 
@@ -33,8 +35,10 @@ _CLIENT_ONLY_PREFIXES = ("fetch.", "max.poll", "session.timeout", "auto.", "enab
 
 
 def _admin(config: AppConfig) -> AdminClient:
-    props = {k: v for k, v in config.source.properties.items() if not k.startswith(_CLIENT_ONLY_PREFIXES)}
-    key = (config.source.bootstrap_servers, tuple(sorted(props.items())))
+    """One AdminClient per Kafka cluster (bootstrap servers + client properties), shared by every handoff
+    reading it: librdkafka keeps a connection and a thread per broker per client."""
+    key = _cluster_key(config)
+    props = dict(key[1])
     with _admins_lock:
         admin = _admins.get(key)
         if admin is None:
@@ -46,46 +50,162 @@ def _admin(config: AppConfig) -> AdminClient:
         return admin
 
 
-def kafka_offsets(config: AppConfig, timeout: float = 5.0
-                  ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]]:
-    """(end offsets, earliest offsets) per topic partition, read_committed like the source reads."""
-    admin = _admin(config)
+Offsets = dict[str, dict[int, int]]
+
+#: How old a cluster's shared offsets may be when a status refresh uses them (seconds). Every handoff reading a
+#: cluster refreshes from the same snapshot, so a cluster sees ~3 AdminClient calls per OFFSETS_MAX_AGE whatever
+#: the number of handoffs, and a handoff's lag is at most this much older than its refresh.
+OFFSETS_MAX_AGE = 5.0
+#: A topic no refresh asked for in this long is no longer read for the cluster (its handoffs are gone).
+TOPIC_IDLE_SECONDS = 600.0
+
+
+def _fetch_offsets(admin: AdminClient, topics: list[str], timeout: float
+                   ) -> tuple[Offsets, Offsets, dict[str, str]]:
+    """(end offsets, earliest offsets, {topic: why it cannot be read}) for `topics`, read_committed like the
+    source reads: one metadata request and two ListOffsets calls whatever the number of topics."""
     metadata = admin.list_topics(timeout=timeout)
-    partitions = []
-    for topic in config.source.topics:
+    metrics.KAFKA_REQUESTS.labels(api="list_topics").inc()
+    partitions, missing = [], {}
+    for topic in topics:
         meta = metadata.topics.get(topic)
         if meta is None or meta.error is not None:
-            raise RuntimeError(f"topic {topic!r} not found in Kafka")
+            missing[topic] = f"topic {topic!r} not found in Kafka"
+            continue
         partitions += [TopicPartition(topic, p) for p in meta.partitions]
-    result: list[dict[str, dict[int, int]]] = []
+    result: list[Offsets] = []
     for spec in (OffsetSpec.latest(), OffsetSpec.earliest()):
-        futures = admin.list_offsets({tp: spec for tp in partitions},
-                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
-        offsets: dict[str, dict[int, int]] = {}
-        for tp, future in futures.items():
-            offsets.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout).offset
+        offsets: Offsets = {}
+        if partitions:
+            futures = admin.list_offsets({tp: spec for tp in partitions},
+                                         isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
+            metrics.KAFKA_REQUESTS.labels(api="list_offsets").inc()
+            for tp, future in futures.items():
+                offsets.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout).offset
         result.append(offsets)
-    return result[0], result[1]
+    return result[0], result[1], missing
+
+
+class ClusterOffsets:
+    """The offsets of every topic the handoffs of one Kafka cluster read, fetched in one batch and shared.
+
+    Single flight: a refresh that finds the snapshot older than its max age fetches for all the cluster's topics
+    while holding the lock; the refreshes waiting on the lock then find it fresh. A failed fetch is shared the
+    same way (an unreachable cluster is asked once per max age, not once per handoff)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked: dict[str, float] = {}            # topic → when a refresh last asked for it (monotonic)
+        self.read_at: float | None = None
+        self.end: Offsets = {}
+        self.earliest: Offsets = {}
+        self.missing: dict[str, str] = {}
+        self.error: Exception | None = None
+
+    def read(self, admin: AdminClient, topics: list[str], timeout: float, max_age: float,
+             clock: Callable[[], float] = time.monotonic) -> tuple[Offsets, Offsets]:
+        with self.lock:
+            now = clock()
+            new_topic = any(t not in self.asked for t in topics)
+            for topic in topics:
+                self.asked[topic] = now
+            if new_topic or self.read_at is None or now - self.read_at >= max_age:
+                self.asked = {t: at for t, at in self.asked.items() if now - at < TOPIC_IDLE_SECONDS}
+                try:
+                    self.end, self.earliest, self.missing = _fetch_offsets(admin, sorted(self.asked), timeout)
+                    self.error = None
+                except Exception as exc:  # noqa: BLE001 - shared with every refresh until the next fetch
+                    self.error = exc
+                self.read_at = clock()
+            if self.error is not None:
+                raise self.error
+            for topic in topics:
+                if topic in self.missing:
+                    raise RuntimeError(self.missing[topic])
+            return ({t: dict(self.end.get(t, {})) for t in topics},
+                    {t: dict(self.earliest.get(t, {})) for t in topics})
+
+
+_clusters: dict[tuple[str, tuple[tuple[str, str], ...]], ClusterOffsets] = {}
+
+
+def _cluster_key(config: AppConfig) -> tuple[str, tuple[tuple[str, str], ...]]:
+    props = {k: v for k, v in config.source.properties.items() if not k.startswith(_CLIENT_ONLY_PREFIXES)}
+    return config.source.bootstrap_servers, tuple(sorted(props.items()))
+
+
+def kafka_offsets(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0) -> tuple[Offsets, Offsets]:
+    """(end offsets, earliest offsets) per topic partition, read_committed like the source reads.
+
+    `max_age` 0 (replay planning, retention enforcement): read now, for these topics only. Above 0 (status
+    refreshes): the cluster's shared snapshot when it is younger than that (ClusterOffsets)."""
+    admin = _admin(config)
+    topics = list(config.source.topics)
+    if max_age <= 0:
+        end, earliest, missing = _fetch_offsets(admin, topics, timeout)
+        if missing:
+            raise RuntimeError(next(iter(missing.values())))
+        return end, earliest
+    with _admins_lock:
+        board = _clusters.setdefault(_cluster_key(config), ClusterOffsets())
+    return board.read(admin, topics, timeout, max_age)
+
+
+#: The newest ledger commit per (handoff, catalog, table), with the table's metadata location it was read at.
+_LEDGER: BoundedCache[tuple[Any, ...], tuple[str, Any]] = BoundedCache(4096)
+
+
+def _pointer(catalog: Any, identifier: str) -> tuple[bool, str | None]:
+    """(known, metadata location) of a table in a SQL catalog: one indexed SELECT of the catalog row, no
+    metadata file read. known=False: not a SQL catalog (no cheap pointer; the table is loaded every time)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    if not isinstance(catalog, SqlCatalog):
+        return False, None
+    namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    with Session(catalog.engine) as session:
+        location = session.scalar(select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
+            IcebergTables.table_name == Catalog.table_name_from(identifier)))
+    metrics.CATALOG_READS.labels(kind="iceberg_pointer").inc()
+    return True, location
 
 
 def latest_commit(config: AppConfig) -> Any:
     """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink).
 
-    For BigQuery see `bigquery_commit`."""
+    The table (metadata file, snapshot scan) is read only when its metadata pointer moved since the last read:
+    a table nobody commits to costs one indexed SELECT per refresh. For BigQuery see `bigquery_commit`."""
     from handoff_spark.iceberg import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
-    from handoff_spark.iceberg.table import forget_catalog
+    from handoff_spark.iceberg.table import forget_catalog, load_catalog_cached
 
     sink = config.sink
     if not isinstance(sink, IcebergSink):
         return None
+    props = dict(sink.catalog_properties)
+    key = (config.handoff_id, sink.catalog_name, tuple(sorted(props.items())), sink.table)
     try:
-        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
+        catalog = load_catalog_cached(sink.catalog_name, props)
+        known, location = _pointer(catalog, sink.table)
+        if known and location is None:
+            _LEDGER.pop(key)
+            return None  # created by the driver's first batch
+        cached = _LEDGER.get(key)
+        if known and cached is not None and cached[0] == location:
+            return cached[1]
+        metrics.CATALOG_READS.labels(kind="iceberg_load_table").inc()
+        table = catalog.load_table(sink.table)
     except Exception as exc:
         if type(exc).__name__ == "NoSuchTableError":
             return None  # created by the driver's first batch
-        forget_catalog(sink.catalog_name, dict(sink.catalog_properties))  # reconnect next time
+        forget_catalog(sink.catalog_name, props)  # reconnect next time
         raise
-    return ledger.latest_commit(table, config.handoff_id)
+    commit = ledger.latest_commit(table, config.handoff_id)
+    _LEDGER.put(key, (table.metadata_location, commit))
+    return commit
 
 
 def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Any:
@@ -114,17 +234,20 @@ class GroupCommit:
 
 def group_commit(config: AppConfig, end: dict[str, dict[int, int]]) -> GroupCommit | None:
     partitions = [(t, p) for t, parts in end.items() for p in parts]
+    metrics.KAFKA_REQUESTS.labels(api="committed_group_offsets").inc()
     committed = committed_group_offsets(config.source.bootstrap_servers, config.consumer_group, partitions,
                                         dict(config.source.properties))
     return GroupCommit(committed) if committed else None
 
 
-def read_progress(config: AppConfig, bigquery_key: str | None = None) -> ProgressFacts:
-    """`bigquery_key`: the service-account JSON of a BigQuery sink's credentialsFrom, if it has one."""
+def read_progress(config: AppConfig, bigquery_key: str | None = None,
+                  offsets_max_age: float = OFFSETS_MAX_AGE) -> ProgressFacts:
+    """`bigquery_key`: the service-account JSON of a BigQuery sink's credentialsFrom, if it has one;
+    `offsets_max_age`: how old the cluster's shared Kafka offsets may be (kafka_offsets)."""
     errors: list[str] = []
     commit = end = earliest = None
     try:
-        end, earliest = kafka_offsets(config)
+        end, earliest = kafka_offsets(config, max_age=offsets_max_age)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
     ledger_read = False

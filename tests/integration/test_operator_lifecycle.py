@@ -100,13 +100,15 @@ def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, oper
     out = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "sth/clicks")
     assert "condition met" in out.stdout
     status = cluster.get(ns, "clicks")["status"]
-    assert status["phase"] == "Running" and status["app"]["driver"] == first.metadata.name
+    # Kafka (127.0.0.1:9) is unreachable: once a status refresh has tried it (at once when another handoff of
+    # the same cluster just did), the running handoff is Degraded=StatusUnavailable; Ready stays True.
+    assert status["phase"] in ("Running", "Degraded") and status["app"]["driver"] == first.metadata.name
     old_hash = _hash(_deployment(cluster, ns, "clicks"))
 
     # kubectl shows the printer columns.
     table = kubectl(cluster.kubeconfig, "get", "sth", "-n", ns).stdout.splitlines()
     assert table[0].split() == ["NAME", "PHASE", "LAG", "FRESHNESS", "EXECUTORS", "AGE"]
-    assert table[1].split()[:2] == ["clicks", "Running"]
+    assert table[1].split()[:2] in (["clicks", "Running"], ["clicks", "Degraded"])
 
     cluster.patch_spec(ns, "clicks", {"commitInterval": "20s"})
     new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "clicks")) != old_hash

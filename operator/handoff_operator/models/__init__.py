@@ -1,7 +1,7 @@
 """Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
 from these (`python -m handoff_operator.crdgen`), so the models are the single source of truth for the
 API: field docs, defaults and validation live here."""
-from .common import (Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
+from .common import (GROUP, VERSION, Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
                      format_duration, parse_duration, quantity_to_bytes, spark_memory)
 from .replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayRequest, ReplayRequestSpec,
                              ReplayRequestStatus, ReplayTarget)
@@ -11,11 +11,12 @@ from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, 
                                    ReplaySpec, DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
                                    SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
                                    StreamTableHandoffStatus, UpgradeSpec, UpgradeStatus)
+from .stream_table_handoff import MAX_NAME_LENGTH, NAME_PATTERN
 
 ALL_RESOURCES: tuple[type[CustomResource], ...] = (StreamTableHandoff, ReplayRequest)
 
 __all__ = [
-    "ALL_RESOURCES", "AppStatus", "BigQuerySinkSpec", "CheckpointSpec", "ColumnSpec", "CommittedStatus",
+    "ALL_RESOURCES", "GROUP", "VERSION", "MAX_NAME_LENGTH", "NAME_PATTERN", "AppStatus", "BigQuerySinkSpec", "CheckpointSpec", "ColumnSpec", "CommittedStatus",
     "Condition", "CustomResource", "DeadLetterSpec", "ExecutorsStatus", "FreshnessSpec", "HandoffRef",
     "IcebergCatalogSpec", "IcebergSinkSpec", "KafkaSourceSpec", "LastBatchStatus", "PropertyFrom", "ReplayPlan",
     "ReplayProgress", "ReplayRequest", "ReplayRequestSpec", "ReplayRequestStatus", "ReplaySpec",

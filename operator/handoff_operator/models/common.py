@@ -265,14 +265,20 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
 
 
+# The API identity every Handoff resource shares; kinds, plurals and name rules sit on each resource's model.
+# Everything else (render, handlers, kube, tests) imports these instead of spelling "handoff.io" again.
+GROUP = "handoff.io"
+VERSION = "v1alpha1"
+
+
 class CustomResource(BaseModel):
     """A whole custom resource (apiVersion, kind, metadata, spec, status). Subclasses set the CRD
     identity in class variables; `handoff_operator.crdgen` turns any subclass into a CRD."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    group: ClassVar[str] = "handoff.io"
-    version: ClassVar[str] = "v1alpha1"
+    group: ClassVar[str] = GROUP
+    version: ClassVar[str] = VERSION
     plural: ClassVar[str]
     singular: ClassVar[str]
     short_names: ClassVar[list[str]] = []
@@ -284,7 +290,7 @@ class CustomResource(BaseModel):
     # Spec rules only the model enforces (not expressible in CEL), listed in the API reference.
     operator_checks: ClassVar[list[str]] = []
 
-    api_version: str = Field(default="handoff.io/v1alpha1")
+    api_version: str = Field(default=f"{GROUP}/{VERSION}")
     kind: str
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -632,7 +632,9 @@ class StreamTableHandoffStatus(StatusModel):
     committed: CommittedStatus | None = Field(default=None, description="Newest durable commit.")
     lag: int | None = Field(default=None, ge=0, description="Records in Kafka not yet committed to the table.")
     freshness: str | None = Field(default=None, max_length=32,
-                                  description="Age of the newest committed record, e.g. 42s.")
+                                  description="Age of the newest committed record, e.g. 42s. While nothing else "
+                                              "in the status changes it is rewritten only when it moved by more "
+                                              "than 10% (the handoff_freshness_seconds metric is exact).")
     freshness_seconds: float | None = Field(default=None, ge=0, description="freshness in seconds.")
     executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
     last_batch: LastBatchStatus | None = Field(default=None,
@@ -648,7 +650,7 @@ class StreamTableHandoffStatus(StatusModel):
 # The resource
 
 # Children are named <name>-driver, <name>-checkpoint ...: with the longest suffix they must still fit the
-# 63 characters of a DNS label (Service names, label values). Must equal render.MAX_NAME_LENGTH.
+# 63 characters of a DNS label (Service names, label values). render and validation import these.
 MAX_NAME_LENGTH = 63 - len("-checkpoint")
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 

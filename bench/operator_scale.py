@@ -1,0 +1,347 @@
+"""How the operator scales with the number of handoffs it watches (issue 16): N StreamTableHandoffs, one operator.
+
+Set-up, as a new user would meet it: the test bed's Kafka (one 6-partition topic every handoff reads) and
+kube-apiserver + controller-manager + scheduler + kwok (driver pods exist and go Running/Ready; nothing runs
+in them, so no driver publishes a progress record and the status comes from polling the truth), one SQLite
+Iceberg catalog holding one table per handoff with one ledger commit each, and `handoff operator` started as
+a subprocess (`nice -n 10`) watching only the run's namespace. For each N (the first N is the baseline,
+measured in the same run):
+
+- settle: seconds from the start of a bulk `kubectl apply --server-side` of N handoffs until every one has
+  status conditions and a lag;
+- steady state: the operator process's CPU seconds (utime+stime from /proc/<pid>/stat, so other load on the
+  machine inflates it much less than wall time) over `--steady` seconds while nothing changes, as cores, and
+  its RSS (VmRSS; VmHWM is the peak);
+- per handoff per refresh, over the same window: CPU ms, Kafka AdminClient calls and catalog reads (the
+  operator's own counters `handoff_kafka_requests_total`, `handoff_catalog_reads_total` (ledger loads: the
+  reads other than the metadata-pointer SELECTs that gate them), divided by
+  `handoff_status_refreshes_total`), and apiserver requests (kube-apiserver's `apiserver_request_total`,
+  writes = POST/PUT/PATCH/APPLY/DELETE, reads = GET/LIST, node and lease traffic of kwok left out);
+- change latency: seconds from a new ledger commit in one handoff's table until its status shows that
+  batch (the goal: within one refresh interval whatever N is).
+
+    nice -n 10 .venv/bin/python bench/operator_scale.py [--counts 10,200] [--steady 120] [--interval 15]
+        [--label before]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for sub in ("operator", "spark_app", "hack", "bench", "tests/integration"):
+    sys.path.insert(0, str(ROOT / sub))
+
+from operator_support import base_spec, install_crds, ledger_commit  # noqa: E402
+
+TOPIC, PARTITIONS, RECORDS = "orders", 6, 6000
+PODS_PER_NODE = 250  # the test bed's kwok node capacity
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
+READ_VERBS = {"GET", "LIST"}
+IGNORED_RESOURCES = {"leases", "nodes", "tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews"}
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def scrape(url: str, token: str | None = None, ca: str | None = None) -> str:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = ssl.create_default_context(cafile=ca) if ca else None
+    with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+        return resp.read().decode()
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$')
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            out.append((labels, float(m.group(3))))
+    return out
+
+
+def operator_counters(port: int) -> dict[str, float]:
+    text = scrape(f"http://127.0.0.1:{port}/metrics")
+    return {"refreshes": sum(v for _, v in samples(text, "handoff_status_refreshes_total")),
+            "kafka": sum(v for _, v in samples(text, "handoff_kafka_requests_total")),
+            "catalog": sum(v for _, v in samples(text, "handoff_catalog_reads_total")),
+            # Table loads / ledger queries, without the cheap pointer SELECTs that gate them.
+            "ledger": sum(v for labels, v in samples(text, "handoff_catalog_reads_total")
+                          if labels.get("kind") != "iceberg_pointer")}
+
+
+def apiserver_counters(api: Any) -> dict[str, float]:
+    text = scrape(api.server + "/metrics", api.token, str(api.ca_cert))
+    writes = reads = 0.0
+    by_resource: dict[str, float] = {}
+    for labels, value in samples(text, "apiserver_request_total"):
+        if labels.get("resource") in IGNORED_RESOURCES:
+            continue
+        if labels.get("verb") in WRITE_VERBS:
+            writes += value
+            what = f"{labels.get('verb')} {labels.get('resource')}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else "")
+            by_resource[what] = by_resource.get(what, 0.0) + value
+        elif labels.get("verb") in READ_VERBS:
+            reads += value
+    return {"writes": writes, "reads": reads, "by_resource": by_resource}
+
+
+# ------------------------------------------------------------------------------------------ set-up
+
+def ensure_nodes(core: Any, pods: int) -> None:
+    """Enough kwok nodes for `pods` driver pods (kwok manages every node carrying its annotation)."""
+    from handoff_testbed.apiserver import FAKE_NODE, KWOK_ANNOTATION
+    from kubernetes.client.rest import ApiException
+
+    key, value = KWOK_ANNOTATION
+    for i in range(1, math.ceil(pods / PODS_PER_NODE) + 1):
+        name = f"{FAKE_NODE[:-2]}-{i}"
+        try:
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "annotations": {key: value},
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}},
+                "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": str(PODS_PER_NODE)},
+                           "capacity": {"cpu": "64", "memory": "256Gi", "pods": str(PODS_PER_NODE)}}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def make_tables(workdir: Path, namespace: str, count: int, end: dict[int, int]) -> tuple[dict[str, str], list[Any]]:
+    """A SQLite catalog with table shop.t<i> per handoff, each with one ledger commit of half the topic."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    props = {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db", "warehouse": f"file://{workdir}/warehouse"}
+    catalog = SqlCatalog("lake", **{k: v for k, v in props.items() if k != "type"})
+    catalog.create_namespace("shop")
+    tables = []
+    offsets = {TOPIC: {str(p): [0, e // 2] for p, e in end.items()}}
+    for i in range(count):
+        table = catalog.create_table(f"shop.t{i}", Schema(NestedField(1, "id", LongType(), required=False)))
+        ledger_commit(table, f"{namespace}/h{i}", 0, offsets, int(time.time() * 1000), 1)
+        tables.append(table)
+    return props, tables
+
+
+def manifests(namespace: str, count: int, bootstrap: str, catalog: dict[str, str]) -> str:
+    import yaml
+
+    docs = []
+    for i in range(count):
+        spec = base_spec(bootstrap)
+        spec["source"]["topics"] = [TOPIC]
+        spec["sink"] = {"iceberg": {"catalog": {"name": "lake", "properties": catalog}, "table": f"shop.t{i}"}}
+        spec["checkpoint"] = {"location": f"file:///tmp/handoff-bench/{namespace}/h{i}"}
+        spec["schema"] = {"columns": [{"name": "id", "type": "long"}]}
+        docs.append(yaml.safe_dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+                                "metadata": {"name": f"h{i}", "namespace": namespace}, "spec": spec}))
+    return "---\n".join(docs)
+
+
+def free_port() -> int:
+    from handoff_testbed.proc import free_port as port
+
+    return port()
+
+
+# ------------------------------------------------------------------------------------------ one run
+
+def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[int, int], workdir: Path) -> dict:
+    from kubernetes import client, config
+
+    kube = config.new_client_from_config(config_file=str(api.kubeconfig))
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    namespace = f"scale-{n}-{os.getpid() % 10000}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    ensure_nodes(core, n + 260)
+    rundir = workdir / namespace
+    rundir.mkdir()
+    t = time.monotonic()
+    catalog, tables = make_tables(rundir, namespace, n, end)
+    print(f"  N={n}: {n} tables with a ledger commit in {time.monotonic() - t:.0f} s", flush=True)
+
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": str(api.kubeconfig), "HANDOFF_METRICS_PORT": str(port),
+           "HANDOFF_STATUS_INTERVAL": str(args.interval), "HANDOFF_LOG_LEVEL": "WARNING",
+           "HANDOFF_DEFAULT_IMAGE": "registry.test/handoff-spark:bench",
+           # This checkout's code, also when the bench runs from a copy (a baseline of another commit).
+           "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("operator", "spark_app"))}
+    from handoff_testbed.proc import Service
+
+    proc = Service("operator", ["nice", "-n", "10", sys.executable, "-m", "handoff_operator", "operator", "-n",
+                                namespace], rundir / "operator.log", env=env).start()
+    assert proc.pid is not None
+    try:
+        deadline = time.monotonic() + 300  # importing the operator takes a while on a loaded machine
+        while True:
+            try:
+                operator_counters(port)
+                break
+            except OSError:
+                if time.monotonic() > deadline or not proc.alive():
+                    raise RuntimeError(f"the operator did not start; see {rundir / 'operator.log'}")
+                time.sleep(0.3)
+        time.sleep(2)  # kopf's watch is up
+        path = rundir / "handoffs.yaml"
+        path.write_text(manifests(namespace, n, bootstrap, catalog))
+        applied = time.monotonic()
+        out = subprocess.run(["kubectl", "--kubeconfig", str(api.kubeconfig), "apply", "--server-side", "-f",
+                              str(path)], capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"kubectl apply: {out.stderr[-2000:]}")
+        apply_seconds = time.monotonic() - applied
+        settled = None
+        while time.monotonic() - applied < args.settle_timeout:
+            items = custom.list_namespaced_custom_object("handoff.io", "v1alpha1", namespace,
+                                                         "streamtablehandoffs")["items"]
+            done = sum(1 for o in items if (o.get("status") or {}).get("conditions")
+                       and (o.get("status") or {}).get("lag") is not None)
+            if done == n:
+                settled = time.monotonic() - applied
+                break
+            time.sleep(1)
+        print(f"  N={n}: apply {apply_seconds:.1f} s, all with conditions and lag after "
+              f"{settled if settled is None else round(settled, 1)} s", flush=True)
+
+        time.sleep(args.interval * 2)  # the bulk apply's burst is over
+        load0, cpu0, ops0, api0, w0 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
+            apiserver_counters(api), time.monotonic()
+        time.sleep(args.steady)
+        load1, cpu1, ops1, api1, w1 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
+            apiserver_counters(api), time.monotonic()
+        mem = memory_mb(proc.pid)
+        wall = w1 - w0
+        refreshes = ops1["refreshes"] - ops0["refreshes"]
+        cpu = cpu1 - cpu0
+
+        def per(value: float) -> float | None:
+            return round(value / refreshes, 3) if refreshes else None
+
+        # A change: a new batch committed to h0's table, until h0's status shows it.
+        ledger_commit(tables[0], f"{namespace}/h0", 1, {TOPIC: {str(p): [e // 2, e] for p, e in end.items()}},
+                      int(time.time() * 1000), 1)
+        changed = time.monotonic()
+        change_seconds = None
+        while time.monotonic() - changed < args.interval * 4:
+            status = custom.get_namespaced_custom_object("handoff.io", "v1alpha1", namespace,
+                                                         "streamtablehandoffs", "h0").get("status") or {}
+            if (status.get("committed") or {}).get("batch") == 1:
+                change_seconds = round(time.monotonic() - changed, 1)
+                break
+            time.sleep(0.2)
+        result = {
+            "handoffs": n, "apply_seconds": round(apply_seconds, 1),
+            "seconds_until_all_have_conditions_and_lag": None if settled is None else round(settled, 1),
+            "steady_window_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+            "cores": round(cpu / wall, 3), "rss_mb": mem.get("VmRSS"), "peak_rss_mb": mem.get("VmHWM"),
+            "refreshes": int(refreshes), "refreshes_per_handoff_per_interval": round(
+                refreshes / n / (wall / args.interval), 2),
+            "per_handoff_per_refresh": {
+                "cpu_ms": per(cpu * 1000), "kafka_requests": per(ops1["kafka"] - ops0["kafka"]),
+                "catalog_reads": per(ops1["catalog"] - ops0["catalog"]),
+                "ledger_loads": per(ops1["ledger"] - ops0["ledger"]),
+                "apiserver_writes": per(api1["writes"] - api0["writes"]),
+                "apiserver_reads": per(api1["reads"] - api0["reads"])},
+            "new_batch_to_status_seconds": change_seconds,
+            "apiserver_writes_by_resource": {k: per(v - api0["by_resource"].get(k, 0.0))
+                                             for k, v in sorted(api1["by_resource"].items())
+                                             if v - api0["by_resource"].get(k, 0.0) > 0},
+            "load_average": [round(load0, 2), round(load1, 2)],
+        }
+        print(f"  N={n}: {json.dumps(result)}", flush=True)
+        return result
+    finally:
+        proc.stop(30)
+
+
+def table(results: list[dict]) -> str:
+    head = ("| handoffs | all have conditions+lag (s) | steady CPU (cores) | RSS MB | CPU ms | Kafka req | "
+            "catalog reads (ledger loads) | apiserver writes | apiserver reads | new batch → status (s) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        p = r["per_handoff_per_refresh"]
+        lines.append(f"| {r['handoffs']} | {r['seconds_until_all_have_conditions_and_lag']} | {r['cores']} | "
+                     f"{r['rss_mb']} | {p['cpu_ms']} | {p['kafka_requests']} | {p['catalog_reads']} "
+                     f"({p.get('ledger_loads', p['catalog_reads'])}) | "
+                     f"{p['apiserver_writes']} | {p['apiserver_reads']} | {r['new_batch_to_status_seconds']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--counts", default="10,200", help="handoff counts, the first is the baseline")
+    ap.add_argument("--steady", type=float, default=120.0, help="seconds of steady state measured")
+    ap.add_argument("--interval", type=float, default=15.0, help="HANDOFF_STATUS_INTERVAL")
+    ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--label", default="", help="suffix of the result file (e.g. before, after)")
+    args = ap.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+
+    from bench_kafka import broker
+    from confluent_kafka import Producer
+    from handoff_testbed.registry import component
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-operator-scale-"))
+    api = component("apiserver")
+    api.build()
+    api.start(workdir / "apiserver")
+    try:
+        with broker(None) as (bootstrap, kafka):
+            kafka.create_topic(TOPIC, PARTITIONS)
+            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+            for i in range(RECORDS):
+                producer.produce(TOPIC, key=str(i).encode(), value=b"{}", partition=i % PARTITIONS)
+            producer.flush(30)
+            del producer
+            end = {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+            install_crds(str(api.kubeconfig))
+            results = [run(n, args, api, bootstrap, end, workdir) for n in counts]
+    finally:
+        api.stop()
+    doc = {"bench": "operator_scale", "label": args.label, "interval_seconds": args.interval,
+           "steady_seconds": args.steady, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+           "results": results}
+    name = "operator_scale" + (f"_{args.label}" if args.label else "") + ".json"
+    out = ROOT / "bench/results" / name
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(table(results))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The decide step of the reconcile (status_decision.decide): facts in, the status patch and Events out."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pydantic import ValidationError
+
+from handoff_operator.conditions import DriverFacts, Facts, ProgressFacts
+from handoff_operator.status_decision import Observed, decide, differs
+
+NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.timezone.utc)
+RUNNING = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="h-driver-0",
+                      pod_phase="Running", pod_ready=True, pod_config_hash="abc")
+
+
+def observed(progress: ProgressFacts, status: dict | None = None, refresh: bool = True) -> Observed:
+    facts = Facts(generation=3, suspended=False, desired_hash="abc", driver=RUNNING, progress=progress,
+                  previous_hash="abc", now_ms=int(NOW.timestamp() * 1000))
+    return Observed(generation=3, status=status or {}, app={"configHash": "abc", "restarts": 0}, facts=facts,
+                    refresh_truth=refresh, now=NOW)
+
+
+def test_a_running_handoff_gets_typed_wire_status_with_committed_progress() -> None:
+    progress = ProgressFacts(committed_snapshot=42, committed_batch=7, committed_at_ms=int(NOW.timestamp() * 1000),
+                             committed_offsets={"orders": {"0": 10}}, lag=5, freshness_seconds=1.23456)
+    decision = decide(observed(progress))
+    status = decision.status
+    assert decision.phase == "Running" and status["phase"] == "Running"
+    assert status["observedGeneration"] == 3
+    assert status["committed"] == {"snapshot": "42", "batch": 7, "offsets": {"orders": {"0": 10}},
+                                   "at": "2026-11-23T12:00:00Z"}
+    assert status["lag"] == 5 and status["freshnessSeconds"] == 1.235 and status["freshness"]
+    assert status["app"] == {"configHash": "abc", "restarts": 0, "driver": "h-driver-0"}
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["lastTransitionTime"] == "2026-11-23T12:00:00Z"
+    assert ("Normal", "Running") in [(kind, reason) for kind, reason, _ in decision.events]
+
+
+def test_a_refresh_that_cannot_read_the_truth_clears_lag_and_says_why() -> None:
+    decision = decide(observed(ProgressFacts(errors=("cannot read Kafka offsets: boom",)),
+                               status={"lag": 9, "freshness": "1s", "freshnessSeconds": 1.0}))
+    assert decision.status["lag"] is None and decision.status["freshnessSeconds"] is None
+    degraded = next(c for c in decision.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "StatusUnavailable" and "boom" in degraded["message"]
+    # A change-triggered reconcile (no truth read) keeps what the last refresh found.
+    kept = decide(observed(ProgressFacts(lag=9), status={"lag": 9}, refresh=False))
+    assert "freshnessSeconds" not in kept.status and kept.status["lag"] == 9
+
+
+def test_the_same_facts_twice_need_no_second_write() -> None:
+    progress = ProgressFacts(committed_snapshot=1, committed_batch=0, committed_offsets={"orders": {"0": 1}}, lag=0)
+    first = decide(observed(progress)).status
+    again = decide(observed(progress, status=first))
+    assert not differs(first, again.status)
+    assert [reason for _, reason, _ in again.events] == []  # no transition, no Event
+
+
+def test_a_status_the_crd_would_refuse_fails_in_the_decision() -> None:
+    with pytest.raises(ValidationError):
+        decide(observed(ProgressFacts(lag=-1)))
+
+
+def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -> None:
+    from handoff_operator.status_decision import worth_writing
+
+    stored = {"lag": 0, "freshness": "1m40s", "freshnessSeconds": 100.0}
+    assert not worth_writing(stored, {"lag": 0, "freshness": "1m45s", "freshnessSeconds": 105.0})
+    assert worth_writing(stored, {"lag": 0, "freshness": "1m55s", "freshnessSeconds": 115.0})
+    assert worth_writing(stored, {"lag": 1, "freshness": "1m45s", "freshnessSeconds": 105.0})
+    assert worth_writing(stored, {"lag": 0, "freshness": None, "freshnessSeconds": None})
+    assert worth_writing({"lag": 0}, {"lag": 0, "freshnessSeconds": 1.0})
