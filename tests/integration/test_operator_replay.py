@@ -284,7 +284,7 @@ def _let_the_job_pod_finish(cluster: Cluster, ns: str, request: str) -> None:
 
 def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(cluster: Cluster, operator: Operator,
                                                                           kafka, tmp_path) -> None:
-    from handoff_spark import ledger
+    from handoff_spark.iceberg import ledger
 
     s = Setup(cluster, kafka, tmp_path, schema={"columns": [{"name": "id", "type": "long"}]})
     _hold_pods(cluster, s.ns)
