@@ -226,9 +226,12 @@ def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(clu
 
 
 # ------------------------------------------------------------------------------------------------ Backfill
-# The test bed's kube-controller-manager runs the Job controller; kwok stands in for the kubelet. A
-# ResourceQuota keeps the Job's pod from being created while the test runs the Job's own command as a local
-# process (the real app, Spark local mode, against this Kafka and catalog), as the kubelet would run it.
+# The test bed's kube-controller-manager runs the Job controller; kwok stands in for the kubelet, and its
+# pod-complete stage ends a Job's Running pod Succeeded at once, without running anything: the operator then
+# sees a succeeded Job whose range is not in the table (BackfillIncomplete), which is why success needs the
+# ledger too. So a ResourceQuota keeps the Job's pod from being created while the test runs the Job's own
+# command as a local process (the real app, Spark local mode, against this Kafka and catalog), as the kubelet
+# would run it; then the quota goes and the Job controller and kwok finish the Job.
 
 def _hold_pods(cluster: Cluster, ns: str) -> None:
     """No new pod in `ns` (the driver's is already there): the Job stays active, podless."""
@@ -280,7 +283,8 @@ def _run_job_command(cluster: Cluster, s: Setup, job: Any, tmp_path: Any) -> Non
 
 
 def _let_the_job_pod_finish(cluster: Cluster, ns: str, request: str) -> None:
-    """Lift the quota; the Job controller creates the pod; it ends Succeeded (exit 0), as the process did."""
+    """Lift the quota; the Job controller creates the pod; it ends Succeeded (exit 0), as the process did (kwok's
+    pod-complete stage; written here only if kwok has not done it yet)."""
     cluster.core.delete_namespaced_resource_quota("hold-pods", ns)
     job = _job(cluster, ns, request)
 
