@@ -39,17 +39,31 @@ COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "typ
            {"name": "region", "type": "string"}, {"name": "note", "type": "string"}]
 
 
-def run_app(app_json: Path, log: Path) -> float:
+#: Spark's Python worker must connect back within a fixed 10 s; on an overloaded machine it sometimes does not and
+#: the query fails before its first batch. Such a run is started again (and not timed); other failures end the bench.
+WORKER_TIMEOUT = "Python worker failed to connect back"
+RESTARTS: list[str] = []
+
+
+def run_app(app_json: Path, log: Path, tries: int = 3) -> float:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack")]),
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    t = time.perf_counter()
-    with log.open("a") as fh:
-        rc = subprocess.call([sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json),
-                              "--available-now"], stdout=fh, stderr=subprocess.STDOUT, env=env)
-    seconds = time.perf_counter() - t
-    if rc != 0:
-        raise SystemExit(f"the app exited {rc}; see {log}")
-    return seconds
+    for _ in range(tries):
+        start = log.stat().st_size if log.exists() else 0
+        t = time.perf_counter()
+        with log.open("a") as fh:
+            rc = subprocess.call([sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json),
+                                  "--available-now"], stdout=fh, stderr=subprocess.STDOUT, env=env)
+        seconds = time.perf_counter() - t
+        if rc == 0:
+            return seconds
+        with log.open() as fh:
+            fh.seek(start)
+            if WORKER_TIMEOUT not in fh.read():
+                break
+        RESTARTS.append(f"{app_json.name}: started again after {seconds:.0f} s ({WORKER_TIMEOUT})")
+        print(RESTARTS[-1], flush=True)
+    raise SystemExit(f"the app exited {rc}; see {log}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             "replay_seconds": round(reread, 2), "rollback_and_replay_seconds": round(total, 2),
             "ratio": round(total / once, 2), "table_whole_after_replay": whole,
             "plan": [line for line in lines if line.startswith("plan:")],
+            "restarts_not_timed": RESTARTS,
         }
         print(f"\n| run | seconds | records/s |\n|---|---|---|\n"
               f"| consume once (baseline) | {once:.1f} | {args.records / once:,.0f} |\n"

@@ -20,26 +20,33 @@ The run of a Rollback / RollbackAndReplay:
 7. DriverStarted: the hold is lifted; the driver resumes from the table's ledger;
 8. Replayed (RollbackAndReplay): the ledger has passed the offsets the table held before
    (status.progress meanwhile); then Succeeded and the claim is released.
+
+The run of a Backfill (after the plan, phase Planned; the stream's driver keeps running, the handoff is not
+claimed: a backfill moves neither the stream's position nor its table history):
+1. JobCreated: a batch/v1 Job (`replay_backfill.backfill_job`) runs `handoff_spark backfill` under ledger
+   query `backfill-<request>`; a Job already there (an operator restarted in between) is adopted;
+2. status.progress follows that query's ledger; Backfilled (Succeeded) once the Job succeeded and the
+   ledger reached `to`; Failed (BackfillJobFailed, naming the Job's failure) when the Job failed.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from . import handlers, metrics, replay_plan, replay_table, rollback
+from . import handlers, metrics, replay_backfill, replay_plan, replay_table, rollback
 from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from .kube import Kube
 from .models import ReplayRequest, ReplayRequestSpec
-from .render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, referenced_secrets,
-                     render)
+from .render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
+                     referenced_secrets, render)
 from .truth import kafka_offsets
 from .validation import check, parse_spec
 
@@ -133,13 +140,17 @@ class Request:
         return self.status.get("phase") or "Pending"
 
     @property
+    def reason(self) -> str | None:
+        return next((c.get("reason") for c in self.status.get("conditions") or [] if c.get("type") == READY), None)
+
+    @property
     def steps(self) -> list[str]:
         return [s.get("name") for s in self.status.get("steps") or []]
 
     def write(self, phase: str, reason: str, message: str, **fields: Any) -> None:
         """Phase + conditions (+ fields) in one status patch; an Event when the reason changes."""
         old = self.status.get("conditions") or []
-        before = next((c.get("reason") for c in old if c.get("type") == READY), None)
+        before = self.reason
         patch = {"observedGeneration": self.generation, "phase": phase, **fields,
                  "conditions": merge_conditions(old, _conditions(phase, reason, message, self.dry_run),
                                                 self.generation, _now())}
@@ -194,7 +205,7 @@ def _active_others(kube: Kube, handoff: Mapping[str, Any], me: str) -> list[str]
 def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any], config: Any,
                claimed: bool) -> replay_plan.Plan:
     request = replay_plan.request_from_spec(spec, config.handoff_id, config.query_name, config.source.topics,
-                                            config.sink.kind)
+                                            config.sink.kind, config.source.starting_offsets)
     table = facts = kafka = None
     if request.sink == "iceberg":
         try:
@@ -245,6 +256,9 @@ def _claim(req: Request, handoff: Mapping[str, Any]) -> None:
 
 def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config: Any) -> None:
     """The next step of a running request (each returns; the daemon calls again)."""
+    if spec.mode == "Backfill":
+        _run_backfill(req, handoff, config)
+        return
     ns, handoff_name = handoff["metadata"]["namespace"], handoff["metadata"]["name"]
     annotations = handoff["metadata"].get("annotations") or {}
     steps = req.steps
@@ -337,6 +351,66 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config:
               f"{replay_plan.fmt_offsets(end)}", progress=progress, steps=steps_done)
 
 
+def _read_job(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        job = client.BatchV1Api(kube.api).read_namespaced_job(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return kube.api.sanitize_for_serialization(job)
+
+
+def _run_backfill(req: Request, handoff: Mapping[str, Any], config: Any) -> None:
+    """The next step of a running Backfill: its Job (replay_backfill) runs while the stream's driver goes on;
+    progress and the end come from the table's ledger of the backfill's own query."""
+    plan = req.status.get("plan") or {}
+    start, end = _offsets(plan.get("replayFrom")), _offsets(plan.get("replayTo"))
+    query, job_name = replay_backfill.backfill_query(req.name), replay_backfill.job_name(req.name)
+    job = _read_job(req.kube, req.namespace, job_name)
+    table = replay_table.load(config)
+    if table is None:
+        raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
+    now = replay_table.stream_offsets(table, config.handoff_id, query)
+    done, reached = replay_plan.progress(start, end, now)
+    progress = {"offsets": replay_plan.wire({t: {p: now.get(t, {}).get(p, o) for p, o in parts.items()}
+                                             for t, parts in start.items()}),
+                "records": done, "total": int(plan.get("records") or 0)}
+    nxt = replay_backfill.next_step(req.steps, replay_backfill.job_state(job) if job is not None else None,
+                                    reached, job_name, query, req.obj["metadata"].get("uid", ""))
+    if nxt.action == "create":
+        handoff_name = handoff["metadata"]["name"]
+        try:
+            deployment = req.kube.apps.read_namespaced_deployment(driver_name(handoff_name), req.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise Wait(f"the driver Deployment of {handoff_name} does not exist yet") from exc
+            raise
+        body = replay_backfill.backfill_job(req.kube.api.sanitize_for_serialization(deployment), req.obj,
+                                            handoff_name, plan["replayFrom"], plan["replayTo"])
+        try:
+            client.BatchV1Api(req.kube.api).create_namespaced_job(req.namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Wait(f"Job {job_name} exists already; adopting it") from exc
+            raise
+        req.step(nxt.reason, nxt.message, progress=progress)
+    elif nxt.action == "adopt":
+        req.step(nxt.reason, nxt.message, progress=progress)
+    elif nxt.action == "succeed":
+        steps = list(req.status.get("steps") or []) + [
+            {"name": replay_backfill.BACKFILLED, "at": _now(), "message": nxt.message}]
+        req.write("Succeeded", "Succeeded", f"re-read {done} records into the table under ledger query {query}; "
+                  f"the stream's position is unchanged", progress=progress, steps=steps)
+    elif nxt.action == "fail":
+        req.write("Failed", nxt.reason, nxt.message, progress=progress)
+    elif nxt.message:
+        raise Wait(nxt.message)
+    elif progress != req.status.get("progress") or req.reason != "Backfilling":
+        req.write("Running", "Backfilling", f"Job {job_name}: re-read {done} of {progress['total']} records",
+                  progress=progress)
+
+
 def advance(namespace: str, name: str, kube: Kube) -> bool:
     """Do the next thing for this request. True once it is final (nothing more will happen)."""
     obj = _get(kube, namespace, name)
@@ -360,14 +434,6 @@ def advance(namespace: str, name: str, kube: Kube) -> bool:
         config = _handoff_config(kube, handoff)
         if req.phase == "Pending":
             p = _make_plan(req, spec, handoff, config, claimed=False)
-            if spec.mode == "Backfill" and not req.dry_run:
-                command = (f"python -m handoff_spark backfill --config app.json --query backfill-{req.name} "
-                           f"--from '{json.dumps(replay_plan.wire(p.replay_from))}' "
-                           f"--to '{json.dumps(replay_plan.wire(p.replay_to))}'")
-                req.write("Failed", "BackfillNotImplemented", f"planned ({p.summary}), but this operator does not "
-                          f"run backfills yet; nothing was changed. Run it with the handoff's app config "
-                          f"(ConfigMap {handoff['metadata']['name']}-app): {command}", plan=_plan_status(p))
-                return True
             req.write("Planned", "DryRun" if req.dry_run else "Planned",
                       ("dry run, nothing changed: " if req.dry_run else "planned: ") + p.summary,
                       plan=_plan_status(p))

@@ -7,6 +7,7 @@ driver resumes from the table's ledger (its checkpoint now disagrees and is disc
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +43,7 @@ def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], No
         echo(f"note: cannot read Kafka's offsets: {exc}")
         kafka = None
     request = replay_plan.request_from_spec(spec, config.handoff_id, config.query_name, config.source.topics,
-                                            config.sink.kind)
+                                            config.sink.kind, config.source.starting_offsets)
     plan = replay_plan.plan(request, facts, kafka)
     if isinstance(plan, replay_plan.Failure):
         echo(f"refused ({plan.reason}): {plan.message}")
@@ -53,7 +54,8 @@ def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], No
         return 0
     if spec.mode == "Backfill":
         echo("run the backfill with: python -m handoff_spark backfill --config <app.json> --query "
-             f"backfill-{name} --from '{replay_plan.wire(plan.replay_from)}' --to '{replay_plan.wire(plan.replay_to)}'")
+             f"backfill-{name} --from '{json.dumps(replay_plan.wire(plan.replay_from))}' "
+             f"--to '{json.dumps(replay_plan.wire(plan.replay_to))}'")
         return 0
     assert table is not None and plan.head_snapshot is not None and plan.target_snapshot is not None
     tag = replay_table.undo_tag_name(namespace, name)

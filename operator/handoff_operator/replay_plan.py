@@ -66,6 +66,7 @@ class Request:
     query: str                              # the stream's ledger query name (AppConfig.query_name)
     topics: tuple[str, ...]                 # the handoff's source topics
     sink: Literal["iceberg", "bigquery"] = "iceberg"
+    starting_offsets: Literal["earliest", "latest"] = "earliest"   # source.startingOffsets of the stream
     snapshot_id: int | None = None
     timestamp_ms: int | None = None
     tag: str | None = None
@@ -94,12 +95,14 @@ class Plan:
 
 
 def request_from_spec(spec: Any, handoff_id: str, query: str, topics: Sequence[str],
-                      sink: Literal["iceberg", "bigquery"]) -> Request:
+                      sink: Literal["iceberg", "bigquery"],
+                      starting_offsets: Literal["earliest", "latest"] = "earliest") -> Request:
     """A `Request` from a validated `ReplayRequestSpec`."""
     target = spec.target
     ts: datetime | None = target.timestamp if target is not None else None
     return Request(
         mode=spec.mode, handoff_id=handoff_id, query=query, topics=tuple(topics), sink=sink,
+        starting_offsets=starting_offsets,
         snapshot_id=int(target.snapshot_id) if target is not None and target.snapshot_id is not None else None,
         timestamp_ms=int(ts.timestamp() * 1000) if ts is not None else None,
         tag=target.tag if target is not None else None,
@@ -266,13 +269,48 @@ def _plan_rollback(req: Request, table: TableFacts, kafka: KafkaFacts | None) ->
     if kafka is None:
         return Failure("KafkaUnavailable", "Kafka's offsets could not be read; the request is planned again "
                        "when it can be")
-    refused = check_kafka_holds(replay_from, before, kafka, "spec.target")
+    refused = check_kafka_holds(replay_from, before, kafka, "spec.target") or _check_new_partitions(
+        req, replay_from, before, at_target, discarded, target, kafka)
     if refused is not None:
         return refused
     return Plan("RollbackAndReplay", head_snapshot=head, target_snapshot=target, discarded_snapshots=n,
                 resume_offsets=replay_from, replay_from=replay_from, replay_to=before, records=records,
                 summary=(f"roll the table back from snapshot {head} to {target} ({n} snapshots discarded) and "
                          f"re-read {records} records from Kafka: {fmt_offsets(replay_from)} up to {fmt_offsets(before)}"))
+
+
+def _check_new_partitions(req: Request, replay_from: Offsets, before: Offsets, at_target: Offsets,
+                          discarded: Sequence[SnapshotInfo], target: int, kafka: KafkaFacts) -> Failure | None:
+    """A partition first committed after the target is absent from the ledger once the table is rolled back,
+    so the restarted stream starts it at `source.startingOffsets`, not where its first commit started: with
+    `latest` the records to re-read would be skipped (lost from the table for good), with `earliest` records
+    before that first commit (never in the table) would be read too, unless Kafka's earliest offset is exactly
+    where the first commit started. Refused unless it is; the fix is a target at or after that first commit
+    (the ledger then names the partition), or mode Rollback (nothing is re-read)."""
+    problems: list[str] = []
+    newest_first = len(discarded)      # index in `discarded` (newest first) of the newest such first commit
+    for t, parts in sorted(replay_from.items()):
+        for p, start in sorted(parts.items()):
+            if p in at_target.get(t, {}) or before[t][p] <= start:
+                continue
+            restart = (kafka.earliest if req.starting_offsets == "earliest" else kafka.latest).get(t, {}).get(p)
+            if req.starting_offsets == "earliest" and restart == start:
+                continue
+            index = max(i for i, s in enumerate(discarded) if _mine(s.entry, req) and s.entry is not None
+                        and p in s.entry.offsets.get(t, {}))
+            newest_first = min(newest_first, index)
+            first = discarded[index].snapshot_id
+            effect = ("skipping the records to re-read" if req.starting_offsets == "latest" or
+                      (restart is not None and restart > start) else "re-reading records the table never held")
+            problems.append(f"{t}[{p}] (first committed in snapshot {first}, from offset {start}; it would restart "
+                            f"at startingOffsets {req.starting_offsets}, offset {restart}: {effect})")
+    if not problems:
+        return None
+    return Failure("PartitionNewerThanTarget", f"spec.target: partitions first committed after snapshot {target} "
+                   f"are not in the ledger once the table is rolled back, so the stream would start them at "
+                   f"source.startingOffsets instead of where they were first read: {'; '.join(problems)}; pick a "
+                   f"target at or after snapshot {discarded[newest_first].snapshot_id} (the ledger then names them), or use mode "
+                   f"Rollback (nothing is re-read)")
 
 
 def _plan_backfill(req: Request, table: TableFacts, kafka: KafkaFacts | None) -> Plan | Failure:

@@ -25,7 +25,7 @@ from . import metrics
 from .conditions import DriverFacts, DriverReport, ProgressFacts
 from .kube import Kube
 from .models import StreamTableHandoffSpec
-from .render import Rendered, labels, owner_reference, referenced_secrets, render
+from .render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
 from .settings import OperatorSettings
 from .upgrade import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, decide, overlay
 from .validation import check, parse_spec
@@ -172,7 +172,8 @@ def step(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec, ren
         driver=driver if driver is not None else kube.driver_facts(namespace, name), report=report,
         ledger_committed_at_ms=truth.committed_at_ms if truth is not None else None,
         lag=truth.lag if truth is not None else status.get("lag"),
-        last_good_available=last_good is not None)
+        last_good_available=last_good is not None,
+        held=REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {}))
 
     # Decide.
     decision = decide(facts, state)

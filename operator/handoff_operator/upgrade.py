@@ -17,7 +17,9 @@ Evidence that a config committed, both read from what the operator already sees:
 
 The readiness clock runs while the tried driver is not ready, or is ready while records wait; a ready
 driver with nothing to commit (lag 0) has nothing to prove, so the clock is stopped (and restarts from
-zero when records arrive). A suspended handoff runs nothing, so it neither proves nor fails anything.
+zero when records arrive). A suspended handoff runs nothing, so it neither proves nor fails anything; nor
+does a driver a ReplayRequest holds at 0 replicas while it rewinds the table (`held`): the clock stops and
+starts from zero once the driver runs again, so a replay never rolls back the spec change it follows.
 
 `decide` is the whole policy; the state it reads and returns is what `status.upgrade` and
 `status.lastGoodGeneration` hold, so an operator restart continues where it stopped.
@@ -71,6 +73,7 @@ class UpgradeFacts:
     ledger_committed_at_ms: int | None = None   # newest ledger commit of this handoff (None: unknown)
     lag: int | None = None                  # records waiting in Kafka (None: unknown)
     last_good_available: bool = True        # the last good spec is stored and still renders
+    held: bool = False                      # a ReplayRequest holds the driver at 0 replicas (replay-hold)
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
     if state.trying_hash != facts.desired_hash:
         state = replace(state, trying_hash=facts.desired_hash, trying_since_ms=None)
     state = replace(state, trying_generation=facts.generation)
-    if facts.suspended:
+    if facts.suspended or facts.held:
         return Decision("keep", replace(state, trying_since_ms=None), run_last_good=False)
 
     driver = facts.driver

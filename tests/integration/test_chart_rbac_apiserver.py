@@ -2,7 +2,7 @@
 TokenRequest API, real RBAC authorization), do everything the operator does in a watched namespace —
 read the handoff and its Secrets, write its status, server-side-apply every rendered child including the
 driver's Role (which the API server only allows if the operator holds every right it grants), create the
-checkpoint PVC, scale the driver, post an Event — and check it is refused in a namespace it does not
+checkpoint PVC, scale the driver, create/read/list/delete a Backfill request's Job, post an Event — and check it is refused in a namespace it does not
 watch. Last, the operator itself (`handoff operator`) runs with only that token and must take a handoff
 through create → status → delete without one Forbidden."""
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kubernetes.client.rest import ApiException
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.render import Resolved, render
+from handoff_operator.replay_backfill import backfill_job
 from operator_support import delete_cluster_rbac, install_chart_rbac, token_client, token_kubeconfig
 
 pytestmark = pytest.mark.apiserver
@@ -104,6 +105,20 @@ def test_operator_service_account_can_do_its_job(setup: dict[str, Any]) -> None:
     for child in rendered.unowned:
         assert kube.create_if_missing(child)
     assert kube.scale_driver(ns, "orders", 0)
+    # A Backfill request's Job, owned by the request (blockOwnerDeletion: replayrequests/finalizers).
+    request = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "replayrequests",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ReplayRequest", "metadata": {"name": "fill"},
+         "spec": {"handoffRef": {"name": "orders"}, "mode": "Backfill",
+                  "from": {"orders": {"0": 0}}, "to": {"orders": {"0": 5}}}})
+    deployment = operator.sanitize_for_serialization(client.AppsV1Api(operator).read_namespaced_deployment(
+        "orders-driver", ns))
+    batch = client.BatchV1Api(operator)
+    job = backfill_job(deployment, request, "orders", {"orders": {"0": 0}}, {"orders": {"0": 5}})
+    batch.create_namespaced_job(ns, job)
+    assert batch.read_namespaced_job(job["metadata"]["name"], ns).spec.backoff_limit == job["spec"]["backoffLimit"]
+    assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == [job["metadata"]["name"]]
+    batch.delete_namespaced_job(job["metadata"]["name"], ns, propagation_policy="Background")
     assert kube.driver_facts(ns, "orders") is not None
     assert kube.executor_count(ns, "orders") == 0
     kube.patch_status(ns, "orders", {"observedGeneration": 1, "phase": "Starting"})

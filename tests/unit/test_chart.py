@@ -122,6 +122,7 @@ NEEDED = [  # (group, resource, verbs) the operator uses in a managed namespace
     ("", "pods", ["get", "list", "watch"]),
     ("apps", "deployments", ["get", "create", "patch", "delete"]),
     ("apps", "deployments/scale", ["patch"]),
+    ("batch", "jobs", ["get", "list", "watch", "create", "delete"]),
     ("rbac.authorization.k8s.io", "roles", ["get", "create", "patch"]),
     ("rbac.authorization.k8s.io", "rolebindings", ["get", "create", "patch"]),
     ("", "events", ["create"]),

@@ -157,6 +157,29 @@ def test_suspended_neither_proves_nor_fails_and_stops_the_clock():
     assert resumed.action == "keep" and resumed.state.trying_since_ms == NOW + MIN
 
 
+def test_a_replay_holding_the_driver_stopped_neither_counts_toward_the_timeout_nor_rolls_back():
+    # A spec change (e.g. a fixed transform) is being tried when a RollbackAndReplay holds the driver at
+    # 0 replicas for longer than the readiness timeout: no pod, no commit, lag growing.
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 4 * MIN)
+    stopped = _driver(replicas=0, ready_replicas=0, desired_replicas=0, pod_name=None, pod_phase=None,
+                      pod_ready=False, pod_config_hash=None)
+    for minutes in (0, 10, 60):
+        held = decide(_facts(held=True, driver=stopped, lag=5000, now_ms=NOW + minutes * MIN), tried)
+        assert held.action == "keep" and not held.run_last_good and held.state.trying_since_ms is None
+        tried = held.state
+    # Without the hold the same facts roll back: the hold is what stops it.
+    assert decide(_facts(driver=stopped, lag=5000, now_ms=NOW + MIN),
+                  replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - 4 * MIN)
+                  ).action == "rollBack"
+    # The old config's pod still stopping (crash-looping even) during the hold is no verdict either.
+    assert decide(_facts(held=True, driver=_crashing("h2")), tried).action == "keep"
+    # Once the driver runs again the clock starts from zero.
+    resumed = decide(_facts(driver=_driver(pod_ready=False), now_ms=NOW + 61 * MIN), tried)
+    assert resumed.action == "keep" and resumed.state.trying_since_ms == NOW + 61 * MIN
+    assert decide(_facts(driver=_driver(pod_ready=False), now_ms=NOW + 65 * MIN), resumed.state).action == "keep"
+    assert decide(_facts(driver=_driver(pod_ready=False), now_ms=NOW + 66 * MIN), resumed.state).action == "rollBack"
+
+
 def test_overlay_reports_the_rollback_as_degraded():
     rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2"))
     running = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_driver("h1"),

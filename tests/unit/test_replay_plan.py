@@ -59,8 +59,10 @@ def test_rollback_records_the_discarded_range_as_a_gap_and_keeps_the_position() 
 
 
 def test_a_partition_first_committed_after_the_target_is_re_read_from_its_first_range() -> None:
+    # Allowed when the restarted stream starts it exactly there: startingOffsets earliest, and Kafka's
+    # earliest offset is where its first commit started.
     table = history(entry((0, 10)), entry((10, 20), (7, 9)), entry((20, 30), (9, 12)))
-    p = plan(req(snapshot_id=1), table, KafkaFacts({T: {0: 0, 1: 0}}, {T: {0: 30, 1: 12}}))
+    p = plan(req(snapshot_id=1), table, KafkaFacts({T: {0: 0, 1: 7}}, {T: {0: 30, 1: 12}}))
     assert isinstance(p, Plan) and p.replay_from == {T: {0: 10, 1: 7}} and p.replay_to == {T: {0: 30, 1: 12}}
 
 
@@ -173,3 +175,30 @@ def test_progress_counts_records_re_read_until_every_partition_passes_the_end() 
     assert progress(start, end, {T: {0: 35}}) == (15, False)
     assert progress(start, end, {T: {0: 50, 1: 24}}) == (44, False)
     assert progress(start, end, {T: {0: 61, 1: 30}}) == (45, True)
+
+
+def test_a_partition_first_committed_after_the_target_restarting_elsewhere_is_refused() -> None:
+    # p1 first committed in snapshot 2 from offset 7; the rollback to 1 leaves it out of the ledger, so the
+    # restarted stream would start it at startingOffsets, not at 7.
+    table = history(entry((0, 10)), entry((10, 20), (7, 9)), entry((20, 30), (9, 12)))
+    for starting, kafka, effect in (
+            ("latest", KafkaFacts({T: {0: 0, 1: 0}}, {T: {0: 30, 1: 12}}), "skipping the records to re-read"),
+            ("earliest", KafkaFacts({T: {0: 0, 1: 3}}, {T: {0: 30, 1: 12}}), "records the table never held")):
+        f = plan(req(snapshot_id=1, starting_offsets=starting), table, kafka)
+        assert isinstance(f, Failure) and f.reason == "PartitionNewerThanTarget", f
+        assert f"{T}[1] (first committed in snapshot 2, from offset 7" in f.message and effect in f.message
+        assert "at or after snapshot 2" in f.message and "mode Rollback" in f.message
+        # The fix the message names works: a target that keeps p1's first commit.
+        assert isinstance(plan(req(snapshot_id=2, starting_offsets=starting), table, kafka), Plan)
+        # Rollback re-reads nothing: the gap it records names p1, so the stream goes on from 12.
+        assert isinstance(plan(req("Rollback", snapshot_id=1, starting_offsets=starting), table, kafka), Plan)
+
+
+def test_the_newest_first_commit_is_the_target_named_when_several_partitions_are_new() -> None:
+    def three(p0: tuple[int, int], p1: tuple[int, int] | None = None, p2: tuple[int, int] | None = None):
+        parts = {0: p0, **({1: p1} if p1 else {}), **({2: p2} if p2 else {})}
+        return LedgerEntry(HID, Q, {T: parts})
+    table = history(three((0, 10)), three((10, 20), (4, 9)), three((20, 30), (9, 12), (5, 6)))
+    f = plan(req(snapshot_id=1, starting_offsets="latest"), table,
+             KafkaFacts({T: {0: 0, 1: 0, 2: 0}}, {T: {0: 30, 1: 12, 2: 6}}))
+    assert isinstance(f, Failure) and "at or after snapshot 3" in f.message and f"{T}[2]" in f.message

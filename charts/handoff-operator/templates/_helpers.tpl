@@ -69,6 +69,10 @@ rights on pods/services/configmaps/PVCs itself.
 - apiGroups: [apps]
   resources: [deployments/scale]
   verbs: [get, patch, update]
+# Backfill ReplayRequests run as Jobs (owned by the request: deleting it deletes the Job).
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, update, patch, delete]

@@ -6,7 +6,7 @@ Modes:
 - RollbackAndReplay: move the table back to `target` and resume the stream from the offsets recorded in
   that snapshot, so the discarded range is re-read from Kafka (e.g. after fixing a transform).
 - Backfill: re-read the explicit offset range `from` → `to` into the table, without touching the
-  stream's own progress.
+  stream's own progress (a Kubernetes Job the operator runs beside the stream's driver).
 
 The spec is immutable once created (a request is a record of what was asked); create a new one to ask
 again. `dryRun` computes and shows `status.plan` without changing anything.
@@ -133,7 +133,8 @@ class ReplayProgress(StatusModel):
     snapshot: SnapshotId | None = Field(default=None, description="Newest snapshot the replay committed.")
 
 
-ReplayStepName = Literal["DriverStopped", "Tagged", "RolledBack", "GapRecorded", "DriverStarted", "Replayed"]
+ReplayStepName = Literal["DriverStopped", "Tagged", "RolledBack", "GapRecorded", "DriverStarted", "Replayed",
+                         "JobCreated", "Backfilled"]
 
 
 class ReplayStep(StatusModel):
@@ -141,7 +142,8 @@ class ReplayStep(StatusModel):
     mid-replay reads to go on without doing a step twice."""
 
     name: ReplayStepName = Field(description="DriverStopped, Tagged, RolledBack, GapRecorded, DriverStarted, "
-                                             "Replayed.")
+                                             "Replayed (Rollback, RollbackAndReplay); JobCreated, Backfilled "
+                                             "(Backfill).")
     at: datetime = Field(description="When the step completed.")
     message: str = Field(default="", max_length=1024, description="What was done.")
 
