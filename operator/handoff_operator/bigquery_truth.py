@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Literal, TypeVar
 
 from handoff_spark.config import AppConfig, BigQuerySink
+from handoff_spark.ledger import Commit
 
 LEDGER_RECHECK_SECONDS = 300.0
 CACHE_SIZE = 1024
@@ -80,7 +81,7 @@ class TableSignature:
 @dataclass(frozen=True)
 class CachedLedger:
     signature: TableSignature
-    commit: Any  # bigquery_ledger.Commit | None
+    commit: Commit | None
     read_at: float  # monotonic seconds
 
 

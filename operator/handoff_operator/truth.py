@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
+from handoff_spark.ledger import Commit
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from .conditions import ProgressFacts
@@ -68,7 +68,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0
     return result[0], result[1]
 
 
-def latest_commit(config: AppConfig) -> Any:
+def latest_commit(config: AppConfig) -> Commit | None:
     """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink).
 
     For BigQuery see `bigquery_commit`."""
@@ -88,7 +88,7 @@ def latest_commit(config: AppConfig) -> Any:
     return ledger.latest_commit(table, config.handoff_id)
 
 
-def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Any:
+def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Commit | None:
     """The newest row of this handoff in the table's `__handoff_ledger` (None: no ledger table or row yet).
 
     `key_json`: the service-account key from the sink's `credentialsFrom` Secret (the operator's pod does

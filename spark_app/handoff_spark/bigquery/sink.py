@@ -36,6 +36,7 @@ from .. import faults
 from .append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from .schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
+from ..ledger import contiguity_problems
 from ..config import AppConfig, BigQuerySink
 from ..decode import DeadLetter, decode_batch
 from ..kafka_offsets import commit_group_offsets
@@ -421,8 +422,6 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
     """The contiguity check for BigQuery, the overlap half: a batch starting below where the table ends would
     duplicate rows. (A start past the end is not refused here: a batch whose last records all went to the DLQ
     leaves no rows, and its ledger-index row is best effort, so the table's end can lag the true one.)"""
-    from ..iceberg.ledger import contiguity_problems
-
     moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
     end = ledger_end(cfg)
     return [p for p in contiguity_problems(moving, {tp: end[tp] for tp in moving if tp in end})
