@@ -70,13 +70,17 @@ def _sink(cfg: AppConfig) -> BigQuerySink:
 # ------------------------------------------------------------------------------------------ table setup
 
 def _fields_of(table: Any) -> list[Field]:
-    return [Field(f.name, f.field_type, f.mode or "NULLABLE") for f in table.schema]
+    return [_field_of(f) for f in table.schema]
+
+
+def _field_of(f: Any) -> Field:
+    return Field(f.name, f.field_type, f.mode or "NULLABLE", tuple(_field_of(s) for s in f.fields or ()))
 
 
 def _schema_fields(fields: Sequence[Field]) -> list[Any]:
     from google.cloud import bigquery
 
-    return [bigquery.SchemaField(f.name, f.type, mode=f.mode) for f in fields]
+    return [bigquery.SchemaField(f.name, f.type, mode=f.mode, fields=_schema_fields(f.fields)) for f in fields]
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,8 @@ def add_columns(client: Any, ref: str, fields: list[Field]) -> Any:
         new = [f for f in fields if f.name.lower() not in have]
         if not new:
             break
-        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "NULLABLE") for f in new])
+        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "REPEATED" if f.mode == "REPEATED" else "NULLABLE", f.fields)
+                                                                 for f in new])
         try:
             table = client.update_table(table, ["schema"], retry=None)
             break
