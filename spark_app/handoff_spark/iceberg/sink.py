@@ -40,7 +40,7 @@ from . import ledger
 from ..config import AppConfig, IcebergSink
 from .catalog import apply_updates
 from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
-                            forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
+                            dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
@@ -240,7 +240,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
                 + "; ".join(plan.incompatible)
                 + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
         msg.add, msg.widen = list(plan.add), list(plan.widen)
-        msg.added_ids = {name: meta.schema().find_field(name).field_id for name, _ in plan.add}
+        msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
         msg.rows = shaped.num_rows
         msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
         try:
@@ -308,8 +308,22 @@ def _is_catalog_outage(exc: BaseException) -> bool:
 
 
 def _merge_plans(table: Table, msgs: list[IcebergCommitMessage], evolution: str) -> SchemaPlan:
-    wanted = [*(a for m in msgs for a in m.add), *(w for m in msgs for w in m.widen)]
-    return plan_schema_changes(table.schema(), wanted, evolution)
+    wanted = [*(a for m in msgs for a in m.add if isinstance(a[0], str)), *(w for m in msgs for w in m.widen)]
+    plan = plan_schema_changes(table.schema(), wanted, evolution)
+    # fields new inside a struct: added unless the table already has them (another task's, or a commit's)
+    nested = {n: t for m in msgs for n, t in m.add if not isinstance(n, str) and not _has_field(table, n)}
+    if not nested:
+        return plan
+    return SchemaPlan(add=tuple(sorted([*plan.add, *nested.items()], key=lambda kv: dotted(kv[0]))),
+                      widen=plan.widen, incompatible=plan.incompatible, ignored=plan.ignored)
+
+
+def _has_field(table: Table, path: tuple[str, ...]) -> bool:
+    try:
+        table.schema().find_field(dotted(path))
+        return True
+    except ValueError:
+        return False
 
 
 def _rewrite_file(io: Any, metadata: TableMetadata, f: DataFile) -> list[DataFile]:
@@ -426,7 +440,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
             if plan.changes_table:
                 with tx.update_schema() as us:
                     for name, typ in plan.add:
-                        us.add_column(name, typ)
+                        us.add_column(name, typ)  # a tuple path adds a field inside a struct
                     for name, typ in plan.widen:
                         us.update_column(name, field_type=typ)
             final_schema = tx.table_metadata.schema() if plan.changes_table else table.schema()
@@ -539,7 +553,7 @@ def prepare(cfg: AppConfig) -> Table:
     if plan.changes_table:
         with table.update_schema() as us:
             for name, typ in plan.add:
-                us.add_column(name, typ)
+                us.add_column(name, typ)  # a tuple path adds a field inside a struct
             for name, typ in plan.widen:
                 us.update_column(name, field_type=typ)
         table = catalog.load_table(sink.table)

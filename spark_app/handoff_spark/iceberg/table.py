@@ -17,7 +17,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError,
                                   TableAlreadyExistsError)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 from pyiceberg.transforms import (BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform,
                                   Transform, TruncateTransform, YearTransform)
@@ -220,11 +220,46 @@ def is_safe_widening(old: IcebergType, new: IcebergType) -> bool:
 
 # --------------------------------------------------------------------------------------- schema plans
 
+#: A top-level column name, or the path of a field inside a struct column (`("addr", "zip")`; a list's
+#: element struct is `element`, a map's value struct `value`, as Iceberg names them).
+ColumnPath = str | tuple[str, ...]
+
+
+def dotted(name: ColumnPath) -> str:
+    """The name `Schema.find_field` takes."""
+    return name if isinstance(name, str) else ".".join(name)
+
+
+def new_nested_fields(table: IcebergType, incoming: IcebergType,
+                      path: tuple[str, ...]) -> list[tuple[tuple[str, ...], IcebergType]] | None:
+    """Fields `incoming` has inside structs that `table` lacks (their paths and types), when everything else
+    fits; None when something does not fit (a changed nested type)."""
+    if isinstance(table, StructType) and isinstance(incoming, StructType):
+        have = {f.name: f.field_type for f in table.fields}
+        out: list[tuple[tuple[str, ...], IcebergType]] = []
+        for f in incoming.fields:
+            if f.name not in have:
+                out.append((path + (f.name,), f.field_type))
+                continue
+            sub = new_nested_fields(have[f.name], f.field_type, path + (f.name,))
+            if sub is None:
+                return None
+            out += sub
+        return out
+    if isinstance(table, ListType) and isinstance(incoming, ListType):
+        return new_nested_fields(table.element_type, incoming.element_type, path + ("element",))
+    if isinstance(table, MapType) and isinstance(incoming, MapType):
+        if not fits_into(incoming.key_type, table.key_type):
+            return None
+        return new_nested_fields(table.value_type, incoming.value_type, path + ("value",))
+    return [] if fits_into(incoming, table) else None
+
+
 @dataclass(frozen=True)
 class SchemaPlan:
     """What it takes to store `wanted` columns in a table with `current` columns."""
 
-    add: tuple[tuple[str, IcebergType], ...] = ()          # new optional columns, sorted by name
+    add: tuple[tuple[ColumnPath, IcebergType], ...] = ()   # new optional columns / nested fields, sorted by name
     widen: tuple[tuple[str, IcebergType], ...] = ()        # (column, wider type)
     incompatible: tuple[str, ...] = ()                      # human-readable reasons
     ignored: tuple[str, ...] = field(default=())            # new columns not added (evolution=none)
@@ -242,7 +277,7 @@ def plan_schema_changes(current: Schema, wanted: Iterable[tuple[str, IcebergType
     incompatible. A narrower incoming type is not a change at all (the value is cast up on write); a type
     that is neither narrower nor a safe widening is always incompatible — never a silent narrowing.
     """
-    add: dict[str, IcebergType] = {}
+    add: dict[ColumnPath, IcebergType] = {}
     widen: dict[str, IcebergType] = {}
     incompatible: list[str] = []
     ignored: list[str] = []
@@ -262,6 +297,15 @@ def plan_schema_changes(current: Schema, wanted: Iterable[tuple[str, IcebergType
         old = existing.field_type
         if same_structure(old, typ) or fits_into(typ, old):
             continue  # same or narrower incoming type: cast up on write (nested: missing fields are null)
+        nested = new_nested_fields(old, typ, (name,)) if not old.is_primitive else None
+        if nested:
+            if evolution == "compatible":
+                for sub_path, sub_type in nested:
+                    add.setdefault(sub_path, sub_type)
+            else:
+                incompatible.append(f"column {name!r} gains nested field(s) "
+                                    f"{', '.join(dotted(p) for p, _ in nested)} (needs schema.evolution=compatible)")
+            continue
         if is_safe_widening(old, typ):
             if evolution == "compatible":
                 prev = widen.get(name)
@@ -271,22 +315,43 @@ def plan_schema_changes(current: Schema, wanted: Iterable[tuple[str, IcebergType
                                     f"(widening needs schema.evolution=compatible)")
             continue
         incompatible.append(f"column {name!r} is {old} in the table but {typ} arrives "
-                            f"(not a safe widening; Iceberg allows int→long, float→double, decimal precision up)")
-    return SchemaPlan(add=tuple(sorted(add.items())), widen=tuple(sorted(widen.items())),
+                            f"(not a safe widening; Iceberg allows int→long, float→double, decimal precision up, "
+                            f"and new optional fields inside a struct)")
+    return SchemaPlan(add=tuple(sorted(add.items(), key=lambda kv: dotted(kv[0]))), widen=tuple(sorted(widen.items())),
                       incompatible=tuple(incompatible), ignored=tuple(sorted(set(ignored))))
 
 
 def apply_plan_locally(schema: Schema, plan: SchemaPlan, last_column_id: int) -> Schema:
-    """The schema the table will have after `plan` (ids assigned in name order, as `update_schema` does when
-    the columns are added in that order). Executors write provisional files with it; the driver checks the ids."""
+    """The schema the table will have after `plan` (ids assigned in plan order, as `update_schema` does when
+    the columns are added in that order: the field's id, then fresh ids inside its type). Executors write
+    provisional files with it; the driver checks the ids (and rewrites a file by name if they differ)."""
     widen = dict(plan.widen)
-    fields = [NestedField(f.field_id, f.name, widen.get(f.name, f.field_type), f.required, f.doc)
-              for f in schema.fields]
-    next_id = last_column_id
+    counter = _Ids(last_column_id)
+    nested: dict[tuple[str, ...], list[NestedField]] = {}
+    top: list[NestedField] = []
     for name, typ in plan.add:
-        next_id += 1
-        fields.append(NestedField(next_id, name, typ, required=False))
-    return Schema(*fields, schema_id=schema.schema_id + 1, identifier_field_ids=list(schema.identifier_field_ids))
+        field_id = counter()
+        field = NestedField(field_id, name if isinstance(name, str) else name[-1],
+                            assign_fresh_schema_ids(typ, counter) if not typ.is_primitive else typ, required=False)
+        if isinstance(name, str):
+            top.append(field)
+        else:
+            nested.setdefault(name[:-1], []).append(field)
+
+    def grow(t: IcebergType, path: tuple[str, ...]) -> IcebergType:
+        if isinstance(t, StructType):
+            return StructType(*[NestedField(f.field_id, f.name, grow(f.field_type, path + (f.name,)), f.required,
+                                            f.doc) for f in t.fields], *nested.get(path, []))
+        if isinstance(t, ListType):
+            return ListType(t.element_id, grow(t.element_type, path + ("element",)), t.element_required)
+        if isinstance(t, MapType):
+            return MapType(t.key_id, t.key_type, t.value_id, grow(t.value_type, path + ("value",)), t.value_required)
+        return t
+
+    fields = [NestedField(f.field_id, f.name, grow(widen.get(f.name, f.field_type), (f.name,)), f.required, f.doc)
+              for f in schema.fields]
+    return Schema(*fields, *top, schema_id=schema.schema_id + 1,
+                  identifier_field_ids=list(schema.identifier_field_ids))
 
 
 # ------------------------------------------------------------------------------------- partition specs
