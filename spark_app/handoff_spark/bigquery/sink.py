@@ -43,12 +43,7 @@ from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
 from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-except ImportError:  # the operator imports pieces of this package without pyspark
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceStreamArrowWriter = object  # type: ignore[misc,assignment]
-    WriterCommitMessage = object  # type: ignore[misc,assignment]
+from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
 
