@@ -20,6 +20,7 @@ how the client side scales, not what BigQuery itself sustains.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_kafka import broker  # noqa: E402
 from throughput import COLUMNS, _consumer, produce, raw_consume  # noqa: E402
 
 
@@ -195,17 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bigquery_append.json"))
     args = ap.parse_args(argv)
     started: list[Any] = []
+    stack = contextlib.ExitStack()
     results: dict[str, Any] = {}
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            from handoff_testbed.kafka import Kafka
-
-            kafka = Kafka()
-            kafka.build()
-            bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
-            started.append(kafka)
+        bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
         if not args.rest:
             from handoff_testbed.bigquery import BigQueryEmulator
 
@@ -247,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for comp in reversed(started):
             comp.stop()
+        stack.close()
     for r in results.values():
         if "rows" in r and r["seconds"]:
             r["rows_per_s"] = r["rows"] / r["seconds"]

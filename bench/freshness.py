@@ -18,6 +18,7 @@ Prints a table and writes bench/results/freshness.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -33,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_kafka import broker  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
            {"name": "payload", "type": "string"}]
@@ -160,15 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "freshness.json"))
     args = ap.parse_args(argv)
-    kafka = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from handoff_testbed.kafka import Kafka
-
-        kafka = Kafka()
-        kafka.build()
-        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
+    stack = contextlib.ExitStack()
+    bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
     results = []
     try:
         from handoff_spark.app import build_session
@@ -195,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(results[-1]), flush=True)
         spark.stop()
     finally:
-        if kafka is not None:
-            kafka.stop()
+        stack.close()
     doc = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ Prints a table and writes bench/results/throughput.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,6 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_kafka import broker  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
@@ -271,15 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "throughput.json"))
     args = ap.parse_args(argv)
     pipelines = [p for p in args.pipelines.split(",") if p]
-    kafka = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from handoff_testbed.kafka import Kafka
-
-        kafka = Kafka()
-        kafka.build()
-        bootstrap = kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"]
+    stack = contextlib.ExitStack()
+    bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
     results: dict[str, Any] = {}
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -338,8 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                                         args.partitions)
             spark.stop()
     finally:
-        if kafka is not None:
-            kafka.stop()
+        stack.close()
     for r in results.values():
         if "rows" in r and r["seconds"]:
             r["rows_per_s"] = r["rows"] / r["seconds"]

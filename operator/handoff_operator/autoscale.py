@@ -22,6 +22,8 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from handoff_spark import lag
+
 from . import metrics
 from .conditions import DriverReport, ProgressFacts
 from .kube import Kube
@@ -59,13 +61,9 @@ def forget(namespace: str, name: str) -> None:
 
 
 def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
-    committed = progress.committed_offsets or {}
-    out: dict[str, int] = {}
-    for topic, parts in (progress.end_offsets or {}).items():
-        for partition, end in parts.items():
-            done = (committed.get(topic) or {}).get(str(partition))
-            out[f"{topic}/{partition}"] = max(0, int(end) - int(done if done is not None else 0))
-    return out
+    """`handoff_spark.lag.lag_per_partition` keyed `topic/partition`, as the scaling decision takes it."""
+    per = lag.lag_per_partition(lag.flat(progress.committed_offsets), lag.flat(progress.end_offsets))
+    return {f"{t}/{p}": n for (t, p), n in per.items()}
 
 
 def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverReport | None, executors: int,

@@ -15,28 +15,27 @@ offsets. The handlers read that Secret anyway (to validate and render), so they 
 JSON here and the client is built from it (google.oauth2.service_account); without one the client is
 anonymous for an emulator endpoint, else application default credentials (Workload Identity).
 
-The decisions (`credential_choice`, `needs_query`, `service_account_key`) are pure functions over plain data;
+The decisions (`needs_query`, `service_account_key`; `credential_choice` is the data plane's) are pure functions over plain data;
 the rest is I/O and two bounded per-process caches (clients, ledger answers).
 """
 from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Literal, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
+# One credentials path for the driver and the operator (google imports there are deferred).
+from handoff_spark.bigquery.client import CredentialChoice, credential_choice, credentials
 from handoff_spark.config import AppConfig, BigQuerySink
+from handoff_spark.ledger import Commit
 
 LEDGER_RECHECK_SECONDS = 300.0
 CACHE_SIZE = 1024
-SCOPES = ("https://www.googleapis.com/auth/bigquery",)
-
-CredentialChoice = Literal["service-account", "key-file", "anonymous", "default", "unavailable"]
 
 
 # ------------------------------------------------------------------------------------------ decisions
@@ -50,20 +49,6 @@ def service_account_key(spec: Any, secrets: Mapping[str, Mapping[str, str] | Non
         return None
     data = secrets.get(ref.name)
     return None if data is None else data.get(ref.key)
-
-
-def credential_choice(sink: BigQuerySink, key_json: str | None, file_exists: bool) -> CredentialChoice:
-    """How the operator authenticates to the sink's BigQuery, in the data plane's order
-    (handoff_spark.bigquery.client): the credentialsFrom key; the key file if this pod has it; anonymous for
-    an emulator endpoint; application default credentials. "unavailable": the sink names a key file this pod
-    does not have and no key was passed — read the consumer group's offsets instead of failing."""
-    if key_json:
-        return "service-account"
-    if sink.credentials_file:
-        return "key-file" if file_exists else "unavailable"
-    if sink.rest_endpoint or sink.grpc_endpoint:
-        return "anonymous"
-    return "default"
 
 
 @dataclass(frozen=True)
@@ -80,7 +65,7 @@ class TableSignature:
 @dataclass(frozen=True)
 class CachedLedger:
     signature: TableSignature
-    commit: Any  # bigquery_ledger.Commit | None
+    commit: Commit | None
     read_at: float  # monotonic seconds
 
 
@@ -136,26 +121,6 @@ _CLIENTS: BoundedCache[tuple[str, ...], Any] = BoundedCache(64)
 
 # ------------------------------------------------------------------------------------------ I/O
 
-def credentials(sink: BigQuerySink, choice: CredentialChoice, key_json: str | None) -> Any:
-    if choice == "service-account":
-        from google.oauth2 import service_account
-
-        return service_account.Credentials.from_service_account_info(json.loads(key_json or "{}"),
-                                                                     scopes=list(SCOPES))
-    if choice == "key-file":
-        from google.oauth2 import service_account
-
-        return service_account.Credentials.from_service_account_file(sink.credentials_file, scopes=list(SCOPES))
-    if choice == "anonymous":
-        from google.auth.credentials import AnonymousCredentials
-
-        return AnonymousCredentials()
-    import google.auth
-
-    creds, _ = google.auth.default(scopes=list(SCOPES))
-    return creds
-
-
 def rest_client(sink: BigQuerySink, choice: CredentialChoice, key_json: str | None) -> Any:
     """`google.cloud.bigquery.Client` per (project, endpoint, credentials), cached: a client per refresh
     would fetch a fresh OAuth token every 15 s."""
@@ -167,7 +132,7 @@ def rest_client(sink: BigQuerySink, choice: CredentialChoice, key_json: str | No
         from google.cloud import bigquery
 
         options = ClientOptions(api_endpoint=sink.rest_endpoint) if sink.rest_endpoint else None
-        client = bigquery.Client(project=sink.project, credentials=credentials(sink, choice, key_json),
+        client = bigquery.Client(project=sink.project, credentials=credentials(sink, key_json, choice),
                                  client_options=options)
         _CLIENTS.put(cache_key, client)
     return client
@@ -224,5 +189,5 @@ def ledger_commit(config: AppConfig, key_json: str | None = None,
 
 
 __all__ = ["LEDGER_RECHECK_SECONDS", "TableSignature", "CachedLedger", "BoundedCache", "LEDGER_CACHE",
-           "service_account_key", "credential_choice", "needs_query", "signature", "ledger_commit",
+           "service_account_key", "needs_query", "signature", "ledger_commit",
            "rest_client"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from handoff_spark import lag
+
 from .conditions import ProgressFacts
 
 Offsets = Mapping[str, Mapping[int, int]]
@@ -16,19 +18,13 @@ Offsets = Mapping[str, Mapping[int, int]]
 
 def lag_per_partition(committed: Offsets, end: Offsets, earliest: Offsets | None = None
                       ) -> dict[str, dict[int, int]]:
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in end.items():
-        for partition, end_offset in parts.items():
-            done = committed.get(topic, {}).get(partition)
-            if done is None:
-                done = (earliest or {}).get(topic, {}).get(partition, 0)
-            out.setdefault(topic, {})[partition] = max(0, end_offset - done)
-    return out
+    """`handoff_spark.lag.lag_per_partition` over the status's `{topic: {partition: offset}}` shape."""
+    return lag.nested(lag.lag_per_partition(lag.flat(committed), lag.flat(end), lag.flat(earliest)))
 
 
 def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets | None,
                    now_ms: int, errors: list[str]) -> ProgressFacts:
-    """`commit` is a handoff_spark.iceberg.ledger.Commit (or None: nothing committed yet)."""
+    """`commit` is a handoff_spark.ledger.Commit (either backend; or None: nothing committed yet)."""
     committed: dict[str, dict[int, int]] = {}
     snapshot = batch = at_ms = event_ms = None
     if commit is not None:

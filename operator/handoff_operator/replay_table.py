@@ -12,6 +12,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
 from handoff_spark.iceberg import ledger
+from handoff_spark.ledger import BATCH, Commit
 from handoff_spark.config import AppConfig, IcebergSink
 
 from .replay_plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts
@@ -36,10 +37,10 @@ def load(config: AppConfig) -> Table | None:
         raise
 
 
-def _entry(commit: ledger.Commit | None) -> LedgerEntry | None:
+def _entry(commit: Commit | None) -> LedgerEntry | None:
     if commit is None:
         return None
-    return LedgerEntry(commit.handoff_id, commit.query, commit.offsets, gap=commit.kind != ledger.BATCH)
+    return LedgerEntry(commit.handoff_id, commit.query, commit.offsets, gap=commit.kind != BATCH)
 
 
 def table_facts(table: Table) -> TableFacts:

@@ -18,6 +18,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
+from handoff_spark.ledger import Commit
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from . import metrics
@@ -174,7 +175,7 @@ def _pointer(catalog: Any, identifier: str) -> tuple[bool, str | None]:
     return True, location
 
 
-def latest_commit(config: AppConfig) -> Any:
+def latest_commit(config: AppConfig) -> Commit | None:
     """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink).
 
     The table (metadata file, snapshot scan) is read only when its metadata pointer moved since the last read:
@@ -208,7 +209,7 @@ def latest_commit(config: AppConfig) -> Any:
     return commit
 
 
-def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Any:
+def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Commit | None:
     """The newest row of this handoff in the table's `__handoff_ledger` (None: no ledger table or row yet).
 
     `key_json`: the service-account key from the sink's `credentialsFrom` Secret (the operator's pod does

@@ -83,7 +83,7 @@ def check(name: str, spec: StreamTableHandoffSpec,
     declared = {c.name: c for c in schema.columns}
     if schema.event_time_column is not None:
         column = declared.get(schema.event_time_column)
-        if column is None or column.type != "timestamp":
+        if column is None or column.type not in ("timestamp", "timestamptz"):
             problems.append(Problem("spec.schema.eventTimeColumn", (
                 f"{schema.event_time_column!r} is not a declared column of type timestamp; declare it "
                 f"in schema.columns or remove eventTimeColumn (freshness then uses the Kafka timestamp)")))
@@ -105,7 +105,7 @@ def check(name: str, spec: StreamTableHandoffSpec,
                 f"{bq.partition_by!r} is not a declared column; declare it (timestamp or date) in "
                 f"schema.columns or remove partitionBy")))
         elif bq.partition_by is not None and bq.partition_by in declared and \
-                declared[bq.partition_by].type not in ("timestamp", "date"):
+                declared[bq.partition_by].type not in ("timestamp", "timestamptz", "date"):
             problems.append(Problem("spec.sink.bigquery.partitionBy", (
                 f"{bq.partition_by!r} is {declared[bq.partition_by].type}; BigQuery time partitioning "
                 f"needs a timestamp or date column")))

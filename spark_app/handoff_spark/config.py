@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from .column_types import canonical
 
 
 class _Model(BaseModel):
@@ -18,8 +20,10 @@ class _Model(BaseModel):
                               frozen=True)
 
 
-ColumnType = Literal["string", "int", "long", "float", "double", "boolean", "timestamp", "date",
-                     "binary"] | Annotated[str, Field(pattern=r"^decimal\(\d+,\s*\d+\)$")]
+#: A declared column type (grammar in `column_types`: primitives, decimal(p,s), fixed[n], struct<…>, list<…>,
+#: map<string,…>), checked and stored in its canonical spelling.
+COLUMN_TYPE_CHARS = r"^[A-Za-z0-9_<>:,()\[\] ]+$"
+ColumnType = Annotated[str, Field(pattern=COLUMN_TYPE_CHARS, max_length=4096), AfterValidator(canonical)]
 
 
 class Column(_Model):

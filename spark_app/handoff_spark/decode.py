@@ -31,6 +31,7 @@ import datetime as dt
 import decimal
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
 from .config import Column, SchemaPolicy
 
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
@@ -66,16 +68,30 @@ class SchemaIncompatible(RuntimeError):
     """A record does not fit the declared schema and the policy is `halt`."""
 
 
-def arrow_type(column_type: str) -> pa.DataType:
-    simple = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
-              "double": pa.float64(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
-              "date": pa.date32(), "binary": pa.binary()}
-    if column_type in simple:
-        return simple[column_type]
-    m = _DECIMAL.match(column_type)
-    if m:
-        return pa.decimal128(int(m.group(1)), int(m.group(2)))
-    raise ValueError(f"unsupported column type {column_type!r}")
+def arrow_type(column_type: str | ColumnType) -> pa.DataType:
+    """Declared column type → the Arrow type decoding produces (every sink maps from it)."""
+    t = parse_type(column_type) if isinstance(column_type, str) else column_type
+    if isinstance(t, Struct):
+        return pa.struct([pa.field(f.name, arrow_type(f.type)) for f in t.fields])
+    if isinstance(t, ListOf):
+        return pa.list_(arrow_type(t.element))
+    if isinstance(t, MapOf):
+        return pa.map_(arrow_type(t.key), arrow_type(t.value))
+    if t.name == "decimal":
+        return (pa.decimal128 if t.precision <= 38 else pa.decimal256)(t.precision, t.scale)
+    if t.name == "fixed":
+        return pa.binary(t.length)
+    return _ARROW_PRIMITIVES[t.name]
+
+
+_ARROW_PRIMITIVES: dict[str, pa.DataType] = {
+    "string": pa.string(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+    "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamptz": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(), "time": pa.time64("us"), "uuid": pa.binary(16), "binary": pa.binary()}
+
+_TIMESTAMPS = ("timestamp", "timestamptz")
+#: Types `pyarrow.json` parses with the same strictness as the per-record converters (the fast path's domain).
+_FAST_TYPES = ("string", "int", "long", "float", "double", "boolean", "timestamp", "timestamptz", "date", "decimal")
 
 
 def declared_arrow_schema(policy: SchemaPolicy) -> pa.Schema:
@@ -95,7 +111,11 @@ def _kind(v: Any) -> str:
             list: "array"}.get(type(v), type(v).__name__)
 
 
-def _converter(column_type: str) -> Callable[[Any], Any]:
+def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
+    t = parse_type(column_type) if isinstance(column_type, str) else column_type
+    if is_nested(t):
+        return _nested_converter(t)
+    column_type = str(t)
     def expect(ok: bool, v: Any, what: str) -> None:
         if not ok:
             raise _Mismatch(f"expected {what}, got {_kind(v)} {json.dumps(v)[:60]}")
@@ -120,7 +140,7 @@ def _converter(column_type: str) -> Callable[[Any], Any]:
         def conv(v: Any) -> Any:
             expect(isinstance(v, bool), v, "boolean")
             return v
-    elif column_type == "timestamp":
+    elif column_type in ("timestamp", "timestamptz"):
         def conv(v: Any) -> Any:
             if isinstance(v, int) and not isinstance(v, bool):
                 return dt.datetime.fromtimestamp(v / 1000, tz=dt.timezone.utc)
@@ -137,13 +157,35 @@ def _converter(column_type: str) -> Callable[[Any], Any]:
                 return dt.date.fromisoformat(v)
             except ValueError:
                 raise _Mismatch(f"not a date: {v[:60]!r}") from None
-    elif column_type == "binary":
+    elif column_type == "time":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, str), v, "time string HH:MM:SS[.ffffff]")
+            try:
+                parsed = dt.time.fromisoformat(v)
+            except ValueError:
+                raise _Mismatch(f"not a time: {v[:60]!r}") from None
+            if parsed.tzinfo is not None:
+                raise _Mismatch(f"a time of day has no zone: {v[:60]!r}")
+            return parsed
+    elif column_type == "uuid":
+        def conv(v: Any) -> Any:
+            expect(isinstance(v, str), v, "UUID string")
+            try:
+                return uuid.UUID(v).bytes
+            except ValueError:
+                raise _Mismatch(f"not a UUID: {v[:60]!r}") from None
+    elif column_type == "binary" or isinstance(t, Primitive) and t.name == "fixed":
+        length = t.length if t.name == "fixed" else None
+
         def conv(v: Any) -> Any:
             expect(isinstance(v, str), v, "base64 string")
             try:
-                return base64.b64decode(v, validate=True)
+                out = base64.b64decode(v, validate=True)
             except (binascii.Error, ValueError):
                 raise _Mismatch("not valid base64") from None
+            if length is not None and len(out) != length:
+                raise _Mismatch(f"{len(out)} bytes, {column_type} holds exactly {length}")
+            return out
     else:
         m = _DECIMAL.match(column_type)
         if not m:
@@ -166,6 +208,46 @@ def _converter(column_type: str) -> Callable[[Any], Any]:
                 raise _Mismatch(f"{v} does not fit {column_type}")
             return q
     return conv
+
+
+def _nested_converter(t: ColumnType) -> Callable[[Any], Any]:
+    """struct ← JSON object (fields by name, each optional, undeclared keys ignored), list ← JSON array, map ←
+    JSON object (any keys). Nulls inside are kept as nulls; a bad value anywhere names its path."""
+    if isinstance(t, Struct):
+        fields = [(f.name, _converter(f.type)) for f in t.fields]
+
+        def conv(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise _Mismatch(f"expected object, got {_kind(v)} {json.dumps(v)[:60]}")
+            out = {}
+            for name, sub in fields:
+                x = v.get(name)
+                out[name] = None if x is None else _at(name, sub, x)
+            return out
+    elif isinstance(t, ListOf):
+        element = _converter(t.element)
+
+        def conv(v: Any) -> Any:
+            if not isinstance(v, list):
+                raise _Mismatch(f"expected array, got {_kind(v)} {json.dumps(v)[:60]}")
+            return [None if x is None else _at(f"[{i}]", element, x) for i, x in enumerate(v)]
+    else:
+        assert isinstance(t, MapOf)
+        value = _converter(t.value)
+
+        def conv(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise _Mismatch(f"expected object (map), got {_kind(v)} {json.dumps(v)[:60]}")
+            return [(k, None if x is None else _at(f"[{k!r}]", value, x)) for k, x in v.items()]
+    return conv
+
+
+def _at(where: str, conv: Callable[[Any], Any], v: Any) -> Any:
+    """Run a nested converter; a mismatch names the path inside the column (`address.zip: expected …`)."""
+    try:
+        return conv(v)
+    except _Mismatch as exc:
+        raise _Mismatch(f"{where}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -293,8 +375,8 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     if values.null_count:
         return None
     declared = {c.name: c for c in policy.columns}
-    if any(c.type in ("binary",) for c in policy.columns):
-        return None  # base64 decoding is per value anyway
+    if any(not isinstance(t, Primitive) or t.name not in _FAST_TYPES for t in (parse_type(c.type) for c in policy.columns)):
+        return None  # base64/UUID/time decoding and nested values go value by value
     try:
         lengths = pc.binary_length(values)
         if pc.min(lengths).as_py() == 0:
@@ -305,12 +387,12 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
         return None
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
     # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
-    has_ts = any(c.type == "timestamp" for c in policy.columns)
+    has_ts = any(c.type in _TIMESTAMPS for c in policy.columns)
     blob = _newline_joined(values)
     parsed = None
     for ts_as_millis in ((False, True) if has_ts else (False,)):
         parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else
-                                           pa.int64() if c.type == "timestamp" and ts_as_millis else
+                                           pa.int64() if c.type in _TIMESTAMPS and ts_as_millis else
                                            arrow_type(c.type)) for c in policy.columns])
         try:
             parsed = pj.read_json(pa.BufferReader(blob),
@@ -336,7 +418,7 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
                 arr = arr.cast(pa.date32())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
-        elif col.type == "timestamp" and pa.types.is_integer(arr.type):
+        elif col.type in _TIMESTAMPS and pa.types.is_integer(arr.type):
             arr = arr.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
         columns[name] = arr
     extras: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import checkpoint as ckpt
+from .lag import lag_per_partition as _lag_per_partition
 
 
 def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:
@@ -32,9 +33,9 @@ def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:
 
 
 def lag_per_partition(end: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-    """Records (offsets) available in Kafka but not yet in the table, per partition."""
-    return {tp: max(0, latest.get(tp, e) - e) for tp, e in end.items()} | {
-        tp: lt for tp, lt in latest.items() if tp not in end}
+    """Records (offsets) available in Kafka but not yet in the table, per partition (`end`: the table's
+    position; a partition Kafka's answer lacks shows 0)."""
+    return {tp: 0 for tp in end} | _lag_per_partition(end, latest)
 
 
 def read_last_commit(checkpoint: str) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ from google.cloud import bigquery as bq
 
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
+from handoff_spark.bigquery.schema import canonical_type
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from bq_support import bq_config, limited_emulator, read_dead_letters, table_counts
@@ -197,3 +198,28 @@ def test_at_least_once_uses_the_default_stream(bigquery, kafka, tmp_path):
     assert msgs[0].streams == [] and table_counts(cfg) == (7, 7)  # visible on append, no commit needed
     r = sink.commit_batch(cfg, msgs, 0)
     assert r.rows == 7 and bigquery_ledger.latest_commit(cfg.sink).batch_id == 0
+
+
+
+def test_nested_columns_create_record_and_repeated_fields(bigquery, kafka, tmp_path):
+    """struct → RECORD, list → REPEATED, map → REPEATED RECORD<key, value> in the table the sink creates, and
+    the executors' plan carries the nested fields. (Appending nested rows is not covered here: bqemulator 1.4.0
+    fails the batch commit with DuckDB's "STRUCT with no fields"; not diagnosed yet.)"""
+    topic = "bq-nested-1"
+    cfg = bq_config(tmp_path, bigquery, kafka.bootstrap, topic, columns=[
+        {"name": "id", "type": "long"}, {"name": "ts", "type": "timestamptz"},
+        {"name": "addr", "type": "struct<city:string,geo:list<double>>"}, {"name": "tags", "type": "map<string,long>"}])
+    plan = sink.prepare(cfg)
+    client = bigquery_client.rest_client(cfg.sink)
+    fields = {f.name: f for f in client.get_table(bigquery_client.table_ref(cfg.sink)).schema}
+    assert (fields["addr"].field_type, [(s.name, canonical_type(s.field_type), s.mode) for s in fields["addr"].fields]) == (
+        "RECORD", [("city", "STRING", "NULLABLE"), ("geo", "FLOAT64", "REPEATED")])
+    assert (fields["tags"].field_type, fields["tags"].mode, [s.name for s in fields["tags"].fields]) == (
+        "RECORD", "REPEATED", ["key", "value"])
+    planned = {f.name: f for f in plan.fields}
+    assert [s.name for s in planned["addr"].fields] == ["city", "geo"] and planned["tags"].mode == "REPEATED"
+    # a restart declaring a changed nested type is refused naming the column (onIncompatible=halt)
+    changed = bq_config(tmp_path, bigquery, kafka.bootstrap, topic, dataset=cfg.sink.dataset, columns=[
+        {"name": "addr", "type": "struct<city:long>"}])
+    with pytest.raises(sink.SchemaIncompatibleError, match="addr"):
+        sink.prepare(changed)

@@ -4,7 +4,7 @@ of the same batch does."""
 from __future__ import annotations
 
 import pytest
-from pyiceberg.types import DoubleType, LongType, StringType
+from pyiceberg.types import DoubleType, ListType, LongType, MapType, StringType
 
 from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.iceberg.sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
@@ -179,3 +179,38 @@ def test_a_batch_commits_only_where_the_ledger_ends(kafka, tmp_path):
     write_offsets(cp, 3, {topic: {"0": 19}})
     commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 17, [record(i) for i in range(17, 19)])), 3)
     assert ledger.latest_commit(open_table(cfg), cfg.handoff_id).lost == {topic: {0: (15, 17)}}
+
+
+def test_nested_columns_and_a_nested_field_added_mid_stream(kafka, tmp_path):
+    """struct/list/map columns from nested JSON through the real write/commit path; then the declared struct
+    gains a field between two batches: the commit adds it inside the struct (older rows read null there)."""
+    topic = "sink-nested-1"
+    kafka.create_topic(topic, partitions=1)
+    columns = [{"name": "id", "type": "long"}, {"name": "addr", "type": "struct<city:string,geo:list<double>>"},
+               {"name": "tags", "type": "map<string,long>"}, {"name": "seen", "type": "timestamptz"}]
+    cfg = app_config(tmp_path, kafka.bootstrap, topic, columns=columns)
+    prepare(cfg)
+    cp = tmp_path / "checkpoint"
+    write_offsets(cp, 0, {topic: {"0": 2}}, initial={topic: {"0": 0}})
+    commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 0, [
+        b'{"id": 1, "addr": {"city": "Oslo", "geo": [59.9, 10.7]}, "tags": {"a": 1}, "seen": "2026-01-01T00:00:00Z"}',
+        b'{"id": 2, "addr": {"city": "Bergen", "zip": "5003"}}'])), 0)
+    schema = open_table(cfg).schema()
+    assert isinstance(schema.find_type("addr.geo"), ListType) and isinstance(schema.find_type("tags"), MapType)
+    wider = app_config(tmp_path, kafka.bootstrap, topic, columns=[
+        columns[0], {"name": "addr", "type": "struct<city:string,geo:list<double>,zip:string>"}, *columns[2:]])
+    write_offsets(cp, 1, {topic: {"0": 3}})
+    # no prepare(): the write task meets the new nested field first and plans it; the commit adds it
+    commit_batch(wider, _write(wider, raw_batch(topic, 0, 2, [b'{"id": 3, "addr": {"city": "Oslo", "zip": "0150"}}'])), 1)
+    table = open_table(wider)
+    zip_field = table.schema().find_field("addr.zip")
+    assert zip_field.field_type == StringType() and not zip_field.required
+    rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
+    assert rows[1]["addr"] == {"city": "Oslo", "geo": [59.9, 10.7], "zip": None} and rows[1]["tags"] == [("a", 1)]
+    assert rows[2]["addr"]["zip"] is None  # was not declared when batch 0 was written
+    assert rows[3]["addr"] == {"city": "Oslo", "geo": None, "zip": "0150"}
+    # a nested field whose type changes is refused naming the column
+    changed = app_config(tmp_path, kafka.bootstrap, topic, columns=[
+        columns[0], {"name": "addr", "type": "struct<city:long>"}])
+    with pytest.raises(SchemaIncompatibleError, match="addr"):
+        prepare(changed)

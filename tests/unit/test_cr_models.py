@@ -109,7 +109,8 @@ def test_spec_rules() -> None:
     assert "earliest" in _invalid(lambda s: s["source"].update(startingOffsets="middle"))
     assert "pattern" in _invalid(lambda s: s.update(commitInterval="10"))
     assert "pattern" in _invalid(lambda s: s["sink"]["iceberg"].update(table="orders"))
-    assert "pattern" in _invalid(lambda s: s.update(schema={"columns": [{"name": "a", "type": "varchar"}]}))
+    bad_type = _invalid(lambda s: s.update(schema={"columns": [{"name": "a", "type": "varchar"}]}))
+    assert "schema.columns.0.type" in bad_type and "unknown type 'varchar'" in bad_type
     assert "duplicate column names: a" in _invalid(lambda s: s.update(
         schema={"columns": [{"name": "a", "type": "string"}, {"name": "a", "type": "long"}]}))
     assert "eventTimeColumn" in _invalid(lambda s: s.update(

@@ -9,33 +9,26 @@ operator, `handoff run -f` and tests get the same answer without an API server).
 from __future__ import annotations
 
 import re
-import typing
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from handoff_spark.config import ColumnType as _SparkColumnType
+from handoff_spark.column_types import canonical
+from handoff_spark.config import COLUMN_TYPE_CHARS
 
 from .common import (CONDITIONS_FIELD_SCHEMA, Condition, CustomResource, Duration, MemoryQuantity,
                      OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
                      TopicName, parse_duration)
 
 
-def _column_type_pattern() -> str:
-    """One regex for the column types the Spark app accepts, derived from `handoff_spark.config`
-    so the CRD can never drift from the data plane (a structural schema cannot say "enum or pattern")."""
-    literal, decimal = typing.get_args(_SparkColumnType)
-    decimal_pattern = decimal.__metadata__[0].metadata[0].pattern.strip("^$")
-    names = "|".join(typing.get_args(literal))
-    return rf"^(?:{names}|{decimal_pattern})$"
-
-
-COLUMN_TYPE_PATTERN = _column_type_pattern()
-_spark_column_type = TypeAdapter(_SparkColumnType)
-ColumnType = Annotated[str, Field(pattern=COLUMN_TYPE_PATTERN, max_length=64,
-                                  examples=["string", "long", "timestamp", "decimal(10,2)"]),
-                       AfterValidator(lambda v: _spark_column_type.validate_python(v))]
+# The column-type grammar lives in the data plane (`handoff_spark.column_types`) so the CRD can never drift
+# from it. A structural schema cannot express the nested grammar, so the CRD checks the characters and the
+# validator parses (a bad type is refused with one line naming the position and the fix).
+ColumnType = Annotated[str, Field(pattern=COLUMN_TYPE_CHARS, max_length=4096,
+                                  examples=["string", "long", "timestamptz", "decimal(10,2)", "fixed[16]",
+                                            "struct<city:string,zip:string>", "list<long>", "map<string,double>"]),
+                       AfterValidator(canonical)]
 
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
@@ -249,8 +242,9 @@ class ColumnSpec(SpecModel):
     """One declared column of the table."""
 
     name: str = Field(pattern=IDENTIFIER_PATTERN, max_length=128, description="Column name (JSON field name).")
-    type: ColumnType = Field(description="string, int, long, float, double, boolean, timestamp, date, "
-                                         "binary or decimal(p,s).")
+    type: ColumnType = Field(description="string, int, long, float, double, boolean, date, time, timestamp, "
+                                         "timestamptz (both UTC instants), uuid, binary, decimal(p,s), fixed[n], "
+                                         "or nested: struct<name:type,...>, list<type>, map<string,type>.")
     required: bool = Field(default=False, description="Records without this field are incompatible "
                                                       "(dead-lettered or halting, per onIncompatible).")
     doc: str | None = Field(default=None, max_length=1024, description="Column comment in the table.")
@@ -261,8 +255,8 @@ class SchemaSpec(SpecModel):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.eventTimeColumn) || has(self.columns) && self.columns.exists(c, c.name == self.eventTimeColumn "
-                 "&& c.type == 'timestamp')",
-         "message": "schema.eventTimeColumn must name a declared column of type timestamp"},
+                 "&& (c.type == 'timestamp' || c.type == 'timestamptz'))",
+         "message": "schema.eventTimeColumn must name a declared column of type timestamp or timestamptz"},
     ]})
 
     columns: list[ColumnSpec] = Field(
@@ -286,8 +280,8 @@ class SchemaSpec(SpecModel):
         if dupes:
             raise ValueError(f"duplicate column names: {', '.join(dupes)}")
         if self.event_time_column is not None and not any(
-                c.name == self.event_time_column and c.type == "timestamp" for c in self.columns):
-            raise ValueError("schema.eventTimeColumn must name a declared column of type timestamp")
+                c.name == self.event_time_column and c.type in ("timestamp", "timestamptz") for c in self.columns):
+            raise ValueError("schema.eventTimeColumn must name a declared column of type timestamp or timestamptz")
         return self
 
 

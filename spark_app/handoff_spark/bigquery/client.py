@@ -10,8 +10,10 @@ or per batch costs a TLS handshake and, on real BigQuery, counts against connect
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..config import BigQuerySink
 
@@ -29,13 +31,49 @@ def _key(sink: BigQuerySink) -> tuple[Any, ...]:
     return (sink.project, sink.credentials_file, sink.rest_endpoint, sink.grpc_endpoint)
 
 
-def credentials(sink: BigQuerySink) -> Any:
+SCOPES = ("https://www.googleapis.com/auth/bigquery",)
+
+CredentialChoice = Literal["service-account", "key-file", "anonymous", "default", "unavailable"]
+
+
+def credential_choice(sink: BigQuerySink, key_json: str | None, file_exists: bool) -> CredentialChoice:
+    """How to authenticate to the sink's BigQuery, the same order for the driver and the operator: the
+    `credentialsFrom` key passed as JSON (the operator reads the Secret; its pod does not mount it); the key
+    file (the driver's mount of that Secret); anonymous for an emulator endpoint; application default
+    credentials (Workload Identity on GKE). "unavailable": the sink names a key file this process does not
+    have and no key was passed. Pure."""
+    if key_json:
+        return "service-account"
     if sink.credentials_file:
+        return "key-file" if file_exists else "unavailable"
+    if sink.rest_endpoint or sink.grpc_endpoint:
+        return "anonymous"
+    return "default"
+
+
+def credentials(sink: BigQuerySink, key_json: str | None = None, choice: CredentialChoice | None = None) -> Any:
+    """Credentials for the sink (the one path: driver, executors and operator). A missing credential is a
+    `HandoffConfigError` naming the field or Secret that provides it, not a traceback."""
+    from ..errors import HandoffConfigError
+
+    where = f"BigQuery sink {sink.project}.{sink.dataset}.{sink.table}"
+    if choice is None:
+        choice = credential_choice(sink, key_json, bool(sink.credentials_file) and
+                                   os.path.exists(sink.credentials_file or ""))
+    if choice == "service-account":
         from google.oauth2 import service_account
 
-        return service_account.Credentials.from_service_account_file(
-            sink.credentials_file, scopes=["https://www.googleapis.com/auth/bigquery"])
-    if sink.rest_endpoint or sink.grpc_endpoint:
+        return service_account.Credentials.from_service_account_info(json.loads(key_json or "{}"),
+                                                                     scopes=list(SCOPES))
+    if choice == "key-file":
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_file(sink.credentials_file, scopes=list(SCOPES))
+    if choice == "unavailable":
+        raise HandoffConfigError(
+            f"{where}: credentials file {sink.credentials_file} does not exist. Fix: check that the Secret "
+            f"named by spec.sink.bigquery.credentialsFrom exists and holds the key")
+    if choice == "anonymous":
         from google.auth.credentials import AnonymousCredentials
 
         return AnonymousCredentials()
@@ -43,12 +81,10 @@ def credentials(sink: BigQuerySink) -> Any:
     from google.auth.exceptions import DefaultCredentialsError
 
     try:
-        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/bigquery"])
+        creds, _ = google.auth.default(scopes=list(SCOPES))
     except DefaultCredentialsError:
-        from ..errors import HandoffConfigError
-
         raise HandoffConfigError(
-            f"BigQuery sink {sink.project}.{sink.dataset}.{sink.table}: no credentials. Fix: set "
+            f"{where}: no credentials. Fix: set "
             "spec.sink.bigquery.credentialsFrom to a Secret key holding a service-account JSON key, give the "
             "driver's ServiceAccount Workload Identity, or (emulators only) set spec.sink.bigquery.restEndpoint "
             "and grpcEndpoint") from None

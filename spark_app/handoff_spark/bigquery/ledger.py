@@ -16,56 +16,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from . import client as bigquery_client
 from .schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from ..config import AppConfig, BigQuerySink
+from ..ledger import BATCH, GAP, Commit, Offsets
 
 log = logging.getLogger(__name__)
 
 LEDGER_SUFFIX = "__handoff_ledger"
-
-Offsets = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
 
 _LEDGER_FIELDS = [("handoff_id", "STRING", "REQUIRED"), ("query", "STRING", "REQUIRED"),
                   ("batch_id", "INT64", "REQUIRED"), ("offsets", "STRING", "REQUIRED"),
                   ("rows", "INT64", "REQUIRED"), ("dlq_rows", "INT64", "REQUIRED"),
                   ("max_event_time_ms", "INT64", "NULLABLE"), ("commit_time_us", "INT64", "NULLABLE"),
                   ("recorded_at", "TIMESTAMP", "REQUIRED")]
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One micro-batch as recorded in the ledger table; `offsets` ranges are [start, end)."""
-
-    handoff_id: str
-    query: str
-    batch_id: int
-    offsets: dict[str, dict[int, tuple[int, int]]]
-    rows: int
-    dlq_rows: int
-    max_event_time_ms: int | None
-    commit_time_us: int | None
-    recorded_at_ms: int
-
-    @property
-    def snapshot_id(self) -> int | None:
-        """The Iceberg ledger's key; for BigQuery the commit time (µs), which time travel accepts."""
-        return self.commit_time_us
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self.commit_time_us // 1000 if self.commit_time_us else self.recorded_at_ms
-
-    @property
-    def end_offsets(self) -> Offsets:
-        return {t: {p: se[1] for p, se in parts.items()} for t, parts in self.offsets.items()}
-
-    def covers(self, topic: str, partition: int, offset: int) -> bool:
-        se = self.offsets.get(topic, {}).get(partition)
-        return se is not None and se[0] <= offset < se[1]
 
 
 def ledger_table(sink: BigQuerySink) -> str:
@@ -177,12 +143,16 @@ def list_commits(sink: BigQuerySink, handoff_id: str | None = None, client: Any 
     for r in rows:
         raw = json.loads(r["offsets"])
         recorded = r["recorded_at"]
-        c = Commit(handoff_id=r["handoff_id"], query=r["query"], batch_id=int(r["batch_id"]),
+        commit_us = None if r["commit_time_us"] is None else int(r["commit_time_us"])
+        batch_id = int(r["batch_id"])
+        c = Commit(snapshot_id=commit_us,
+                   timestamp_ms=commit_us // 1000 if commit_us else
+                   int(recorded.timestamp() * 1000) if recorded is not None else 0,
+                   handoff_id=r["handoff_id"], query=r["query"], batch_id=batch_id,
                    offsets={t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()} for t, parts in raw.items()},
                    rows=int(r["rows"]), dlq_rows=int(r["dlq_rows"]),
                    max_event_time_ms=None if r["max_event_time_ms"] is None else int(r["max_event_time_ms"]),
-                   commit_time_us=None if r["commit_time_us"] is None else int(r["commit_time_us"]),
-                   recorded_at_ms=int(recorded.timestamp() * 1000) if recorded is not None else 0)
+                   kind=GAP if batch_id < 0 else BATCH)
         commits.setdefault((c.handoff_id, c.query, c.batch_id), c)  # at-least-once index: first row wins
     return sorted(commits.values(), key=lambda c: (c.timestamp_ms, c.batch_id), reverse=True)
 

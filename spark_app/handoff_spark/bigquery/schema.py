@@ -10,13 +10,13 @@ Pure functions over plain data (field tuples, Arrow tables); no client calls.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
 from ..config import Column
 
 # Metadata columns every handoff table carries: the Kafka coordinates make the table its own offset ledger
@@ -30,11 +30,12 @@ BATCH_ID = "_handoff_batch_id"
 
 @dataclass(frozen=True)
 class Field:
-    """One top-level BigQuery column (nested RECORDs are not produced by Handoff)."""
+    """One BigQuery column; a RECORD (STRUCT) carries its sub-fields in `fields`."""
 
     name: str
-    type: str  # BigQuery standard type name: STRING, INT64, FLOAT64, BOOL, TIMESTAMP, DATE, BYTES, NUMERIC, …
+    type: str  # BigQuery standard type name: STRING, INT64, FLOAT64, BOOL, TIMESTAMP, DATE, BYTES, NUMERIC, RECORD…
     mode: str = "NULLABLE"  # NULLABLE | REQUIRED | REPEATED
+    fields: tuple["Field", ...] = ()
 
 
 METADATA_FIELDS: tuple[Field, ...] = (
@@ -45,10 +46,8 @@ METADATA_FIELDS: tuple[Field, ...] = (
     Field(BATCH_ID, "INT64", "NULLABLE"),
 )
 
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-
 # Legacy names the REST API may return for the same types.
-_CANONICAL = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
+_CANONICAL = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "STRUCT": "RECORD"}
 
 
 def canonical_type(bq_type: str) -> str:
@@ -57,24 +56,43 @@ def canonical_type(bq_type: str) -> str:
 
 
 def bq_type(column_type: str) -> str:
-    """Declared column type (the CR's vocabulary) → BigQuery type."""
-    simple = {"string": "STRING", "int": "INT64", "long": "INT64", "float": "FLOAT64", "double": "FLOAT64",
-              "boolean": "BOOL", "timestamp": "TIMESTAMP", "date": "DATE", "binary": "BYTES"}
-    if column_type in simple:
-        return simple[column_type]
-    match = _DECIMAL.match(column_type)
-    if match:
-        precision, scale = int(match.group(1)), int(match.group(2))
+    """Declared primitive column type (the CR's vocabulary) → BigQuery type (nested ones: `bq_field`)."""
+    t = parse_type(column_type)
+    if not isinstance(t, Primitive):
+        return "RECORD"
+    if t.name == "decimal":
         # NUMERIC holds 29 integer digits and 9 fractional ones; anything wider needs BIGNUMERIC.
-        return "NUMERIC" if scale <= 9 and precision - scale <= 29 else "BIGNUMERIC"
-    raise ValueError(f"column type {column_type!r} has no BigQuery mapping")
+        return "NUMERIC" if t.scale <= 9 and t.precision - t.scale <= 29 else "BIGNUMERIC"
+    return _BQ_PRIMITIVES[t.name]
+
+
+# `uuid` and `fixed[n]` are decoded to their bytes (16 / n), which BigQuery stores as BYTES.
+_BQ_PRIMITIVES = {"string": "STRING", "int": "INT64", "long": "INT64", "float": "FLOAT64", "double": "FLOAT64",
+                  "boolean": "BOOL", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP", "date": "DATE",
+                  "time": "TIME", "uuid": "BYTES", "fixed": "BYTES", "binary": "BYTES"}
+
+
+def bq_field(name: str, column_type: str | ColumnType, mode: str = "NULLABLE") -> Field:
+    """A declared column (any type) as a BigQuery field: struct → RECORD, list<T> → T REPEATED, map<K,V> →
+    REPEATED RECORD<key, value> (BigQuery has no map type). BigQuery cannot repeat a repeated field, so a list
+    of lists (or of maps) has no mapping."""
+    t = parse_type(column_type) if isinstance(column_type, str) else column_type
+    if isinstance(t, Struct):
+        return Field(name, "RECORD", mode, tuple(bq_field(f.name, f.type) for f in t.fields))
+    if isinstance(t, (ListOf, MapOf)):
+        if mode == "REPEATED":
+            raise ValueError(f"column {name!r}: BigQuery cannot hold a list of lists or maps ({t})")
+        if isinstance(t, MapOf):
+            return Field(name, "RECORD", "REPEATED", (bq_field("key", t.key, "REQUIRED"), bq_field("value", t.value)))
+        return bq_field(name, t.element, "REPEATED")
+    return Field(name, bq_type(str(t)), mode)
 
 
 def declared_fields(columns: Sequence[Column]) -> list[Field]:
     """The table a handoff creates: declared columns (all NULLABLE — `required` is enforced by decode, and
     BigQuery cannot add a REQUIRED column to an existing table, so declaring it REQUIRED would make the
     first and a later schema differ) followed by the metadata columns."""
-    fields = [Field(c.name, bq_type(c.type), "NULLABLE") for c in columns]
+    fields = [bq_field(c.name, c.type) for c in columns]
     names = {f.name for f in fields}
     return fields + [f for f in METADATA_FIELDS if f.name not in names]
 
@@ -89,7 +107,8 @@ def arrow_type(field: Field) -> pa.DataType:
         "DATETIME": pa.timestamp("us"), "TIME": pa.time64("us"),
     }
     try:
-        base = mapping[t]
+        base = pa.struct([pa.field(f.name, arrow_type(f), nullable=f.mode != "REQUIRED") for f in field.fields]) \
+            if t == "RECORD" else mapping[t]
     except KeyError:
         raise ValueError(f"BigQuery type {field.type} of {field.name!r} is not supported by the sink") from None
     return pa.list_(base) if field.mode == "REPEATED" else base
@@ -121,12 +140,21 @@ def plan_schema(table_fields: Sequence[Field], wanted: Sequence[Field]) -> Schem
     for f in wanted:
         existing = have.get(f.name.lower())
         if existing is None:
-            add.append(Field(f.name, f.type, "NULLABLE"))
+            add.append(Field(f.name, f.type, "REPEATED" if f.mode == "REPEATED" else "NULLABLE", f.fields))
             continue
-        declared, actual = canonical_type(f.type), canonical_type(existing.type)
+        declared, actual = _shape(f), _shape(existing)
         if declared != actual and (declared, actual) not in _WRITE_COMPATIBLE:
             conflicts.append((f.name, declared, actual))
     return SchemaPlan(tuple(add), tuple(conflicts))
+
+
+def _shape(f: Field) -> str:
+    """A field's type as one comparable string: `INT64`, `RECORD<a INT64, b STRING REPEATED>` (names in
+    lower case, as BigQuery compares them). A RECORD that gains a sub-field is a conflict: BigQuery can add
+    one, Handoff does not yet."""
+    inner = "" if not f.fields else "<" + ", ".join(
+        f"{s.name.lower()} {_shape(s)}{' REPEATED' if s.mode == 'REPEATED' else ''}" for s in f.fields) + ">"
+    return canonical_type(f.type) + inner
 
 
 @dataclass(frozen=True)

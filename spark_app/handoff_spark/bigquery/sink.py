@@ -36,6 +36,7 @@ from .. import faults
 from .append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from .schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
+from ..ledger import contiguity_problems
 from ..config import AppConfig, BigQuerySink
 from ..decode import DeadLetter
 from ..source_decode import decode_source
@@ -43,12 +44,7 @@ from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
 from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-except ImportError:  # the operator imports pieces of this package without pyspark
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceStreamArrowWriter = object  # type: ignore[misc,assignment]
-    WriterCommitMessage = object  # type: ignore[misc,assignment]
+from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +66,17 @@ def _sink(cfg: AppConfig) -> BigQuerySink:
 # ------------------------------------------------------------------------------------------ table setup
 
 def _fields_of(table: Any) -> list[Field]:
-    return [Field(f.name, f.field_type, f.mode or "NULLABLE") for f in table.schema]
+    return [_field_of(f) for f in table.schema]
+
+
+def _field_of(f: Any) -> Field:
+    return Field(f.name, f.field_type, f.mode or "NULLABLE", tuple(_field_of(s) for s in f.fields or ()))
 
 
 def _schema_fields(fields: Sequence[Field]) -> list[Any]:
     from google.cloud import bigquery
 
-    return [bigquery.SchemaField(f.name, f.type, mode=f.mode) for f in fields]
+    return [bigquery.SchemaField(f.name, f.type, mode=f.mode, fields=_schema_fields(f.fields)) for f in fields]
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,8 @@ def add_columns(client: Any, ref: str, fields: list[Field]) -> Any:
         new = [f for f in fields if f.name.lower() not in have]
         if not new:
             break
-        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "NULLABLE") for f in new])
+        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "REPEATED" if f.mode == "REPEATED" else "NULLABLE", f.fields)
+                                                                 for f in new])
         try:
             table = client.update_table(table, ["schema"], retry=None)
             break
@@ -422,8 +423,6 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
     """The contiguity check for BigQuery, the overlap half: a batch starting below where the table ends would
     duplicate rows. (A start past the end is not refused here: a batch whose last records all went to the DLQ
     leaves no rows, and its ledger-index row is best effort, so the table's end can lag the true one.)"""
-    from ..iceberg.ledger import contiguity_problems
-
     moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
     end = ledger_end(cfg)
     return [p for p in contiguity_problems(moving, {tp: end[tp] for tp in moving if tp in end})

@@ -34,10 +34,11 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import (TableRequirement, TableUpdate, _apply_table_update,
-                                    _TableMetadataUpdateContext, _update_table_metadata_log)
+from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 from pyiceberg.utils.datetime import datetime_to_millis
+
+from .pyiceberg_private import TableMetadataUpdateContext, apply_table_update, update_table_metadata_log
 
 #: Parsed metadata versions kept per catalog (a driver needs one or two per table; the operator reads a few
 #: tables). An entry shares unchanged snapshots with its neighbours, so it costs little beyond the first.
@@ -51,13 +52,13 @@ def apply_updates(base: TableMetadata, updates: tuple[TableUpdate, ...],
     updates the base itself is the answer."""
     if not updates:
         return base
-    context = _TableMetadataUpdateContext()
+    context = TableMetadataUpdateContext()
     new = base
     for update in updates:
-        new = _apply_table_update(update, new, context)
+        new = apply_table_update(update, new, context)
     if context.has_changes():
         if metadata_location:
-            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
+            new = update_table_metadata_log(new, metadata_location, base.last_updated_ms)
         if base.last_updated_ms == new.last_updated_ms:
             new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     new.spec().check_compatible(new.schema())

@@ -14,15 +14,14 @@ Besides micro-batches (`kind` batch) the ledger holds markers, snapshots without
 ledger end on purpose: a `gap` (offsets deliberately not in the table, e.g. a Rollback that must not bring
 discarded data back) and an `epoch` (a recreated topic or cluster accepted by the user: its partitions start
 again at the marker's offsets). The ledger end of a partition is the end of the newest entry that names it;
-a batch may commit only if it starts there (`contiguity_problems`).
+a batch may commit only if it starts there (`handoff_spark.ledger.contiguity_problems`).
 
 Each entry also records the Kafka cluster id and the topic ids it read (`handoff.kafka`), so a topic or cluster
-recreated under the same name is detected instead of silently re-read or skipped (`identity_problems`).
+recreated under the same name is detected instead of silently re-read or skipped (`handoff_spark.ledger.identity_problems`).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Iterator
 
 from pyiceberg.table import Table
@@ -30,6 +29,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from .table import load_table as _load_table
+# The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger`); the kinds and
+# `Commit` are re-exported so `ledger.BATCH` etc. read the same for Iceberg callers.
+from ..ledger import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"
@@ -45,41 +47,6 @@ REASON = "handoff.reason"
 KAFKA = "handoff.kafka"  # {"cluster": <cluster id>, "topics": {<topic>: <topic id>}}
 SCHEMAS = "handoff.schemas"  # {"<schema id>": ["<subject>:<version>", ...]}: registry writer schemas of the rows
 LOST = "handoff.lost"  # {"topic": {"partition": [from, to]}}: offsets of the range retention deleted unread
-
-BATCH, GAP, EPOCH = "batch", "gap", "epoch"
-
-Offsets = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One micro-batch as recorded in the table. `offsets` ranges are [start, end) per topic partition."""
-
-    snapshot_id: int
-    parent_snapshot_id: int | None
-    timestamp_ms: int
-    handoff_id: str
-    query: str
-    query_id: str | None
-    batch_id: int
-    offsets: dict[str, dict[int, tuple[int, int]]]
-    rows: int
-    dlq_rows: int
-    max_event_time_ms: int | None
-    kind: str = BATCH
-    reason: str | None = None
-    kafka_cluster_id: str | None = None
-    topic_ids: dict[str, str] | None = None
-    lost: dict[str, dict[int, tuple[int, int]]] | None = None  # offsets of the range retention deleted unread
-
-    @property
-    def end_offsets(self) -> Offsets:
-        return {t: {p: se[1] for p, se in parts.items()} for t, parts in self.offsets.items()}
-
-    def covers(self, topic: str, partition: int, offset: int) -> bool:
-        se = self.offsets.get(topic, {}).get(partition)
-        return se is not None and se[0] <= offset < se[1]
-
 
 def load_table(catalog_name: str, catalog_properties: dict[str, str], identifier: str) -> Table:
     """Load a table through a (process-cached) PyIceberg catalog, e.g. `load_table("handoff",
@@ -217,17 +184,9 @@ def resume_offsets(table: Table | TableMetadata, snapshot_id: int | None = None,
 
 def ledger_end(table: Table | TableMetadata, handoff_id: str, query: str,
                partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """The ledger end of just `partitions` (those the ledger never saw are absent). Stops walking the ancestry
-    once every partition is found, so the per-commit check costs a snapshot or two, not the history."""
-    found: dict[tuple[str, int], int] = {}
-    for c in _entries(table, handoff_id, query):
-        for topic, parts in c.offsets.items():
-            for p, (_start, end) in parts.items():
-                if (topic, p) in partitions:
-                    found.setdefault((topic, p), end)
-        if len(found) == len(partitions):
-            break
-    return found
+    """The ledger end of just `partitions` (those the ledger never saw are absent). Walks the ancestry lazily,
+    so the per-commit check costs a snapshot or two, not the history."""
+    return _ledger_end(_entries(table, handoff_id, query), partitions)
 
 
 def latest_identity(table: Table | TableMetadata, handoff_id: str, query: str) -> tuple[str | None, dict[str, str]]:
@@ -275,52 +234,3 @@ def record_gap(table: Table, handoff_id: str, query: str, ranges: dict[str, dict
     """Record offsets deliberately left out of the table (`{"topic": {"partition": [start, end]}}`): the stream
     goes on at each `end`, and the range is never re-read by a restart."""
     return record_marker(table, handoff_id, query, ranges, GAP, reason)
-
-
-def contiguity_problems(ranges: dict[tuple[str, int], tuple[int, int]],
-                        ledger: dict[tuple[str, int], int]) -> list[str]:
-    """Why a batch must not commit: a partition whose non-empty range does not start at the ledger end (behind
-    it: the records are already in the table, a duplicate; past it: records would be skipped). Partitions the
-    ledger never saw may start anywhere (their start came from startingOffsets). Pure."""
-    out = []
-    for (topic, partition), (start, end) in sorted(ranges.items()):
-        if end <= start or (topic, partition) not in ledger:
-            continue
-        have = ledger[(topic, partition)]
-        if start < have:
-            out.append(f"{topic}[{partition}] starts at {start} but the table already holds offsets up to {have} "
-                       f"(re-reading {min(end, have) - start} records would duplicate them)")
-        elif start > have:
-            out.append(f"{topic}[{partition}] starts at {start} but the table's ledger ends at {have} "
-                       f"(offsets {have}..{start - 1} would be skipped)")
-    return out
-
-
-def overlap_problems(held: list[Commit], wanted: dict[tuple[str, int], tuple[int, int]]) -> list[str]:
-    """Which of `wanted` (`[from, to)` per partition) the table already holds according to `held` (batch
-    entries; markers hold no data). A Backfill must not re-write those records. Pure."""
-    out = []
-    for c in held:
-        if c.kind != BATCH:
-            continue
-        for (topic, partition), (lo, hi) in sorted(wanted.items()):
-            se = c.offsets.get(topic, {}).get(partition)
-            if se is not None and se[0] < hi and lo < se[1] and se[0] < se[1]:
-                out.append(f"{topic}[{partition}] offsets {max(lo, se[0])}..{min(hi, se[1]) - 1} are already in "
-                           f"the table (snapshot {c.snapshot_id}, query {c.query} batch {c.batch_id})")
-    return out
-
-
-def identity_problems(recorded_cluster: str | None, recorded_topics: dict[str, str], cluster: str | None,
-                      topics: dict[str, str]) -> list[str]:
-    """A Kafka cluster or topic that is not the one the ledger's offsets belong to (recreated under the same
-    name, or the handoff now points at another cluster). Unknown ids on either side are not a mismatch. Pure."""
-    out = []
-    if recorded_cluster and cluster and recorded_cluster != cluster:
-        out.append(f"the Kafka cluster id is {cluster}, the table's ledger was written from cluster {recorded_cluster}")
-    for topic, tid in sorted(topics.items()):
-        old = recorded_topics.get(topic)
-        if old and tid and old != tid:
-            out.append(f"topic {topic!r} has id {tid}, the ledger's offsets belong to topic id {old} "
-                       f"(the topic was deleted and recreated)")
-    return out

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
@@ -38,9 +38,11 @@ from .. import checkpoint as ckpt
 from .. import faults
 from . import ledger
 from ..config import AppConfig, IcebergSink
+from ..ledger import contiguity_problems, overlap_problems
 from .catalog import apply_updates
+from .pyiceberg_private import dataframe_to_data_files, transaction_state
 from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
-                            forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
+                            dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
@@ -48,12 +50,7 @@ from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_
 
 from ..source_decode import decode_source
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-except ImportError:  # the operator imports pieces of this package without pyspark
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceStreamArrowWriter = object  # type: ignore[misc,assignment]
-    WriterCommitMessage = object  # type: ignore[misc,assignment]
+from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ def backfill_overlap(cfg: AppConfig) -> list[str]:
     assert cfg.backfill is not None
     held = [c for c in ledger.list_commits(open_table(cfg, create=False), handoff_id=cfg.handoff_id)
             if c.query != cfg.query_name]
-    return ledger.overlap_problems(held, cfg.backfill.ranges())
+    return overlap_problems(held, cfg.backfill.ranges())
 
 
 class LedgerMismatchError(RuntimeError):
@@ -175,7 +172,7 @@ def write_data_files(metadata: TableMetadata, io: Any, tbl: pa.Table, write_uuid
     partition value (up to the table's target file size), named with the attempt's write UUID."""
     written: list[DataFile] = []
     try:
-        for df in _dataframe_to_data_files(metadata, tbl, io, write_uuid=write_uuid):
+        for df in dataframe_to_data_files(metadata, tbl, io, write_uuid=write_uuid):
             written.append(df)
     except BaseException:
         delete_files(io, [f.file_path for f in written])
@@ -241,7 +238,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,val
                 + "; ".join(plan.incompatible)
                 + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
         msg.add, msg.widen = list(plan.add), list(plan.widen)
-        msg.added_ids = {name: meta.schema().find_field(name).field_id for name, _ in plan.add}
+        msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
         msg.rows = shaped.num_rows
         msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
         try:
@@ -309,8 +306,32 @@ def _is_catalog_outage(exc: BaseException) -> bool:
 
 
 def _merge_plans(table: Table, msgs: list[IcebergCommitMessage], evolution: str) -> SchemaPlan:
-    wanted = [*(a for m in msgs for a in m.add), *(w for m in msgs for w in m.widen)]
-    return plan_schema_changes(table.schema(), wanted, evolution)
+    wanted = [*(a for m in msgs for a in m.add if isinstance(a[0], str)), *(w for m in msgs for w in m.widen)]
+    plan = plan_schema_changes(table.schema(), wanted, evolution)
+    # fields new inside a struct: added unless the table already has them (another task's, or a commit's)
+    nested = {n: t for m in msgs for n, t in m.add if not isinstance(n, str) and not _has_field(table, n)}
+    if not nested:
+        return plan
+    return SchemaPlan(add=tuple(sorted([*plan.add, *nested.items()], key=lambda kv: dotted(kv[0]))),
+                      widen=plan.widen, incompatible=plan.incompatible, ignored=plan.ignored)
+
+
+def apply_schema_plan(target: Any, plan: SchemaPlan) -> None:
+    """Apply `plan` through PyIceberg's `update_schema` of a table or a transaction: new columns (a tuple path
+    adds a field inside a struct), then widenings."""
+    with target.update_schema() as us:
+        for name, typ in plan.add:
+            us.add_column(name, typ)
+        for name, typ in plan.widen:
+            us.update_column(name, field_type=typ)
+
+
+def _has_field(table: Table, path: tuple[str, ...]) -> bool:
+    try:
+        table.schema().find_field(dotted(path))
+        return True
+    except ValueError:
+        return False
 
 
 def _rewrite_file(io: Any, metadata: TableMetadata, f: DataFile) -> list[DataFile]:
@@ -349,7 +370,7 @@ class _MemoTransaction(Transaction):
     @property
     def table_metadata(self) -> TableMetadata:
         memo = self._memo
-        base, updates = self._table.metadata, self._updates
+        base, updates = transaction_state(self)
         if memo is not None and memo[0] is base and memo[1] is updates:
             return memo[2]
         result = apply_updates(base, updates)
@@ -370,9 +391,9 @@ def _drop_replay_files(table: Table, snapshot_id: int, msgs: list[IcebergCommitM
 
 def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.OffsetRange) -> None:
     """The one check that keeps duplicates out whatever happens to checkpoints or to a second (zombie) driver:
-    every partition's range must start where the table's ledger ends (see `ledger.contiguity_problems`)."""
+    every partition's range must start where the table's ledger ends (see `handoff_spark.ledger.contiguity_problems`)."""
     moving = {tp for tp, (start, end) in ranges.items() if end > start}
-    problems = ledger.contiguity_problems(ranges, ledger.ledger_end(table, cfg.handoff_id, cfg.query_name, moving))
+    problems = contiguity_problems(ranges, ledger.ledger_end(table, cfg.handoff_id, cfg.query_name, moving))
     if problems:
         raise LedgerMismatchError(
             f"batch {batch_id} of handoff {cfg.handoff_id} is not committed: " + "; ".join(problems)
@@ -428,11 +449,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
             if plan.incompatible:
                 raise SchemaIncompatibleError(f"batch {batch_id}: " + "; ".join(plan.incompatible))
             if plan.changes_table:
-                with tx.update_schema() as us:
-                    for name, typ in plan.add:
-                        us.add_column(name, typ)
-                    for name, typ in plan.widen:
-                        us.update_column(name, field_type=typ)
+                apply_schema_plan(tx, plan)
             final_schema = tx.table_metadata.schema() if plan.changes_table else table.schema()
             files: list[DataFile] = []
             replaced = []
@@ -541,11 +558,7 @@ def prepare(cfg: AppConfig) -> Table:
             f"handoff {cfg.handoff_id}: declared schema does not fit table {sink.table}: "
             + "; ".join(plan.incompatible) + ". Handoff never narrows a column; declare a compatible type.")
     if plan.changes_table:
-        with table.update_schema() as us:
-            for name, typ in plan.add:
-                us.add_column(name, typ)
-            for name, typ in plan.widen:
-                us.update_column(name, field_type=typ)
+        apply_schema_plan(table, plan)
         table = catalog.load_table(sink.table)
     from . import maintenance
     maintenance.remove_orphan_files(table, older_than_seconds=cfg.maintenance.orphan_min_age_seconds)

@@ -1,0 +1,33 @@
+"""Every PyIceberg private API Handoff uses, behind one name each, so a PyIceberg upgrade is checked here.
+
+Why private APIs at all (each was measured or has no public equivalent; see the callers):
+* `dataframe_to_data_files`: PyIceberg's Parquet writer with partitioning, without committing (executors write
+  files, the driver commits them in one snapshot with the ledger properties). `iceberg.sink`, `iceberg.maintenance`.
+* `apply_table_update`, `TableMetadataUpdateContext`, `update_table_metadata_log`: `update_table_metadata`
+  without its final deep copy, whose cost grows with history. `iceberg.catalog.apply_updates`.
+* `transaction_state`: a Transaction's base metadata and staged updates (`_table.metadata`, `_updates`), the
+  key of the memoised `table_metadata`. `iceberg.sink._MemoTransaction`.
+
+Not re-exported (overrides in a subclass cannot be): `iceberg.catalog.HandoffSqlCatalog` overrides SqlCatalog's
+`_convert_orm_to_iceberg` and `_update_and_stage_table` and calls `_parse_metadata_version` / `_load_file_io`.
+Pinned: requirements.lock; tests/unit/test_iceberg_catalog.py and the sink's integration tests exercise them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.io.pyarrow import _dataframe_to_data_files as dataframe_to_data_files
+from pyiceberg.table import Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import _apply_table_update as apply_table_update
+from pyiceberg.table.update import _TableMetadataUpdateContext as TableMetadataUpdateContext
+from pyiceberg.table.update import _update_table_metadata_log as update_table_metadata_log
+
+
+def transaction_state(tx: Transaction) -> tuple[TableMetadata, tuple[Any, ...]]:
+    """(the table metadata the transaction started from, the updates staged so far)."""
+    return tx._table.metadata, tx._updates
+
+
+__all__ = ["dataframe_to_data_files", "apply_table_update", "TableMetadataUpdateContext",
+           "update_table_metadata_log", "transaction_state"]
