@@ -210,3 +210,25 @@ def describe_failure(cluster: Cluster, namespace: str) -> str:
         parts.append(f"--- logs {name}\n" + cluster.kubectl("logs", "-n", namespace, name, "--tail=60",
                                                            check=False))
     return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def kafka_for_pods(cluster: Cluster) -> Iterator[Any]:
+    """A test-bed broker with a second listener advertised at `cluster.pod_host`, so pods follow its
+    metadata to it (tests on this machine use `.bootstrap`, pods `.pod_bootstrap`)."""
+    from handoff_testbed.kafka import Kafka
+
+    kafka = Kafka()
+    kafka.pod_host = cluster.pod_host
+    kafka.build()
+    kafka.start(cluster.workdir / "kafka")
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def pod_proxy_json(cluster: Cluster, namespace: str, pod: str, port: int, path: str) -> Any:
+    """GET `path` on a pod's port through the API server's pod proxy (the pods' network is not this
+    machine's), parsed as JSON."""
+    return json.loads(cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}"))
