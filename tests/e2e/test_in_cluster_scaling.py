@@ -42,7 +42,7 @@ SPARK_UI = 4040
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with cluster_from_environment(LOG_ROOT / "in-cluster-scaling") as cluster:
+    with cluster_from_environment(LOG_ROOT / "scaling") as cluster:
         yield cluster
 
 
