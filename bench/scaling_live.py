@@ -20,7 +20,10 @@ the driver and every executor — shares this machine's 2 CPUs (and other sessio
 recorded), so more executors add parallel tasks but little CPU; the figures compare the three policies under
 the same conditions in the same run, nothing more.
 
-    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 30] [--high 60] [--out ...]
+    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60] [--out ...]
+
+Status (2026-11-23): written, not yet run to completion — the machine ran at a load average of 20–28 and the
+driver could not start its query (docs/benchmarks.md). Treat its first run as its test.
 """
 from __future__ import annotations
 
