@@ -55,6 +55,17 @@ def surplus(executor_ids: list[str], desired: int) -> list[str]:
     return ordered[desired:][::-1] if len(ordered) > desired else []
 
 
+def to_apply(desired: int | None, applied: int | None, registered: int) -> int | None:
+    """The count to apply now, or None: the operator's new desired count, or the applied one again when more
+    executors registered than asked for (Spark retries a pod creation that timed out on a busy API server, and
+    both pods may come up: the extra one would otherwise run for good)."""
+    if desired is not None and desired != applied:
+        return desired
+    if applied is not None and registered > applied:
+        return applied
+    return None
+
+
 def write_min_partitions(path: str, value: int) -> None:
     """Atomic rewrite: the source's planning never reads a half-written number."""
     target = Path(path)
@@ -143,9 +154,9 @@ class ExecutorScaler:
         return parse_desired(cm.metadata.annotations)
 
     def step(self) -> None:
-        desired = self.read_desired()
-        if desired is not None and desired != self.applied:
-            self.apply(desired)
+        target = to_apply(self.read_desired(), self.applied, len(self.executors.ids()))
+        if target is not None:
+            self.apply(target)
         self.follow_cores()
 
     def apply(self, desired: int) -> None:
