@@ -93,8 +93,8 @@ def _decoded_batches(bootstrap: str, topic: str, partitions: int, records: int, 
 def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int = 500) -> dict[str, Any]:
     """One process, one request at a time, each waited for: the seed's pattern. Reads the first
     `--naive-records` records (its rate is per row; the full topic would only make the run long)."""
-    from handoff_spark import bigquery_client
-    from handoff_spark.bigquery_sink import prepare
+    from handoff_spark.bigquery import client as bigquery_client
+    from handoff_spark.bigquery.sink import prepare
 
     dataset = f"bench_{uuid.uuid4().hex[:6]}"
     cfg = _cfg(args, bootstrap, topic, tmp, f"naive-{mode}", _sink(args, dataset, f"naive_{mode}"))
@@ -122,7 +122,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
     else:
         from google.cloud.bigquery_storage_v1 import types, writer
 
-        from handoff_spark.bigquery_schema import arrow_schema, conform
+        from handoff_spark.bigquery.schema import arrow_schema, conform
 
         schema = arrow_schema(plan.fields)
         wc = bigquery_client.write_client(sink)

@@ -35,12 +35,12 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "spark_app"))
 
-from handoff_spark import maintenance  # noqa: E402
+from handoff_spark.iceberg import maintenance  # noqa: E402
 from handoff_spark.config import AppConfig  # noqa: E402
-from handoff_spark.iceberg_sink import IcebergCommitMessage, commit_to_table, open_table, write_data_files  # noqa: E402
+from handoff_spark.iceberg.sink import IcebergCommitMessage, commit_to_table, open_table, write_data_files  # noqa: E402
 
 POINTS = (1, 100, 500, 1000)
-import handoff_spark.iceberg_sink as _sink  # noqa: E402
+import handoff_spark.iceberg.sink as _sink  # noqa: E402
 _MEMO = _sink._MemoTransaction
 WINDOW_BATCHES = 50
 
@@ -68,7 +68,7 @@ def _rows(batch: int, n: int = 200) -> pa.Table:
 
 
 def run_variant(variant: str, batches: int, window: int = WINDOW_BATCHES) -> dict[str, object]:
-    from handoff_spark.iceberg_sink import prepare_batch
+    from handoff_spark.iceberg.sink import prepare_batch
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{variant}-") as d:
         tmp = Path(d)
@@ -77,13 +77,13 @@ def run_variant(variant: str, batches: int, window: int = WINDOW_BATCHES) -> dic
             cfg = cfg.model_copy(update={"maintenance": cfg.maintenance.model_copy(
                 update={"every_batches": max(1, window // 2)})})
         if variant == "baseline":  # the naive sink loads tables through PyIceberg's own SqlCatalog
-            from handoff_spark import iceberg_table
+            from handoff_spark.iceberg import table as iceberg_table
             from pyiceberg.catalog import load_catalog
             props = cfg.sink.catalog_properties
             iceberg_table._catalogs[(cfg.sink.catalog_name, tuple(sorted(props.items())))] = load_catalog(
                 cfg.sink.catalog_name, **props)
         table = open_table(cfg)
-        import handoff_spark.iceberg_sink as sink_mod
+        import handoff_spark.iceberg.sink as sink_mod
         from pyiceberg.table import Transaction
         sink_mod._MemoTransaction = Transaction if variant == "baseline" else _MEMO  # type: ignore[misc]
         if variant == "baseline":

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         from handoff_operator.replay_local import replay
-        from handoff_spark import ledger
+        from handoff_spark.iceberg import ledger
         from handoff_spark.config import AppConfig
 
         topic = f"replay-{uuid.uuid4().hex[:6]}"

@@ -179,8 +179,8 @@ spec:
 
 
 def _table(catalog_props: dict[str, str]):
-    from handoff_spark import ledger
-    from handoff_spark.iceberg_table import forget_catalog
+    from handoff_spark.iceberg import ledger
+    from handoff_spark.iceberg.table import forget_catalog
 
     forget_catalog("demo", catalog_props)
     return ledger.load_table("demo", catalog_props, TABLE)
@@ -195,15 +195,15 @@ def table_rows(catalog_props: dict[str, str]) -> list[tuple[int, int, str]]:
 
 def commit_ids(catalog_props: dict[str, str]) -> list[int]:
     """Snapshot ids of the handoff's micro-batch commits, newest first."""
-    from handoff_spark import ledger
+    from handoff_spark.iceberg import ledger
 
     return [c.snapshot_id for c in ledger.list_commits(_table(catalog_props), HANDOFF_ID, include_markers=False)]
 
 
 def committed_rows(catalog_props: dict[str, str]) -> int:
     """Rows recorded by the ledger along the table's current ancestry (0 before the first commit)."""
-    from handoff_spark import ledger
-    from handoff_spark.iceberg_table import forget_catalog
+    from handoff_spark.iceberg import ledger
+    from handoff_spark.iceberg.table import forget_catalog
 
     forget_catalog("demo", catalog_props)
     try:
@@ -249,8 +249,8 @@ def verify(kafka: Kafka, catalog_props: dict[str, str], app_config: dict, total:
     """Compare the table, its ledger, the DLQ and the consumer group with what Kafka holds."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
-    from handoff_spark import ledger
-    from handoff_spark.iceberg_table import forget_catalog
+    from handoff_spark.iceberg import ledger
+    from handoff_spark.iceberg.table import forget_catalog
 
     forget_catalog("demo", catalog_props)
     table = ledger.load_table("demo", catalog_props, TABLE)

@@ -16,7 +16,7 @@ from handoff_spark.config import AppConfig
 
 def table_counts(cfg: AppConfig) -> tuple[int, int]:
     """(rows, distinct (topic, partition, offset)) — equal and == produced is the exactly-once invariant."""
-    from handoff_spark import bigquery_client
+    from handoff_spark.bigquery import client as bigquery_client
 
     client = bigquery_client.rest_client(cfg.sink)
     ref = bigquery_client.table_ref(cfg.sink)

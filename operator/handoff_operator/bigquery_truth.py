@@ -54,7 +54,7 @@ def service_account_key(spec: Any, secrets: Mapping[str, Mapping[str, str] | Non
 
 def credential_choice(sink: BigQuerySink, key_json: str | None, file_exists: bool) -> CredentialChoice:
     """How the operator authenticates to the sink's BigQuery, in the data plane's order
-    (handoff_spark.bigquery_client): the credentialsFrom key; the key file if this pod has it; anonymous for
+    (handoff_spark.bigquery.client): the credentialsFrom key; the key file if this pod has it; anonymous for
     an emulator endpoint; application default credentials. "unavailable": the sink names a key file this pod
     does not have and no key was passed — read the consumer group's offsets instead of failing."""
     if key_json:
@@ -191,7 +191,7 @@ def ledger_commit(config: AppConfig, key_json: str | None = None,
     Raises on other BigQuery errors (the status reports them)."""
     from google.api_core.exceptions import NotFound
 
-    from handoff_spark import bigquery_client, bigquery_ledger
+    from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 
     sink = config.sink
     if not isinstance(sink, BigQuerySink):

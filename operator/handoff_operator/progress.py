@@ -28,7 +28,7 @@ def lag_per_partition(committed: Offsets, end: Offsets, earliest: Offsets | None
 
 def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets | None,
                    now_ms: int, errors: list[str]) -> ProgressFacts:
-    """`commit` is a handoff_spark.ledger.Commit (or None: nothing committed yet)."""
+    """`commit` is a handoff_spark.iceberg.ledger.Commit (or None: nothing committed yet)."""
     committed: dict[str, dict[int, int]] = {}
     snapshot = batch = at_ms = event_ms = None
     if commit is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
 
 from .replay_plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts

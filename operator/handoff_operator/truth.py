@@ -72,8 +72,8 @@ def latest_commit(config: AppConfig) -> Any:
     """The newest ledger commit of this handoff in the table (None: none yet, or not an Iceberg sink).
 
     For BigQuery see `bigquery_commit`."""
-    from handoff_spark import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
-    from handoff_spark.iceberg_table import forget_catalog
+    from handoff_spark.iceberg import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
+    from handoff_spark.iceberg.table import forget_catalog
 
     sink = config.sink
     if not isinstance(sink, IcebergSink):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import ledger
+from .iceberg import ledger
 from .config import AppConfig, IcebergSink
 
 
@@ -19,7 +19,7 @@ def _table(cfg: AppConfig) -> Any:
     if not isinstance(cfg.sink, IcebergSink):
         raise SystemExit("handoff ledger: only Iceberg sinks keep their ledger in table snapshots; for BigQuery "
                          f"query `{cfg.sink.table}__handoff_ledger` in the dataset")
-    from .iceberg_sink import open_table
+    from .iceberg.sink import open_table
 
     return open_table(cfg, create=False)
 

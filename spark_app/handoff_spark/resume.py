@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from . import checkpoint as ckpt
 from .errors import HandoffConfigError
-from .ledger import identity_problems
+from .iceberg.ledger import identity_problems
 
 log = logging.getLogger("handoff.resume")
 

@@ -1,6 +1,6 @@
 """The table sinks and what the driver needs of each: one explicit registry, no module scanning.
 
-A sink module (`iceberg_sink`, `bigquery_sink`) provides:
+A sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `DATA_SOURCE`: the PySpark Python data source class (its `name()` is the `writeStream.format`);
 - `prepare(cfg)`: driver, before the query: create the table, reconcile the declared schema;
 - `ledger_end(cfg) -> {(topic, partition): next offset}`: where the table's ledger ends for this handoff's
@@ -20,8 +20,8 @@ from typing import Any
 from .errors import HandoffConfigError
 
 _MODULES = {
-    "iceberg": "handoff_spark.iceberg_sink",
-    "bigquery": "handoff_spark.bigquery_sink",
+    "iceberg": "handoff_spark.iceberg.sink",
+    "bigquery": "handoff_spark.bigquery.sink",
 }
 
 

@@ -34,7 +34,7 @@ PRELOAD = (
     "handoff_spark.config",
     "handoff_spark.decode",
     "handoff_spark.kafka_source",
-    "handoff_spark.iceberg_sink",
+    "handoff_spark.iceberg.sink",
 )
 
 

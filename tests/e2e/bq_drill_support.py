@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from handoff_spark import bigquery_client, bigquery_ledger
+from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.config import AppConfig
 
 from bq_common import limited_emulator, read_dead_letters, table_counts  # noqa: F401  (re-exported)

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from handoff_spark import ledger, maintenance
+from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.config import AppConfig
-from handoff_spark.iceberg_sink import open_table
+from handoff_spark.iceberg.sink import open_table
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Producer
 from google.cloud import bigquery as bq
 
-from handoff_spark import bigquery_client, bigquery_ledger
-from handoff_spark.bigquery_sink import read_last_commit
+from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
+from handoff_spark.bigquery.sink import read_last_commit
 from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
 
 from bq_drill_support import (assert_exactly_once, bq_drill_config, limited_emulator, read_dead_letters, run_bq_app,

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewPartitions
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 
 from iceberg_drill_support import (assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion, value)

@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark import ledger
-from handoff_spark.iceberg_sink import open_table
+from handoff_spark.iceberg import ledger
+from handoff_spark.iceberg.sink import open_table
 
 from iceberg_drill_support import (REPO, assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion)

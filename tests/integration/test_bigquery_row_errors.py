@@ -16,7 +16,7 @@ from google.cloud import bigquery as bq
 from google.cloud.bigquery_storage_v1 import BigQueryWriteClient, types
 from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
 
-from handoff_spark.bigquery_append import RetryPolicy, StreamWriter
+from handoff_spark.bigquery.append import RetryPolicy, StreamWriter
 from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
 
 pytestmark = pytest.mark.bigquery

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from google.cloud import bigquery as bq
 
-from handoff_spark import bigquery_client, bigquery_ledger
-from handoff_spark import bigquery_sink as sink
+from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
+from handoff_spark.bigquery import sink
 from handoff_spark.kafka_offsets import committed_group_offsets
 
 from bq_support import bq_config, limited_emulator, read_dead_letters, table_counts

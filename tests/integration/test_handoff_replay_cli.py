@@ -16,7 +16,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 
 pytestmark = [pytest.mark.kafka]
 

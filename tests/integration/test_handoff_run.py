@@ -65,7 +65,7 @@ def test_handoff_run_available_now_drains_into_iceberg_and_exits_zero(kafka, tmp
     assert all(" freshness " in line for line in batch_lines), out  # newest committed event time, from the sink
     assert out.splitlines()[-1] == "done"
 
-    from handoff_spark import ledger
+    from handoff_spark.iceberg import ledger
 
     table = ledger.load_table("runtest", {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
                                           "warehouse": f"file://{tmp_path}/warehouse"}, "web.clicks")

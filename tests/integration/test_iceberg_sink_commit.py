@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pyiceberg.types import DoubleType, LongType, StringType
 
-from handoff_spark import ledger, maintenance
-from handoff_spark.iceberg_sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
+from handoff_spark.iceberg import ledger, maintenance
+from handoff_spark.iceberg.sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
                                         abort_batch, commit_batch, open_table, prepare)
 from handoff_spark.kafka_offsets import committed_group_offsets
 

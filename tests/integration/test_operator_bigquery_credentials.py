@@ -15,7 +15,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from handoff_spark import bigquery_ledger
+from handoff_spark.bigquery import ledger as bigquery_ledger
 from handoff_spark.kafka_offsets import commit_group_offsets
 
 from bq_support import bq_config

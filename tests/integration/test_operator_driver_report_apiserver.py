@@ -20,8 +20,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from handoff_spark.app import ProgressReporter
-from handoff_spark.bigquery_append import AppendStats
-from handoff_spark.bigquery_sink import CommitResult, degraded_reason
+from handoff_spark.bigquery.append import AppendStats
+from handoff_spark.bigquery.sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
 from handoff_spark.progress_publisher import ProgressPublisher
 from handoff_spark.sink_common import write_last_commit

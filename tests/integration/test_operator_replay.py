@@ -199,7 +199,7 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
 
 def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(cluster: Cluster, operator: Operator,
                                                                               kafka, tmp_path) -> None:
-    from handoff_spark import ledger
+    from handoff_spark.iceberg import ledger
 
     s = Setup(cluster, kafka, tmp_path)
     head, target = s.current(), s.snapshots[2]

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kubernetes.client.rest import ApiException
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig
 from operator_support import REPO, Cluster, Operator, base_spec, eventually
 

@@ -126,7 +126,7 @@ def test_bigquery_sink_status_from_the_table_ledger(cluster: Cluster, kafka, big
     """With a ledger row in `<table>__handoff_ledger`, the status is read from BigQuery alone: offsets,
     batch, commit time and freshness are the ledger's, not the consumer group's (committed differently here
     to tell the two apart)."""
-    from handoff_spark import bigquery_ledger
+    from handoff_spark.bigquery import ledger as bigquery_ledger
     from handoff_spark.kafka_offsets import commit_group_offsets
 
     from bq_support import bq_config

@@ -8,12 +8,12 @@ import random
 import pyarrow as pa
 import pytest
 
-from handoff_spark.bigquery_append import (ALREADY_EXISTS, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, NOT_FOUND,
+from handoff_spark.bigquery.append import (ALREADY_EXISTS, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, NOT_FOUND,
                                            OUT_OF_RANGE, RESOURCE_EXHAUSTED, UNAVAILABLE, Action, AppendStats,
                                            RetryPolicy, classify, percentile)
-from handoff_spark.bigquery_schema import (Field, UnknownColumns, arrow_schema, bq_type, conform, declared_fields,
+from handoff_spark.bigquery.schema import (Field, UnknownColumns, arrow_schema, bq_type, conform, declared_fields,
                                            plan_schema)
-from handoff_spark.bigquery_sink import degraded_reason
+from handoff_spark.bigquery.sink import degraded_reason
 from handoff_spark.config import Column
 
 
@@ -136,7 +136,7 @@ def test_row_errors_split_the_request_into_resend_and_dead_letters():
     message, the others are resent (same order, their original row numbers kept for the DLQ mapping)."""
     from google.cloud.bigquery_storage_v1 import types
 
-    from handoff_spark.bigquery_append import split_row_errors
+    from handoff_spark.bigquery.append import split_row_errors
 
     table = pa.table({"id": [10, 11, 12, 13, 14]})
     errors = [types.RowError(index=1, code=types.RowError.RowErrorCode.FIELDS_ERROR, message="id: out of range"),
@@ -157,7 +157,7 @@ def test_credentials_key_file_else_anonymous_for_an_emulator(tmp_path):
     from google.auth.credentials import AnonymousCredentials
     from google.oauth2 import service_account
 
-    from handoff_spark import bigquery_client
+    from handoff_spark.bigquery import client as bigquery_client
     from handoff_spark.config import BigQuerySink
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

@@ -19,12 +19,12 @@ from pyiceberg.table import Transaction
 from pyiceberg.table.update import RemoveSnapshotsUpdate, update_table_metadata
 from pyiceberg.types import StringType
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig
-from handoff_spark.iceberg_catalog import HandoffSqlCatalog, apply_updates, wrap_sql_catalog
-from handoff_spark.iceberg_sink import (IcebergCommitMessage, _MemoTransaction, commit_to_table, open_table,
+from handoff_spark.iceberg.catalog import HandoffSqlCatalog, apply_updates, wrap_sql_catalog
+from handoff_spark.iceberg.sink import (IcebergCommitMessage, _MemoTransaction, commit_to_table, open_table,
                                         prepare_batch, write_data_files)
-from handoff_spark.iceberg_table import (HISTORY_BOUNDING_PROPERTIES, STREAMING_TABLE_PROPERTIES, declared_schema,
+from handoff_spark.iceberg.table import (HISTORY_BOUNDING_PROPERTIES, STREAMING_TABLE_PROPERTIES, declared_schema,
                                          ensure_history_bounded, ensure_table, load_catalog_cached)
 
 QUERY_ID = "11111111-2222-3333-4444-555555555555"

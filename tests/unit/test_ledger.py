@@ -13,8 +13,8 @@ from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, I
 from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, NestedField, StringType
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark import ledger, maintenance
-from handoff_spark.iceberg_table import parse_partition_field, plan_schema_changes
+from handoff_spark.iceberg import ledger, maintenance
+from handoff_spark.iceberg.table import parse_partition_field, plan_schema_changes
 
 SCHEMA = Schema(NestedField(1, "_kafka_partition", IntegerType()), NestedField(2, "_kafka_offset", LongType()))
 
@@ -138,7 +138,7 @@ def test_partition_transforms_parse():
 
 
 def _streaming_table(tmp_path):
-    from handoff_spark.iceberg_table import STREAMING_TABLE_PROPERTIES
+    from handoff_spark.iceberg.table import STREAMING_TABLE_PROPERTIES
     cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     cat.create_namespace("ns")
     return cat, cat.create_table("ns.t", SCHEMA, properties=STREAMING_TABLE_PROPERTIES)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .config import BigQuerySink
+from ..config import BigQuerySink
 
 _lock = threading.Lock()
 _rest: dict[tuple[Any, ...], Any] = {}
@@ -45,7 +45,7 @@ def credentials(sink: BigQuerySink) -> Any:
     try:
         creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/bigquery"])
     except DefaultCredentialsError:
-        from .errors import HandoffConfigError
+        from ..errors import HandoffConfigError
 
         raise HandoffConfigError(
             f"BigQuery sink {sink.project}.{sink.dataset}.{sink.table}: no credentials. Fix: set "

@@ -9,7 +9,7 @@ Two sources, with different standing (docs/bigquery-exactly-once.md):
   replayed and skipped) but never ahead of the data. It also covers ranges whose records all went to the DLQ,
   which leave no rows in the data table.
 
-The reading API mirrors `handoff_spark.ledger` (Iceberg): `list_commits`, `latest_commit`, `resume_offsets`.
+The reading API mirrors `handoff_spark.iceberg.ledger` (Iceberg): `list_commits`, `latest_commit`, `resume_offsets`.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import bigquery_client
-from .bigquery_schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
-from .config import AppConfig, BigQuerySink
+from . import client as bigquery_client
+from .schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from ..config import AppConfig, BigQuerySink
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
     returns False — correctness never depends on this table."""
     import pyarrow as pa
 
-    from .bigquery_append import RetryPolicy, StreamWriter
+    from .append import RetryPolicy, StreamWriter
 
     sink = cfg.sink
     assert isinstance(sink, BigQuerySink)

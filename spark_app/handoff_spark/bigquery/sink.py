@@ -30,16 +30,17 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from . import checkpoint as ckpt
-from . import bigquery_client, bigquery_ledger, faults
-from .bigquery_append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
-from .bigquery_schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
+from .. import checkpoint as ckpt
+from . import client as bigquery_client, ledger as bigquery_ledger
+from .. import faults
+from .append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
+from .schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
-from .config import AppConfig, BigQuerySink
-from .decode import DeadLetter, decode_batch
-from .kafka_offsets import commit_group_offsets
-from .checkpoint import read_last_commit
-from .sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
+from ..config import AppConfig, BigQuerySink
+from ..decode import DeadLetter, decode_batch
+from ..kafka_offsets import commit_group_offsets
+from ..checkpoint import read_last_commit
+from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -203,7 +204,7 @@ class _DeadLetters:
     def send(self, cfg: AppConfig) -> None:
         if not self.count:
             return
-        from . import dlq
+        from .. import dlq
 
         for raw, dead in self.by_raw:
             dlq.send_dead_letters(cfg, raw, dead)
@@ -312,7 +313,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
 
 
 def _add_discovered(cfg: AppConfig, decoded: pa.Table, names: list[str]) -> list[Field]:
-    from .bigquery_schema import canonical_type
+    from .schema import canonical_type
 
     arrow_to_bq = {pa.string(): "STRING", pa.int64(): "INT64", pa.int32(): "INT64", pa.float64(): "FLOAT64",
                    pa.float32(): "FLOAT64", pa.bool_(): "BOOL", pa.binary(): "BYTES", pa.date32(): "DATE"}
@@ -420,7 +421,7 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
     """The contiguity check for BigQuery, the overlap half: a batch starting below where the table ends would
     duplicate rows. (A start past the end is not refused here: a batch whose last records all went to the DLQ
     leaves no rows, and its ledger-index row is best effort, so the table's end can lag the true one.)"""
-    from .ledger import contiguity_problems
+    from ..iceberg.ledger import contiguity_problems
 
     moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
     end = ledger_end(cfg)
@@ -494,7 +495,7 @@ def _finalize_all(write_client: Any, streams: list[StreamResult], retry: RetryPo
                 resp = write_client.finalize_write_stream(name=s.name)
                 break
             except Exception as exc:  # noqa: BLE001
-                from .bigquery_append import Action, classify, exception_code
+                from .append import Action, classify, exception_code
 
                 code, message = exception_code(exc)
                 if classify(code, message, False, 0, False) is not Action.RETRY or attempt + 1 == retry.max_attempts:

@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from .iceberg_table import load_table as _load_table
+from .table import load_table as _load_table
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"

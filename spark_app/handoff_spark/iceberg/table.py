@@ -72,7 +72,7 @@ def load_catalog_cached(catalog_name: str, catalog_properties: dict[str, str]) -
     with _catalog_lock:
         cat = _catalogs.get(key)
         if cat is None:
-            from .iceberg_catalog import wrap_sql_catalog
+            from .catalog import wrap_sql_catalog
             cat = wrap_sql_catalog(load_catalog(catalog_name, **catalog_properties))
             _catalogs[key] = cat
         return cat

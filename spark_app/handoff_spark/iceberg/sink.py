@@ -34,18 +34,19 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType
 
-from . import checkpoint as ckpt
-from . import faults, ledger
-from .config import AppConfig, IcebergSink
-from .iceberg_catalog import apply_updates
-from .iceberg_table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
+from .. import checkpoint as ckpt
+from .. import faults
+from . import ledger
+from ..config import AppConfig, IcebergSink
+from .catalog import apply_updates
+from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
                             forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
-from .kafka_offsets import commit_group_offsets
-from .checkpoint import read_last_commit
-from .sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
+from ..kafka_offsets import commit_group_offsets
+from ..checkpoint import read_last_commit
+from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
 
-from .decode import decode_batch
+from ..decode import decode_batch
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -195,7 +196,7 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
     if not dead:
         return
     try:
-        from . import dlq  # type: ignore[attr-defined]
+        from .. import dlq  # type: ignore[attr-defined]
     except ImportError as exc:
         raise RuntimeError(f"{len(dead)} dead letters but handoff_spark.dlq is not available") from exc
     dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]

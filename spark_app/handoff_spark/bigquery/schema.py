@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config import Column
+from ..config import Column
 
 # Metadata columns every handoff table carries: the Kafka coordinates make the table its own offset ledger
 # (see docs/bigquery-exactly-once.md); `_handoff_batch_id` says which micro-batch committed the row.

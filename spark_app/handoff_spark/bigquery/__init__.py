@@ -1,0 +1,6 @@
+"""The Google BigQuery sink over the Storage Write API: clients and credentials (`client`), the table
+schema and its evolution (`schema`), pipelined Arrow appends with retries (`append`), the ledger kept in
+the data table and its index (`ledger`), and the streaming writer and its commit (`sink`).
+
+Nothing is imported here: `handoff_spark.sinks` imports `bigquery.sink` on first use.
+"""
