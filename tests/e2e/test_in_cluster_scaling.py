@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from handoff_spark import ledger
+from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import end_offsets, produce
