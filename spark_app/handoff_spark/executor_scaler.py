@@ -139,6 +139,8 @@ class ExecutorScaler:
                 self.step()
                 self._failures = 0
             except Exception as exc:  # noqa: BLE001 - the stream goes on with the executors it has
+                if self._stop.is_set():
+                    return  # the driver is stopping (its SparkContext may be gone already): nothing to scale
                 self._failures += 1
                 if self._failures == 1 or self._failures % 20 == 0:
                     log.warning("executor scaling: %s (%d failures so far)", exc, self._failures)
