@@ -254,6 +254,11 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         # on the progress ConfigMap; handoff_spark.executor_scaler): Spark's own allocation stays off.
         "spark.dynamicAllocation.enabled": "false",
         LIVE_EXECUTORS_KEY: str(spec.scaling.min_executors),
+        # Spark stops the application after max(3, 2 × spark.executor.instances) executor failures, pod
+        # creations that time out on a busy API server included, counted from the start: instances is only the
+        # starting count here, so the budget follows maxExecutors, and failures older than an hour stop counting.
+        MAX_FAILURES_KEY: str(max(3, 2 * spec.scaling.max_executors)),
+        "spark.executor.failuresValidityInterval": "1h",
         "spark.kubernetes.executor.deleteOnTermination": "true",
     }
     if spec.spark.image_pull_policy:
@@ -450,13 +455,16 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
 #: Only the count a new driver starts with: the running driver follows the operator's desired count live, so a
 #: scaling change (minExecutors) must not restart it and this key is left out of the config hash.
 LIVE_EXECUTORS_KEY = "spark.executor.instances"
+#: Follows maxExecutors (see spark_conf); a running driver keeps its budget, so it stays out of the hash too.
+MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
 def config_hash(app_json: str, template: Mapping[str, Any]) -> str:
     """Hash of everything the driver runs with, but the live executor count: a change means one restart, no
     change none."""
     doc = json.loads(app_json)
-    (doc.get("sparkConf") or {}).pop(LIVE_EXECUTORS_KEY, None)
+    for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
+        (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()
     digest.update(json.dumps(doc, sort_keys=True).encode())
     digest.update(json.dumps(template, sort_keys=True).encode())

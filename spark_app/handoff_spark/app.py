@@ -213,7 +213,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format,
                         start_offsets=start.start_offsets() if start is not None else None,
                         min_partitions_file=min_partitions_file)
-    log.info("query started")
+    # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
+    echo(f"query {query.id} started (run {query.runId})")
     # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
     scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
                                      partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,

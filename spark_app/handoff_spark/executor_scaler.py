@@ -55,6 +55,17 @@ def surplus(executor_ids: list[str], desired: int) -> list[str]:
     return ordered[desired:][::-1] if len(ordered) > desired else []
 
 
+def to_apply(desired: int | None, applied: int | None, registered: int) -> int | None:
+    """The count to apply now, or None: the operator's new desired count, or the applied one again when more
+    executors registered than asked for (Spark retries a pod creation that timed out on a busy API server, and
+    both pods may come up: the extra one would otherwise run for good)."""
+    if desired is not None and desired != applied:
+        return desired
+    if applied is not None and registered > applied:
+        return applied
+    return None
+
+
 def write_min_partitions(path: str, value: int) -> None:
     """Atomic rewrite: the source's planning never reads a half-written number."""
     target = Path(path)
@@ -128,6 +139,8 @@ class ExecutorScaler:
                 self.step()
                 self._failures = 0
             except Exception as exc:  # noqa: BLE001 - the stream goes on with the executors it has
+                if self._stop.is_set():
+                    return  # the driver is stopping (its SparkContext may be gone already): nothing to scale
                 self._failures += 1
                 if self._failures == 1 or self._failures % 20 == 0:
                     log.warning("executor scaling: %s (%d failures so far)", exc, self._failures)
@@ -143,9 +156,9 @@ class ExecutorScaler:
         return parse_desired(cm.metadata.annotations)
 
     def step(self) -> None:
-        desired = self.read_desired()
-        if desired is not None and desired != self.applied:
-            self.apply(desired)
+        target = to_apply(self.read_desired(), self.applied, len(self.executors.ids()))
+        if target is not None:
+            self.apply(target)
         self.follow_cores()
 
     def apply(self, desired: int) -> None:

@@ -210,3 +210,59 @@ def describe_failure(cluster: Cluster, namespace: str) -> str:
         parts.append(f"--- logs {name}\n" + cluster.kubectl("logs", "-n", namespace, name, "--tail=60",
                                                            check=False))
     return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def kafka_for_pods(cluster: Cluster) -> Iterator[Any]:
+    """A test-bed broker with a second listener advertised at `cluster.pod_host`, so pods follow its
+    metadata to it (tests on this machine use `.bootstrap`, pods `.pod_bootstrap`)."""
+    from handoff_testbed.kafka import Kafka
+
+    kafka = Kafka()
+    kafka.pod_host = cluster.pod_host
+    kafka.build()
+    kafka.start(cluster.workdir / "kafka")
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def pod_proxy_json(cluster: Cluster, namespace: str, pod: str, port: int, path: str) -> Any:
+    """GET `path` on a pod's port through the API server's pod proxy (the pods' network is not this
+    machine's), parsed as JSON."""
+    return json.loads(cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}"))
+
+
+def lake_handoff(cluster: Cluster, namespace: str, name: str, *, bootstrap: str, topic: str, postgres: Any, s3: Any,
+                 bucket: str, table: str, scaling: dict[str, Any], source: dict[str, Any] | None = None,
+                 spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """A StreamTableHandoff from `topic` into an Iceberg table (PostgreSQL catalog, S3 warehouse on the test
+    bed's moto) that pods reach through relays, with the `lake-s3` Secret it reads; small executors
+    (1 core, 512Mi, `spark_conf` for the rest) for a 2-CPU node."""
+    pg_for_pods, s3_for_pods = cluster.offer(postgres.port), cluster.offer(s3.port)
+    cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lake-s3", "namespace": namespace},
+                   "stringData": {"access-key-id": "testing", "secret-access-key": "testing"}})
+    return {
+        "apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "source": {"bootstrapServers": bootstrap, "topics": [topic], "startingOffsets": "earliest",
+                       "format": "json", **(source or {})},
+            "sink": {"iceberg": {
+                "catalog": {"name": "lake",
+                            "properties": {"type": "sql", "warehouse": f"s3://{bucket}/warehouse",
+                                           "uri": f"postgresql+psycopg2://postgres@{pg_for_pods}/{postgres.database}",
+                                           "s3.endpoint": f"http://{s3_for_pods}", "s3.region": "us-east-1"},
+                            "propertiesFrom": [{"secretRef": {"name": "lake-s3"}, "prefix": "s3."}]},
+                "table": table, "autoCreate": True}},
+            "schema": {"columns": [{"name": "id", "type": "long", "required": True},
+                                   {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}]},
+            "commitInterval": "2s",
+            "freshness": {"target": "5m"},
+            "scaling": scaling,
+            "spark": {"imagePullPolicy": "IfNotPresent",
+                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": "512Mi"},
+                      "sparkConf": {"spark.sql.shuffle.partitions": "2", **(spark_conf or {})}},
+        },
+    }

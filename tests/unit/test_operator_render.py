@@ -142,6 +142,10 @@ def test_scaling_changes_apply_live_without_a_restart():
     scaled = _render(spec(scaling={"minExecutors": 3, "maxExecutors": 8, "targetCatchUp": "1m",
                                    "cooldown": "30s"}))
     assert scaled.config.spark_conf["spark.executor.instances"] == "3"  # what a new driver starts with
+    # Spark's executor-failure budget follows maxExecutors, not the starting count (pod creations that time
+    # out count as failures: with 2 × instances a scaled-up driver stopped itself), and forgets after an hour.
+    assert scaled.config.spark_conf["spark.executor.maxNumFailures"] == "16"
+    assert scaled.config.spark_conf["spark.executor.failuresValidityInterval"] == "1h"
     assert scaled.config_hash == a.config_hash
 
 

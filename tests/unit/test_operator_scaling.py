@@ -164,3 +164,22 @@ def test_measurements_from_consecutive_refreshes():
                         input_rows_per_second=5000.0)
     _observe(memory, progress(3000, None), busy, 2, now_ms=14_000)
     assert memory.rate_per_executor == 2500.0 and memory.input_rate == 0.0
+
+
+def test_the_worked_example_in_docs_operator_md():
+    # targetCatchUp 5m, cooldown 2m, 1..8 executors of 2 cores, 1 000/s each, 12 partitions, commitInterval 10s.
+    example = dict(max_executors=8)
+    steady = decide(facts(current=2, input_rate=1000.0, **example))
+    assert (steady.desired, steady.reason) == (2, "Steady")
+    # The producers step up to 4 000/s: 2 × 1 000 < 4 000 → ⌈4 000 ÷ 700⌉ = 6 at once, inside the cooldown.
+    up = decide(facts(current=2, input_rate=4000.0, last_scale_ms=999_000, **example))
+    assert (up.desired, up.reason) == (6, "ScaleUp")
+    # Back to 1 000/s, no lag: 6 → 3 only after 2 minutes of lower recommendations, 2 minutes later 3 → 2.
+    curve = run(lambda t: 1000.0, 600, start=6, last_scale_ms=0, **example)
+    assert [n for _, n in changes(curve)] == [3, 2]
+    (t3, _), (t2, _) = changes(curve)
+    assert t3 >= 120 and t2 - t3 >= 120
+    # 600 000 records still waiting: required 1 000 + 600 000 ÷ 300 = 3 000/s → 6 → 5 only.
+    held = decide(facts(current=6, input_rate=1000.0, lag=spread(600_000), last_scale_ms=0,
+                        history=((850_000, 5),), now_ms=1_000_000, **example))
+    assert (held.desired, held.reason) == (5, "ScaleDown")

@@ -1,0 +1,237 @@
+"""Scaling on lag vs fixed executor counts, MEASURED on the test bed's real node (kubelet + containerd): the
+operator runs as a pod from the chart, the driver from the project's image, executor pods really run and
+register with the driver, records go into an Iceberg table (PostgreSQL catalog, S3 on moto).
+
+One run, three configurations one after the other on the same cluster (same broker, same table backend):
+`scaling` (minExecutors 1, maxExecutors 3: the operator decides), `fixed-min` (1..1) and `fixed-max` (3..3).
+Each gets its own topic and namespace. A producer writes `--base` records/s for `--before` seconds, then 4×
+that for `--high` seconds, then `--base` again until the lag is drained (at most `--drain-limit` s).
+
+Reported per configuration, from the step up (t = 0):
+- decision: seconds until `status.executors.desired` first rose (scaling only);
+- registered: seconds until the driver had that many executors registered (Spark's REST API on the driver);
+- lag peak: the highest `status.lag` (the operator's Kafka end offsets − the table's ledger, every 3 s);
+- drain: seconds from the step back down until `status.lag` is at most one steady batch (base × 2 s);
+- executor-seconds: registered executors integrated from the step up to the end of the drain;
+- restarts: the driver pod's container restarts + driver pods replaced (must be 0).
+
+What it is not: a capacity benchmark. All of it — Kafka, PostgreSQL, moto, the API server, the operator,
+the driver and every executor — shares this machine's 2 CPUs (and other sessions' load: the load average is
+recorded), so more executors add parallel tasks but little CPU; the figures compare the three policies under
+the same conditions in the same run, nothing more.
+
+    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60] [--out ...]
+
+Status (2026-11-23): written, not yet run to completion — the machine ran at a load average of 20–28 and the
+driver could not start its query (docs/benchmarks.md). Treat its first run as its test.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "operator"), str(ROOT / "spark_app")]
+
+from confluent_kafka import Producer  # noqa: E402
+
+from in_cluster_support import (Cluster, install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,  # noqa: E402
+                                pods, provide_checkpoint_volume, running, testbed_cluster)
+
+NAME = "bench"
+CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3)}
+DRIVER = f"handoff.io/name={NAME},app.kubernetes.io/component=driver"
+
+
+def paced_producer(bootstrap: str, topic: str, rate_at: Any, stop: threading.Event, counter: list[int]) -> None:
+    """Writes rate_at(now) records/s in 0.1 s slices until `stop`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    owed, last = 0.0, time.monotonic()
+    while not stop.is_set():
+        now = time.monotonic()
+        owed += rate_at(now) * (now - last)
+        last = now
+        for _ in range(int(owed)):
+            i = counter[0]
+            producer.produce(topic, key=str(i).encode(),
+                             value=json.dumps({"id": i, "ts": "2026-01-01T00:00:00Z", "region": "eu"}).encode())
+            counter[0] += 1
+            producer.poll(0)
+        owed -= int(owed)
+        time.sleep(0.1)
+    producer.flush(30)
+
+
+def sample(cluster: Cluster, ns: str, app: dict[str, str]) -> dict[str, Any]:
+    handoff = cluster.get("streamtablehandoff", NAME, "-n", ns)
+    status = handoff.get("status") or {}
+    drivers = [p for p in pods(cluster, ns, DRIVER) if running(p)]
+    registered = None
+    if len(drivers) == 1:
+        name = drivers[0]["metadata"]["name"]
+        try:
+            if app.get("driver") != name:
+                (app["id"],) = [a["id"] for a in pod_proxy_json(cluster, ns, name, 4040, "/api/v1/applications")]
+                app["driver"] = name
+            listed = pod_proxy_json(cluster, ns, name, 4040, f"/api/v1/applications/{app['id']}/executors")
+            registered = sum(1 for e in listed if e["id"] != "driver")
+        except (AssertionError, ValueError):
+            registered = None
+    return {"t": time.monotonic(), "desired": (status.get("executors") or {}).get("desired"),
+            "lag": status.get("lag"), "registered": registered,
+            "drivers": [(p["metadata"]["uid"], sum(c.get("restartCount", 0)
+                                                   for c in p["status"].get("containerStatuses", [])))
+                        for p in drivers]}
+
+
+def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str, bounds: tuple[int, int],
+               args: argparse.Namespace) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:5]
+    ns, topic, bucket = f"bench-{label}-{suffix}", f"bench-{suffix}", f"bench-{suffix}"
+    cluster.kubectl("create", "namespace", ns)
+    install_operator(cluster, f"handoff-system-{suffix}", ns, {"statusInterval": 3, "deleteGraceSeconds": 60})
+    s3.create_bucket(bucket)
+    kafka.create_topic(topic, partitions=3)
+    provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
+    lo, hi = bounds
+    handoff = lake_handoff(cluster, ns, NAME, bootstrap=kafka.pod_bootstrap, topic=topic, postgres=postgres, s3=s3,
+                           bucket=bucket, table=f"bench.t{suffix}",
+                           scaling={"minExecutors": lo, "maxExecutors": hi, "targetCatchUp": "20s",
+                                    "cooldown": "15s"},
+                           source={"maxRecordsPerBatch": 20_000},
+                           spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
+    stop, counter = threading.Event(), [0]
+    phase = {"step_up": None, "step_down": None}
+
+    def rate_at(now: float) -> float:
+        up, down = phase["step_up"], phase["step_down"]
+        return args.base * 4 if up is not None and now >= up and (down is None or now < down) else args.base
+
+    cluster.apply(handoff)
+    app: dict[str, str] = {}
+    samples: list[dict[str, Any]] = []
+    producer = threading.Thread(target=paced_producer, args=(kafka.bootstrap, topic, rate_at, stop, counter))
+    producer.start()
+    try:
+        # Ready: the driver runs its registered executors and has drained the base load once.
+        deadline = time.monotonic() + args.start_limit
+        while time.monotonic() < deadline:
+            s = sample(cluster, ns, app)
+            if s["registered"] == lo and s["lag"] is not None and s["lag"] <= args.base * 2:
+                break
+            time.sleep(2)
+        else:
+            raise SystemExit(f"{label}: the driver never caught up with the base load in {args.start_limit}s")
+        time.sleep(args.before)
+        phase["step_up"] = time.monotonic()
+        phase["step_down"] = phase["step_up"] + args.high
+        end = phase["step_down"] + args.drain_limit
+        while time.monotonic() < end:
+            s = sample(cluster, ns, app)
+            samples.append(s)
+            if (s["t"] > phase["step_down"] and s["lag"] is not None and s["lag"] <= args.base * 2
+                    and (label != "scaling" or s["desired"] == lo)):
+                break
+            time.sleep(1)
+    finally:
+        stop.set()
+        producer.join()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    return summarize(label, samples, phase, lo, args)
+
+
+def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], lo: int,
+              args: argparse.Namespace) -> dict[str, Any]:
+    up, down = phase["step_up"], phase["step_down"]
+    decision = next((s["t"] - up for s in samples if (s["desired"] or 0) > lo), None)
+    peak_desired = max((s["desired"] or 0) for s in samples)
+    registered = next((s["t"] - up for s in samples
+                       if s["registered"] is not None and s["registered"] >= max(peak_desired, lo)), None)
+    drained = next((s["t"] - down for s in samples
+                    if s["t"] > down and s["lag"] is not None and s["lag"] <= args.base * 2), None)
+    exec_seconds, prev = 0.0, None
+    for s in samples:
+        if prev is not None and prev["registered"] is not None:
+            exec_seconds += prev["registered"] * (s["t"] - prev["t"])
+        prev = s
+    uids = {uid for s in samples for uid, _ in s["drivers"]}
+    restarts = max((r for s in samples for _, r in s["drivers"]), default=0) + max(0, len(uids) - 1)
+    return {"config": label, "decision_s": _round(decision) if label == "scaling" else None,
+            "registered_s": _round(registered) if label == "scaling" else None,
+            "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
+            "drain_s": _round(drained), "drained": drained is not None,
+            "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
+            "samples": [{"t": round(s["t"] - up, 1), "desired": s["desired"], "registered": s["registered"],
+                         "lag": s["lag"]} for s in samples]}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+@contextlib.contextmanager
+def components(workdir: Path) -> Iterator[tuple[Any, Any]]:
+    from handoff_testbed.registry import component
+
+    started = []
+    try:
+        for name in ("postgres", "s3"):
+            comp = component(name)
+            comp.build()
+            comp.start(workdir / name)
+            started.append(comp)
+        yield started[0], started[1]
+    finally:
+        for comp in started:
+            comp.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", type=int, default=1500, help="records/s before and after the 4× step")
+    parser.add_argument("--before", type=float, default=20, help="seconds at the base rate before the step")
+    parser.add_argument("--high", type=float, default=60, help="seconds at 4× the base rate")
+    parser.add_argument("--drain-limit", type=float, default=240, help="max seconds waiting for the drain")
+    parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of " + ", ".join(CONFIGS))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling_live.json")
+    args = parser.parse_args()
+    workdir = ROOT / ".test-logs" / f"bench-scaling-{os.getpid()}"
+    load_before = os.getloadavg()
+    results = []
+    with components(workdir) as (postgres, s3), testbed_cluster(workdir / "c") as cluster, \
+            kafka_for_pods(cluster) as kafka:
+        for label in args.configs.split(","):
+            print(f"--- {label}", flush=True)
+            results.append(run_config(cluster, kafka, postgres, s3, label, CONFIGS[label], args))
+            r = results[-1]
+            print({k: v for k, v in r.items() if k != "samples"}, flush=True)
+    report = {"bench": "scaling_live", "kind": "measured on the test bed's real node (shared 2 CPUs)",
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "load_before": [round(x, 2) for x in load_before],
+                          "load_after": [round(x, 2) for x in os.getloadavg()]},
+              "params": {"base": args.base, "high": args.base * 4, "before_s": args.before, "high_s": args.high,
+                         "status_interval_s": 3, "scale_poll_s": 5, "targetCatchUp": "20s", "cooldown": "15s",
+                         "maxRecordsPerBatch": 20_000, "partitions": 3},
+              "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\n| config | decision s | registered s | peak desired | lag peak | drain s | executor-s | restarts |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['config']} | {r['decision_s']} | {r['registered_s']} | {r['peak_desired']} | {r['lag_peak']} | "
+              f"{r['drain_s'] if r['drained'] else 'not drained'} | {r['executor_seconds']} | {r['restarts']} |")
+    print(f"\nload average before {load_before}, after {os.getloadavg()}; JSON: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Executors follow Kafka lag live, on a real node: the operator runs as a pod (the chart), the driver from
+the project's image, and the executor pods Spark creates really run and register with the driver.
+
+A lag spike raises `status.executors.desired` to maxExecutors; the driver's executor_scaler asks Spark for
+that many executors (requestTotalExecutors) and they register (the driver's own REST API lists them). The
+drain lowers the count in steps, a cooldown apart; each step kills *registered* executors (killExecutors,
+the production path down) and Spark deletes their pods. Through all of it the driver pod (its UID), its
+container (no restart), the SparkContext (the application id) and the streaming query (its run id, logged
+once per query start) stay the same, and the table still holds every record exactly once.
+
+The node has 2 CPUs, shared with the operator and the driver: executors request 200m each (Spark's
+request.cores), so maxExecutors (3) fits beside the driver's 1 CPU and the operator's 100m.
+
+Status (2026-11-23): passed in 166 s (node start included) at a load average of ~4. At a load average of
+20–47 (other sessions) the driver's Python data-source worker can miss Spark's fixed 10 s to connect back (the
+query fails, the driver restarts); and a slow first batch scaled up on the warm-up's own lag, hence
+maxExecutors 1 for the warm-up, raised live before the spike.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any, Iterator
+
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from handoff_spark.iceberg import ledger
+from handoff_testbed.kafka import Kafka
+from handoff_testbed.pytest_plugin import LOG_ROOT
+from iceberg_drill_support import end_offsets, produce
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually,
+                                install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,
+                                pods, provide_checkpoint_volume, running)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
+
+NAME = "scaled"
+CATALOG = "lake"
+TABLE = "e2e.scaled"
+BUCKET = "e2e-scaling"
+EXECUTORS = f"handoff.io/name={NAME},app.kubernetes.io/component=executor"
+WARMUP = 6000
+SPIKE = 150_000
+SPARK_UI = 4040
+#: The driver logs this once per query start (handoff_spark.app); the run id changes on every start.
+QUERY_STARTED = r"^query (\S+) started \(run (\S+)\)$"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with cluster_from_environment(LOG_ROOT / "scaling") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
+    with kafka_for_pods(cluster) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="module")
+def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
+    suffix = uuid.uuid4().hex[:5]
+    system, ns = f"handoff-system-{suffix}", f"scale-{suffix}"
+    cluster.kubectl("create", "namespace", ns)
+    install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
+    s3.create_bucket(BUCKET)
+    topic = f"scaled-{suffix}"
+    pod_kafka.create_topic(topic, partitions=3)
+    pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
+    # Batches of at most 20 000 records, so executors added during the drain get work in the next batch.
+    handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
+                           s3=s3, bucket=BUCKET, table=TABLE, source={"maxRecordsPerBatch": 20_000},
+                           # maxExecutors 1 through the warm-up (on a slow machine its lag alone scales up),
+                           # raised to 3 live before the spike.
+                           scaling={"minExecutors": 1, "maxExecutors": 1, "targetCatchUp": "10s",
+                                    "cooldown": "10s"},
+                           spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
+    catalog = load_catalog(CATALOG, **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{BUCKET}/warehouse",
+                                       **s3.iceberg_properties()})
+    state = {"ns": ns, "topic": topic, "handoff": handoff, "catalog": catalog, "bootstrap": pod_kafka.bootstrap}
+    try:
+        yield state
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
+        if pv:
+            cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def _rows(state: dict[str, Any]) -> int:
+    try:
+        table = state["catalog"].load_table(TABLE)
+    except Exception:  # not created yet
+        return 0
+    return int(table.scan(selected_fields=("id",)).to_arrow().num_rows)
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+
+
+def _executors_status(cluster: Cluster, ns: str) -> dict[str, Any]:
+    handoff = cluster.get("streamtablehandoff", NAME, "-n", ns)
+    return (handoff.get("status") or {}).get("executors") or {}
+
+
+def _registered(cluster: Cluster, ns: str, driver: str, app: str) -> set[str]:
+    """Executor ids registered with the driver now (Spark's REST API on the driver's UI port)."""
+    listed = pod_proxy_json(cluster, ns, driver, SPARK_UI, f"/api/v1/applications/{app}/executors")
+    return {e["id"] for e in listed if e["id"] != "driver" and e.get("isActive", True)}
+
+
+def _executor_pods(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
+    """Executor pods not being deleted, by Spark's executor id."""
+    return {p["metadata"]["labels"]["spark-exec-id"]: p for p in pods(cluster, ns, EXECUTORS)
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+# Module setup (node start, image import, chart install) is counted here; the waits are bounds on hangs.
+@pytest.mark.timeout(1800)
+def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps(cluster: Cluster,
+                                                                                 setup: dict[str, Any]) -> None:
+    ns, state = setup["ns"], setup
+    produced = produce(state["bootstrap"], state["topic"], range(0, WARMUP // 2))
+    cluster.apply(state["handoff"])
+    try:
+        eventually(lambda: _rows(state) == produced, "the first records in the table", timeout=600, interval=2)
+        # A second busy batch: the operator measures an executor's rate and the (quiet) input rate.
+        produced += produce(state["bootstrap"], state["topic"], range(produced, WARMUP))
+        eventually(lambda: _rows(state) == produced, "the warm-up records in the table", timeout=300, interval=2)
+        steady = eventually(lambda: (e := _executors_status(cluster, ns)).get("reason") == "Steady" and e,
+                            "a Steady decision (both rates measured)", timeout=120, interval=1)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+    assert steady["desired"] == 1
+    (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+                 if running(p)]
+    driver_name, driver_uid = driver["metadata"]["name"], driver["metadata"]["uid"]
+    # What must not change from here on (a restart before this point, e.g. a Python worker that took over
+    # Spark's fixed 10 s to start on an overloaded machine, is the driver's own recovery, not scaling).
+    restarts = _restarts(driver)
+    (run,) = re.findall(QUERY_STARTED, cluster.kubectl("logs", "-n", ns, driver_name), re.M)
+    (app,) = [a["id"] for a in pod_proxy_json(cluster, ns, driver_name, SPARK_UI, "/api/v1/applications")]
+    assert len(_registered(cluster, ns, driver_name, app)) == 1
+
+    # maxExecutors 1 → 3 applies live (scaling is outside the config hash): no new driver pod.
+    cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type=merge",
+                    "-p", '{"spec": {"scaling": {"maxExecutors": 3}}}')
+    # The spike: far more than one executor clears within targetCatchUp → maxExecutors at once.
+    for _ in range(SPIKE // 50_000):  # in parts: the producer's local queue holds 100 000 records
+        produced += produce(state["bootstrap"], state["topic"], range(produced, produced + 50_000))
+    seen: list[int] = []
+
+    def desired() -> int:
+        value = int(_executors_status(cluster, ns).get("desired") or 0)
+        if not seen or seen[-1] != value:
+            seen.append(value)
+        return value
+
+    try:
+        eventually(lambda: desired() == 3, "desired 3 after the spike", timeout=120, interval=1)
+        registered = eventually(lambda: r if len(r := _registered(cluster, ns, driver_name, app)) == 3 else None,
+                                "3 executors registered with the driver", timeout=300, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err} (desired seen {seen})\n{describe_failure(cluster, ns)}") from None
+    assert _executors_status(cluster, ns)["reason"] in ("ScaleUp", "Steady", "Cooldown")
+    executor_pods = _executor_pods(cluster, ns)
+    assert registered <= set(executor_pods), (registered, sorted(executor_pods))
+    assert all(p["metadata"]["ownerReferences"][0]["uid"] == driver_uid for p in executor_pods.values())
+
+    # The drain: everything reaches the table, then the count goes down a step per cooldown.
+    def drained() -> bool:
+        return desired() == 1 and _rows(state) == produced
+
+    try:
+        eventually(drained, "all records in the table and desired back to 1", timeout=600, interval=1)
+        left = eventually(lambda: r if len(r := _registered(cluster, ns, driver_name, app)) == 1 else None,
+                          "one executor left registered", timeout=120, interval=2)
+        eventually(lambda: set(_executor_pods(cluster, ns)) == left, "the killed executors' pods removed",
+                   timeout=120, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err} (desired seen {seen})\n{describe_failure(cluster, ns)}") from None
+    assert seen[seen.index(3):] == [3, 2, 1], seen
+    log = cluster.kubectl("logs", "-n", ns, driver_name)
+    # Each step down named the registered executors it stopped (executor_scaler, from Spark's executor ids).
+    stopped = [set(m.split(", ")) for m in re.findall(r"executors: \d+ → \d+ \(operator's desired count; "
+                                                        r"stopping executors ([\d, ]+)\)", log)]
+    assert len(stopped) == 2 and all(len(s) == 1 for s in stopped), log[-3000:]
+    killed = set().union(*stopped)
+    assert killed <= registered and not killed & left
+    assert "ScaledDown" in {e["reason"] for e in cluster.get("events", "-n", ns)["items"]}
+
+    # Never restarted: the same pod, container, SparkContext and query run; exactly once in the table.
+    (after,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+                if running(p)]
+    assert after["metadata"]["uid"] == driver_uid
+    assert _restarts(after) == restarts
+    assert [a["id"] for a in pod_proxy_json(cluster, ns, driver_name, SPARK_UI, "/api/v1/applications")] == [app]
+    assert re.findall(QUERY_STARTED, log, re.M) == [run], log[-3000:]
+    table = state["catalog"].load_table(TABLE)
+    data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+    assert data.num_rows == len(set(zip(data["_kafka_partition"].to_pylist(),
+                                        data["_kafka_offset"].to_pylist()))) == produced
+    assert ledger.resume_offsets(table)[state["topic"]] == end_offsets(state["bootstrap"], state["topic"])
