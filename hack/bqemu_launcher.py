@@ -6,6 +6,12 @@ Storage Write appends in a probe). Handoff never time-travels on BigQuery, so AU
 skipped; USER snapshots (`CREATE SNAPSHOT TABLE`) still work. `capture` may return None by contract
 (the "table vanished" case), so callers cope.
 
+Also: its Storage Write path builds the target table's Arrow schema from each column's name, type and
+mode only (`write_servicer._table_arrow_schema`), dropping a RECORD's sub-fields, so every append to a
+table with a RECORD column fails at commit with DuckDB's "Attempted to convert a STRUCT with no fields".
+The REST path (`tabledata._build_arrow_schema`) already recurses into `fields`; the write path is given
+the same nested field list here. Nothing else about the write path changes.
+
 Runs inside the emulator's own virtualenv (see hack/handoff_testbed/bigquery.py), never the repo's.
 Usage: <emulator-venv>/bin/python hack/bqemu_launcher.py start --rest-port P1 --grpc-port P2 ...
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import sys
 
+from bqemulator.grpc_api import write_servicer
 from bqemulator.versioning import snapshots
 
 _original_capture = snapshots.SnapshotManager.capture
@@ -25,6 +32,19 @@ def _capture_user_snapshots_only(self, project_id, dataset_id, table_id, *, kind
 
 
 snapshots.SnapshotManager.capture = _capture_user_snapshots_only
+
+
+def _fields_raw(fields):
+    return [{"name": f.name, "type": f.type, "mode": f.mode, "fields": _fields_raw(f.fields)} for f in fields]
+
+
+def _table_arrow_schema_with_nested_fields(table_meta):
+    from bqemulator.api.routes.tabledata import _build_arrow_schema
+
+    return _build_arrow_schema(_fields_raw(table_meta.schema_.fields))
+
+
+write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
 
 if __name__ == "__main__":
     from bqemulator.cli import main
