@@ -126,7 +126,9 @@ def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any
             value = build(t.value, path + ("value",))
             if value is None and not native:
                 return None
-            return lambda v: {str(k): None if x is None or value is None else value(x) for k, x in v.items()}
+            if value is None:
+                return lambda v: {str(k): x for k, x in v.items()}
+            return lambda v: {str(k): None if x is None else value(x) for k, x in v.items()}
         if native and writer_types.get(path) == Primitive("uuid"):
             return (lambda v: v.bytes) if t == Primitive("uuid") else str
         return None
@@ -136,6 +138,18 @@ def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any
         return shape
     convert = _converter(target)
     return convert if shape is None else lambda v: convert(shape(v))
+
+
+@dataclass
+class WriterSchema:
+    """One registry schema id, ready to decode: `decode(value, payload start)` → dict of top-level fields."""
+
+    schema_id: int
+    fields: list[rs.Field]
+    decode: Callable[[bytes, int], dict[str, Any]]
+    versions: list[tuple[str, int]] = field(default_factory=list)
+    #: values are Python natives (Avro, Protobuf), not JSON (JSON Schema)
+    native: bool = True
 
 
 def _avro_writer(schema_id: int, schema_str: str) -> WriterSchema:
@@ -222,6 +236,12 @@ def _protobuf_writer(schema_id: int, schema_str: str) -> WriterSchema:
 
     def decode(value: bytes, pos: int) -> dict[str, Any]:
         indexes, pos = protobuf_message_indexes(value, pos)
+        if indexes != [0]:
+            # The columns are the first message's fields; another message's values would land in the wrong
+            # columns (or none), so they are dead letters rather than silently emptied rows.
+            raise ValueError(f"message index path {indexes} names {descriptor_at(indexes).full_name}; the "
+                             f"columns come from the schema's first message {ordered[0].full_name}: put the "
+                             f"value message first in its .proto file")
         key = tuple(indexes)
         cls = classes.get(key)
         if cls is None:
