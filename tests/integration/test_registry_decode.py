@@ -139,6 +139,14 @@ def test_avro_nested_values_and_logical_types_decode_into_nested_arrow_and_v2_gr
     assert [r["address"] for r in rows] == [{"zip": "1000", "city": None}, {"zip": "2000", "city": "Brussels"}]
     assert rows[0]["lines"] == [{"sku": "a", "qty": 2}] and rows[1]["lines"] == []
     assert rows[0]["attrs"] == [("k", 7)] and [r["either"] for r in rows] == ['"x"', "5"]
+    # the Iceberg sink's planner (what prepare_batch runs) adds exactly the new nested field to a v1 table
+    from pyiceberg.types import StringType
+
+    from handoff_spark.iceberg.table import declared_schema, iceberg_type_of_arrow, plan_schema_changes
+
+    plan = plan_schema_changes(declared_schema(policy.columns, "avro"),
+                               [(f.name, iceberg_type_of_arrow(f.type)) for f in table.schema], "compatible")
+    assert plan.add == ((("address", "city"), StringType()),) and not plan.widen and not plan.incompatible
 
     # evolution=none: the struct keeps its declared fields (the table is the contract)
     frozen, dead, _ = decode_registry_batch(_raw(topic, values), policy.model_copy(update={"evolution": "none"}),
