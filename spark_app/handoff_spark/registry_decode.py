@@ -94,6 +94,23 @@ def _as_json_text(v: Any) -> Any:
     return None if v is None else json.dumps(v, separators=(",", ":"), default=_json_default)
 
 
+def _key_text(k: Any) -> str:
+    """A map key as text (Protobuf maps may have integer or bool keys; JSON spells booleans lower-case)."""
+    return ("true" if k else "false") if isinstance(k, bool) else str(k)
+
+
+def _uuid_bytes(v: Any) -> Any:
+    """An Avro uuid (fastavro: `uuid.UUID`; a uuid on `fixed` may come as its 16 bytes) → a uuid column's bytes."""
+    return v.bytes if isinstance(v, uuid.UUID) else uuid.UUID(v).bytes if isinstance(v, str) else v
+
+
+def _uuid_text(v: Any) -> Any:
+    """An Avro uuid → its canonical text, for a declared `string` column."""
+    if isinstance(v, (bytes, bytearray)) and len(v) == 16:
+        return str(uuid.UUID(bytes=bytes(v)))
+    return str(v)
+
+
 def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any], Any] | None:
     """How one decoded value of `writer` becomes what `pa.array(…, arrow_type(target))` takes (None: as it is).
     Native values (Avro, Protobuf: datetimes, Decimals, bytes, dicts, lists) mostly are already; this fixes
@@ -127,10 +144,10 @@ def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any
             if value is None and not native:
                 return None
             if value is None:
-                return lambda v: {str(k): x for k, x in v.items()}
-            return lambda v: {str(k): None if x is None else value(x) for k, x in v.items()}
+                return lambda v: {_key_text(k): x for k, x in v.items()}
+            return lambda v: {_key_text(k): None if x is None else value(x) for k, x in v.items()}
         if native and writer_types.get(path) == Primitive("uuid"):
-            return (lambda v: v.bytes) if t == Primitive("uuid") else str
+            return _uuid_bytes if t == Primitive("uuid") else _uuid_text
         return None
 
     shape = build(target, ())

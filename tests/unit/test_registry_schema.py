@@ -123,3 +123,26 @@ def test_a_struct_field_of_a_later_version_grows_the_column_only_under_compatibl
         "map<string,struct<b:int,a:int>>"
     assert rs.widest("struct<a:long>", "struct<a:int,b:int>") == "struct<a:long,b:int>"
     assert rs.widest("struct<a:string>", "struct<a:int>") is None
+
+
+def test_decoded_values_are_shaped_for_their_column() -> None:
+    """JSON-text positions, UUIDs (bytes for a uuid column, text for a string one) and map keys (text)."""
+    import uuid
+
+    from handoff_spark.column_types import parse_type
+    from handoff_spark.registry_decode import _shaper
+
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    writer = rs.Field("x", "struct<id:uuid,either:string,counts:map<string,long>>", (("either",),))
+    shape = _shaper(parse_type(writer.type), writer, native=True)
+    assert shape is not None
+    assert shape({"id": u, "either": {"a": b"\x01"}, "counts": {3: 1, True: 2}}) == {
+        "id": u.bytes, "either": '{"a":"AQ=="}', "counts": {"3": 1, "true": 2}}
+    as_text = _shaper(parse_type("string"), rs.Field("u", "uuid"), native=True)
+    assert as_text is not None and as_text(u) == str(u) and as_text(u.bytes) == str(u)
+    assert _shaper(parse_type("list<long>"), rs.Field("l", "list<int>"), native=True) is None  # nothing to do
+    # JSON Schema values go through decode.py's converter: ISO text → datetime, a bad one raises
+    js = _shaper(parse_type("struct<at:timestamptz>"), rs.Field("s", "struct<at:timestamptz>"), native=False)
+    assert js is not None and js({"at": "2026-01-02T03:04:05Z"})["at"].year == 2026
+    with pytest.raises(Exception, match="ISO-8601"):
+        js({"at": "yesterday"})
