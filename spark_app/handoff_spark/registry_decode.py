@@ -16,7 +16,10 @@ is a dead letter (or halts, per `schema.onIncompatible`), like a bad JSON record
 Columns: the declared ones (filled by `registry_columns` from the subject's latest schema when the spec omits
 them), then under `evolution=compatible` every writer field not declared, typed from the writer schema (so a
 new optional field of a compatible version becomes a new table column through the same path as a new JSON
-field, even when all its values are null).
+field, even when all its values are null); a field a version adds inside a record grows that struct column in
+the batch (the Iceberg sink then adds the nested field). Nested values (struct/list/map) are built by
+`pa.array` from the decoded dicts and lists with `decode.arrow_type`, after `_shaper` fixes what Arrow would not
+take as it is.
 """
 from __future__ import annotations
 
