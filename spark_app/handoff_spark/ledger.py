@@ -41,6 +41,8 @@ class Commit:
     kafka_cluster_id: str | None = None
     topic_ids: dict[str, str] | None = None
     lost: Ranges | None = None  # offsets of the range retention deleted unread
+    #: Schema Registry writer schemas of the entry's rows: {"<schema id>": ["<subject>:<version>", ...]}
+    schemas: dict[str, list[str]] | None = None
 
     @property
     def end_offsets(self) -> Offsets:

@@ -16,7 +16,10 @@ is a dead letter (or halts, per `schema.onIncompatible`), like a bad JSON record
 Columns: the declared ones (filled by `registry_columns` from the subject's latest schema when the spec omits
 them), then under `evolution=compatible` every writer field not declared, typed from the writer schema (so a
 new optional field of a compatible version becomes a new table column through the same path as a new JSON
-field, even when all its values are null).
+field, even when all its values are null); a field a version adds inside a record grows that struct column in
+the batch (the Iceberg sink then adds the nested field). Nested values (struct/list/map) are built by
+`pa.array` from the decoded dicts and lists with `decode.arrow_type`, after `_shaper` fixes what Arrow would not
+take as it is.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ import pyarrow as pa
 
 from . import registry_schema as rs
 from .config import SchemaPolicy, SchemaRegistry
-from .decode import DeadLetter, Reason, SchemaIncompatible, _assemble, arrow_type
+from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
+from .decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_type
 
 MAGIC = 0
 
@@ -93,21 +97,67 @@ def _as_json_text(v: Any) -> Any:
     return None if v is None else json.dumps(v, separators=(",", ":"), default=_json_default)
 
 
-def _cell(v: Any, f: rs.Field | None) -> Any:
-    """A decoded value as the column stores it: nested values as JSON text, UUIDs as their string, JSON Schema
-    date-time/date strings parsed (ValueError when they are not ISO-8601)."""
-    if v is None:
-        return v
-    if f is None:
-        return str(v) if isinstance(v, uuid.UUID) else v
-    if f.json:
-        return _as_json_text(v)
-    if isinstance(v, str) and f.type == "timestamp":
-        ts = dt.datetime.fromisoformat(v)
-        return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
-    if isinstance(v, str) and f.type == "date":
-        return dt.date.fromisoformat(v)
-    return str(v) if isinstance(v, uuid.UUID) else v
+def _key_text(k: Any) -> str:
+    """A map key as text (Protobuf maps may have integer or bool keys; JSON spells booleans lower-case)."""
+    return ("true" if k else "false") if isinstance(k, bool) else str(k)
+
+
+def _uuid_bytes(v: Any) -> Any:
+    """An Avro uuid (fastavro: `uuid.UUID`; a uuid on `fixed` may come as its 16 bytes) → a uuid column's bytes."""
+    return v.bytes if isinstance(v, uuid.UUID) else uuid.UUID(v).bytes if isinstance(v, str) else v
+
+
+def _uuid_text(v: Any) -> Any:
+    """An Avro uuid → its canonical text, for a declared `string` column."""
+    if isinstance(v, (bytes, bytearray)) and len(v) == 16:
+        return str(uuid.UUID(bytes=bytes(v)))
+    return str(v)
+
+
+def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any], Any] | None:
+    """How one decoded value of `writer` becomes what `pa.array(…, arrow_type(target))` takes (None: as it is).
+    Native values (Avro, Protobuf: datetimes, Decimals, bytes, dicts, lists) mostly are already; this fixes
+    JSON-text positions, UUIDs (bytes for a uuid column, text for a string one) and map keys (text). JSON
+    Schema values are JSON, so after the JSON-text positions they go through decode.py's own per-value
+    converter (ISO timestamps, dates, UUID strings, integer ranges; a bad one raises)."""
+    json_paths = frozenset(writer.json_paths)
+    writer_types = dict(walk(parse_type(writer.type)))
+
+    def build(t: ColumnType, path: rs.Path) -> Callable[[Any], Any] | None:
+        if path in json_paths:
+            return _as_json_text
+        if isinstance(t, Struct):
+            subs = [(f.name, s) for f in t.fields if (s := build(f.type, path + (f.name,))) is not None]
+            if not subs:
+                return None
+
+            def struct(v: dict[str, Any]) -> dict[str, Any]:
+                out = dict(v)
+                for name, sub in subs:
+                    x = out.get(name)
+                    if x is not None:
+                        out[name] = sub(x)
+                return out
+            return struct
+        if isinstance(t, ListOf):
+            element = build(t.element, path + ("element",))
+            return None if element is None else lambda v: [None if x is None else element(x) for x in v]
+        if isinstance(t, MapOf):
+            value = build(t.value, path + ("value",))
+            if value is None and not native:
+                return None
+            if value is None:
+                return lambda v: {_key_text(k): x for k, x in v.items()}
+            return lambda v: {_key_text(k): None if x is None else value(x) for k, x in v.items()}
+        if native and writer_types.get(path) == Primitive("uuid"):
+            return _uuid_bytes if t == Primitive("uuid") else _uuid_text
+        return None
+
+    shape = build(target, ())
+    if native:
+        return shape
+    convert = _converter(target)
+    return convert if shape is None else lambda v: convert(shape(v))
 
 
 @dataclass
@@ -118,13 +168,8 @@ class WriterSchema:
     fields: list[rs.Field]
     decode: Callable[[bytes, int], dict[str, Any]]
     versions: list[tuple[str, int]] = field(default_factory=list)
-    by_name: dict[str, rs.Field] = field(init=False)
-    #: fields whose decoded value may still need parsing (JSON Schema date-time/date strings)
-    parsed: list[rs.Field] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.by_name = {f.name: f for f in self.fields}
-        self.parsed = [f for f in self.fields if f.type in ("timestamp", "date")]
+    #: values are Python natives (Avro, Protobuf), not JSON (JSON Schema)
+    native: bool = True
 
 
 def _avro_writer(schema_id: int, schema_str: str) -> WriterSchema:
@@ -156,7 +201,7 @@ def _json_schema_writer(schema_id: int, schema_str: str) -> WriterSchema:
             raise ValueError("JSON value is not an object")
         return record
 
-    return WriterSchema(schema_id, rs.json_schema_fields(doc), decode)
+    return WriterSchema(schema_id, rs.json_schema_fields(doc), decode, native=False)
 
 
 def _protobuf_writer(schema_id: int, schema_str: str) -> WriterSchema:
@@ -211,6 +256,12 @@ def _protobuf_writer(schema_id: int, schema_str: str) -> WriterSchema:
 
     def decode(value: bytes, pos: int) -> dict[str, Any]:
         indexes, pos = protobuf_message_indexes(value, pos)
+        if indexes != [0]:
+            # The columns are the first message's fields; another message's values would land in the wrong
+            # columns (or none), so they are dead letters rather than silently emptied rows.
+            raise ValueError(f"message index path {indexes} names {descriptor_at(indexes).full_name}; the "
+                             f"columns come from the schema's first message {ordered[0].full_name}: put the "
+                             f"value message first in its .proto file")
         key = tuple(indexes)
         cls = classes.get(key)
         if cls is None:
@@ -311,9 +362,12 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
     compatible = policy.evolution == "compatible"
     required = [c for c in policy.columns if c.required]
     records: list[dict[str, Any]] = []
-    record_writers: list[WriterSchema] = []
-    extra_types: dict[str, rs.Field] = {}
+    # The batch's column types: declared ones grown by struct fields a writer adds (compatible), then the
+    # writer fields not declared (compatible), typed from the writer schemas.
+    batch_types: dict[str, str] = {c.name: c.type for c in policy.columns}
+    extra_types: dict[str, str] = {}
     misfit: dict[int, str | None] = {}  # schema id → why its fields do not fit the columns (None: they fit)
+    shapers: dict[int, list[tuple[str, Callable[[Any], Any]]]] = {}
     used: dict[int, WriterSchema] = {}
     keep: list[int] = []
     dead: list[DeadLetter] = []
@@ -322,15 +376,32 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
         dead.append(DeadLetter(i, topics[i].as_py(), partitions[i].as_py(), offsets[i].as_py(),
                                cast(Reason, reason), detail))
 
-    def check_fit(writer: WriterSchema) -> str | None:
+    def take(writer: WriterSchema) -> str | None:
+        """Fit a writer schema to the batch's columns (growing them); why it does not fit, or None."""
+        grown: dict[str, str] = {}
+        extra: dict[str, str] = {}
+        shaping: list[tuple[str, Callable[[Any], Any]]] = []
         for f in writer.fields:
             col = declared.get(f.name)
-            if col is not None and not rs.fits(f.type, col.type):
-                return f"{f.name}: writer schema {writer.schema_id} has {f.type}, the column is {col.type}"
-            if col is None and compatible:
+            if col is not None:
+                fit = rs.merged(f.type, batch_types[f.name], compatible)
+                if fit is None:
+                    return f"{f.name}: writer schema {writer.schema_id} has {f.type}, the column is {col.type}"
+                grown[f.name] = str(fit)
+            elif compatible:
                 seen = extra_types.get(f.name)
-                if seen is not None and not rs.fits(f.type, seen.type):
-                    return f"{f.name}: writer schema {writer.schema_id} has {f.type}, this batch has {seen.type}"
+                both = f.type if seen is None else rs.widest(seen, f.type)
+                if both is None:
+                    return f"{f.name}: writer schema {writer.schema_id} has {f.type}, this batch has {seen}"
+                extra[f.name], fit = both, parse_type(f.type)
+            else:
+                continue  # evolution=none: not stored
+            shape = _shaper(fit, f, writer.native)
+            if shape is not None:
+                shaping.append((f.name, shape))
+        batch_types.update(grown)
+        extra_types.update(extra)
+        shapers[writer.schema_id] = shaping
         return None
 
     for i, value in enumerate(values):
@@ -348,11 +419,7 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             reject(i, "unknown-schema", str(exc))
             continue
         if schema_id not in misfit:
-            misfit[schema_id] = check_fit(writer)
-            if misfit[schema_id] is None and compatible:
-                for f in writer.fields:
-                    if f.name not in declared:
-                        extra_types.setdefault(f.name, f)
+            misfit[schema_id] = take(writer)
         if misfit[schema_id] is not None:
             reject(i, "type-mismatch", cast(str, misfit[schema_id]))
             continue
@@ -367,16 +434,15 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             reject(i, "missing-required", f"{missing}: required column is missing or null")
             continue
         try:
-            for f in writer.parsed:
-                v = record.get(f.name)
-                if isinstance(v, str):
-                    record[f.name] = _cell(v, f)
-        except ValueError as exc:
-            reject(i, "undecodable", f"writer schema {schema_id}: {str(exc)[:200]}")
+            for name, shape in shapers[schema_id]:
+                v = record.get(name)
+                if v is not None:
+                    record[name] = shape(v)
+        except Exception as exc:  # noqa: BLE001 - e.g. a JSON Schema date-time string that is not ISO-8601
+            reject(i, "undecodable", f"writer schema {schema_id}: {name}: {str(exc)[:200]}")
             continue
         keep.append(i)
         records.append(record)
-        record_writers.append(writer)
         used.setdefault(schema_id, writer)
     if dead and policy.on_incompatible == "halt":
         first = dead[0]
@@ -385,20 +451,16 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             f"{first.detail} ({len(dead)} such record(s) in this batch). schema.onIncompatible=halt stops the "
             f"hand-off instead of skipping it. Fix: correct the producer or the registry's schema, or set "
             f"spec.schema.onIncompatible=deadLetter with spec.deadLetter.topic to divert such records.")
-    def column(name: str, typ: str) -> pa.Array:
-        """One column over the kept records, fast when no writer schema needs the value converted."""
-        if any(w.by_name.get(name) is not None and w.by_name[name].json for w in used.values()):
-            vals = [_cell(r.get(name), w.by_name.get(name)) for r, w in zip(records, record_writers)]
-        else:
-            vals = [r.get(name) for r in records]
-        try:
-            return pa.array(vals, arrow_type(typ))
-        except (pa.ArrowTypeError, pa.ArrowInvalid):  # e.g. Avro uuid values into a string column
-            return pa.array([None if v is None else _cell(v, None) for v in vals], arrow_type(typ))
 
-    columns = {c.name: column(c.name, c.type) for c in policy.columns}
-    extras = {name: column(name, f.type) for name, f in extra_types.items()}
-    table = _assemble(columns, policy, extras, raw, pa.array(keep, pa.int64()))
+    def column(name: str, typ: str) -> pa.Array:
+        """One column over the kept records (nested values are assembled by Arrow from dicts and lists)."""
+        return pa.array([r.get(name) for r in records], arrow_type(typ))
+
+    batch_policy = policy.model_copy(update={"columns": [c.model_copy(update={"type": batch_types[c.name]})
+                                                         for c in policy.columns]})
+    columns = {c.name: column(c.name, c.type) for c in batch_policy.columns}
+    extras = {name: column(name, typ) for name, typ in extra_types.items()}
+    table = _assemble(columns, batch_policy, extras, raw, pa.array(keep, pa.int64()))
     uses = [SchemaUse(sid, tuple(w.versions)) for sid, w in sorted(used.items())]
     return table, dead, uses
 

@@ -1,6 +1,7 @@
 """Avro over a real Schema Registry, end to end: `handoff run -f manifest.yaml --available-now` reads values
 produced by confluent-kafka's AvroSerializer against the test bed's registry (Apicurio's Confluent API), takes
-its columns from the registry, evolves the table when a compatible schema version adds a field, sends
+its columns from the registry (an Avro array and record as Iceberg list and struct columns), evolves the table
+when a compatible schema version adds a field (at the top level and inside the record), sends
 undecodable records to the DLQ with a reason, and records the writer schema ids in each snapshot."""
 from __future__ import annotations
 
@@ -52,8 +53,12 @@ V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "item", "type": "string"},
     {"name": "placed", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "lines", "type": {"type": "array", "items": "string"}},
+    {"name": "ship", "type": {"type": "record", "name": "Ship", "fields": [{"name": "zip", "type": "string"}]}},
 ]}
-V2 = {**V1, "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}]}
+SHIP_V2 = {"type": "record", "name": "Ship", "fields": [{"name": "zip", "type": "string"},
+                                                        {"name": "city", "type": ["null", "string"], "default": None}]}
+V2 = {**V1, "fields": [*[f if f["name"] != "ship" else {"name": "ship", "type": SHIP_V2} for f in V1["fields"]],
+                       {"name": "coupon", "type": ["null", "string"], "default": None}]}
 
 
 def _run(manifest: Path, checkpoint: Path) -> str:
@@ -77,7 +82,8 @@ def test_avro_from_registry_evolves_dead_letters_and_records_schema_ids(kafka, s
     p = Producer({"bootstrap.servers": kafka.bootstrap})
     v1 = AvroSerializer(registry, json.dumps(V1))
     for i in range(60):
-        p.produce(topic, v1({"id": i, "item": f"sku{i % 5}", "placed": now, "lines": ["a"] * (i % 3)}, ctx),
+        p.produce(topic, v1({"id": i, "item": f"sku{i % 5}", "placed": now, "lines": ["a"] * (i % 3),
+                             "ship": {"zip": f"{1000 + i}"}}, ctx),
                   partition=i % 2)
     assert p.flush(30) == 0
     manifest = tmp_path / "orders.yaml"
@@ -90,14 +96,16 @@ def test_avro_from_registry_evolves_dead_letters_and_records_schema_ids(kafka, s
     table = ledger.load_table("regtest", {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
                                           "warehouse": f"file://{tmp_path}/warehouse"}, "shop.orders")
     names = [f.name for f in table.schema().fields]
-    assert names[:4] == ["id", "item", "placed", "lines"] and "coupon" not in names  # columns from the registry
+    assert names[:5] == ["id", "item", "placed", "lines", "ship"] and "coupon" not in names  # from the registry
+    assert str(table.schema().find_field("lines").field_type).startswith("list<string")
+    assert [f.name for f in table.schema().find_field("ship").field_type.fields] == ["zip"]
 
     # Mid-stream: a compatible version adds an optional field; bad records arrive beside it.
     v2 = AvroSerializer(registry, json.dumps(V2))
     for i in range(60, 100):
-        p.produce(topic, v2({"id": i, "item": "sku", "placed": now, "lines": [],
+        p.produce(topic, v2({"id": i, "item": "sku", "placed": now, "lines": [], "ship": {"zip": "1", "city": f"c{i}"},
                              "coupon": f"C{i}" if i % 2 else None}, ctx), partition=i % 2)
-    good = v1({"id": 999, "item": "x", "placed": now, "lines": []}, ctx)
+    good = v1({"id": 999, "item": "x", "placed": now, "lines": [], "ship": {"zip": "0"}}, ctx)
     p.produce(topic, b'{"id": 1}', partition=0)                     # plain JSON: no magic byte
     p.produce(topic, b"\x00\x00\x0f\x42\x40" + good[5:], partition=1)  # schema id 1000000: unknown
     p.produce(topic, good[:7], partition=0)                          # truncated payload
@@ -112,7 +120,8 @@ def test_avro_from_registry_evolves_dead_letters_and_records_schema_ids(kafka, s
                        rows.column("_kafka_offset").to_pylist()))) == 100
     by_id = {r["id"]: r for r in rows.to_pylist()}
     assert by_id[61]["coupon"] == "C61" and by_id[62]["coupon"] is None and by_id[5]["coupon"] is None
-    assert by_id[5]["lines"] == '["a","a"]'  # nested values as JSON text until struct/list/map columns exist
+    assert by_id[5]["lines"] == ["a", "a"] and by_id[5]["ship"] == {"zip": "1005", "city": None}
+    assert by_id[61]["ship"] == {"zip": "1", "city": "c61"}  # v2's field inside the record: a nested column add
     commits = ledger.list_commits(table, "shop/orders")
     assert sum(c.rows for c in commits) == 100 and sum(c.dlq_rows for c in commits) == 3
     v2_id = registry.get_latest_version(f"{topic}-value").schema_id

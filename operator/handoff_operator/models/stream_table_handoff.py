@@ -105,7 +105,10 @@ class KafkaSourceSpec(SpecModel):
         default="json", description="json: decode values into the declared columns; raw: keep key/value bytes; "
                                     "avro, protobuf, jsonSchema: values in the Confluent wire format (magic byte + "
                                     "schema id), decoded with the writer schema from schemaRegistry; columns come "
-                                    "from the registry's latest schema of <topic>-value when schema.columns is empty.")
+                                    "from the registry's latest schema of <topic>-value when schema.columns is empty "
+                                    "(records/messages/objects → struct, arrays/repeated → list, maps → "
+                                    "map<string,…>, timestamp-millis/-micros → timestamptz; unions of several "
+                                    "types → JSON text; docs/design/data-plane-contract.md has the table).")
     schema_registry: SchemaRegistrySpec | None = Field(
         default=None, description="The Schema Registry for format avro, protobuf or jsonSchema.")
     max_records_per_batch: int | None = Field(

@@ -4,7 +4,8 @@ Two sources, with different standing (docs/bigquery-exactly-once.md):
 - the data table is the truth: each row carries `_kafka_topic/_kafka_partition/_kafka_offset`, committed
   atomically with the batch that wrote it (`table_offsets`);
 - `<table>__handoff_ledger` is an index, one row per committed micro-batch (batch id, exact offset range,
-  rows, dead letters, BigQuery commit time), written after the data commit. BatchCommitWriteStreams is atomic
+  rows, dead letters, BigQuery commit time, the Schema Registry writer schemas of its rows), written after
+  the data commit. BatchCommitWriteStreams is atomic
   only within one table, so this row can be missing (crash in between; it is written again when the batch is
   replayed and skipped) but never ahead of the data. It also covers ranges whose records all went to the DLQ,
   which leave no rows in the data table.
@@ -19,7 +20,7 @@ import logging
 from typing import Any
 
 from . import client as bigquery_client
-from .schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from .schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field
 from ..config import AppConfig, BigQuerySink
 from ..ledger import BATCH, GAP, Commit, Offsets
 
@@ -31,7 +32,9 @@ _LEDGER_FIELDS = [("handoff_id", "STRING", "REQUIRED"), ("query", "STRING", "REQ
                   ("batch_id", "INT64", "REQUIRED"), ("offsets", "STRING", "REQUIRED"),
                   ("rows", "INT64", "REQUIRED"), ("dlq_rows", "INT64", "REQUIRED"),
                   ("max_event_time_ms", "INT64", "NULLABLE"), ("commit_time_us", "INT64", "NULLABLE"),
-                  ("recorded_at", "TIMESTAMP", "REQUIRED")]
+                  ("recorded_at", "TIMESTAMP", "REQUIRED"),
+                  # added later: a ledger table made before it gets it (NULLABLE) the next time a row is written
+                  ("schemas", "STRING", "NULLABLE")]
 
 
 def ledger_table(sink: BigQuerySink) -> str:
@@ -44,13 +47,20 @@ def _ensure_ledger(client: Any, sink: BigQuerySink) -> None:
 
     ref = bigquery_client.table_ref(sink, ledger_table(sink))
     try:
-        client.get_table(ref, retry=None)
+        table = client.get_table(ref, retry=None)
     except NotFound:
         table = bigquery.Table(ref, schema=[bigquery.SchemaField(n, t, mode=m) for n, t, m in _LEDGER_FIELDS])
         try:
             client.create_table(table, retry=None)
         except Conflict:
             pass
+        return
+    have = {f.name.lower() for f in table.schema}
+    missing = [Field(n, t, m) for n, t, m in _LEDGER_FIELDS if n not in have]
+    if missing:  # a ledger made by an older Handoff: grow it (NULLABLE columns only), no migration step
+        from .sink import add_columns
+
+        add_columns(client, ref, missing)
 
 
 def _has_batch(client: Any, sink: BigQuerySink, handoff_id: str, query: str, batch_id: int) -> bool:
@@ -67,9 +77,10 @@ def _has_batch(client: Any, sink: BigQuerySink, handoff_id: str, query: str, bat
 
 def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, list[int]]], rows: int,
                  dlq_rows: int, max_event_time_ms: int | None, commit_time_us: int | None,
-                 only_if_missing: bool = False) -> bool:
+                 only_if_missing: bool = False, schemas: dict[str, list[str]] | None = None) -> bool:
     """Append the batch's ledger row through the `_default` stream. Best effort: a failure is logged and
-    returns False — correctness never depends on this table."""
+    returns False — correctness never depends on this table. `schemas`: the registry writer schemas of the
+    batch's rows, {"<schema id>": ["<subject>:<version>", ...]} (Iceberg's `handoff.schemas`)."""
     import pyarrow as pa
 
     from .append import RetryPolicy, StreamWriter
@@ -85,12 +96,15 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
                             pa.field("batch_id", pa.int64(), False), pa.field("offsets", pa.string(), False),
                             pa.field("rows", pa.int64(), False), pa.field("dlq_rows", pa.int64(), False),
                             pa.field("max_event_time_ms", pa.int64()), pa.field("commit_time_us", pa.int64()),
-                            pa.field("recorded_at", pa.timestamp("us", "UTC"), False)])
+                            pa.field("recorded_at", pa.timestamp("us", "UTC"), False),
+                            pa.field("schemas", pa.string())])
         row = pa.Table.from_pylist([{
             "handoff_id": cfg.handoff_id, "query": cfg.query_name, "batch_id": batch_id,
             "offsets": json.dumps(offsets, separators=(",", ":")), "rows": rows, "dlq_rows": dlq_rows,
             "max_event_time_ms": max_event_time_ms, "commit_time_us": commit_time_us,
-            "recorded_at": dt.datetime.now(dt.timezone.utc)}], schema=schema)
+            "recorded_at": dt.datetime.now(dt.timezone.utc),
+            "schemas": json.dumps(schemas, separators=(",", ":"), sort_keys=True) if schemas else None}],
+            schema=schema)
         writer = StreamWriter(bigquery_client.write_client(sink), bigquery_client.table_path(sink, ledger_table(sink)),
                               schema, pending=False, retry=RetryPolicy(max_attempts=4, max_seconds=2.0))
         writer.write(row)
@@ -152,7 +166,8 @@ def list_commits(sink: BigQuerySink, handoff_id: str | None = None, client: Any 
                    offsets={t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()} for t, parts in raw.items()},
                    rows=int(r["rows"]), dlq_rows=int(r["dlq_rows"]),
                    max_event_time_ms=None if r["max_event_time_ms"] is None else int(r["max_event_time_ms"]),
-                   kind=GAP if batch_id < 0 else BATCH)
+                   kind=GAP if batch_id < 0 else BATCH,
+                   schemas=json.loads(r["schemas"]) if r.get("schemas") else None)
         commits.setdefault((c.handoff_id, c.query, c.batch_id), c)  # at-least-once index: first row wins
     return sorted(commits.values(), key=lambda c: (c.timestamp_ms, c.batch_id), reverse=True)
 

@@ -181,6 +181,7 @@ class BigQueryCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     stats: AppendStats = field(default_factory=AppendStats)
     new_columns: list[str] = field(default_factory=list)
     records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
+    schemas: dict[str, list[str]] = field(default_factory=dict)  # registry writer schemas of the rows
 
 
 
@@ -259,7 +260,8 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
             continue
         msg.records += rb.num_rows
         raw = pa.Table.from_batches([rb])
-        decoded, dead_decode, _schemas = decode_source(raw, cfg)
+        decoded, dead_decode, schemas = decode_source(raw, cfg)
+        msg.schemas.update(schemas)
         dead.add(raw, dead_decode)
         decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
                                         pa.array([batch_id] * decoded.num_rows, pa.int64()))
@@ -584,7 +586,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     if nonempty:
         # After the data commit, never before; on a skipped replay only if the crash came before it.
         bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event, snapshot_id,
-                                     only_if_missing=skipped)
+                                     only_if_missing=skipped,
+                                     schemas={sid: v for m in msgs for sid, v in m.schemas.items()})
     # a backfill never moves the stream's group offsets
     group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
         if nonempty and cfg.backfill is None else True

@@ -76,6 +76,7 @@ def commit_of(snapshot: Snapshot) -> Commit | None:
         kafka_cluster_id=kafka.get("cluster"), topic_ids=kafka.get("topics"),
         lost={t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()}
               for t, parts in json.loads(props[LOST]).items()} if props.get(LOST) else None,
+        schemas=json.loads(props[SCHEMAS]) if props.get(SCHEMAS) else None,
     )
 
 
