@@ -4,7 +4,8 @@
 - `accept-kafka`: after a topic was deleted and recreated on purpose (or the cluster replaced), record an
   `epoch` marker with the new cluster/topic ids, whose partitions start at `startingOffsets` of the new topic.
   Until then the driver refuses to start (`resume.KafkaIdentityError`), so nothing is silently re-read or skipped.
-Iceberg sinks only: BigQuery's ledger index records no Kafka identity (docs/bigquery-exactly-once.md).
+`show` reads either sink's ledger (one `Commit` type); `accept-kafka` is Iceberg-only: BigQuery's ledger index
+records no Kafka identity (docs/bigquery-exactly-once.md).
 """
 from __future__ import annotations
 
@@ -17,17 +18,26 @@ from .config import AppConfig, IcebergSink
 
 def _table(cfg: AppConfig) -> Any:
     if not isinstance(cfg.sink, IcebergSink):
-        raise SystemExit("handoff ledger: only Iceberg sinks keep their ledger in table snapshots; for BigQuery "
-                         f"query `{cfg.sink.table}__handoff_ledger` in the dataset")
+        raise SystemExit("handoff ledger accept-kafka: only Iceberg sinks record the Kafka cluster and topic ids "
+                         "with their ledger; BigQuery's ledger index has none to accept")
     from .iceberg.sink import open_table
 
     return open_table(cfg, create=False)
 
 
+def _commits(cfg: AppConfig) -> list[Any]:
+    """The handoff's ledger entries (all queries), newest first: Iceberg snapshots or BigQuery's ledger index."""
+    if isinstance(cfg.sink, IcebergSink):
+        return ledger.list_commits(_table(cfg), handoff_id=cfg.handoff_id)
+    from .bigquery import ledger as bigquery_ledger
+
+    return bigquery_ledger.list_commits(cfg.sink, handoff_id=cfg.handoff_id)
+
+
 def entries(cfg: AppConfig, limit: int | None = None) -> list[dict[str, Any]]:
     """The handoff's ledger entries (all queries), newest first, as plain dicts."""
     out = []
-    for c in ledger.list_commits(_table(cfg), handoff_id=cfg.handoff_id)[:limit]:
+    for c in _commits(cfg)[:limit]:
         out.append({"kind": c.kind, "snapshot": c.snapshot_id, "query": c.query, "batch": c.batch_id,
                     "timestampMs": c.timestamp_ms, "rows": c.rows, "deadLetters": c.dlq_rows,
                     "offsets": {t: {str(p): list(se) for p, se in parts.items()} for t, parts in c.offsets.items()},

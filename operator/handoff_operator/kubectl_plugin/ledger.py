@@ -42,5 +42,5 @@ def entries(kube: Kube, obj: Mapping[str, Any], overrides: Mapping[str, str], li
     cfg = config_for(kube, obj, overrides)
     try:
         return ledger_cli.entries(cfg, limit)
-    except SystemExit as exc:  # ledger_cli's one-line refusals (e.g. a BigQuery sink)
+    except SystemExit as exc:  # ledger_cli's one-line refusals
         raise LedgerError(str(exc.code)) from None
