@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         c = results["chaos"]
         print(f"\n{len(c['lives'])} lives, {c['lives_with_commits']} committed; table {c['table']}")
     else:
-        print(f"\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
+        print("\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
         print("|---|---|---:|---:|---:|---:|")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):
