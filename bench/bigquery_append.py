@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,6 +36,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import broker  # noqa: E402
+from bench_report import add_rates, machine_facts, one_decimal, print_results, write_json  # noqa: E402
 from throughput import COLUMNS, _consumer, produce, raw_consume  # noqa: E402
 
 
@@ -243,27 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         for comp in reversed(started):
             comp.stop()
         stack.close()
-    for r in results.values():
-        if "rows" in r and r["seconds"]:
-            r["rows_per_s"] = r["rows"] / r["seconds"]
+    add_rates(results)
     doc = {"records": args.records, "naiveRecords": args.naive_records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
-           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
-           "target": "bqemulator 1.4.0 (test bed)" if started else args.rest,
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'pipeline':<24} {'rows':>7} {'seconds':>8} {'rows/s':>8} {'requests':>9} {'p50 ms':>7} {'p99 ms':>7}")
-    for name, r in results.items():
-        if "rows" not in r:
-            print(f"{name:<24} {'':>7} {r['seconds']:>8.1f}")
-            continue
-
-        def f(v: Any) -> str:
-            return "" if v is None else f"{v:.1f}"
-
-        print(f"{name:<24} {r['rows']:>7} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>8.0f} "
-              f"{r.get('requests', ''):>9} {f(r.get('append_p50_ms')):>7} {f(r.get('append_p99_ms')):>7}")
-    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+           **machine_facts(), "target": "bqemulator 1.4.0 (test bed)" if started else args.rest, "results": results}
+    write_json(args.out, doc)
+    print_results(results, [("rows", 7, lambda r: r["rows"]), ("seconds", 8, lambda r: f"{r['seconds']:.1f}"),
+                            ("rows/s", 8, lambda r: f"{r.get('rows_per_s', 0):.0f}"),
+                            ("requests", 9, lambda r: r.get("requests", "")),
+                            ("p50 ms", 7, lambda r: one_decimal(r.get("append_p50_ms"))),
+                            ("p99 ms", 7, lambda r: one_decimal(r.get("append_p99_ms")))], args.out)
     return 0
 
 

@@ -40,9 +40,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
-           {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
-           {"name": "region", "type": "string"}]
+from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
+
 PARTITIONS = 3
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) rows in (\d+) ms")
 

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import broker  # noqa: E402
+from bench_report import add_rates, machine_facts, print_results, write_json  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
@@ -336,24 +336,15 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     finally:
         stack.close()
-    for r in results.values():
-        if "rows" in r and r["seconds"]:
-            r["rows_per_s"] = r["rows"] / r["seconds"]
-            r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
+    add_rates(results)
     doc = {"records": args.records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
-           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'pipeline':<24} {'rows':>9} {'seconds':>8} {'rows/s':>9} {'MB/s':>7} {'commit p50 ms':>14}")
-    for name, r in results.items():
-        if "rows" not in r:
-            print(f"{name:<24} {'':>9} {r['seconds']:>8.1f}")
-            continue
-        cp = r.get("commit_p50_ms")
-        print(f"{name:<24} {r['rows']:>9} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>9.0f} "
-              f"{r.get('mb_per_s', 0):>7.1f} {'' if cp is None else f'{cp:.0f}':>14}")
-    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+           **machine_facts(), "results": results}
+    write_json(args.out, doc)
+    print_results(results, [("rows", 9, lambda r: r["rows"]), ("seconds", 8, lambda r: f"{r['seconds']:.1f}"),
+                            ("rows/s", 9, lambda r: f"{r.get('rows_per_s', 0):.0f}"),
+                            ("MB/s", 7, lambda r: f"{r.get('mb_per_s', 0):.1f}"),
+                            ("commit p50 ms", 14, lambda r: "" if r.get("commit_p50_ms") is None
+                             else f"{r['commit_p50_ms']:.0f}")], args.out)
     return 0
 
 
