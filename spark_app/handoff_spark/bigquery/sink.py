@@ -42,15 +42,12 @@ from ..decode import DeadLetter
 from ..source_decode import decode_source
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
+from ..sink_common import (ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+                           task_batch_id, task_records, write_last_commit)
 
 from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
-
-
-class SchemaIncompatibleError(RuntimeError):
-    """The declared schema (or a batch) needs a change BigQuery cannot make, and onIncompatible=halt."""
 
 
 class BatchCommitError(RuntimeError):
@@ -58,9 +55,7 @@ class BatchCommitError(RuntimeError):
 
 
 def _sink(cfg: AppConfig) -> BigQuerySink:
-    if not isinstance(cfg.sink, BigQuerySink):
-        raise ValueError("handoff-bigquery needs a bigquery sink in the app config")
-    return cfg.sink
+    return configured_sink(cfg, BigQuerySink, "handoff-bigquery")
 
 
 # ------------------------------------------------------------------------------------------ table setup
@@ -342,17 +337,10 @@ def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_requ
     return fresh
 
 
-class BigQueryStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     def __init__(self, config_json: str, plan: TablePlan) -> None:
-        self.config_json = config_json
+        super().__init__(config_json)
         self.plan = plan
-        self._cfg: AppConfig | None = None
-
-    @property
-    def cfg(self) -> AppConfig:
-        if self._cfg is None:
-            self._cfg = AppConfig.model_validate_json(self.config_json)
-        return self._cfg
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
         batch_id = task_batch_id()
