@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from dataclasses import dataclass
 
 if TYPE_CHECKING:
     from .config import AppConfig
@@ -29,6 +30,27 @@ def configured_sink(cfg: AppConfig, kind: type[SinkT], fmt: str) -> SinkT:
     if not isinstance(cfg.sink, kind):
         raise ValueError(f"{fmt} needs a {kind.__name__} in the app config")
     return cfg.sink
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a sink's driver-side commit of one micro-batch did: the keys every sink reports, so the progress
+    record (`last-commit.json`) and the operator treat all sinks alike. A sink adds its own keys by
+    subclassing."""
+
+    batch_id: int
+    snapshot_id: int | None
+    skipped: bool
+    rows: int
+    dlq_rows: int
+    offsets: dict[str, dict[str, list[int]]]
+    commit_latency_ms: float
+    attempts: int
+    group_offsets_committed: bool
+    # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
+    # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
+    records: int | None = None
+    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 class ConfigOnDemand:

@@ -42,7 +42,7 @@ from ..decode import DeadLetter
 from ..source_decode import decode_source
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import (ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -420,20 +420,10 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
 # ---------------------------------------------------------------------------------------- driver side
 
 @dataclass(frozen=True)
-class CommitResult:
-    """Same keys as the Iceberg sink's, so the progress record and the operator treat both sinks alike.
-    `snapshot_id` is BigQuery's commit time in microseconds (BigQuery has no snapshot ids; the commit time is
-    what time travel takes)."""
+class CommitResult(SinkCommitResult):
+    """The common keys, and what the batch's appends met. `snapshot_id` is BigQuery's commit time in
+    microseconds (BigQuery has no snapshot ids; the commit time is what time travel takes)."""
 
-    batch_id: int
-    snapshot_id: int | None
-    skipped: bool
-    rows: int
-    dlq_rows: int
-    offsets: dict[str, dict[str, list[int]]]
-    commit_latency_ms: float
-    attempts: int
-    group_offsets_committed: bool
     bytes: int = 0
     append_requests: int = 0
     append_retries: dict[str, int] = field(default_factory=dict)
@@ -441,10 +431,6 @@ class CommitResult:
     append_latency_p50_ms: float | None = None
     append_latency_p99_ms: float | None = None
     degraded_reason: str | None = None
-    # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
-    # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
-    records: int | None = None
-    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver

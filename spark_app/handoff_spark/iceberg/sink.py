@@ -46,7 +46,7 @@ from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_hist
                             plan_schema_changes)
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import (ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from ..source_decode import decode_source
@@ -267,19 +267,10 @@ DATA_SOURCE = IcebergSinkDataSource
 # ---------------------------------------------------------------------------------------- driver side
 
 @dataclass(frozen=True)
-class CommitResult:
-    batch_id: int
-    snapshot_id: int | None
-    skipped: bool
-    rows: int
-    dlq_rows: int
-    offsets: dict[str, dict[str, list[int]]]
-    commit_latency_ms: float
-    attempts: int
-    group_offsets_committed: bool
-    records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
+class CommitResult(SinkCommitResult):
+    """The common keys, and where the batch's write tasks spent their time."""
+
     task_ms: dict[str, float] = field(default_factory=dict)  # summed over the batch's write tasks
-    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 def _is_catalog_outage(exc: BaseException) -> bool:
