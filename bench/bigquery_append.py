@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import broker  # noqa: E402
 from bench_report import add_rates, machine_facts, one_decimal, print_results, write_json  # noqa: E402
-from throughput import COLUMNS, _consumer, produce, raw_consume  # noqa: E402
+from throughput import COLUMNS, _consumer, await_query, produce, raw_consume  # noqa: E402
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -164,13 +164,7 @@ def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: s
     sinks.get(cfg.sink.kind).prepare(cfg)
     t0 = time.perf_counter()
     query = start_query(spark, cfg, available_now=True)
-    while query.isActive:
-        reporter.poll(query)
-        query.awaitTermination(0.5)
-    elapsed = time.perf_counter() - t0
-    reporter.poll(query)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
+    elapsed = await_query(query, reporter, t0)
     commits = [r.commit for r in reporter.reports if r.commit]
     p50s = [c["append_latency_p50_ms"] for c in commits if c.get("append_latency_p50_ms") is not None]
     p99s = [c["append_latency_p99_ms"] for c in commits if c.get("append_latency_p99_ms") is not None]

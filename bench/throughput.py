@@ -215,6 +215,19 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
     return writer.trigger(availableNow=True).start()
 
 
+def await_query(query: Any, reporter: Any, t0: float) -> float:
+    """Follow an available-now query to its end, the app's progress reporter polling it as the driver does;
+    seconds since `t0`. A failed query raises its error."""
+    while query.isActive:
+        reporter.poll(query)
+        query.awaitTermination(0.5)
+    elapsed = time.perf_counter() - t0
+    reporter.poll(query)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return elapsed
+
+
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
             value_bytes: int, partitions: int = 3) -> dict[str, Any]:
     from handoff_spark import sinks
@@ -244,13 +257,7 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_re
     else:
         os.environ["HANDOFF_FUSED_READ"] = "0" if sink == "iceberg-unfused" else "1"
         query = start_query(spark, cfg, available_now=True, sink_format="noop" if sink == "noop" else None)
-    while query.isActive:
-        reporter.poll(query)
-        query.awaitTermination(0.5)
-    elapsed = time.perf_counter() - t0
-    reporter.poll(query)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
+    elapsed = await_query(query, reporter, t0)
     rows = sum(r.rows for r in reporter.reports)
     commits = [float(r.commit["commit_latency_ms"]) for r in reporter.reports
                if r.commit and r.commit.get("commit_latency_ms") is not None]
