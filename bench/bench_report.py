@@ -10,8 +10,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+RESULTS = Path(__file__).resolve().parent / "results"
+
 # A table column: its heading, its width, and the cell text of one result.
 Column = tuple[str, int, Callable[[Mapping[str, Any]], Any]]
+
+
+def add_out_argument(parser: Any, name: str) -> None:
+    parser.add_argument("--out", default=str(RESULTS / name), help="where the JSON goes")
 
 
 def machine_facts() -> dict[str, Any]:

@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
-from bench_report import add_rates, machine_facts, one_decimal, print_results, write_json  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import (add_out_argument, add_rates, machine_facts, one_decimal, print_results,  # noqa: E402
+                          write_json)
 from throughput import COLUMNS, _consumer, await_query, produce, raw_consume  # noqa: E402
 
 
@@ -183,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-records-per-batch", type=int, default=50_000)
     ap.add_argument("--naive", default="insertall,sync-append")
     ap.add_argument("--naive-records", type=int, default=40_000)
-    ap.add_argument("--bootstrap")
+    add_broker_argument(ap)
     ap.add_argument("--rest")
     ap.add_argument("--grpc")
     ap.add_argument("--project", default="test-project")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bigquery_append.json"))
+    add_out_argument(ap, "bigquery_append.json")
     args = ap.parse_args(argv)
     started: list[Any] = []
     stack = contextlib.ExitStack()

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_kafka import add_broker_argument  # noqa: E402
 from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
 PARTITIONS = 3
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
     ap.add_argument("--pipelines", default="handoff,jvm")
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    add_broker_argument(ap)
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
     ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")
     ap.add_argument("--chaos", type=float, default=0, help="run the chaos mode for this many seconds instead")

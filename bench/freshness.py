@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
-from bench_report import machine_facts, write_json  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, machine_facts, write_json  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
            {"name": "payload", "type": "string"}]
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="handoff (the app as it runs) and/or jvm (Spark's JVM Kafka source into the same sink)")
     ap.add_argument("--producers", default="plain",
                     help="comma-separated: plain, transactional (exactly-once producer, a commit every ~100 ms)")
-    ap.add_argument("--bootstrap")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "freshness.json"))
+    add_broker_argument(ap)
+    add_out_argument(ap, "freshness.json")
     args = ap.parse_args(argv)
     stack = contextlib.ExitStack()
     bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))

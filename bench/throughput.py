@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
-from bench_report import add_rates, machine_facts, print_results, write_json  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, add_rates, machine_facts, print_results, write_json  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
@@ -275,11 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    add_broker_argument(ap)
     ap.add_argument("--max-records-per-batch", type=int, default=0,
                     help="0 = unset, the product default: each batch takes everything available")
     ap.add_argument("--pipelines", default=",".join(ALL))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "throughput.json"))
+    add_out_argument(ap, "throughput.json")
     args = ap.parse_args(argv)
     pipelines = [p for p in args.pipelines.split(",") if p]
     stack = contextlib.ExitStack()
