@@ -77,21 +77,22 @@ def avro_fields(schema: str | dict[str, Any]) -> list[Field]:
 
 
 # ----------------------------------------------------------------------------------------- JSON Schema
+_JSON_SCHEMA_SCALARS = {"integer": "long", "number": "double", "boolean": "boolean"}
+_JSON_SCHEMA_STRING_FORMATS = {"date-time": "timestamp", "date": "date"}
+
+
 def _json_schema_type(prop: dict[str, Any]) -> tuple[str, bool]:
     t = prop.get("type")
     if isinstance(t, list):
         branches = [b for b in t if b != "null"]
         t = branches[0] if len(branches) == 1 else None
-    if t == "integer":
-        return "long", False
-    if t == "number":
-        return "double", False
-    if t == "boolean":
-        return "boolean", False
+    if not isinstance(t, str):
+        return "string", True  # unions, untyped
+    if t in _JSON_SCHEMA_SCALARS:
+        return _JSON_SCHEMA_SCALARS[t], False
     if t == "string":
-        fmt = prop.get("format")
-        return {"date-time": "timestamp", "date": "date"}.get(fmt, "string"), False
-    return "string", True  # object, array, unions, untyped
+        return _JSON_SCHEMA_STRING_FORMATS.get(prop.get("format"), "string"), False
+    return "string", True  # object, array
 
 
 def json_schema_fields(schema: str | dict[str, Any]) -> list[Field]:
