@@ -2,10 +2,15 @@
 run and stopped after it."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def add_broker_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
 
 
 @contextlib.contextmanager

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,8 +35,10 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
-from throughput import COLUMNS, _consumer, produce, raw_consume  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import (add_out_argument, add_rates, machine_facts, one_decimal, print_results,  # noqa: E402
+                          write_json)
+from throughput import COLUMNS, _consumer, await_query, produce, raw_consume  # noqa: E402
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -165,13 +165,7 @@ def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: s
     sinks.get(cfg.sink.kind).prepare(cfg)
     t0 = time.perf_counter()
     query = start_query(spark, cfg, available_now=True)
-    while query.isActive:
-        reporter.poll(query)
-        query.awaitTermination(0.5)
-    elapsed = time.perf_counter() - t0
-    reporter.poll(query)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
+    elapsed = await_query(query, reporter, t0)
     commits = [r.commit for r in reporter.reports if r.commit]
     p50s = [c["append_latency_p50_ms"] for c in commits if c.get("append_latency_p50_ms") is not None]
     p99s = [c["append_latency_p99_ms"] for c in commits if c.get("append_latency_p99_ms") is not None]
@@ -190,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-records-per-batch", type=int, default=50_000)
     ap.add_argument("--naive", default="insertall,sync-append")
     ap.add_argument("--naive-records", type=int, default=40_000)
-    ap.add_argument("--bootstrap")
+    add_broker_argument(ap)
     ap.add_argument("--rest")
     ap.add_argument("--grpc")
     ap.add_argument("--project", default="test-project")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bigquery_append.json"))
+    add_out_argument(ap, "bigquery_append.json")
     args = ap.parse_args(argv)
     started: list[Any] = []
     stack = contextlib.ExitStack()
@@ -243,27 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         for comp in reversed(started):
             comp.stop()
         stack.close()
-    for r in results.values():
-        if "rows" in r and r["seconds"]:
-            r["rows_per_s"] = r["rows"] / r["seconds"]
+    add_rates(results)
     doc = {"records": args.records, "naiveRecords": args.naive_records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
-           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
-           "target": "bqemulator 1.4.0 (test bed)" if started else args.rest,
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'pipeline':<24} {'rows':>7} {'seconds':>8} {'rows/s':>8} {'requests':>9} {'p50 ms':>7} {'p99 ms':>7}")
-    for name, r in results.items():
-        if "rows" not in r:
-            print(f"{name:<24} {'':>7} {r['seconds']:>8.1f}")
-            continue
-
-        def f(v: Any) -> str:
-            return "" if v is None else f"{v:.1f}"
-
-        print(f"{name:<24} {r['rows']:>7} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>8.0f} "
-              f"{r.get('requests', ''):>9} {f(r.get('append_p50_ms')):>7} {f(r.get('append_p99_ms')):>7}")
-    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+           **machine_facts(), "target": "bqemulator 1.4.0 (test bed)" if started else args.rest, "results": results}
+    write_json(args.out, doc)
+    print_results(results, [("rows", 7, lambda r: r["rows"]), ("seconds", 8, lambda r: f"{r['seconds']:.1f}"),
+                            ("rows/s", 8, lambda r: f"{r.get('rows_per_s', 0):.0f}"),
+                            ("requests", 9, lambda r: r.get("requests", "")),
+                            ("p50 ms", 7, lambda r: one_decimal(r.get("append_p50_ms"))),
+                            ("p99 ms", 7, lambda r: one_decimal(r.get("append_p99_ms")))], args.out)
     return 0
 
 

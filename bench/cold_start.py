@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
-           {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
-           {"name": "region", "type": "string"}]
+from bench_kafka import add_broker_argument  # noqa: E402
+from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
+
 PARTITIONS = 3
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) rows in (\d+) ms")
 
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
     ap.add_argument("--pipelines", default="handoff,jvm")
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    add_broker_argument(ap)
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
     ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")
     ap.add_argument("--chaos", type=float, default=0, help="run the chaos mode for this many seconds instead")
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         c = results["chaos"]
         print(f"\n{len(c['lives'])} lives, {c['lives_with_commits']} committed; table {c['table']}")
     else:
-        print(f"\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
+        print("\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
         print("|---|---|---:|---:|---:|---:|")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):

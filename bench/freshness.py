@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, machine_facts, write_json  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp", "required": True},
            {"name": "payload", "type": "string"}]
@@ -160,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="handoff (the app as it runs) and/or jvm (Spark's JVM Kafka source into the same sink)")
     ap.add_argument("--producers", default="plain",
                     help="comma-separated: plain, transactional (exactly-once producer, a commit every ~100 ms)")
-    ap.add_argument("--bootstrap")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "freshness.json"))
+    add_broker_argument(ap)
+    add_out_argument(ap, "freshness.json")
     args = ap.parse_args(argv)
     stack = contextlib.ExitStack()
     bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
@@ -192,10 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     finally:
         stack.close()
-    doc = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
+    write_json(args.out, {**machine_facts(), "results": results})
     print(f"\n{'pipeline':>8} {'producer':>13} {'trigger':>8} {'commits':>8} {'rows':>8} {'fresh p50':>10} {'fresh p99':>10} {'worst p50':>10} "
           f"{'worst p99':>10}")
     f = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_report import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
@@ -62,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     load.append(os.getloadavg())
     doc = {"archive_mb": round(archive.stat().st_size / 1e6), "load_avg": load, "cpus": os.cpu_count(),
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(args.out, doc)
     print("| archive | session start s | query s | JVM CPU s |\n|---|---|---|---|")
     for name, rs in runs.items():
         print(f"| {name} | {' / '.join(str(r['session_s']) for r in rs)} | "

@@ -15,7 +15,6 @@ Prints a table and writes bench/results/replay.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,8 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, write_json  # noqa: E402
 from throughput import produce  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.json"))
+    add_broker_argument(ap)
+    add_out_argument(ap, "replay.json")
     args = ap.parse_args(argv)
     with broker(args.bootstrap) as (bootstrap, kafka):
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               f"| consume once (baseline) | {once:.1f} | {args.records / once:,.0f} |\n"
               f"| rollback + replay | {total:.1f} | {args.records / total:,.0f} |\n"
               f"\nratio {total / once:.2f} (goal ≤ 1.5); table whole after the replay: {whole}")
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.out, results)
         return 0 if whole else 1
 
 

@@ -15,7 +15,6 @@ baseline every HANDOFF_STATUS_INTERVAL (15 s), so the check's share of the opera
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
 
-from bench_kafka import broker  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, write_json  # noqa: E402
 
 
 def _timed(fn: Any, runs: int) -> dict[str, float]:
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", default="3,30")
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "retention_check.json"))
+    add_broker_argument(ap)
+    add_out_argument(ap, "retention_check.json")
     args = ap.parse_args(argv)
     with broker(args.bootstrap) as (bootstrap, _kafka):
         results = [measure(bootstrap, int(p), args.records, args.runs) for p in args.partitions.split(",")]
@@ -89,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         b, c = r["baseline"], r["retention-check"]
         print(f"{r['partitions']:>10} {b['median_ms']:>12.1f} / {b['p90_ms']:<7.1f} {c['median_ms']:>17.1f} / "
               f"{c['p90_ms']:<9.1f} {r['ratio_median']:>6.1f} {r['share_of_kafka_time_at_default_intervals']:>15.1%}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                          "results": results}, indent=2))
+    write_json(args.out, {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results})
     return 0
 
 

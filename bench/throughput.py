@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kafka import broker  # noqa: E402
+from bench_kafka import add_broker_argument, broker  # noqa: E402
+from bench_report import add_out_argument, add_rates, machine_facts, print_results, write_json  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
@@ -215,6 +215,19 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
     return writer.trigger(availableNow=True).start()
 
 
+def await_query(query: Any, reporter: Any, t0: float) -> float:
+    """Follow an available-now query to its end, the app's progress reporter polling it as the driver does;
+    seconds since `t0`. A failed query raises its error."""
+    while query.isActive:
+        reporter.poll(query)
+        query.awaitTermination(0.5)
+    elapsed = time.perf_counter() - t0
+    reporter.poll(query)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return elapsed
+
+
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
             value_bytes: int, partitions: int = 3) -> dict[str, Any]:
     from handoff_spark import sinks
@@ -244,13 +257,7 @@ def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_re
     else:
         os.environ["HANDOFF_FUSED_READ"] = "0" if sink == "iceberg-unfused" else "1"
         query = start_query(spark, cfg, available_now=True, sink_format="noop" if sink == "noop" else None)
-    while query.isActive:
-        reporter.poll(query)
-        query.awaitTermination(0.5)
-    elapsed = time.perf_counter() - t0
-    reporter.poll(query)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
+    elapsed = await_query(query, reporter, t0)
     rows = sum(r.rows for r in reporter.reports)
     commits = [float(r.commit["commit_latency_ms"]) for r in reporter.reports
                if r.commit and r.commit.get("commit_latency_ms") is not None]
@@ -268,11 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting the test bed's")
+    add_broker_argument(ap)
     ap.add_argument("--max-records-per-batch", type=int, default=0,
                     help="0 = unset, the product default: each batch takes everything available")
     ap.add_argument("--pipelines", default=",".join(ALL))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "throughput.json"))
+    add_out_argument(ap, "throughput.json")
     args = ap.parse_args(argv)
     pipelines = [p for p in args.pipelines.split(",") if p]
     stack = contextlib.ExitStack()
@@ -336,24 +343,15 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     finally:
         stack.close()
-    for r in results.values():
-        if "rows" in r and r["seconds"]:
-            r["rows_per_s"] = r["rows"] / r["seconds"]
-            r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
+    add_rates(results)
     doc = {"records": args.records, "partitions": args.partitions, "maxRecordsPerBatch": args.max_records_per_batch,
-           "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\n{'pipeline':<24} {'rows':>9} {'seconds':>8} {'rows/s':>9} {'MB/s':>7} {'commit p50 ms':>14}")
-    for name, r in results.items():
-        if "rows" not in r:
-            print(f"{name:<24} {'':>9} {r['seconds']:>8.1f}")
-            continue
-        cp = r.get("commit_p50_ms")
-        print(f"{name:<24} {r['rows']:>9} {r['seconds']:>8.1f} {r.get('rows_per_s', 0):>9.0f} "
-              f"{r.get('mb_per_s', 0):>7.1f} {'' if cp is None else f'{cp:.0f}':>14}")
-    print(f"\nload average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs; wrote {args.out}")
+           **machine_facts(), "results": results}
+    write_json(args.out, doc)
+    print_results(results, [("rows", 9, lambda r: r["rows"]), ("seconds", 8, lambda r: f"{r['seconds']:.1f}"),
+                            ("rows/s", 9, lambda r: f"{r.get('rows_per_s', 0):.0f}"),
+                            ("MB/s", 7, lambda r: f"{r.get('mb_per_s', 0):.1f}"),
+                            ("commit p50 ms", 14, lambda r: "" if r.get("commit_p50_ms") is None
+                             else f"{r['commit_p50_ms']:.0f}")], args.out)
     return 0
 
 

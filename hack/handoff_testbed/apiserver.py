@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .base import Component
+from .base import Component, StartupClock
 from .k8s_build import ControlPlaneBinaries, build_control_plane, kubernetes_version
 from .k8s_pki import Pki, TokenUser, write_kubeconfig, write_pki, write_token_file
 from .proc import Service, free_port, wait_until
@@ -70,11 +69,8 @@ class ApiServer(Component):
     # -- start -------------------------------------------------------------------------------
 
     def _start(self, workdir: Path) -> dict[str, str]:
-        started = time.monotonic()
-
-        def mark(stage: str) -> None:
-            self.startup_marks[stage] = round(time.monotonic() - started, 2)
-
+        clock = StartupClock(self.startup_marks)
+        mark = clock.mark
         if self.bins is None:
             self.build()
         assert self.bins is not None
@@ -103,7 +99,7 @@ class ApiServer(Component):
             self._start_scheduler(workdir, pki, scheduler_user)
             self._start_kwok(workdir, pki, kwok_user)
             mark("kwok-node")
-        self.startup_seconds = time.monotonic() - started
+        self.startup_seconds = clock.elapsed()
         return {"KUBECONFIG": str(self.kubeconfig)}
 
     def _start_etcd(self, workdir: Path) -> str:

@@ -3,9 +3,25 @@ from __future__ import annotations
 
 import abc
 import signal
+import time
 from pathlib import Path
 
 from .proc import Service
+
+
+class StartupClock:
+    """Seconds since a component's start began, recorded per stage into its `startup_marks` (what a slow
+    start spent its time on)."""
+
+    def __init__(self, marks: dict[str, float]) -> None:
+        self.started = time.monotonic()
+        self.marks = marks
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def mark(self, stage: str) -> None:
+        self.marks[stage] = round(self.elapsed(), 2)
 
 
 class Component(abc.ABC):

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from .host_state import remove_cgroup_tree
 from .paths import cache_dir

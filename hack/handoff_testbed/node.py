@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from . import host_state
-from .base import Component
+from .base import Component, StartupClock
 from .k8s_build import NodeBinaries, build_node
 from .pause_image import REF as PAUSE_REF, build_pause_image
 from .paths import cache_dir
@@ -144,11 +144,7 @@ class Node(Component):
     # -- start -------------------------------------------------------------------------------
 
     def _start(self, workdir: Path) -> dict[str, str]:
-        started = time.monotonic()
-
-        def mark(stage: str) -> None:
-            self.startup_marks[stage] = round(time.monotonic() - started, 2)
-
+        mark = StartupClock(self.startup_marks).mark
         if self.bins is None:
             self.build()
         assert self.bins is not None and self.pause_tarball is not None

@@ -15,7 +15,7 @@ ledger and Kafka, call `evaluate`, merge with
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,18 +307,28 @@ class Transition:
     message: str
 
 
-def transitions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition]) -> list[Transition]:
-    """One Event per condition whose status or reason changed (the reason carries the meaning)."""
+def condition_events(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition],
+                     abnormal: Callable[[Condition], bool],
+                     first_said: Callable[[Condition], bool] = lambda cond: False) -> list[Transition]:
+    """One Event per condition whose status or reason changed (the reason carries the meaning): a Warning when
+    `abnormal`, else Normal. A condition's first appearance is told only when abnormal or `first_said`."""
     previous = {c.get("type"): c for c in (old or [])}
     events = []
     for cond in new:
         before = previous.get(cond.type)
         if before is not None and before.get("status") == cond.status and before.get("reason") == cond.reason:
             continue
-        abnormal = (cond.type == DEGRADED and cond.status == "True") or cond.reason in {"InvalidSpec",
-                                                                                       "DriverFailing"}
-        if before is None and not abnormal and cond.type != READY:
-            continue  # the first status: one event (Ready) says enough unless something is wrong
-        events.append(Transition("Warning" if abnormal else "Normal", cond.reason,
+        bad = abnormal(cond)
+        if before is None and not bad and not first_said(cond):
+            continue
+        events.append(Transition("Warning" if bad else "Normal", cond.reason,
                                  f"{cond.type}={cond.status}: {cond.message}"))
     return events
+
+
+def transitions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition]) -> list[Transition]:
+    """The handoff's Events: the first status gets one (Ready) unless something is wrong."""
+    return condition_events(
+        old, new,
+        abnormal=lambda c: (c.type == DEGRADED and c.status == "True") or c.reason in {"InvalidSpec", "DriverFailing"},
+        first_said=lambda c: c.type == READY)

@@ -15,8 +15,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -52,6 +52,19 @@ def new_api_client() -> client.ApiClient:
 
 def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, ApiException) and exc.status == 404
+
+
+T = TypeVar("T")
+
+
+def unless_gone(call: Callable[..., T], *args: Any) -> T | None:
+    """`call(*args)`, or None when the API answers 404 (the object is gone, or not made yet)."""
+    try:
+        return call(*args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 class AppliedChildren:
@@ -121,12 +134,7 @@ class Kube:
 
     def get_handoff(self, namespace: str, name: str, plural: str = PLURAL) -> dict[str, Any] | None:
         """A Handoff custom object (a StreamTableHandoff unless `plural` names another kind), None if gone."""
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return unless_gone(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name)
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any], plural: str = PLURAL) -> None:
         self.custom.patch_namespaced_custom_object_status(
@@ -171,13 +179,10 @@ class Kube:
     def read_secrets(self, namespace: str, names: Iterable[str]) -> dict[str, dict[str, str] | None]:
         out: dict[str, dict[str, str] | None] = {}
         for name in names:
-            try:
-                secret = self.core.read_namespaced_secret(name, namespace)
-            except ApiException as exc:
-                if exc.status == 404:
-                    out[name] = None
-                    continue
-                raise
+            secret = unless_gone(self.core.read_namespaced_secret, name, namespace)
+            if secret is None:
+                out[name] = None
+                continue
             data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
             data.update(secret.string_data or {})
             out[name] = data
@@ -185,13 +190,8 @@ class Kube:
 
     def read_driver_report(self, namespace: str, name: str) -> str | None:
         """`progress.json` of the ConfigMap the driver publishes into (None: not there or not yet)."""
-        try:
-            cm = self.core.read_namespaced_config_map(progress_configmap_name(name), namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return (cm.data or {}).get(DRIVER_REPORT_KEY)
+        cm = unless_gone(self.core.read_namespaced_config_map, progress_configmap_name(name), namespace)
+        return None if cm is None else (cm.data or {}).get(DRIVER_REPORT_KEY)
 
     def scale_driver(self, namespace: str, name: str, replicas: int) -> bool:
         try:
@@ -214,12 +214,9 @@ class Kube:
                    and p.metadata.deletion_timestamp is None)
 
     def driver_facts(self, namespace: str, name: str) -> DriverFacts | None:
-        try:
-            deployment = self.apps.read_namespaced_deployment(driver_name(name), namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        deployment = unless_gone(self.apps.read_namespaced_deployment, driver_name(name), namespace)
+        if deployment is None:
+            return None
         return driver_facts(deployment, self.driver_pods(namespace, name))
 
 

@@ -174,7 +174,7 @@ def resolve_target(table: TableFacts, req: Request) -> int | Failure:
         older = [s for s in table.ancestry if s.timestamp_ms <= req.timestamp_ms]
         if not older:
             oldest = table.ancestry[-1].timestamp_ms if table.ancestry else None
-            return Failure("TargetExpired", f"spec.target.timestamp: the table keeps no snapshot at or before it"
+            return Failure("TargetExpired", "spec.target.timestamp: the table keeps no snapshot at or before it"
                            + (f" (oldest kept: {_iso(oldest)})" if oldest is not None else "")
                            + "; snapshots older than spec.replay.window are expired: pick a later time")
         return older[0].snapshot_id

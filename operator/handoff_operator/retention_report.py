@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .conditions import Condition, Evaluation, Transition
+from .conditions import Condition, Evaluation, Transition, condition_events
 from .models.stream_table_handoff import RetentionStatus
 from .retention import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
 
@@ -126,17 +126,8 @@ def conditions(check: RetentionCheck | None, lost: Sequence[LostRange] | None,
 def events(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition],
            check: RetentionCheck | None) -> list[Transition]:
     """Events for these conditions' changes, plus one per retention.ms the operator raised or patched."""
-    previous = {c.get("type"): c for c in (old or [])}
-    out = []
-    for cond in new:
-        before = previous.get(cond.type)
-        if before is not None and before.get("status") == cond.status and before.get("reason") == cond.reason:
-            continue
-        bad = (cond.type == RETENTION_SUFFICIENT and cond.status == "False") or \
-              (cond.type == DATA_LOSS and cond.status == "True")
-        if before is None and not bad:
-            continue
-        out.append(Transition("Warning" if bad else "Normal", cond.reason, f"{cond.type}={cond.status}: {cond.message}"))
+    out = condition_events(old, new, abnormal=lambda c: (c.type == RETENTION_SUFFICIENT and c.status == "False")
+                           or (c.type == DATA_LOSS and c.status == "True"))
     for o in (check.enforced if check is not None else ()):
         if o.action in ("raised", "patched"):
             out.append(Transition("Normal", "RetentionEnforced" if o.action == "raised" else "KafkaTopicPatched",

@@ -106,10 +106,10 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> S
     if problems:
         raise KafkaIdentityError(
             f"handoff {cfg.handoff_id}: " + "; ".join(problems) + ". Its offsets in the table's ledger do not "
-            f"apply to what Kafka holds now, so nothing is read (no silent re-read or skip). Fix: if the handoff "
-            f"points at the wrong cluster, correct spec.source.bootstrapServers; if the topic was recreated on "
-            f"purpose, run `handoff ledger accept-kafka -f <manifest>`, which records the new ids in the ledger and "
-            f"starts the new topic's partitions at spec.source.startingOffsets.")
+            "apply to what Kafka holds now, so nothing is read (no silent re-read or skip). Fix: if the handoff "
+            "points at the wrong cluster, correct spec.source.bootstrapServers; if the topic was recreated on "
+            "purpose, run `handoff ledger accept-kafka -f <manifest>`, which records the new ids in the ledger and "
+            "starts the new topic's partitions at spec.source.startingOffsets.")
     point = ckpt.resume_point(cfg.checkpoint_location)
     discarded = None
     if not point.empty:

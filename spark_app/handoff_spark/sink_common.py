@@ -1,16 +1,73 @@
-"""Executor-side helpers both table sinks (Iceberg, BigQuery) need, kept in one place so a fix lands once
-(the sub-millisecond event-time cast was fixed in one sink and not the other before they shared this)."""
+"""What both table sinks (Iceberg, BigQuery) need alike, kept in one place so a fix lands once (the
+sub-millisecond event-time cast was fixed in one sink and not the other before they shared this)."""
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import logging
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from dataclasses import dataclass
+
+if TYPE_CHECKING:
+    from .config import AppConfig
 
 log = logging.getLogger(__name__)
+
+SinkT = TypeVar("SinkT")
+
+
+class SchemaIncompatibleError(RuntimeError):
+    """The declared schema or a batch needs a table change the sink cannot make safely (a narrowing, a type
+    change, a column the table lacks under evolution=none) and onIncompatible=halt."""
+
+
+def configured_sink(cfg: AppConfig, kind: type[SinkT], fmt: str) -> SinkT:
+    """The app config's sink settings, checked to be the kind the `fmt` data source writes (a config for
+    another sink reaching it is a bug in the driver, not a user mistake)."""
+    if not isinstance(cfg.sink, kind):
+        raise ValueError(f"{fmt} needs a {kind.__name__} in the app config")
+    return cfg.sink
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a sink's driver-side commit of one micro-batch did: the keys every sink reports, so the progress
+    record (`last-commit.json`) and the operator treat all sinks alike. A sink adds its own keys by
+    subclassing."""
+
+    batch_id: int
+    snapshot_id: int | None
+    skipped: bool
+    rows: int
+    dlq_rows: int
+    offsets: dict[str, dict[str, list[int]]]
+    commit_latency_ms: float
+    attempts: int
+    group_offsets_committed: bool
+    # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
+    # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
+    records: int | None = None
+    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
+
+
+class ConfigOnDemand:
+    """A sink's stream writer holds the app config as JSON and parses it on first use: the writer travels to
+    the executors pickled, and a JSON string pickles small and independent of pydantic's internals."""
+
+    def __init__(self, config_json: str) -> None:
+        self.config_json = config_json
+        self._cfg: AppConfig | None = None
+
+    @property
+    def cfg(self) -> AppConfig:
+        if self._cfg is None:
+            from .config import AppConfig
+
+            self._cfg = AppConfig.model_validate_json(self.config_json)
+        return self._cfg
 
 
 def task_batch_id() -> int | None:

@@ -7,7 +7,8 @@ A sink module (`iceberg.sink`, `bigquery.sink`) provides:
   stream query (the truth a query resumes from);
 - `ledger_identity(cfg) -> (cluster id, {topic: topic id})`: the Kafka identity the ledger recorded;
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
-- `commit_batch(cfg, messages, batch_id) -> CommitResult`: the driver-side commit (called by the writer).
+- `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink_common.CommitResult`): the
+  driver-side commit (called by the writer).
 Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
 """
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.config import AppConfig
 
-from bq_common import limited_emulator, read_dead_letters, table_counts  # noqa: F401  (re-exported)
+from bq_common import table_counts
 from iceberg_drill_support import PY, REPO, Run, end_offsets
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},

@@ -16,8 +16,8 @@ from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery
 from handoff_spark.bigquery.sink import read_last_commit
 from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
 
-from bq_drill_support import (assert_exactly_once, bq_drill_config, limited_emulator, read_dead_letters, run_bq_app,
-                              run_bq_to_completion)
+from bq_common import limited_emulator, read_dead_letters
+from bq_drill_support import assert_exactly_once, bq_drill_config, run_bq_app, run_bq_to_completion
 from iceberg_drill_support import end_offsets, produce, value
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.bigquery]

@@ -8,7 +8,6 @@ from typing import Any
 
 from handoff_spark.config import AppConfig
 
-from bq_common import limited_emulator, read_dead_letters, table_counts  # noqa: F401  (re-exported)
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "region", "type": "string"}, {"name": "amount", "type": "double"}]

@@ -12,7 +12,8 @@ from handoff_spark.bigquery import sink
 from handoff_spark.bigquery.schema import canonical_type
 from handoff_spark.kafka_offsets import committed_group_offsets
 
-from bq_support import bq_config, limited_emulator, read_dead_letters, table_counts
+from bq_common import limited_emulator, read_dead_letters, table_counts
+from bq_support import bq_config
 from sink_support import raw_batch, record, write_offsets
 
 pytestmark = [pytest.mark.bigquery, pytest.mark.kafka]

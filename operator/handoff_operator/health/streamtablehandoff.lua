@@ -4,46 +4,19 @@
 -- Order matters: a suspended handoff is Suspended whatever its conditions say; a status computed for an
 -- older metadata.generation says nothing about the current spec, so it is Progressing until the operator
 -- catches up (otherwise a bad edit would show Healthy from the previous spec's Ready=True).
-local hs = {}
-
-local function condition(conditions, type_)
-  if conditions == nil then return nil end
-  for _, c in ipairs(conditions) do
-    if c.type == type_ then return c end
-  end
-  return nil
-end
-
-local function describe(c, fallback)
-  if c == nil then return fallback end
-  if c.message ~= nil and c.message ~= "" then
-    if c.reason ~= nil and c.reason ~= "" then return c.reason .. ": " .. c.message end
-    return c.message
-  end
-  if c.reason ~= nil and c.reason ~= "" then return c.reason end
-  return fallback
-end
-
-local generation = nil
-if obj.metadata ~= nil then generation = obj.metadata.generation end
+-- #include prelude.lua
 
 if obj.spec ~= nil and obj.spec.suspend == true then
-  hs.status = "Suspended"
-  hs.message = "Suspended (spec.suspend: true)"
-  return hs
+  return verdict("Suspended", "Suspended (spec.suspend: true)")
 end
 
 local status = obj.status
 if status == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the operator to report status"
-  return hs
+  return verdict("Progressing", "Waiting for the operator to report status")
 end
 
-if generation ~= nil and (status.observedGeneration == nil or status.observedGeneration < generation) then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the operator to observe generation " .. tostring(generation)
-  return hs
+if stale(status) then
+  return verdict("Progressing", "Waiting for the operator to observe generation " .. tostring(generation))
 end
 
 local conditions = status.conditions
@@ -58,43 +31,28 @@ local progressing = current(condition(conditions, "Progressing"))
 local degraded = current(condition(conditions, "Degraded"))
 
 if status.phase == "Suspended" then
-  hs.status = "Suspended"
-  hs.message = describe(ready, "Suspended")
-  return hs
+  return verdict("Suspended", describe(ready, "Suspended"))
 end
 if degraded ~= nil and degraded.status == "True" then
-  hs.status = "Degraded"
-  hs.message = describe(degraded, "Degraded")
-  return hs
+  return verdict("Degraded", describe(degraded, "Degraded"))
 end
 if status.phase == "Failed" then
-  hs.status = "Degraded"
-  hs.message = describe(ready, "Failed")
-  return hs
+  return verdict("Degraded", describe(ready, "Failed"))
 end
 if ready ~= nil and ready.status == "True" then
-  hs.status = "Healthy"
   local parts = {}
   if status.lag ~= nil then table.insert(parts, "lag " .. tostring(status.lag)) end
   if status.freshness ~= nil then table.insert(parts, "freshness " .. tostring(status.freshness)) end
   if #parts > 0 then
-    hs.message = describe(ready, "Ready") .. " (" .. table.concat(parts, ", ") .. ")"
-  else
-    hs.message = describe(ready, "Ready")
+    return verdict("Healthy", describe(ready, "Ready") .. " (" .. table.concat(parts, ", ") .. ")")
   end
-  return hs
+  return verdict("Healthy", describe(ready, "Ready"))
 end
 if progressing ~= nil and progressing.status == "True" then
-  hs.status = "Progressing"
-  hs.message = describe(progressing, "Progressing")
-  return hs
+  return verdict("Progressing", describe(progressing, "Progressing"))
 end
 if ready ~= nil and ready.status == "False" then
   -- Not ready and not making progress towards it: someone has to look.
-  hs.status = "Degraded"
-  hs.message = describe(ready, "Not ready")
-  return hs
+  return verdict("Degraded", describe(ready, "Not ready"))
 end
-hs.status = "Progressing"
-hs.message = describe(ready, "Waiting for Ready")
-return hs
+return verdict("Progressing", describe(ready, "Waiting for Ready"))

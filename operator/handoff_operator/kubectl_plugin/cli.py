@@ -21,7 +21,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from ..kube import Kube
-from ..render import GROUP, PLURAL, VERSION, progress_configmap_name
+from ..render import GROUP, PLURAL, VERSION
 from . import replay, status
 
 REPLAY_PLURAL = "replayrequests"

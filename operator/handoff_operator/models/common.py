@@ -271,6 +271,12 @@ GROUP = "handoff.io"
 VERSION = "v1alpha1"
 
 
+# The printer columns every Handoff resource starts and ends with (`kubectl get` shows its phase first, its age
+# last); each resource puts its own between them.
+PHASE_COLUMN: dict[str, Any] = {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
+AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
 class CustomResource(BaseModel):
     """A whole custom resource (apiVersion, kind, metadata, spec, status). Subclasses set the CRD
     identity in class variables; `handoff_operator.crdgen` turns any subclass into a CRD."""

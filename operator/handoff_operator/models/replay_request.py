@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .common import (CONDITIONS_FIELD_SCHEMA, Condition, CustomResource, ObjectName, OffsetsMap,
-                     SnapshotId, SpecModel, StatusModel)
+from .common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, ObjectName,
+                     OffsetsMap, SnapshotId, SpecModel, StatusModel)
 
 ReplayMode = Literal["RollbackAndReplay", "Backfill", "Rollback"]
 
@@ -172,10 +172,10 @@ class ReplayRequest(CustomResource):
     singular: ClassVar[str] = "replayrequest"
     short_names: ClassVar[list[str]] = ["replay"]
     printer_columns: ClassVar[list[dict[str, Any]]] = [
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        PHASE_COLUMN,
         {"name": "Handoff", "type": "string", "jsonPath": ".spec.handoffRef.name"},
         {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        AGE_COLUMN,
     ]
 
     kind: Literal["ReplayRequest"] = "ReplayRequest"

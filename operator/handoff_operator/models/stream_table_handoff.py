@@ -17,8 +17,8 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from handoff_spark.column_types import canonical
 from handoff_spark.config import COLUMN_TYPE_CHARS
 
-from .common import (CONDITIONS_FIELD_SCHEMA, Condition, CustomResource, Duration, MemoryQuantity,
-                     OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
+from .common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
+                     MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
                      TopicName, parse_duration)
 
 
@@ -660,12 +660,12 @@ class StreamTableHandoff(CustomResource):
     singular: ClassVar[str] = "streamtablehandoff"
     short_names: ClassVar[list[str]] = ["sth"]
     printer_columns: ClassVar[list[dict[str, Any]]] = [
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        PHASE_COLUMN,
         {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
         {"name": "Freshness", "type": "string", "jsonPath": ".status.freshness"},
         {"name": "Executors", "type": "integer", "jsonPath": ".status.executors.current"},
         {"name": "Snapshot", "type": "string", "priority": 1, "jsonPath": ".status.committed.snapshot"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        AGE_COLUMN,
     ]
 
     root_validations: ClassVar[list[dict[str, str]]] = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from ..config import BigQuerySink
 
@@ -91,48 +91,51 @@ def credentials(sink: BigQuerySink, key_json: str | None = None, choice: Credent
     return creds
 
 
-def rest_client(sink: BigQuerySink) -> Any:
-    """`google.cloud.bigquery.Client` for the sink's project (cached)."""
+def _cached(cache: dict[tuple[Any, ...], Any], sink: BigQuerySink, make: Callable[[BigQuerySink], Any]) -> Any:
+    """The client of `cache` for the sink's endpoint and project, made on first use; under the lock, so two
+    tasks of one executor starting together build one channel, not two."""
     key = _key(sink)
     with _lock:
-        client = _rest.get(key)
+        client = cache.get(key)
         if client is None:
-            from google.api_core.client_options import ClientOptions
-            from google.cloud import bigquery
-
-            options = ClientOptions(api_endpoint=sink.rest_endpoint) if sink.rest_endpoint else None
-            client = bigquery.Client(project=sink.project, credentials=credentials(sink), client_options=options)
-            _rest[key] = client
+            client = cache[key] = make(sink)
         return client
+
+
+def rest_client(sink: BigQuerySink) -> Any:
+    """`google.cloud.bigquery.Client` for the sink's project (cached)."""
+    return _cached(_rest, sink, _new_rest_client)
+
+
+def _new_rest_client(sink: BigQuerySink) -> Any:
+    from google.api_core.client_options import ClientOptions
+    from google.cloud import bigquery
+
+    options = ClientOptions(api_endpoint=sink.rest_endpoint) if sink.rest_endpoint else None
+    return bigquery.Client(project=sink.project, credentials=credentials(sink), client_options=options)
 
 
 def write_client(sink: BigQuerySink) -> Any:
     """`BigQueryWriteClient` (cached); a plaintext channel for an emulator endpoint."""
-    key = _key(sink)
-    with _lock:
-        client = _write.get(key)
-        if client is None:
-            from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
-            from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
-                BigQueryWriteGrpcTransport,
-            )
+    return _cached(_write, sink, _new_write_client)
 
-            if sink.grpc_endpoint:
-                import grpc
 
-                target = sink.grpc_endpoint.removeprefix("http://")
-                channel = grpc.insecure_channel(target, options=_GRPC_OPTIONS)
-                client = BigQueryWriteClient(transport=BigQueryWriteGrpcTransport(channel=channel))
-            else:
-                transport = BigQueryWriteGrpcTransport(
-                    credentials=credentials(sink),
-                    channel=BigQueryWriteGrpcTransport.create_channel(
-                        "bigquerystorage.googleapis.com:443", credentials=credentials(sink),
-                        options=_GRPC_OPTIONS),
-                )
-                client = BigQueryWriteClient(transport=transport)
-            _write[key] = client
-        return client
+def _new_write_client(sink: BigQuerySink) -> Any:
+    from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
+    from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
+
+    if sink.grpc_endpoint:
+        import grpc
+
+        target = sink.grpc_endpoint.removeprefix("http://")
+        channel = grpc.insecure_channel(target, options=_GRPC_OPTIONS)
+        return BigQueryWriteClient(transport=BigQueryWriteGrpcTransport(channel=channel))
+    transport = BigQueryWriteGrpcTransport(
+        credentials=credentials(sink),
+        channel=BigQueryWriteGrpcTransport.create_channel(
+            "bigquerystorage.googleapis.com:443", credentials=credentials(sink), options=_GRPC_OPTIONS),
+    )
+    return BigQueryWriteClient(transport=transport)
 
 
 def reset() -> None:

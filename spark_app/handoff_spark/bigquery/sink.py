@@ -42,15 +42,12 @@ from ..decode import DeadLetter
 from ..source_decode import decode_source
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
+from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+                           task_batch_id, task_records, write_last_commit)
 
 from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
-
-
-class SchemaIncompatibleError(RuntimeError):
-    """The declared schema (or a batch) needs a change BigQuery cannot make, and onIncompatible=halt."""
 
 
 class BatchCommitError(RuntimeError):
@@ -58,9 +55,7 @@ class BatchCommitError(RuntimeError):
 
 
 def _sink(cfg: AppConfig) -> BigQuerySink:
-    if not isinstance(cfg.sink, BigQuerySink):
-        raise ValueError("handoff-bigquery needs a bigquery sink in the app config")
-    return cfg.sink
+    return configured_sink(cfg, BigQuerySink, "handoff-bigquery")
 
 
 # ------------------------------------------------------------------------------------------ table setup
@@ -344,17 +339,10 @@ def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_requ
     return fresh
 
 
-class BigQueryStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     def __init__(self, config_json: str, plan: TablePlan) -> None:
-        self.config_json = config_json
+        super().__init__(config_json)
         self.plan = plan
-        self._cfg: AppConfig | None = None
-
-    @property
-    def cfg(self) -> AppConfig:
-        if self._cfg is None:
-            self._cfg = AppConfig.model_validate_json(self.config_json)
-        return self._cfg
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
         batch_id = task_batch_id()
@@ -434,20 +422,10 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
 # ---------------------------------------------------------------------------------------- driver side
 
 @dataclass(frozen=True)
-class CommitResult:
-    """Same keys as the Iceberg sink's, so the progress record and the operator treat both sinks alike.
-    `snapshot_id` is BigQuery's commit time in microseconds (BigQuery has no snapshot ids; the commit time is
-    what time travel takes)."""
+class CommitResult(SinkCommitResult):
+    """The common keys, and what the batch's appends met. `snapshot_id` is BigQuery's commit time in
+    microseconds (BigQuery has no snapshot ids; the commit time is what time travel takes)."""
 
-    batch_id: int
-    snapshot_id: int | None
-    skipped: bool
-    rows: int
-    dlq_rows: int
-    offsets: dict[str, dict[str, list[int]]]
-    commit_latency_ms: float
-    attempts: int
-    group_offsets_committed: bool
     bytes: int = 0
     append_requests: int = 0
     append_retries: dict[str, int] = field(default_factory=dict)
@@ -455,10 +433,6 @@ class CommitResult:
     append_latency_p50_ms: float | None = None
     append_latency_p99_ms: float | None = None
     degraded_reason: str | None = None
-    # Kafka records the batch read (rows + dead letters), whatever the source's row count (the fused path's
-    # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
-    records: int | None = None
-    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver

@@ -46,18 +46,14 @@ from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_hist
                             plan_schema_changes)
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import max_event_time_ms, task_batch_id, task_records, write_last_commit
+from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+                           task_batch_id, task_records, write_last_commit)
 
 from ..source_decode import decode_source
 
 from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
-
-
-
-class SchemaIncompatibleError(RuntimeError):
-    """Records or the declared schema need a change Iceberg cannot make safely (narrowing, type change)."""
 
 
 class CatalogUnavailableError(RuntimeError):
@@ -67,9 +63,7 @@ class CatalogUnavailableError(RuntimeError):
 # --------------------------------------------------------------------------------------------- config
 
 def _sink(cfg: AppConfig) -> IcebergSink:
-    if not isinstance(cfg.sink, IcebergSink):
-        raise ValueError("handoff-iceberg needs an iceberg sink in the app config")
-    return cfg.sink
+    return configured_sink(cfg, IcebergSink, "handoff-iceberg")
 
 
 def open_table(cfg: AppConfig, create: bool = True) -> Table:
@@ -201,17 +195,7 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
 
 
 
-class IcebergStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
-    def __init__(self, config_json: str) -> None:
-        self.config_json = config_json
-        self._cfg: AppConfig | None = None
-
-    @property
-    def cfg(self) -> AppConfig:
-        if self._cfg is None:
-            self._cfg = AppConfig.model_validate_json(self.config_json)
-        return self._cfg
-
+class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     # -- executors ---------------------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
         cfg = self.cfg
@@ -283,19 +267,10 @@ DATA_SOURCE = IcebergSinkDataSource
 # ---------------------------------------------------------------------------------------- driver side
 
 @dataclass(frozen=True)
-class CommitResult:
-    batch_id: int
-    snapshot_id: int | None
-    skipped: bool
-    rows: int
-    dlq_rows: int
-    offsets: dict[str, dict[str, list[int]]]
-    commit_latency_ms: float
-    attempts: int
-    group_offsets_committed: bool
-    records: int = 0  # Kafka records the batch read (rows + dead letters), whatever the source's row count
+class CommitResult(SinkCommitResult):
+    """The common keys, and where the batch's write tasks spent their time."""
+
     task_ms: dict[str, float] = field(default_factory=dict)  # summed over the batch's write tasks
-    max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
 
 
 def _is_catalog_outage(exc: BaseException) -> bool:
