@@ -74,8 +74,11 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
                            s3=s3, bucket=BUCKET, table=TABLE, source={"maxRecordsPerBatch": 20_000},
                            # maxExecutors 1 through the warm-up (on a slow machine its lag alone scales up),
                            # raised to 3 live before the spike.
+                           # cooldown 45s: the count holds 3 at least that long after the spike's scale-up, so
+                           # the new executors register before the drain begins (on a quiet machine one executor
+                           # drains the spike in ~20 s, and with 10s the count fell before they registered).
                            scaling={"minExecutors": 1, "maxExecutors": 1, "targetCatchUp": "10s",
-                                    "cooldown": "10s"},
+                                    "cooldown": "45s"},
                            spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
     catalog = load_catalog(CATALOG, **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{BUCKET}/warehouse",
                                        **s3.iceberg_properties()})
