@@ -24,6 +24,22 @@ from dataclasses import dataclass
 
 PRIMITIVES = ("string", "int", "long", "float", "double", "boolean", "date", "time", "timestamp", "timestamptz",
               "uuid", "binary")
+#: The words a type is made of (the parameterised and nested ones take `(…)`, `[…]` or `<…>`).
+KEYWORDS = PRIMITIVES + ("decimal", "fixed", "struct", "list", "map")
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+_KEYWORD = "(?:" + "|".join(_any_case(k) for k in sorted(KEYWORDS, key=len, reverse=True)) + ")"
+#: A regular over-approximation of the grammar for the CRD (a structural schema cannot express nesting): a type
+#: starts with a known type word, and every later word is a type word or a struct field name followed by `:`.
+#: So `varchar` or `stringx` is refused by the API server; what it lets through (unbalanced brackets, a
+#: misplaced word) the parser refuses with one line naming the position.
+PATTERN = (r"^ *" + _KEYWORD + r"(?:[<>,()\[\] ]|[0-9]+|[A-Za-z_][A-Za-z0-9_]* *:|" + _KEYWORD + r")*$")
+
+
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 _FIXED = re.compile(r"fixed\[\s*(\d+)\s*\]")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

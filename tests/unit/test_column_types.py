@@ -3,13 +3,14 @@ Iceberg and BigQuery, plus what counts as a schema change for nested columns."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
 from handoff_spark.bigquery.schema import declared_fields, plan_schema
-from handoff_spark.column_types import ListOf, MapOf, Primitive, Struct, StructField, canonical, parse_type
+from handoff_spark.column_types import PATTERN, ListOf, MapOf, Primitive, Struct, StructField, canonical, parse_type
 from handoff_spark.config import Column, SchemaPolicy
 from handoff_spark.decode import arrow_type, decode_batch
 from handoff_spark.iceberg.table import declared_schema, iceberg_type_of_arrow, plan_schema_changes
@@ -91,3 +92,16 @@ def test_decodes_nested_json_and_dead_letters_a_bad_nested_value_naming_its_path
     assert rows[1]["addr"] is None and rows[1]["tags"] == [("b", None)]
     assert [(d.offset, d.reason, d.detail) for d in dead] == [
         (1, "type-mismatch", 'addr: geo: [0]: expected number, got string "x"')]
+
+
+@pytest.mark.parametrize("text", ["string", "STRING", "Long", "decimal(10, 2)", "fixed[16]", "timestamptz",
+                                  "struct<a:int, b:list<string>>", "map<string,double>",
+                                  "struct<time:timestamp,status:string>", "list<struct<x:long>>"])
+def test_the_crd_pattern_admits_every_type_the_parser_accepts(text: str) -> None:
+    canonical(text)  # the parser accepts it ...
+    assert re.fullmatch(PATTERN, text)  # ... so the API server must too
+
+
+@pytest.mark.parametrize("text", ["varchar", "stringx", "interval", "text", "struct<a:varchar>", ""])
+def test_the_crd_pattern_refuses_unknown_type_words(text: str) -> None:
+    assert not re.fullmatch(PATTERN, text)
