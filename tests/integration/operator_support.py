@@ -35,7 +35,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) 
     while True:
         try:
             result = probe()
-        except ApiException as exc:  # the object may not exist yet
+        except (ApiException, KeyError) as exc:  # the object, or a field of its status, may not exist yet
             result, last = None, exc
         if result:
             return result
