@@ -2,8 +2,9 @@
 
 The rule (after Flink's autoscaler, restart-free here, and what its users complained about):
 
-- **Capacity** is measured, not guessed: records per second one executor processes, from the driver's last
-  busy micro-batch (rows / batch wall time / executors that ran it).
+- **Capacity** is measured, not guessed: records per second one executor processes, from the driver's busy
+  micro-batches (rows / batch wall time / executors that ran it; the caller passes the best of the last
+  minutes, autoscale.RATE_WINDOW_MS, since fixed per-batch costs make small batches understate it).
 - **Required rate** = input rate (records arriving per second) + lag / targetCatchUp: keep up with the input
   and clear today's backlog within targetCatchUp.
 - **Scale up at once** when the executors we have cannot deliver the required rate: to

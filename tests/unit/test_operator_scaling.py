@@ -183,3 +183,28 @@ def test_the_worked_example_in_docs_operator_md():
     held = decide(facts(current=6, input_rate=1000.0, lag=spread(600_000), last_scale_ms=0,
                         history=((850_000, 5),), now_ms=1_000_000, **example))
     assert (held.desired, held.reason) == (5, "ScaleDown")
+
+
+def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in():
+    """Measured on the real node: after a spike scaled 1 → 3, the steady 3,000-row batches took the same ~1 s
+    of fixed costs with three executors as with one, so the latest batch said each executor did 1,000/s and
+    the 1,500/s input alone 'needed' all three, for good. The best rate of the window remembers what one
+    executor did, so the count comes back down; a measurement older than the window is forgotten."""
+    from handoff_operator.autoscale import RATE_WINDOW_MS, _Memory, _observe
+    from handoff_operator.conditions import DriverReport
+
+    memory = _Memory()
+    one = DriverReport(published_at_ms=1, batch_id=1, rows=20_000, duration_ms=2500, input_rows_per_second=8000.0)
+    _observe(memory, None, one, 1, now_ms=0)
+    shared = DriverReport(published_at_ms=1, batch_id=2, rows=3000, duration_ms=1000, input_rows_per_second=3000.0)
+    _observe(memory, None, shared, 3, now_ms=60_000)
+    assert memory.rate_per_executor == 8000.0
+    steady = decide(facts(current=3, min_executors=1, max_executors=3, input_rate=1500.0, trigger_seconds=2,
+                          rate_per_executor=memory.rate_per_executor, last_scale_ms=None, cooldown_seconds=0))
+    assert steady.desired < 3 and steady.reason == "ScaleDown"
+    # With the latest batch alone (1,000/s per executor) the input rate seemed to need all three.
+    locked = decide(facts(current=3, min_executors=1, max_executors=3, input_rate=1500.0, trigger_seconds=2,
+                          rate_per_executor=1000.0, last_scale_ms=None, cooldown_seconds=0))
+    assert locked.desired == 3
+    _observe(memory, None, None, 3, now_ms=RATE_WINDOW_MS + 30_000)
+    assert memory.rate_per_executor == 1000.0  # the 8,000/s batch left the window
