@@ -45,7 +45,7 @@ sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "ope
 from confluent_kafka import Producer  # noqa: E402
 
 from in_cluster_support import (Cluster, install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,  # noqa: E402
-                                pods, provide_checkpoint_volume, running, testbed_cluster)
+                                pods, provide_checkpoint_volume, remove, running, testbed_cluster)
 
 NAME = "bench"
 CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3)}
@@ -97,11 +97,12 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                args: argparse.Namespace) -> dict[str, Any]:
     suffix = uuid.uuid4().hex[:5]
     ns, topic, bucket = f"bench-{label}-{suffix}", f"bench-{suffix}", f"bench-{suffix}"
+    system = f"handoff-system-{suffix}"
     cluster.kubectl("create", "namespace", ns)
-    install_operator(cluster, f"handoff-system-{suffix}", ns, {"statusInterval": 3, "deleteGraceSeconds": 60})
+    install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 60})
     s3.create_bucket(bucket)
     kafka.create_topic(topic, partitions=3)
-    provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
+    pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
     lo, hi = bounds
     handoff = lake_handoff(cluster, ns, NAME, bootstrap=kafka.pod_bootstrap, topic=topic, postgres=postgres, s3=s3,
                            bucket=bucket, table=f"bench.t{suffix}",
@@ -145,7 +146,8 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
     finally:
         stop.set()
         producer.join()
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        # This configuration's operator goes too: the next one must not share the node with it.
+        remove(cluster, ns, system, pv=pv)
     return summarize(label, samples, phase, lo, args)
 
 

@@ -236,10 +236,10 @@ def pod_proxy_json(cluster: Cluster, namespace: str, pod: str, port: int, path: 
 
 def lake_handoff(cluster: Cluster, namespace: str, name: str, *, bootstrap: str, topic: str, postgres: Any, s3: Any,
                  bucket: str, table: str, scaling: dict[str, Any], source: dict[str, Any] | None = None,
-                 spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+                 spark_conf: dict[str, str] | None = None, executor_memory: str = "512Mi") -> dict[str, Any]:
     """A StreamTableHandoff from `topic` into an Iceberg table (PostgreSQL catalog, S3 warehouse on the test
     bed's moto) that pods reach through relays, with the `lake-s3` Secret it reads; small executors
-    (1 core, 512Mi, `spark_conf` for the rest) for a 2-CPU node."""
+    (1 core, `executor_memory`, `spark_conf` for the rest) for a 2-CPU node."""
     pg_for_pods, s3_for_pods = cluster.offer(postgres.port), cluster.offer(s3.port)
     cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lake-s3", "namespace": namespace},
                    "stringData": {"access-key-id": "testing", "secret-access-key": "testing"}})
@@ -262,7 +262,35 @@ def lake_handoff(cluster: Cluster, namespace: str, name: str, *, bootstrap: str,
             "freshness": {"target": "5m"},
             "scaling": scaling,
             "spark": {"imagePullPolicy": "IfNotPresent",
-                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": "512Mi"},
+                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": executor_memory},
                       "sparkConf": {"spark.sql.shuffle.partitions": "2", **(spark_conf or {})}},
         },
     }
+
+
+def lake_catalog(postgres: Any, s3: Any, bucket: str) -> Any:
+    """The lake's catalog as seen from this machine (the pods see it through relays): the PostgreSQL catalog
+    with its warehouse in `bucket` on the test bed's S3, which is created here."""
+    from pyiceberg.catalog import load_catalog
+
+    s3.create_bucket(bucket)
+    return load_catalog("lake", **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{bucket}/warehouse",
+                                   **s3.iceberg_properties()})
+
+
+def table_rows(catalog: Any, table: str) -> int:
+    """Rows in `table` now (0 before the driver created it)."""
+    try:
+        loaded = catalog.load_table(table)
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
+    return int(loaded.scan(selected_fields=("id",)).to_arrow().num_rows)
+
+
+def remove(cluster: Cluster, *namespaces: str, pv: str | None = None) -> None:
+    """A test's namespaces and its checkpoint PersistentVolume, without waiting (the next test does not need
+    them gone)."""
+    for namespace in namespaces:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    if pv:
+        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)

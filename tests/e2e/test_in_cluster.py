@@ -16,19 +16,18 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
-from pyiceberg.catalog import load_catalog
 
 from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import end_offsets, produce
-from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually,
-                                install_operator, pods, provide_checkpoint_volume, running)
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, install_operator,
+                                kafka_for_pods, lake_catalog, lake_handoff, pods, provide_checkpoint_volume, remove,
+                                running, table_rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 NAME = "events"
-CATALOG = "lake"
 TABLE = "e2e.events"
 BUCKET = "e2e-lake"
 
@@ -41,15 +40,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
-    """A broker with a second listener advertised at pod_host, so pods follow its metadata to it."""
-    kafka = Kafka()
-    kafka.pod_host = cluster.pod_host
-    kafka.build()
-    kafka.start(cluster.workdir / "kafka")
-    try:
+    with kafka_for_pods(cluster) as kafka:
         yield kafka
-    finally:
-        kafka.stop()
 
 
 @pytest.fixture(scope="module")
@@ -58,59 +50,23 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
     system, ns = f"handoff-system-{suffix}", f"e2e-{suffix}"
     cluster.kubectl("create", "namespace", ns)
     install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
-    s3.create_bucket(BUCKET)
-    pg_for_pods, s3_for_pods = cluster.offer(postgres.port), cluster.offer(s3.port)
     topic = f"events-{suffix}"
     pod_kafka.create_topic(topic, partitions=3)
-    cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lake-s3", "namespace": ns},
-                   "stringData": {"access-key-id": "testing", "secret-access-key": "testing"}})
     pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
-    handoff = {
-        "apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
-        "metadata": {"name": NAME, "namespace": ns},
-        "spec": {
-            "source": {"bootstrapServers": pod_kafka.pod_bootstrap, "topics": [topic],
-                       "startingOffsets": "earliest", "format": "json"},
-            "sink": {"iceberg": {
-                "catalog": {"name": CATALOG,
-                            "properties": {"type": "sql", "warehouse": f"s3://{BUCKET}/warehouse",
-                                           "uri": f"postgresql+psycopg2://postgres@{pg_for_pods}/{postgres.database}",
-                                           "s3.endpoint": f"http://{s3_for_pods}", "s3.region": "us-east-1"},
-                            "propertiesFrom": [{"secretRef": {"name": "lake-s3"}, "prefix": "s3."}]},
-                "table": TABLE, "autoCreate": True}},
-            "schema": {"columns": [{"name": "id", "type": "long", "required": True},
-                                   {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}]},
-            "commitInterval": "2s",
-            "freshness": {"target": "5m"},
-            "scaling": {"minExecutors": 1, "maxExecutors": 1},
-            "spark": {"imagePullPolicy": "IfNotPresent",
-                      "driver": {"cores": 1, "memory": "1Gi"}, "executor": {"cores": 1, "memory": "1Gi"},
-                      # Two cores on the test-bed node: the driver takes one, the executor a quarter.
-                      "sparkConf": {"spark.kubernetes.executor.request.cores": "250m",
-                                    "spark.sql.shuffle.partitions": "2"}},
-        },
-    }
-    catalog = load_catalog(CATALOG, **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{BUCKET}/warehouse",
-                                       **s3.iceberg_properties()})
-    state = {"ns": ns, "system": system, "topic": topic, "handoff": handoff, "catalog": catalog,
-             "bootstrap": pod_kafka.bootstrap, "produced": 0}
+    # Two cores on the test-bed node: the driver takes one, the executor a quarter.
+    handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
+                           s3=s3, bucket=BUCKET, table=TABLE, scaling={"minExecutors": 1, "maxExecutors": 1},
+                           executor_memory="1Gi", spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+    state = {"ns": ns, "system": system, "topic": topic, "handoff": handoff,
+             "catalog": lake_catalog(postgres, s3, BUCKET), "bootstrap": pod_kafka.bootstrap, "produced": 0}
     try:
         yield state
-    except BaseException:
-        raise
     finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
-        if pv:
-            cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+        remove(cluster, ns, system, pv=pv)
 
 
 def _rows(state: dict[str, Any]) -> int:
-    try:
-        table = state["catalog"].load_table(TABLE)
-    except Exception:  # not created yet
-        return 0
-    return int(table.scan(selected_fields=("id",)).to_arrow().num_rows)
+    return table_rows(state["catalog"], TABLE)
 
 
 def _assert_exactly_once(state: dict[str, Any]) -> None:

@@ -23,20 +23,18 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
-from pyiceberg.catalog import load_catalog
 
 from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import end_offsets, produce
-from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually,
-                                install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,
-                                pods, provide_checkpoint_volume, running)
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, install_operator,
+                                kafka_for_pods, lake_catalog, lake_handoff, pod_proxy_json, pods,
+                                provide_checkpoint_volume, remove, running, table_rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 NAME = "scaled"
-CATALOG = "lake"
 TABLE = "e2e.scaled"
 BUCKET = "e2e-scaling"
 EXECUTORS = f"handoff.io/name={NAME},app.kubernetes.io/component=executor"
@@ -65,7 +63,6 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
     system, ns = f"handoff-system-{suffix}", f"scale-{suffix}"
     cluster.kubectl("create", "namespace", ns)
     install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
-    s3.create_bucket(BUCKET)
     topic = f"scaled-{suffix}"
     pod_kafka.create_topic(topic, partitions=3)
     pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
@@ -80,24 +77,16 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
                            scaling={"minExecutors": 1, "maxExecutors": 1, "targetCatchUp": "10s",
                                     "cooldown": "45s"},
                            spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
-    catalog = load_catalog(CATALOG, **{"type": "sql", "uri": postgres.uri, "warehouse": f"s3://{BUCKET}/warehouse",
-                                       **s3.iceberg_properties()})
-    state = {"ns": ns, "topic": topic, "handoff": handoff, "catalog": catalog, "bootstrap": pod_kafka.bootstrap}
+    state = {"ns": ns, "topic": topic, "handoff": handoff, "catalog": lake_catalog(postgres, s3, BUCKET),
+             "bootstrap": pod_kafka.bootstrap}
     try:
         yield state
     finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
-        if pv:
-            cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+        remove(cluster, ns, system, pv=pv)
 
 
 def _rows(state: dict[str, Any]) -> int:
-    try:
-        table = state["catalog"].load_table(TABLE)
-    except Exception:  # not created yet
-        return 0
-    return int(table.scan(selected_fields=("id",)).to_arrow().num_rows)
+    return table_rows(state["catalog"], TABLE)
 
 
 def _restarts(pod: dict[str, Any]) -> int:
