@@ -109,9 +109,13 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
         # Before the spike: minExecutors, one executor pod, and the operator has measured a quiet topic.
         eventually(lambda: len(executor_pods()) == 1, "Spark's first executor pod", timeout=240)
         try:
-            eventually(lambda: executors().get("reason") == "Steady", "a steady decision", timeout=60)
+            # The driver's first progress record has to be published (its API client set up on a busy
+            # machine) and read by a refresh before the operator has a rate to decide from.
+            eventually(lambda: executors().get("reason") == "Steady", "a steady decision", timeout=180)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {cluster.get(ns, 'orders').get('status')}") from None
+            progress = cluster.core.read_namespaced_config_map("orders-progress", ns).data
+            raise AssertionError(f"{exc}: status {cluster.get(ns, 'orders').get('status')}; progress ConfigMap "
+                                 f"{progress}; driver log tail {log_path.read_text()[-3000:]}") from None
         assert executors()["desired"] == 1
 
         # The spike: 40 000 records, a 10 s targetCatchUp at 1 000/s per executor → maxExecutors (4) at once.
