@@ -85,11 +85,18 @@ def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverRepo
     rates = tuple((t, r) for t, r in memory.rates if now_ms - t <= RATE_WINDOW_MS)
     if (report is not None and report.batch_id is not None and report.batch_id != memory.rated_batch
             and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0):
-        # The record's rate is the batch's processing rate: rows / the batch's wall time.
-        rates += ((now_ms, report.input_rows_per_second / executors),)
+        rates += ((now_ms, batch_rate(report) / executors),)
         memory.rated_batch = report.batch_id
     memory.rates = rates
     memory.rate_per_executor = max((r for _, r in rates), default=None)
+
+
+def batch_rate(report: DriverReport) -> float:
+    """Records/s the executors processed in the batch: over its parallel part (`workMs`: Spark's addBatch
+    minus the table commit) when the driver reports it, else over the whole batch (the record's rate)."""
+    if report.work_ms and report.rows:
+        return report.rows * 1000 / report.work_ms
+    return float(report.input_rows_per_second or 0.0)
 
 
 def _parse_time(value: Any) -> int | None:

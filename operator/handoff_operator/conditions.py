@@ -79,6 +79,7 @@ class DriverReport:
     rows: int | None = None
     duration_ms: int | None = None
     input_rows_per_second: float | None = None
+    work_ms: int | None = None               # the batch's parallel part (Spark's addBatch − the table commit)
     dlq_rows: int | None = None
     committed_snapshot: int | None = None    # the batch's table commit (upgrade.committed_by)
 

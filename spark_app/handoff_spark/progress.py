@@ -58,6 +58,9 @@ class BatchReport:
     commit: dict[str, Any] | None  # the sink's record for this batch, if it wrote one
     max_event_time_ms: int | None  # newest event time committed so far (any batch)
     input_rows_per_second: float | None = None
+    #: The batch's parallel part: Spark's addBatch minus the sink's table commit (planning, offset reads and
+    #: the commit do not shrink when executors are added; the operator's capacity estimate uses this).
+    work_ms: int | None = None
     timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property
@@ -95,6 +98,7 @@ class BatchReport:
             "committedSnapshot": commit.get("snapshot_id"),
             "offsets": _nest(self.end),
             "durationMs": self.duration_ms,
+            "workMs": self.work_ms,
             "commitLatencyMs": commit.get("commit_latency_ms"),
             "freshnessSeconds": self.freshness_seconds,
             "maxEventTimeMs": self.max_event_time_ms,
@@ -143,9 +147,13 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
     if commit and commit.get("records") is not None:
         rows = int(commit["records"])
         rate = rows * 1000.0 / duration_ms if duration_ms else None
+    add_batch = durations.get("addBatch")
+    work_ms = None
+    if add_batch:
+        work_ms = max(1, int(add_batch) - int((commit or {}).get("commit_latency_ms") or 0))
     return BatchReport(batch_id=batch_id, rows=rows, duration_ms=duration_ms, start=start, end=end,
                        lag=lag_per_partition(end, latest), commit=commit, max_event_time_ms=max_event,
-                       input_rows_per_second=rate)
+                       input_rows_per_second=rate, work_ms=work_ms)
 
 
 def write_progress_file(path: str, record: Mapping[str, Any]) -> None:

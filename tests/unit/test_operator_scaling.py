@@ -208,3 +208,16 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
     assert locked.desired == 3
     _observe(memory, None, None, 3, now_ms=RATE_WINDOW_MS + 30_000)
     assert memory.rate_per_executor == 1000.0  # the 8,000/s batch left the window
+
+
+def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_it():
+    from handoff_operator.autoscale import batch_rate
+    from handoff_operator.conditions import DriverReport
+    from handoff_operator.driver_report import parse
+
+    report = parse('{"publishedAtMs": 1, "batchId": 9, "rows": 5000, "durationMs": 800, "workMs": 400, '
+                   '"inputRowsPerSecond": 6250.0}')
+    assert report is not None and report.work_ms == 400
+    assert batch_rate(report) == 12_500.0  # planning and the commit are not the executors' work
+    older = DriverReport(published_at_ms=1, batch_id=9, rows=5000, duration_ms=800, input_rows_per_second=6250.0)
+    assert batch_rate(older) == 6250.0

@@ -67,3 +67,14 @@ def test_metrics_expose_rows_lag_dead_letters_and_freshness() -> None:
     assert 'handoff_lag_records{handoff="ns/h",partition="0",topic="t"} 2.0' in text
     fresh = [line for line in text.splitlines() if line.startswith('handoff_freshness_seconds{')]
     assert fresh and 1.5 < float(fresh[0].split()[-1]) < 60
+
+
+def test_work_is_add_batch_minus_the_table_commit() -> None:
+    # What executors share (the operator's capacity estimate): Spark's addBatch without the sink's commit.
+    doc = progress(5, {"t": {"0": 0}}, {"t": {"0": 2468}}, {"t": {"0": 2468}})
+    doc["durationMs"] = {"triggerExecution": 1234, "addBatch": 900}
+    commit = {"batch_id": 5, "snapshot_id": 7, "records": 2468, "commit_latency_ms": 150}
+    r = report_from_progress(doc, commit, None)
+    assert r.work_ms == 750 and r.record("ns/h")["workMs"] == 750
+    # no addBatch in the progress: unknown, and the operator falls back to the whole batch's rate
+    assert report_from_progress(progress(6, None, {"t": {"0": 1}}, {"t": {"0": 1}}), None, None).work_ms is None
