@@ -131,7 +131,9 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                 break
             time.sleep(2)
         else:
-            raise SystemExit(f"{label}: the driver never caught up with the base load in {args.start_limit}s")
+            raise SystemExit(f"{label}: never {lo} registered executor(s) with the base load drained within "
+                             f"{args.start_limit}s (last sample: {s}; status.executors: "
+                             f"{(cluster.get('streamtablehandoff', NAME, '-n', ns).get('status') or {}).get('executors')})")
         time.sleep(args.before)
         phase["step_up"] = time.monotonic()
         phase["step_down"] = phase["step_up"] + args.high
@@ -169,7 +171,7 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
     restarts = max((r for s in samples for _, r in s["drivers"]), default=0) + max(0, len(uids) - 1)
     return {"config": label, "decision_s": _round(decision) if label == "scaling" else None,
             "registered_s": _round(registered) if label == "scaling" else None,
-            "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
+            "desired_at_step": samples[0]["desired"] if samples else None, "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
             "drain_s": _round(drained), "drained": drained is not None,
             "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
             "samples": [{"t": round(s["t"] - up, 1), "desired": s["desired"], "registered": s["registered"],
