@@ -236,7 +236,8 @@ class Driver:
 
 #: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
-PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}}
+PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}, "handoff-bg": {"HANDOFF_SESSION_IN_BACKGROUND": "1"},
+                                         "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}
 
@@ -251,10 +252,20 @@ def export_revision(ref: str, tmp: Path) -> Path:
     return where
 
 
+#: The baseline's variants (Spark's JVM Kafka source), with their extra environment.
+JVM_PIPELINES: dict[str, dict[str, str]] = {"jvm": {}, "jvm-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
+
+
+def pipeline_env(pipeline: str) -> dict[str, str] | None:
+    return PIPELINE_ENV.get(pipeline, JVM_PIPELINES.get(pipeline))
+
+
 def driver_argv(pipeline: str, app_json: Path) -> list[str]:
+    if pipeline in JVM_PIPELINES:
+        return [sys.executable, str(Path(__file__).resolve()), "--jvm-driver", str(app_json)]
     if pipeline in PIPELINE_ENV or pipeline in PIPELINE_ROOT:
         return [sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json)]
-    return [sys.executable, str(Path(__file__).resolve()), "--jvm-driver", str(app_json)]
+    raise SystemExit(f"unknown pipeline {pipeline!r}: one of {', '.join([*PIPELINE_ENV, *JVM_PIPELINES])}")
 
 
 def snapshots_after(cfg: Any, epoch: float) -> list[int]:
@@ -317,13 +328,13 @@ def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: d
     out: dict[str, Any] = {"topic": topic}
     more()
     root = PIPELINE_ROOT.get(pipeline, ROOT)
-    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", PIPELINE_ENV.get(pipeline), root)
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", pipeline_env(pipeline), root)
     try:
         out["clean"] = phase(drv, cfg, 0, n, more)
     finally:
         drv.kill9()
     more()
-    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", PIPELINE_ENV.get(pipeline), root)
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", pipeline_env(pipeline), root)
     try:
         out["after_kill9"] = phase(drv, cfg, 2 * n, n, more)
     finally:
