@@ -88,7 +88,7 @@ def apply(conf: dict[str, str]) -> dict[str, str]:
 def create(path: str) -> None:
     """Run a local session under `-XX:ArchiveClassesAtExit=path`: one batch query and one AvailableNow streaming
     query from a Python streaming source into a Python streaming sink (the driver's code paths). The JVM writes
-    the archive when it exits (at the end of this process)."""
+    the archive as it exits; this returns once it has."""
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import (DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition,
                                         WriterCommitMessage)
@@ -142,7 +142,10 @@ def create(path: str) -> None:
         query = (spark.readStream.format("handoff-cds-training").load().writeStream.format("handoff-cds-training")
                  .option("checkpointLocation", ck).trigger(availableNow=True).start())
         query.awaitTermination(300)
+    jvm = spark.sparkContext._gateway.proc  # the JVM writes the archive as it exits: wait for that
     spark.stop()
+    jvm.stdin.close()  # PySpark's JVM exits when its stdin closes
+    jvm.wait(600)
 
 
 def build(path: Path) -> None:
