@@ -236,7 +236,7 @@ class Driver:
 
 #: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
-PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}, "handoff-bg": {"HANDOFF_SESSION_IN_BACKGROUND": "1"},
+PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
                                          "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}
@@ -300,7 +300,7 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
             "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
-                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm"))][:12],
+                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm", "first batch"))][:12],
             "processes_until_first_commit": first_sightings(drv.timeline.seen.values(), first[-1]["seen_at_s"])}
 
 

@@ -45,15 +45,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
 
 
 def build_session(cfg: AppConfig) -> Any:
-    """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key), with Handoff's
-    data sources registered."""
-    spark = start_session(cfg)
-    register_data_sources(spark, cfg)
-    return spark
-
-
-def start_session(cfg: AppConfig) -> Any:
-    """The SparkSession alone (JVM start, SparkContext, SQL state): the slow part of a driver start."""
+    """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -75,56 +67,8 @@ def start_session(cfg: AppConfig) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "WARN"))
+    register_data_sources(spark, cfg)
     return spark
-
-
-class SessionInBackground:
-    """Starts the SparkSession in a thread while the caller prepares the table and reads the ledger.
-
-    Why: the JVM's start (class loading, one core busy) and the driver's own preparation in Python (importing
-    the sink's libraries, opening the catalog, reading the ledger) do not depend on each other, and on a 2-core
-    node the second core is otherwise idle while the JVM starts. Only the session is built in the thread (no
-    data source registration, no imports of Handoff's modules), so the two sides share nothing but the GIL,
-    which the thread mostly leaves free while it waits for the JVM. `result()` joins it; a failed preparation
-    stops the session before the error goes on (`close`), so no JVM outlives the driver.
-    Off unless `HANDOFF_SESSION_IN_BACKGROUND=1` (being measured: bench/cold_start.py, pipeline `handoff-bg`).
-    """
-
-    def __init__(self, cfg: AppConfig) -> None:
-        self.cfg = cfg
-        self._spark: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="handoff-session-start", daemon=True)
-
-    @staticmethod
-    def enabled() -> bool:
-        return os.environ.get("HANDOFF_SESSION_IN_BACKGROUND", "0") == "1"
-
-    def start(self) -> "SessionInBackground":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            self._spark = start_session(self.cfg)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
-            self._error = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        register_data_sources(self._spark, self.cfg)
-        return self._spark
-
-    def close(self) -> None:
-        """After a failed preparation: wait for the session and stop it (its JVM exits)."""
-        self._thread.join()
-        if self._spark is not None:
-            try:
-                self._spark.stop()
-            except Exception:  # noqa: BLE001 - the preparation's error is the one to report
-                log.warning("stopping the session after a failed start", exc_info=True)
 
 
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:
@@ -209,6 +153,11 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
+        if not self.reports:
+            # This driver's first batch pays its start-up costs (fresh Python workers, first Kafka and catalog
+            # connections): where its time went, in Spark's own terms (docs/benchmarks.md, "Cold start").
+            log.info("first batch %s of this driver: durations (ms) %s", data.get("batchId"),
+                     json.dumps(data.get("durationMs") or {}, sort_keys=True))
         report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         self.max_event_time_ms = report.max_event_time_ms
@@ -252,19 +201,13 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         port = metrics.serve(cfg.metrics_port)
         echo(f"metrics on :{port}/metrics")
     start: StartPlan | None = None
-    session = SessionInBackground(cfg).start() if SessionInBackground.enabled() else None
     if sink_format is None:
-        # While the JVM starts (or before it, when that is off): a table or Kafka problem fails in seconds.
-        try:
-            backend = sinks.get(cfg.sink.kind)
-            backend.prepare(cfg)
-            start = prepare_start(cfg, backend, echo)
-        except BaseException:
-            if session is not None:
-                session.close()
-            raise
+        # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
+        backend = sinks.get(cfg.sink.kind)
+        backend.prepare(cfg)
+        start = prepare_start(cfg, backend, echo)
         log.info("table prepared, start planned")
-    spark = session.result() if session is not None else build_session(cfg)
+    spark = build_session(cfg)
     log.info("spark session started")
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
