@@ -6,7 +6,8 @@ machine under load ~20, a local session start plus one tiny query took 31.6 s of
 16.7 s with it (docs/benchmarks.md, "Cold start"). Every restart (crash, upgrade, replay, rollback) pays it.
 
 An archive is only valid for the JDK and the Spark jars it was made from, so it is made where it is used:
-- the image builds one (`Dockerfile`) and names it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH`;
+- an image can build one at build time and name it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH` (the project's
+  Dockerfile does not yet: docs/benchmarks.md, "Cold start", has the two lines and why they wait);
 - a machine without that variable uses its own cache's archive, `${XDG_CACHE_HOME:-~/.cache}/handoff/spark-cds/
   <key>.jsa` (key: the JDK and the Spark jars), once `python -m handoff_spark.jvm_cds` has built it there;
 - `HANDOFF_SPARK_CDS_ARCHIVE=off` (or empty) turns it off.
@@ -16,8 +17,8 @@ Python sink, i.e. the classes a Handoff driver loads. `app.build_session` starts
 JVMs with the archive; `-Xshare:auto` makes a stale, foreign or missing archive a silent fallback to ordinary
 class loading, never a failed start.
 
-This file runs as a plain script too (`python jvm_cds.py PATH`): the image builds its archive from it before
-the package is installed, so that layer depends only on the JDK and the Spark jars.
+This file runs as a plain script too (`python jvm_cds.py PATH`), so an image build can make its archive before
+the package is installed, in a layer that depends only on the JDK, the Spark jars and this file.
 """
 from __future__ import annotations
 
