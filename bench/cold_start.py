@@ -12,6 +12,9 @@ Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator 
 in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
+Variants: `handoff-nocds` (the CDS archive off), `jvm-nocds`, and `before` (`--before REF`: REF's driver, exported
+with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
+(JVM, PySpark daemons and their forks, runners) first appears, up to the first commit.
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
 
