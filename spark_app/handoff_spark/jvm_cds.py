@@ -69,7 +69,7 @@ def archive() -> str | None:
         return named if named.strip().lower() not in OFF and os.path.isfile(named) else None
     try:
         path = cache_path()
-    except (ImportError, OSError):
+    except Exception:  # noqa: BLE001 - no pyspark, no home directory (an arbitrary uid): no archive, never a failed start
         return None
     return str(path) if path.is_file() else None
 
