@@ -12,10 +12,13 @@ Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator 
 in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
+Variants: `handoff-nocds` (the CDS archive off), `jvm-nocds`, and `before` (`--before REF`: REF's driver, exported
+with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
+(JVM, PySpark daemons and their forks, runners) first appears, up to the first commit.
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
 
-    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--before main] [--bootstrap HOST:PORT]
     .venv/bin/python bench/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
 """
 from __future__ import annotations
@@ -98,13 +101,85 @@ def app_config(bootstrap: str, topic: str, tmp: Path, pipeline: str, extra_conf:
         "sparkConf": {"spark.master": "local[2]", **extra_conf}})
 
 
+def process_label(argv: list[str]) -> str:
+    """A short name for a process of the driver's session: `jvm`, or the module/script a Python process runs
+    (with its worker module for a PySpark daemon, e.g. `pyspark.daemon pyspark.sql.worker.create_data_source`)."""
+    if not argv:
+        return "?"
+    if os.path.basename(argv[0]).startswith("java"):
+        return "jvm"
+    if "-m" in argv:
+        i = argv.index("-m")
+        return " ".join(argv[i + 1:i + 3])
+    return " ".join(os.path.basename(a) for a in argv[1:3])
+
+
+def settled(argv: list[str]) -> bool:
+    """A JVM or a Python process: its command line will not change any more (a launcher script may exec)."""
+    return bool(argv) and (process_label(argv) == "jvm" or "python" in os.path.basename(argv[0]))
+
+
+class ProcessTimeline:
+    """When each process of the driver's session (its JVM, every PySpark daemon, forked worker and runner)
+    first appears, sampled from /proc every 0.2 s: where a first micro-batch's fresh interpreters start.
+    A PySpark daemon's forked workers carry their daemon's command line; they are marked `fork`."""
+
+    def __init__(self, sid: int, t0: float) -> None:
+        self.sid, self.t0 = sid, t0
+        self.seen: dict[int, dict[str, Any]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            self.sample()
+            self.stopped.wait(0.2)
+
+    def sample(self) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            known = self.seen.get(int(entry.name))
+            if known is not None:
+                if not known["settled"]:  # a launcher script that exec's the JVM later: relabel
+                    try:
+                        argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+                    except OSError:
+                        continue
+                    known["what"], known["settled"] = process_label(argv), settled(argv)
+                continue
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+            if int(fields[3]) != self.sid:
+                continue
+            ppid = int(fields[1])
+            label = process_label(argv)
+            parent = self.seen.get(ppid)
+            if parent is not None and parent["what"] == label:
+                label = "fork " + label
+            self.seen[int(entry.name)] = {"at_s": round(time.perf_counter() - self.t0, 2), "what": label,
+                                          "pid": int(entry.name), "ppid": ppid, "settled": settled(argv)}
+
+    def stop(self) -> list[dict[str, Any]]:
+        self.stopped.set()
+        self.thread.join(2)
+        return sorted(self.seen.values(), key=lambda x: x["at_s"])
+
+
 class Driver:
     """One driver process (own process group, so kill -9 takes its JVM too); its output lines are stamped with
-    the seconds since start and kept (for the log and to find batch lines)."""
+    the seconds since start and kept (for the log and to find batch lines). `code_root`: where its
+    `handoff_spark` comes from (this checkout, or an exported older revision to compare with)."""
 
-    def __init__(self, argv: list[str], log: Path, extra_env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack"),
-                                                             str(ROOT / "bench")]),
+    def __init__(self, argv: list[str], log: Path, extra_env: dict[str, str] | None = None,
+                 code_root: Path = ROOT) -> None:
+        env = {**os.environ, **(extra_env or {}),
+               "PYTHONPATH": os.pathsep.join([str(code_root / "spark_app"), str(ROOT / "hack"), str(ROOT / "bench")]),
                "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         self.log = log
         self.lines: list[tuple[float, str]] = []
@@ -112,6 +187,7 @@ class Driver:
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
                                      start_new_session=True)
+        self.timeline = ProcessTimeline(self.proc.pid, self.t0)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -145,11 +221,13 @@ class Driver:
         raise TimeoutError(f"no commit of {total_rows} rows within {timeout:.0f} s; see {self.log}")
 
     def kill9(self) -> None:
+        self.timeline.stop()
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.reader.join(5)
 
     def stop(self) -> None:
+        self.timeline.stop()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -161,13 +239,36 @@ class Driver:
 
 #: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
-PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {}}
+PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
+                                         "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
+#: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
+PIPELINE_ROOT: dict[str, Path] = {}
+
+
+def export_revision(ref: str, tmp: Path) -> Path:
+    """`ref`'s spark_app/ exported (git archive) under `tmp`: the driver as it was, to measure beside this one."""
+    where = tmp / f"rev-{ref.replace('/', '_')}"
+    where.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "spark_app"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return where
+
+
+#: The baseline's variants (Spark's JVM Kafka source), with their extra environment.
+JVM_PIPELINES: dict[str, dict[str, str]] = {"jvm": {}, "jvm-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
+
+
+def pipeline_env(pipeline: str) -> dict[str, str] | None:
+    return PIPELINE_ENV.get(pipeline, JVM_PIPELINES.get(pipeline))
 
 
 def driver_argv(pipeline: str, app_json: Path) -> list[str]:
-    if pipeline in PIPELINE_ENV:
+    if pipeline in JVM_PIPELINES:
+        return [sys.executable, str(Path(__file__).resolve()), "--jvm-driver", str(app_json)]
+    if pipeline in PIPELINE_ENV or pipeline in PIPELINE_ROOT:
         return [sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json)]
-    return [sys.executable, str(Path(__file__).resolve()), "--jvm-driver", str(app_json)]
+    raise SystemExit(f"unknown pipeline {pipeline!r}: one of {', '.join([*PIPELINE_ENV, *JVM_PIPELINES])}")
 
 
 def snapshots_after(cfg: Any, epoch: float) -> list[int]:
@@ -202,7 +303,17 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
             "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
-                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm"))][:12]}
+                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm", "first batch"))][:12],
+            "processes_until_first_commit": first_sightings(drv.timeline.seen.values(), first[-1]["seen_at_s"])}
+
+
+def first_sightings(procs: Any, until_s: float) -> list[str]:
+    """`at  what (×count)` for each kind of process first seen up to `until_s`, in order of first sight."""
+    kinds: dict[str, list[float]] = {}
+    for p in sorted(procs, key=lambda x: x["at_s"]):
+        if p["at_s"] <= until_s:
+            kinds.setdefault(p["what"], []).append(p["at_s"])
+    return [f"{ats[0]:6.2f} s  {what}" + (f" (x{len(ats)})" if len(ats) > 1 else "") for what, ats in kinds.items()]
 
 
 def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: dict[str, str]) -> dict[str, Any]:
@@ -219,13 +330,14 @@ def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: d
 
     out: dict[str, Any] = {"topic": topic}
     more()
-    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", PIPELINE_ENV.get(pipeline))
+    root = PIPELINE_ROOT.get(pipeline, ROOT)
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", pipeline_env(pipeline), root)
     try:
         out["clean"] = phase(drv, cfg, 0, n, more)
     finally:
         drv.kill9()
     more()
-    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", PIPELINE_ENV.get(pipeline))
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", pipeline_env(pipeline), root)
     try:
         out["after_kill9"] = phase(drv, cfg, 2 * n, n, more)
     finally:
@@ -333,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
     ap.add_argument("--pipelines", default="handoff,jvm")
+    ap.add_argument("--before", default=None, metavar="REF",
+                    help="also run pipeline `before`: the handoff driver of git revision REF (e.g. main), first")
     add_broker_argument(ap)
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE for every driver")
     ap.add_argument("--label", default="", help="a name for this run in the JSON (e.g. what was changed)")
@@ -354,13 +468,17 @@ def main(argv: list[str] | None = None) -> int:
     with broker(args.bootstrap) as (bootstrap, _kafka):
         tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
         print(f"logs in {tmp}", flush=True)
+        pipelines = [p for p in args.pipelines.split(",") if p]
+        if args.before:
+            PIPELINE_ROOT["before"] = export_revision(args.before, tmp)
+            pipelines.insert(0, "before")
         if args.chaos:
             lo, hi = (float(x) for x in args.kill_every.split(","))
             results["chaos"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi))
         else:
-            for pipeline in [p for p in args.pipelines.split(",") if p]:
+            for pipeline in pipelines:
                 results[pipeline] = run_pipeline(pipeline, bootstrap, tmp, args.records, extra)
-    doc = {"records": args.records, "label": args.label, "conf": extra, "cpus": os.cpu_count(),
+    doc = {"records": args.records, "label": args.label, "before": args.before, "conf": extra, "cpus": os.cpu_count(),
            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     out = Path(args.out or ROOT / "bench" / "results" / ("cold_start_chaos.json" if args.chaos else "cold_start.json"))
@@ -379,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"({p['first_batch_rows']}) | {p['warm_batch_ms']} ms ({p['warm_batch_rows']}) | "
                       f"{p['first_over_warm']} |")
             print(f"| {name} | table | {r['table']} | | | |")
+        for name, r in results.items():
+            for ph in ("clean", "after_kill9"):
+                print(f"\n{name} {ph}: processes until the first commit")
+                print("\n".join(r[ph]["processes_until_first_commit"]))
     print(f"load average before {load_before}, after {os.getloadavg()}; wrote {out}")
     return 0 if all(r["table"]["whole"] for r in results.values()) else 1
 

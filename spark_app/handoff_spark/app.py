@@ -153,6 +153,11 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
+        if not self.reports:
+            # This driver's first batch pays its start-up costs (fresh Python workers, first Kafka and catalog
+            # connections): where its time went, in Spark's own terms (docs/benchmarks.md, "Cold start").
+            log.info("first batch %s of this driver: durations (ms) %s", data.get("batchId"),
+                     json.dumps(data.get("durationMs") or {}, sort_keys=True))
         report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         self.max_event_time_ms = report.max_event_time_ms

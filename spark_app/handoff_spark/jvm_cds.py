@@ -5,18 +5,31 @@ Why: a driver start is mostly class loading (Spark, Scala, Hadoop, Jackson …):
 machine under load ~20, a local session start plus one tiny query took 31.6 s of JVM CPU without the archive and
 16.7 s with it (docs/benchmarks.md, "Cold start"). Every restart (crash, upgrade, replay, rollback) pays it.
 
-`python -m handoff_spark.jvm_cds PATH` writes the archive (Java 17's dynamic archive, `-XX:ArchiveClassesAtExit`,
-from a local session that runs one query). It is only valid for the same JDK and the same Spark jars, so it is
-made where it is used (an image build, or a machine's cache). `HANDOFF_SPARK_CDS_ARCHIVE=PATH` makes
-`app.build_session` start the driver's and executors' JVMs with it; `-Xshare:auto` makes a stale or missing
-archive a silent fallback to ordinary class loading, never a failed start.
+An archive is only valid for the JDK and the Spark jars it was made from, so it is made where it is used:
+- an image can build one at build time and name it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH` (the project's
+  Dockerfile does not yet: docs/benchmarks.md, "Cold start", has the two lines and why they wait);
+- a machine without that variable uses its own cache's archive, `${XDG_CACHE_HOME:-~/.cache}/handoff/spark-cds/
+  <key>.jsa` (key: the JDK and the Spark jars), once `python -m handoff_spark.jvm_cds` has built it there;
+- `HANDOFF_SPARK_CDS_ARCHIVE=off` (or empty) turns it off.
+`python -m handoff_spark.jvm_cds [PATH]` writes an archive (Java 17's dynamic archive, `-XX:ArchiveClassesAtExit`)
+from a local session that runs a batch query and a one-batch streaming query through a Python data source and a
+Python sink, i.e. the classes a Handoff driver loads. `app.build_session` starts the driver's and executors'
+JVMs with the archive; `-Xshare:auto` makes a stale, foreign or missing archive a silent fallback to ordinary
+class loading, never a failed start.
+
+This file runs as a plain script too (`python jvm_cds.py PATH`), so an image build can make its archive before
+the package is installed, in a layer that depends only on the JDK, the Spark jars and this file.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
+from pathlib import Path
 
 ENV = "HANDOFF_SPARK_CDS_ARCHIVE"
+OFF = ("", "0", "off", "none", "false")
 
 
 def java_options(existing: str | None, archive: str) -> str:
@@ -24,33 +37,147 @@ def java_options(existing: str | None, archive: str) -> str:
     return " ".join(x for x in (existing, f"-XX:SharedArchiveFile={archive}", "-Xshare:auto") if x)
 
 
+def spark_jars_dir() -> Path:
+    """The jars spark-submit puts on the JVM's class path (pyspark's own Spark, or SPARK_HOME's)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home()) / "jars"
+
+
+def cache_key() -> str:
+    """What an archive is made from: the java spark-submit runs and the Spark jars (names, sizes, mtimes)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java") or "java"
+    h = hashlib.sha256(os.path.realpath(java).encode())
+    jars = spark_jars_dir()
+    for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
+        st = (jars / name).stat()
+        h.update(f"{name}:{st.st_size}:{int(st.st_mtime)};".encode())
+    return h.hexdigest()[:16]
+
+
+def cache_path() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "handoff" / "spark-cds" / f"{cache_key()}.jsa"
+
+
+def archive() -> str | None:
+    """The archive a driver uses: HANDOFF_SPARK_CDS_ARCHIVE's when set (none when it is off or the file is
+    missing), else this machine's cache's when it has been built."""
+    named = os.environ.get(ENV)
+    if named is not None:
+        return named if named.strip().lower() not in OFF and os.path.isfile(named) else None
+    try:
+        path = cache_path()
+    except Exception:  # noqa: BLE001 - no pyspark, no home directory (an arbitrary uid): no archive, never a failed start
+        return None
+    return str(path) if path.is_file() else None
+
+
 def apply(conf: dict[str, str]) -> dict[str, str]:
-    """`conf` with the archive named by HANDOFF_SPARK_CDS_ARCHIVE (when that file exists) in the driver's and
-    executors' JVM options; unchanged otherwise."""
-    archive = os.environ.get(ENV)
-    if not archive or not os.path.isfile(archive):
+    """`conf` with the archive (see `archive`) in the driver's and executors' JVM options; unchanged without one."""
+    found = archive()
+    if found is None:
         return conf
     out = dict(conf)
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         if "SharedArchiveFile" not in out.get(key, ""):
-            out[key] = java_options(out.get(key), archive)
+            out[key] = java_options(out.get(key), found)
     return out
 
 
 def create(path: str) -> None:
-    """Run a local session and one query with `-XX:ArchiveClassesAtExit=path`; the JVM writes the archive
-    when it exits (at the end of this process)."""
+    """Run a local session under `-XX:ArchiveClassesAtExit=path`: one batch query and one AvailableNow streaming
+    query from a Python streaming source into a Python streaming sink (the driver's code paths). The JVM writes
+    the archive as it exits; this returns once it has."""
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import (DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition,
+                                        WriterCommitMessage)
 
+    class Reader(DataSourceStreamReader):
+        def initialOffset(self) -> dict:
+            return {"o": 0}
+
+        def latestOffset(self) -> dict:
+            return {"o": 1}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return [InputPartition(0)] if end["o"] > start["o"] else []
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            yield (1,)
+
+    class Writer(DataSourceStreamWriter):
+        def write(self, iterator):  # type: ignore[no-untyped-def]
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: list, batchId: int) -> None:  # noqa: N803
+            pass
+
+    class Training(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "handoff-cds-training"
+
+        def schema(self) -> str:
+            return "id long"
+
+        def streamReader(self, schema):  # type: ignore[no-untyped-def]  # noqa: N802
+            return Reader()
+
+        def streamWriter(self, schema, overwrite):  # type: ignore[no-untyped-def]  # noqa: N802
+            return Writer()
+
+    import tempfile
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers need this interpreter's pyspark
     spark = (SparkSession.builder.master("local[1]").appName("handoff-cds")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.driver.extraJavaOptions", f"-XX:ArchiveClassesAtExit={path}").getOrCreate())
     spark.range(1000).selectExpr("sum(id)").collect()
+    spark.dataSource.register(Training)
+    with tempfile.TemporaryDirectory(prefix="handoff-cds-") as ck:
+        query = (spark.readStream.format("handoff-cds-training").load().writeStream.format("handoff-cds-training")
+                 .option("checkpointLocation", ck).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+    jvm = spark.sparkContext._gateway.proc  # the JVM writes the archive as it exits: wait for that
     spark.stop()
+    jvm.stdin.close()  # PySpark's JVM exits when its stdin closes
+    jvm.wait(600)
+
+
+def build(path: Path) -> None:
+    """Write an archive at `path` atomically (made beside it, then renamed): a driver starting meanwhile sees the
+    whole archive or none. The training run is a child process, because the JVM writes the archive at its exit."""
+    import subprocess
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--create", str(tmp)], check=True)
+        if not tmp.is_file():
+            raise SystemExit(f"the JVM wrote no archive at {tmp}")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--create":
+        create(argv[1])
+        return 0
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        print("usage: python -m handoff_spark.jvm_cds [ARCHIVE_PATH]  (default: this machine's cache)",
+              file=sys.stderr)
+        return 2
+    path = Path(argv[0]) if argv else cache_path()
+    build(path)
+    print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m handoff_spark.jvm_cds ARCHIVE_PATH")
-    create(sys.argv[1])
+    sys.exit(main(sys.argv[1:]))

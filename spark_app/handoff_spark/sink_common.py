@@ -1,5 +1,8 @@
 """What both table sinks (Iceberg, BigQuery) need alike, kept in one place so a fix lands once (the
-sub-millisecond event-time cast was fixed in one sink and not the other before they shared this)."""
+sub-millisecond event-time cast was fixed in one sink and not the other before they shared this).
+
+pyarrow is imported where a batch is handled, not here: the sinks' light data-source modules (`iceberg.stream`)
+import this one in Spark's planner interpreters, which never touch a batch (see `iceberg.stream`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,11 +10,11 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from dataclasses import dataclass
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .config import AppConfig
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,9 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
 
     The max is taken in the column's own unit and converted afterwards: a *safe* µs→ms cast raises on
     sub-millisecond values, which ISO timestamps with microseconds produce."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     name = column if column and column in tbl.column_names else "_kafka_timestamp"
     if name not in tbl.column_names or tbl.num_rows == 0:
         return None

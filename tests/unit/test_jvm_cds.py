@@ -1,4 +1,5 @@
-"""The CDS archive reaches the JVM options only when it exists, after the user's own options."""
+"""The CDS archive reaches the JVM options only when it exists, after the user's own options: the one named by
+HANDOFF_SPARK_CDS_ARCHIVE, else the machine's cache's; `off` turns it off."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,12 @@ from pathlib import Path
 import pytest
 
 from handoff_spark import jvm_cds
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(jvm_cds.ENV, raising=False)
 
 
 def test_an_installed_archive_is_added_after_the_users_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -22,4 +29,26 @@ def test_a_missing_archive_changes_nothing(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv(jvm_cds.ENV, str(tmp_path / "absent.jsa"))
     assert jvm_cds.apply({"a": "b"}) == {"a": "b"}
     monkeypatch.delenv(jvm_cds.ENV)
-    assert jvm_cds.apply({"a": "b"}) == {"a": "b"}
+    assert jvm_cds.apply({"a": "b"}) == {"a": "b"}  # and the cache has none yet
+
+
+def test_the_machines_cached_archive_is_the_default_and_off_turns_it_off(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    cached = jvm_cds.cache_path()
+    assert cached.is_relative_to(tmp_path / "cache" / "handoff" / "spark-cds")
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"x")
+    assert jvm_cds.apply({})["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={cached} -Xshare:auto"
+    monkeypatch.setenv(jvm_cds.ENV, "off")
+    assert jvm_cds.apply({}) == {}
+
+
+def test_the_cache_key_follows_the_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core.jar").write_bytes(b"1")
+    monkeypatch.setattr(jvm_cds, "spark_jars_dir", lambda: jars)
+    before = jvm_cds.cache_key()
+    assert jvm_cds.cache_key() == before
+    (jars / "spark-core.jar").write_bytes(b"12")  # another Spark: another archive
+    assert jvm_cds.cache_key() != before

@@ -46,12 +46,13 @@ from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_hist
                             plan_schema_changes)
 from ..kafka_offsets import commit_group_offsets
 from ..checkpoint import read_last_commit
-from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from ..sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from ..source_decode import decode_source
 
-from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from ..datasource_api import WriterCommitMessage
+from .stream import IcebergSinkDataSource, IcebergStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -195,70 +196,50 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
 
 
 
-class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
-    # -- executors ---------------------------------------------------------------------------------
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
-        cfg = self.cfg
-        write_uuid = uuid.uuid4()
-        t0 = time.perf_counter()
-        msg = IcebergCommitMessage(write_uuid=str(write_uuid))
-        # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
-        batches = [b for b in task_records(cfg, iterator) if b.num_rows]
-        if not batches:
-            return msg
-        raw = pa.Table.from_batches(batches)
-        msg.records = raw.num_rows
-        t1 = time.perf_counter()
-        batch_id = task_batch_id()
-        decoded, dead, msg.schemas = decode_source(raw, cfg)
-        msg.dlq_rows = len(dead)
-        t2 = time.perf_counter()
-        table = open_table(cfg)
-        shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
-        if plan.incompatible:
-            # Column-level conflicts (the decoder already dead-lettered record-level ones): halt the query.
-            raise SchemaIncompatibleError(
-                f"handoff {cfg.handoff_id}: table {_sink(cfg).table} cannot take this batch: "
-                + "; ".join(plan.incompatible)
-                + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
-        msg.add, msg.widen = list(plan.add), list(plan.widen)
-        msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
-        msg.rows = shaped.num_rows
-        msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
-        try:
-            t3 = time.perf_counter()
-            if shaped.num_rows:
-                msg.files = write_data_files(meta, table.io, shaped, write_uuid)
-            t4 = time.perf_counter()
-            if faults.armed("fail-task", batch_id):
-                raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
-            _send_dead_letters(cfg, raw, dead)
-            msg.task_ms = {"read": (t1 - t0) * 1000, "decode": (t2 - t1) * 1000, "open_table": (t3 - t2) * 1000,
-                           "write": (t4 - t3) * 1000, "dlq": (time.perf_counter() - t4) * 1000}
-        except BaseException:
-            # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
-            delete_files(table.io, [f.file_path for f in msg.files])
-            raise
-        faults.maybe_crash("crash-mid-write", batch_id)
+def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+    """A write task (executors): read/decode its records, write Parquet files for them (not yet table data)."""
+    write_uuid = uuid.uuid4()
+    t0 = time.perf_counter()
+    msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+    # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
+    batches = [b for b in task_records(cfg, iterator) if b.num_rows]
+    if not batches:
         return msg
-
-    # -- driver --------------------------------------------------------------------------------------
-    def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
-
-    def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
-
-
-class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
-    """`df.writeStream.format("handoff-iceberg").option("config", AppConfig JSON)`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "handoff-iceberg"
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
-        return IcebergStreamWriter(self.options["config"])
+    raw = pa.Table.from_batches(batches)
+    msg.records = raw.num_rows
+    t1 = time.perf_counter()
+    batch_id = task_batch_id()
+    decoded, dead, msg.schemas = decode_source(raw, cfg)
+    msg.dlq_rows = len(dead)
+    t2 = time.perf_counter()
+    table = open_table(cfg)
+    shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
+    if plan.incompatible:
+        # Column-level conflicts (the decoder already dead-lettered record-level ones): halt the query.
+        raise SchemaIncompatibleError(
+            f"handoff {cfg.handoff_id}: table {_sink(cfg).table} cannot take this batch: "
+            + "; ".join(plan.incompatible)
+            + ". Fix: declare a compatible type, or migrate the table (Handoff never narrows a column).")
+    msg.add, msg.widen = list(plan.add), list(plan.widen)
+    msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
+    msg.rows = shaped.num_rows
+    msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
+    try:
+        t3 = time.perf_counter()
+        if shaped.num_rows:
+            msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+        t4 = time.perf_counter()
+        if faults.armed("fail-task", batch_id):
+            raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
+        _send_dead_letters(cfg, raw, dead)
+        msg.task_ms = {"read": (t1 - t0) * 1000, "decode": (t2 - t1) * 1000, "open_table": (t3 - t2) * 1000,
+                       "write": (t4 - t3) * 1000, "dlq": (time.perf_counter() - t4) * 1000}
+    except BaseException:
+        # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
+        delete_files(table.io, [f.file_path for f in msg.files])
+        raise
+    faults.maybe_crash("crash-mid-write", batch_id)
+    return msg
 
 
 DATA_SOURCE = IcebergSinkDataSource
@@ -545,6 +526,6 @@ def register(spark: Any) -> None:
 
 
 
-__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare",
+__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare", "write_task",
            "register", "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]

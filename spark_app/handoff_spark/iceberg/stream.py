@@ -1,0 +1,54 @@
+"""The `handoff-iceberg` data source and stream writer classes, apart from the sink's machinery (`iceberg.sink`).
+
+Why a module of their own: Spark pickles these classes by reference, so every interpreter that unpickles one
+imports the module it lives in. At query start that happens in fresh planner interpreters
+(`pyspark.sql.worker.create_data_source`, `write_into_data_source`) that only call `name()` and `streamWriter()`;
+when the classes lived in `iceberg.sink`, each of them imported PyIceberg, SQLAlchemy and pyarrow's Parquet
+modules first (≈4 s of CPU per interpreter on the 2-core test machine, measured with `python -X importtime`),
+on the critical path of every (re)started driver's first batch (docs/benchmarks.md, "Cold start"). Here only
+pyspark's own classes are imported; the writer's methods import `iceberg.sink` when they run: in write tasks
+(whose worker daemon has preloaded it) and in the commit runner.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..datasource_api import DataSource, DataSourceStreamArrowWriter
+from ..sink_common import ConfigOnDemand
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .sink import IcebergCommitMessage
+
+FORMAT = "handoff-iceberg"
+
+
+class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+    """Write tasks (executors) write Parquet files; the commit (driver side) makes them one snapshot."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+        from .sink import write_task
+
+        return write_task(self.cfg, iterator)
+
+    def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        from .sink import commit_batch
+
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+    def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        from .sink import abort_batch
+
+        abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
+
+
+class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
+    """`df.writeStream.format("handoff-iceberg").option("config", AppConfig JSON)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
+        return IcebergStreamWriter(self.options["config"])

@@ -1,0 +1,44 @@
+"""What Spark's planner interpreters import when they unpickle Handoff's data sources.
+
+Spark pickles a Python data source class (and the stream writer) by reference; the fresh interpreters that
+plan a query (`pyspark.sql.worker.create_data_source`, `write_into_data_source`) import its module to unpickle
+it, on the critical path of every (re)started driver's first batch. The Iceberg sink's classes must therefore
+come from a module that does not import PyIceberg, SQLAlchemy, pydantic or pyarrow (≈4 s of CPU per
+interpreter on the test machine; docs/benchmarks.md, "Cold start"). Each check runs in a fresh interpreter.
+"""
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+from pyspark import cloudpickle
+
+from handoff_spark import sinks
+from handoff_spark.iceberg import sink as iceberg_sink
+
+HEAVY = ("pyarrow", "pyiceberg", "sqlalchemy", "pydantic", "handoff_spark.iceberg.sink", "handoff_spark.config")
+
+
+def modules_after_unpickling(payload: bytes) -> list[str]:
+    """The HEAVY modules a fresh interpreter holds after importing what a planner worker imports and unpickling
+    `payload`."""
+    code = ("import pickle, sys; import pyspark.sql.worker.write_into_data_source; "
+            f"obj = pickle.loads({payload!r}); "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return [m for m in run.stdout.strip().split(",") if m]
+
+
+def test_the_iceberg_data_source_class_unpickles_without_the_sinks_machinery():
+    cls = sinks.get("iceberg").data_source
+    assert cls is iceberg_sink.IcebergSinkDataSource and cls.name() == "handoff-iceberg"
+    assert modules_after_unpickling(cloudpickle.dumps(cls)) == []
+
+
+def test_the_iceberg_stream_writer_unpickles_without_the_sinks_machinery():
+    writer = iceberg_sink.IcebergSinkDataSource(options={"config": "{}"}).streamWriter(None, False)
+    payload = cloudpickle.dumps(writer)
+    assert modules_after_unpickling(payload) == []
+    back = pickle.loads(payload)
+    assert type(back) is iceberg_sink.IcebergStreamWriter and back.config_json == "{}"
