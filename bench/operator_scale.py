@@ -241,7 +241,14 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         time.sleep(args.interval * 2)  # the bulk apply's burst is over
         load0, cpu0, ops0, api0, w0 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
+        profiler = None
+        if args.profile:  # sampling the operator's Python stacks over the window (costs it some CPU: not for tables)
+            profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(proc.pid),
+                                         "-d", str(int(args.steady)), "-r", "50", "--gil", "-f", "raw", "-o",
+                                         str(Path(args.profile) / f"operator-{n}.txt")], stdout=subprocess.DEVNULL)
         time.sleep(args.steady)
+        if profiler is not None:
+            profiler.wait(60)
         load1, cpu1, ops1, api1, w1 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
         mem = memory_mb(proc.pid)
@@ -308,6 +315,8 @@ def main() -> None:
     ap.add_argument("--steady", type=float, default=120.0, help="seconds of steady state measured")
     ap.add_argument("--interval", type=float, default=15.0, help="HANDOFF_STATUS_INTERVAL")
     ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--profile", default="", help="a directory: py-spy samples of the steady window per N "
+                    "(collapsed stacks, operator-<N>.txt; needs py-spy in the venv)")
     ap.add_argument("--label", default="", help="suffix of the result file (e.g. before, after)")
     args = ap.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
