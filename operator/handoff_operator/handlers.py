@@ -121,7 +121,7 @@ def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | 
     if spec is None or rendered is None:
         return None
     progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets))
-    return progress, retention_check.observe(namespace, name, spec, config, progress, kube.api, SETTINGS)
+    return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, SETTINGS)
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
