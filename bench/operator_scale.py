@@ -119,6 +119,14 @@ def apiserver_counters(api: Any) -> dict[str, float]:
     return {"writes": writes, "reads": reads, "by_resource": by_resource}
 
 
+def event_counts(core: Any, namespace: str) -> dict[str, int]:
+    """Events posted in the namespace so far, by reason (an Event repeated counts its `count`)."""
+    out: dict[str, int] = {}
+    for event in core.list_namespaced_event(namespace).items:
+        out[event.reason or ""] = out.get(event.reason or "", 0) + (event.count or 1)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ set-up
 
 def ensure_nodes(core: Any, pods: int) -> None:
@@ -238,7 +246,19 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         print(f"  N={n}: apply {apply_seconds:.1f} s, all with conditions and lag after "
               f"{settled if settled is None else round(settled, 1)} s", flush=True)
 
-        time.sleep(args.interval * 2)  # the bulk apply's burst is over
+        # Steady means nothing changes: every driver Deployment ready (kwok starts the pods over a while; each
+        # pod change reconciles its handoff), then two intervals for the bulk apply's burst to end.
+        drivers_ready = None
+        while time.monotonic() - applied < args.settle_timeout:
+            ready = sum(1 for d in client.AppsV1Api(kube).list_namespaced_deployment(namespace).items
+                        if (d.status.ready_replicas or 0) >= 1)
+            if ready == n:
+                drivers_ready = round(time.monotonic() - applied, 1)
+                break
+            time.sleep(2)
+        print(f"  N={n}: every driver ready after {drivers_ready} s", flush=True)
+        time.sleep(args.interval * 2)
+        events0 = event_counts(core, namespace)
         load0, cpu0, ops0, api0, w0 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
         profiler = None
@@ -252,6 +272,7 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         load1, cpu1, ops1, api1, w1 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
         mem = memory_mb(proc.pid)
+        events1 = event_counts(core, namespace)
         wall = w1 - w0
         refreshes = ops1["refreshes"] - ops0["refreshes"]
         cpu = cpu1 - cpu0
@@ -285,6 +306,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                 "apiserver_writes": per(api1["writes"] - api0["writes"]),
                 "apiserver_reads": per(api1["reads"] - api0["reads"])},
             "new_batch_to_status_seconds": change_seconds,
+            "seconds_until_every_driver_ready": drivers_ready,
+            "events_by_reason": {k: v - events0.get(k, 0) for k, v in sorted(events1.items())
+                                 if v - events0.get(k, 0) > 0},
             "apiserver_writes_by_resource": {k: per(v - api0["by_resource"].get(k, 0.0))
                                              for k, v in sorted(api1["by_resource"].items())
                                              if v - api0["by_resource"].get(k, 0.0) > 0},

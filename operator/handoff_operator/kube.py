@@ -41,14 +41,23 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
+#: HTTP connections kept to the API server: at least the threads that talk to it at once (kopf's handler
+#: executor, asyncio's default executor running the status refreshes). The client's default (5 × CPUs) is fewer on
+#: a small node, and every request beyond the pool then opens and drops its own TLS connection.
+CONNECTION_POOL_SIZE = 32
+
+
 def new_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else $KUBECONFIG (read now, not at import)."""
     try:
         config.load_incluster_config()
-        return client.ApiClient()
+        configuration = client.Configuration.get_default_copy()
     except config.ConfigException:
         path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        return config.new_client_from_config(config_file=path.split(os.pathsep)[0])
+        configuration = type.__call__(client.Configuration)  # a fresh one, as config.new_client_from_config
+        config.load_kube_config(config_file=path.split(os.pathsep)[0], client_configuration=configuration)
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
 
 
 def is_not_found(exc: BaseException) -> bool:
