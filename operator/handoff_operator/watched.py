@@ -9,8 +9,9 @@ runs, and drops an object's entries when it is deleted.
 
 Who reads what: only the status refresh (the daemon) uses these views, and it reads the indexes in the event
 loop, where kopf changes them (a worker thread iterating a Store while kopf replaces an entry could fail), and
-hands the reconcile thread plain data. A reconcile that has just applied a changed child reads the API server
-again (handlers._observe), and the change handlers read the API server as before.
+hands the reconcile thread plain data. The driver's facts are taken from the index only when they show a settled
+driver (Seen.settled_driver), the steady state; otherwise, and after a reconcile has just applied a changed
+child (handlers._observe), the API server is read, as the change handlers do.
 """
 from __future__ import annotations
 
@@ -86,6 +87,19 @@ class Seen:
 
     def driver(self) -> DriverFacts | None:
         return None if self.deployment is None else driver_facts(self.deployment, list(self.driver_pods))
+
+    def settled_driver(self) -> DriverFacts | None:
+        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting), else None:
+        read the API server then. The Deployment's and the pods' watches are separate streams, so during a
+        rollout or a crash the index may hold a new pod beside an old Deployment status for a moment; a status
+        built from such a mix could flip Ready back for one patch. A settled driver is what a steady refresh
+        sees, and what it reads from the index."""
+        driver = self.driver()
+        if driver is None or not (driver.rollout_observed and driver.pod_ready and driver.ready_replicas >= 1
+                                  and driver.desired_replicas == driver.replicas == driver.updated_replicas
+                                  and driver.waiting_reason is None and driver.pod_phase == "Running"):
+            return None
+        return driver
 
     def executors_running(self) -> int:
         return executors_running(self.executor_pods)

@@ -13,7 +13,7 @@ from kubernetes import client
 from handoff_operator import rendering
 from handoff_operator.kube import Kube, driver_facts, executors_running
 from handoff_operator.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
-from handoff_operator.watched import Views, _slim_deployment, _slim_pod
+from handoff_operator.watched import Seen, Views, _slim_deployment, _slim_pod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from operator_support import base_spec  # noqa: E402
@@ -113,3 +113,17 @@ def test_an_invalid_spec_keeps_its_problems_from_the_cache() -> None:
     assert first.spec is None and first.rendered is None and first.problems
     again = rendering.prepare(kube, handoff(bad, uid="u2"), "img")
     assert again.problems == first.problems and again.rendered is None
+
+
+def test_only_a_settled_driver_is_taken_from_the_index() -> None:
+    settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
+    running = pod("d-1", "2026-01-01T00:00:00Z")
+    running["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    fine = Seen(_slim_deployment(settled), [_slim_pod(running)])
+    assert fine.settled_driver() == fine.driver() and fine.driver().pod_ready
+    assert Seen(_slim_deployment(DEPLOYMENT), [_slim_pod(running)]).settled_driver() is None  # rollout not observed
+    assert Seen(_slim_deployment(settled), [_slim_pod(pod("d-1", "t"))]).settled_driver() is None  # crash looping
+    starting = copy.deepcopy(running)
+    starting["status"]["conditions"][0]["status"] = "False"
+    assert Seen(_slim_deployment(settled), [_slim_pod(starting)]).settled_driver() is None
+    assert Seen(None).settled_driver() is None
