@@ -9,9 +9,10 @@ measured in the same run):
 
 - settle: seconds from the start of a bulk `kubectl apply --server-side` of N handoffs until every one has
   status conditions and a lag;
-- steady state: the operator process's CPU seconds (utime+stime from /proc/<pid>/stat, so other load on the
-  machine inflates it much less than wall time) over `--steady` seconds while nothing changes, as cores, and
-  its RSS (VmRSS; VmHWM is the peak);
+- steady state: once no driver pod or Deployment changed for an interval (kwok takes a while to start N pods,
+  and each pod change reconciles its handoff) and two intervals later, the operator process's CPU seconds (utime+stime from
+  /proc/<pid>/stat, so other load on the machine inflates it much less than wall time) over `--steady` seconds
+  while nothing changes, as cores, its RSS (VmRSS; VmHWM is the peak) and the Events posted, by reason;
 - per handoff per refresh, over the same window: CPU ms, Kafka AdminClient calls and catalog reads (the
   operator's own counters `handoff_kafka_requests_total`, `handoff_catalog_reads_total` (ledger loads: the
   reads other than the metadata-pointer SELECTs that gate them), divided by
@@ -21,7 +22,7 @@ measured in the same run):
   batch (the goal: within one refresh interval whatever N is).
 
     nice -n 10 .venv/bin/python bench/operator_scale.py [--counts 10,200] [--steady 120] [--interval 15]
-        [--label before]
+        [--label before] [--profile DIR]
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import math
 import os
 import platform
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -117,6 +119,14 @@ def apiserver_counters(api: Any) -> dict[str, float]:
         elif labels.get("verb") in READ_VERBS:
             reads += value
     return {"writes": writes, "reads": reads, "by_resource": by_resource}
+
+
+def event_counts(core: Any, namespace: str) -> dict[str, int]:
+    """Events posted in the namespace so far, by reason (an Event repeated counts its `count`)."""
+    out: dict[str, int] = {}
+    for event in core.list_namespaced_event(namespace).items:
+        out[event.reason or ""] = out.get(event.reason or "", 0) + (event.count or 1)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -238,13 +248,37 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         print(f"  N={n}: apply {apply_seconds:.1f} s, all with conditions and lag after "
               f"{settled if settled is None else round(settled, 1)} s", flush=True)
 
-        time.sleep(args.interval * 2)  # the bulk apply's burst is over
+        # Steady means nothing changes: kwok takes a while to start N pods (and the test bed's node lifecycle may
+        # evict and recreate some), and every driver pod or Deployment change reconciles its handoff. Wait until
+        # none of them has changed for one interval, then two intervals for the bulk apply's burst to end.
+        quiet_since, last, children_quiet = time.monotonic(), None, None
+        while time.monotonic() - applied < args.settle_timeout:
+            now_children = sorted((o.metadata.name, o.metadata.resource_version) for o in
+                                  core.list_namespaced_pod(namespace).items
+                                  + client.AppsV1Api(kube).list_namespaced_deployment(namespace).items)
+            if now_children != last:
+                quiet_since, last = time.monotonic(), now_children
+            elif time.monotonic() - quiet_since >= args.interval:
+                children_quiet = round(quiet_since - applied, 1)
+                break
+            time.sleep(2)
+        print(f"  N={n}: driver pods and Deployments unchanged from {children_quiet} s", flush=True)
+        time.sleep(args.interval * 2)
+        events0 = event_counts(core, namespace)
         load0, cpu0, ops0, api0, w0 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
+        profiler = None
+        if args.profile:  # sampling the operator's Python stacks over the window (costs it some CPU: not for tables)
+            profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(proc.pid),
+                                         "-d", str(int(args.steady)), "-r", "50", "--gil", "-f", "raw", "-o",
+                                         str(Path(args.profile) / f"operator-{n}.txt")], stdout=subprocess.DEVNULL)
         time.sleep(args.steady)
+        if profiler is not None:
+            profiler.wait(60)
         load1, cpu1, ops1, api1, w1 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
         mem = memory_mb(proc.pid)
+        events1 = event_counts(core, namespace)
         wall = w1 - w0
         refreshes = ops1["refreshes"] - ops0["refreshes"]
         cpu = cpu1 - cpu0
@@ -278,6 +312,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                 "apiserver_writes": per(api1["writes"] - api0["writes"]),
                 "apiserver_reads": per(api1["reads"] - api0["reads"])},
             "new_batch_to_status_seconds": change_seconds,
+            "seconds_until_driver_pods_and_deployments_unchanged": children_quiet,
+            "events_by_reason": {k: v - events0.get(k, 0) for k, v in sorted(events1.items())
+                                 if v - events0.get(k, 0) > 0},
             "apiserver_writes_by_resource": {k: per(v - api0["by_resource"].get(k, 0.0))
                                              for k, v in sorted(api1["by_resource"].items())
                                              if v - api0["by_resource"].get(k, 0.0) > 0},
@@ -308,8 +345,12 @@ def main() -> None:
     ap.add_argument("--steady", type=float, default=120.0, help="seconds of steady state measured")
     ap.add_argument("--interval", type=float, default=15.0, help="HANDOFF_STATUS_INTERVAL")
     ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--profile", default="", help="a directory: py-spy samples of the steady window per N "
+                    "(collapsed stacks, operator-<N>.txt; needs py-spy in the venv)")
     ap.add_argument("--label", default="", help="suffix of the result file (e.g. before, after)")
     args = ap.parse_args()
+    # Stopped with SIGTERM (timeout, kill): unwind, so the operator, the API server and Kafka stop with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     counts = [int(c) for c in args.counts.split(",")]
 
     from bench_kafka import broker

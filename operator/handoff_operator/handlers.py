@@ -31,7 +31,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import autoscale, driver_report, metrics, retention_check, rollback
+from . import autoscale, driver_report, metrics, rendering, retention_check, rollback
 from .bigquery_truth import service_account_key
 from .conditions import DriverFacts, DriverReport, Facts, ProgressFacts
 from .kube import Kube, in_cluster_server, new_api_client
@@ -42,7 +42,8 @@ from .retention_report import RetentionCheck
 from .settings import OperatorSettings
 from .status_decision import Decision, Observed, decide, status_progress, worth_writing
 from .truth import read_progress
-from .validation import Problem, check, parse_spec
+from .validation import Problem, check
+from .watched import Seen, Views
 
 SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
@@ -101,23 +102,26 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 # --------------------------------------------------------------------------------------- reconcile
 
-def _read_truth(namespace: str, name: str, kube: Kube) -> tuple[ProgressFacts, RetentionCheck | None] | None:
+def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | None = None
+                ) -> tuple[ProgressFacts, RetentionCheck | None] | None:
     """Committed progress (ledger) and Kafka offsets for the handoff's current spec, and the retention
-    check when one is due (retention_check; it enforces in enforce mode); None if it has no workable spec."""
-    obj = kube.get_handoff(namespace, name)
+    check when one is due (retention_check; it enforces in enforce mode); None if it has no workable spec.
+    `obj`: the handoff as the daemon's watch last saw it (else read here)."""
+    obj = obj if obj is not None else kube.get_handoff(namespace, name)
     if obj is None:
         return None
-    spec, problems = parse_spec(obj.get("spec") or {})
-    spec = rollback.held_spec(kube, obj) or spec  # a failed spec change rolled back: the last good one runs
-    if spec is None:
+    held = rollback.held_spec(kube, obj)  # a failed spec change rolled back: the last good one runs
+    if held is None:
+        prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
+        spec, rendered, secrets = prepared.spec, prepared.rendered, prepared.secrets
+    else:
+        spec, secrets = held, kube.read_secrets(namespace, sorted(referenced_secrets(held)))
+        resolved, problems = check(name, spec, secrets)
+        rendered = None if problems else render(obj, spec, SETTINGS.default_image, resolved)
+    if spec is None or rendered is None:
         return None
-    secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
-    resolved, problems = check(name, spec, secrets)
-    if problems:
-        return None
-    config = render(obj, spec, SETTINGS.default_image, resolved).config
-    progress = read_progress(config, bigquery_key=service_account_key(spec, secrets))
-    return progress, retention_check.observe(namespace, name, spec, config, progress, kube.api, SETTINGS)
+    progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets))
+    return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, SETTINGS)
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
@@ -139,18 +143,12 @@ class Desired:
     spec: StreamTableHandoffSpec | None
     problems: list[Problem]
     rendered: Rendered | None
+    digests: tuple[str, ...] = ()   # of rendered.children (AppliedChildren.digest)
 
 
 def _desired(kube: Kube, obj: dict[str, Any]) -> Desired:
-    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-    spec, problems = parse_spec(obj.get("spec") or {})
-    rendered: Rendered | None = None
-    if spec is not None:
-        secrets = kube.read_secrets(namespace, sorted(referenced_secrets(spec)))
-        resolved, problems = check(name, spec, secrets)
-        if not problems:
-            rendered = render(obj, spec, SETTINGS.default_image, resolved)
-    return Desired(obj, spec, list(problems), rendered)
+    prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
+    return Desired(obj, prepared.spec, list(prepared.problems), prepared.rendered, prepared.digests)
 
 
 @dataclass
@@ -167,8 +165,9 @@ class ChildrenOutcome:
 
 
 def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, truth: ProgressFacts | None,
-                     refresh_truth: bool) -> ChildrenOutcome:
-    """Roll out the rendered children (server-side apply), roll back a failed spec change, scale executors."""
+                     refresh_truth: bool, seen: Seen | None = None) -> ChildrenOutcome:
+    """Roll out the rendered children (server-side apply), roll back a failed spec change, scale executors.
+    `seen`: the driver and executors as the watch saw them (the status refresh), else read from the API."""
     obj, spec = desired.obj, desired.spec
     meta, status = obj["metadata"], obj.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
@@ -176,7 +175,7 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     if desired.rendered is None or spec is None:
         return out
     now_ms = int(time.time() * 1000)
-    driver = kube.driver_facts(namespace, name)
+    driver = (seen.settled_driver() if seen is not None else None) or kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
     upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
     rendered = out.rendered = upgrade.rendered
@@ -187,7 +186,9 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
             out.events.append(("Normal", "CheckpointVolumeCreated",
                                f"created PersistentVolumeClaim {child['metadata']['name']} for the "
                                f"checkpoint (kept when the handoff is deleted)"))
-    applied = [kube.apply_if_changed(child) for child in rendered.children]
+    digests = desired.digests if rendered is desired.rendered else ()
+    applied = [kube.apply_if_changed(child, digests[i] if digests else None)
+               for i, child in enumerate(rendered.children)]
     # The driver as read above still stands unless this step changed one of its children.
     out.driver = None if any(applied) or upgrade.decision.action != "keep" else driver
     old_hash = out.app.get("configHash")
@@ -202,24 +203,27 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     out.app["configHash"] = rendered.config_hash
     out.executors, scaled = autoscale.refresh(
         kube, namespace, name, spec, status.get("executors") or {}, truth if refresh_truth else None, report,
-        kube.executor_count(namespace, name), now_ms)
+        seen.executors_running() if seen is not None else kube.executor_count(namespace, name), now_ms)
     if scaled is not None:
         out.events.append(scaled)
     return out
 
 
 def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
-              deleting: bool = False) -> list[Problem]:
+              deleting: bool = False, views: Views | None = None, body: Mapping[str, Any] | None = None
+              ) -> list[Problem]:
     """Bring one handoff's children and status in line with its spec and the world. Idempotent.
 
     Gather (the handoff, its rendering, the driver's report and pods; on a refresh the ledger and Kafka),
     decide (status_decision.decide, pure), act (children, status patch, Events, gauges). The table and Kafka
     are read first, outside the per-object lock: they can be slow (timeouts) and must not hold up a spec
-    change waiting for the lock."""
+    change waiting for the lock. The status refresh passes `views` (the children as kopf's watches see them,
+    watched.Views) and `body` (the handoff as its daemon last saw it, for the truth read); the handoff itself
+    is read fresh under the lock, as the merge base of its status."""
     truth: ProgressFacts | None = None
     retention: RetentionCheck | None = None
     if refresh_truth and not deleting:
-        truth, retention = _read_truth(namespace, name, kube) or (None, None)
+        truth, retention = _read_truth(namespace, name, kube, body) or (None, None)
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = kube.get_handoff(namespace, name)
         if obj is None:
@@ -228,11 +232,15 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         deleting = deleting or bool(meta.get("deletionTimestamp"))
         status: dict[str, Any] = dict(obj.get("status") or {})
         desired = _desired(kube, obj)
-        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
+        seen = views.seen(namespace, name) if views is not None and not deleting else None
+        if seen is not None:
+            report, report_read = driver_report.parse(seen.progress_record), True
+        else:
+            report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
         if deleting:
             children = ChildrenOutcome(desired.rendered, app=dict(status.get("app") or {}))
         else:
-            children = _act_on_children(kube, desired, report, truth, refresh_truth)
+            children = _act_on_children(kube, desired, report, truth, refresh_truth, seen)
         observed = _observe(kube, desired, children, report, report_read, truth, retention, refresh_truth, deleting)
         decision = decide(observed)
         _act_on_status(kube, obj, observed, decision)
@@ -292,9 +300,10 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
         kopf.event(obj, type=kind, reason=reason, message=message)
 
 
-def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool) -> None:
+def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool,
+         views: Views | None = None, body: Mapping[str, Any] | None = None) -> None:
     try:
-        problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth)
+        problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth, views=views, body=body)
     except ApiException as exc:
         if exc.status in (400, 422):
             raise kopf.PermanentError(f"the API server refused a request: {exc.reason}: {exc.body}") from exc
@@ -316,20 +325,23 @@ def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
 
 @kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
 async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.DaemonStopped, logger: Any,
-                         **_: Any) -> None:
+                         body: kopf.Body, **kwargs: Any) -> None:
     """Status from the truth (driver, ledger, Kafka, the driver's published progress record) every
     HANDOFF_STATUS_INTERVAL, and drift repair.
 
     An async daemon (not a timer) so the interval is read from the settings at run time; the blocking
     reconcile runs in a worker thread only while it works (`asyncio.to_thread` keeps kopf's context
-    for Events), so a thousand idle handoffs hold no threads."""
+    for Events), so a thousand idle handoffs hold no threads. The driver's Deployment and pods, the executors
+    and the progress record come from kopf's indexes (watched.py), the handoff for the truth read from the
+    daemon's live body: per refresh, one GET of the handoff and a status patch only when something changed."""
+    views = Views.from_kwargs(kwargs)
     # Jittered: a bulk apply of many handoffs must not refresh them all in the same second, every interval.
     await stopped.wait(random.uniform(0, min(SETTINGS.status_interval, 10.0)))
     while not stopped:
         metrics.STATUS_REFRESHES.inc()
         try:
             await asyncio.to_thread(_run, namespace, name, memo, refresh_truth=True,
-                                    permanent_on_invalid=False)
+                                    permanent_on_invalid=False, views=views, body=dict(body))
         except (kopf.TemporaryError, kopf.PermanentError) as exc:
             logger.warning(f"status refresh failed: {exc}")
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
@@ -402,6 +414,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     autoscale.forget(namespace, name)
     retention_check.forget(namespace, name)
     kube.applied.forget_owner(namespace, name)
+    rendering.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
 

@@ -9,13 +9,14 @@ interrupted and repeated (operator restart) converges on the same objects, never
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -40,14 +41,23 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
+#: HTTP connections kept to the API server: at least the threads that talk to it at once (kopf's handler
+#: executor, asyncio's default executor running the status refreshes). The client's default (5 × CPUs) is fewer on
+#: a small node, and every request beyond the pool then opens and drops its own TLS connection.
+CONNECTION_POOL_SIZE = 32
+
+
 def new_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else $KUBECONFIG (read now, not at import)."""
     try:
         config.load_incluster_config()
-        return client.ApiClient()
+        configuration = client.Configuration.get_default_copy()
     except config.ConfigException:
         path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        return config.new_client_from_config(config_file=path.split(os.pathsep)[0])
+        configuration = type.__call__(client.Configuration)  # a fresh one, as config.new_client_from_config
+        config.load_kube_config(config_file=path.split(os.pathsep)[0], client_configuration=configuration)
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
 
 
 def is_not_found(exc: BaseException) -> bool:
@@ -91,14 +101,16 @@ class AppliedChildren:
     def digest(obj: Mapping[str, Any]) -> str:
         return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
-    def current(self, obj: Mapping[str, Any], now: float) -> bool:
+    def current(self, obj: Mapping[str, Any], now: float, digest: str | None = None) -> bool:
+        """`digest`: this body's `digest`, when the caller has it already (rendering.Prepared)."""
         with self._lock:
             seen = self._applied.get(self.key(obj))
-        return seen is not None and seen[0] == self.digest(obj) and now < seen[1]
+        return seen is not None and now < seen[1] and seen[0] == (digest or self.digest(obj))
 
-    def remember(self, obj: Mapping[str, Any], now: float) -> None:
+    def remember(self, obj: Mapping[str, Any], now: float, digest: str | None = None) -> None:
         with self._lock:
-            self._applied[self.key(obj)] = (self.digest(obj), now + self.resync * random.uniform(0.9, 1.1))
+            self._applied[self.key(obj)] = (digest or self.digest(obj),
+                                            now + self.resync * random.uniform(0.9, 1.1))
 
     def forget_owner(self, namespace: str, owner: str) -> None:
         """Forget the children of handoff `owner` (named `<owner>-…`): it is gone, and a new one of the same name
@@ -150,13 +162,13 @@ class Kube:
                                             field_manager=FIELD_MANAGER, force_conflicts=True)
         return result.to_dict()
 
-    def apply_if_changed(self, obj: Mapping[str, Any]) -> bool:
+    def apply_if_changed(self, obj: Mapping[str, Any], digest: str | None = None) -> bool:
         """`apply` unless this process applied the same body recently (AppliedChildren); True if it applied."""
         now = time.monotonic()
-        if self.applied.current(obj, now):
+        if self.applied.current(obj, now, digest):
             return False
         self.apply(obj)
-        self.applied.remember(obj, now)
+        self.applied.remember(obj, now, digest)
         return True
 
     def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
@@ -207,47 +219,66 @@ class Kube:
         selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}=driver"
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
+    def _raw(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """`call`'s answer as the API server's JSON (dicts, camelCase keys): the client's model deserialization of
+        a Deployment or a pod list costs several times the request itself, and the facts need a few fields."""
+        return json.loads(call(*args, _preload_content=False, **kwargs).data)
+
+    def _pods(self, namespace: str, name: str, component: str) -> list[dict[str, Any]]:
+        selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}={component}"
+        return self._raw(self.core.list_namespaced_pod, namespace, label_selector=selector).get("items") or []
+
     def executor_count(self, namespace: str, name: str) -> int:
-        selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}=executor"
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
-        return sum(1 for p in pods if p.status and p.status.phase == "Running"
-                   and p.metadata.deletion_timestamp is None)
+        return executors_running(self._pods(namespace, name, "executor"))
 
     def driver_facts(self, namespace: str, name: str) -> DriverFacts | None:
-        deployment = unless_gone(self.apps.read_namespaced_deployment, driver_name(name), namespace)
+        deployment = unless_gone(self._raw, self.apps.read_namespaced_deployment, driver_name(name), namespace)
         if deployment is None:
             return None
-        return driver_facts(deployment, self.driver_pods(namespace, name))
+        return driver_facts(deployment, self._pods(namespace, name, "driver"))
 
 
-def driver_facts(deployment: client.V1Deployment, pods: list[client.V1Pod]) -> DriverFacts:
-    """Facts from the Deployment and its pods (the newest live pod speaks for the driver)."""
-    st = deployment.status or client.V1DeploymentStatus()
-    live = [p for p in pods if p.metadata.deletion_timestamp is None]
-    pod = max(live, key=lambda p: p.metadata.creation_timestamp, default=None)
+def executors_running(pods: Iterable[Mapping[str, Any]]) -> int:
+    """Executor pods that run and are not being deleted (JSON bodies, as the API server or a watch gives them)."""
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not (p.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _ms(timestamp: str | None) -> int | None:
+    if not timestamp:
+        return None
+    return int(dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def driver_facts(deployment: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> DriverFacts:
+    """Facts from the Deployment and its pods, as JSON bodies (from a GET/LIST or from kopf's watch; the newest
+    live pod speaks for the driver)."""
+    st, dmeta = deployment.get("status") or {}, deployment.get("metadata") or {}
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    pod = max(live, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
     facts: dict[str, Any] = dict(
-        desired_replicas=deployment.spec.replicas or 0,
+        desired_replicas=(deployment.get("spec") or {}).get("replicas") or 0,
         replicas=len(pods),
-        ready_replicas=st.ready_replicas or 0,
-        updated_replicas=st.updated_replicas or 0,
-        rollout_observed=(st.observed_generation or 0) >= (deployment.metadata.generation or 0),
+        ready_replicas=st.get("readyReplicas") or 0,
+        updated_replicas=st.get("updatedReplicas") or 0,
+        rollout_observed=(st.get("observedGeneration") or 0) >= (dmeta.get("generation") or 0),
     )
     if pod is not None:
-        status = pod.status or client.V1PodStatus()
-        ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []))
-        containers = [c for c in (status.container_statuses or []) if c.name == "driver"]
-        facts.update(pod_name=pod.metadata.name, pod_phase=status.phase, pod_ready=ready,
-                     pod_config_hash=(pod.metadata.annotations or {}).get(CONFIG_HASH_ANNOTATION),
-                     pod_started_at_ms=(int(status.start_time.timestamp() * 1000) if status.start_time
-                                        else None))
+        meta, status = pod["metadata"], pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        containers = [c for c in status.get("containerStatuses") or [] if c.get("name") == "driver"]
+        facts.update(pod_name=meta.get("name"), pod_phase=status.get("phase"), pod_ready=ready,
+                     pod_config_hash=(meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION),
+                     pod_started_at_ms=_ms(status.get("startTime")))
         if containers:
             c = containers[0]
-            facts["restart_count"] = c.restart_count or 0
-            if c.state and c.state.waiting:
-                facts["waiting_reason"] = c.state.waiting.reason
-            term = (c.state.terminated if c.state and c.state.terminated else
-                    c.last_state.terminated if c.last_state else None)
-            if term is not None:
-                facts["last_termination_reason"] = f"{term.reason or 'Terminated'} (exit code {term.exit_code})"
-                facts["last_termination_message"] = term.message
+            state, last = c.get("state") or {}, c.get("lastState") or {}
+            facts["restart_count"] = c.get("restartCount") or 0
+            if state.get("waiting"):
+                facts["waiting_reason"] = state["waiting"].get("reason")
+            term = state.get("terminated") or last.get("terminated")
+            if term:
+                facts["last_termination_reason"] = (f"{term.get('reason') or 'Terminated'} "
+                                                    f"(exit code {term.get('exitCode')})")
+                facts["last_termination_message"] = term.get("message")
     return DriverFacts(**facts)

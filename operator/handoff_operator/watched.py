@@ -1,0 +1,138 @@
+"""Each handoff's driver Deployment, driver and executor pods and published progress record, as kopf's watches
+see them (kopf indexes), so the status refresh reads them without a GET, two LISTs and a GET per handoff per
+refresh (issue 16: those requests, and the client deserializing their answers, were most of a refresh's CPU).
+
+Why the watch is good enough for the refresh: it is the same watch whose events already trigger a reconcile of
+the owner when a driver Deployment or pod changes (handlers.on_driver_*), so a fact the index does not have yet
+is a fact whose reconcile is on its way. kopf fills every index from its initial listing before any handler
+runs, and drops an object's entries when it is deleted.
+
+Who reads what: only the status refresh (the daemon) uses these views, and it reads the indexes in the event
+loop, where kopf changes them (a worker thread iterating a Store while kopf replaces an entry could fail), and
+hands the reconcile thread plain data. The driver's facts are taken from the index only when they show a settled
+driver (Seen.settled_driver), the steady state; otherwise, and after a reconcile has just applied a changed
+child (handlers._observe), the API server is read, as the change handlers do.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from .conditions import DriverFacts
+from .driver_report import DATA_KEY
+from .kube import driver_facts, executors_running
+from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, MANAGED_BY, NAME_LABEL
+
+_MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY["app.kubernetes.io/managed-by"]}
+Key = tuple[str, str]  # (namespace, handoff name)
+
+
+def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What driver_facts/executors_running read of a pod (a watch event's body is kept small: 1,000s of them)."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    return {"metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
+                         "deletionTimestamp": meta.get("deletionTimestamp"),
+                         "annotations": {k: v for k, v in annotations.items() if k == CONFIG_HASH_ANNOTATION}},
+            "status": {"phase": status.get("phase"), "startTime": status.get("startTime"),
+                       "conditions": [{"type": c.get("type"), "status": c.get("status")}
+                                      for c in status.get("conditions") or []],
+                       "containerStatuses": [dict(c) for c in status.get("containerStatuses") or []
+                                             if c.get("name") == "driver"]}}
+
+
+def _slim_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"generation": (body.get("metadata") or {}).get("generation")},
+            "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+            "status": dict(body.get("status") or {})}
+
+
+@kopf.index("apps", "v1", "deployments", labels={NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver", **_MANAGED})
+async def handoff_driver_deployments(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any],
+                                     **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, labels[NAME_LABEL]): _slim_deployment(body)}
+
+
+@kopf.index("", "v1", "pods", labels={NAME_LABEL: kopf.PRESENT, **_MANAGED})
+async def handoff_pods(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any],
+                       **_: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    component = labels.get(COMPONENT_LABEL)
+    if component not in ("driver", "executor"):
+        return {}
+    return {(namespace, labels[NAME_LABEL], component): _slim_pod(body)}
+
+
+@kopf.index("", "v1", "configmaps", labels={NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "progress", **_MANAGED})
+async def handoff_progress_records(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any],
+                                   **_: Any) -> dict[Key, str | None]:
+    """`progress.json` of `<name>-progress` (the driver publishes into it; None while it has not)."""
+    return {(namespace, labels[NAME_LABEL]): (body.get("data") or {}).get(DATA_KEY)}
+
+
+INDEXES = ("handoff_driver_deployments", "handoff_pods", "handoff_progress_records")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One handoff's children as the watch saw them (plain data, safe to hand to a worker thread)."""
+
+    deployment: Mapping[str, Any] | None
+    driver_pods: Sequence[Mapping[str, Any]] = ()
+    executor_pods: Sequence[Mapping[str, Any]] = ()
+    progress_record: str | None = None        # None: no ConfigMap, or the driver has not published yet
+
+    def driver(self) -> DriverFacts | None:
+        return None if self.deployment is None else driver_facts(self.deployment, list(self.driver_pods))
+
+    def settled_driver(self) -> DriverFacts | None:
+        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting), else None:
+        read the API server then. The Deployment's and the pods' watches are separate streams, so during a
+        rollout or a crash the index may hold a new pod beside an old Deployment status for a moment; a status
+        built from such a mix could flip Ready back for one patch. A settled driver is what a steady refresh
+        sees, and what it reads from the index."""
+        driver = self.driver()
+        if driver is None or not (driver.rollout_observed and driver.pod_ready and driver.ready_replicas >= 1
+                                  and driver.desired_replicas == driver.replicas == driver.updated_replicas
+                                  and driver.waiting_reason is None and driver.pod_phase == "Running"):
+            return None
+        return driver
+
+    def executors_running(self) -> int:
+        return executors_running(self.executor_pods)
+
+
+def _one(store: Any) -> Any:
+    return next(iter(store), None) if store is not None else None
+
+
+@dataclass
+class Views:
+    """The indexes as kopf passes them to a handler, read from a worker thread through the event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    indexes: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> Views | None:
+        """From a handler's kwargs (None: kopf passed no indexes, e.g. a test calling a handler directly)."""
+        indexes = {name: kwargs[name] for name in INDEXES if name in kwargs}
+        return cls(asyncio.get_running_loop(), indexes) if len(indexes) == len(INDEXES) else None
+
+    def _read(self, namespace: str, name: str) -> Seen:
+        deployments, pods = self.indexes["handoff_driver_deployments"], self.indexes["handoff_pods"]
+        records = self.indexes["handoff_progress_records"]
+        return Seen(deployment=_one(deployments.get((namespace, name))),
+                    driver_pods=list(pods.get((namespace, name, "driver")) or ()),
+                    executor_pods=list(pods.get((namespace, name, "executor")) or ()),
+                    progress_record=_one(records.get((namespace, name))))
+
+    def seen(self, namespace: str, name: str) -> Seen:
+        """Called from a worker thread: the read runs in the event loop (see the module's docstring)."""
+        async def read() -> Seen:
+            return self._read(namespace, name)
+
+        return asyncio.run_coroutine_threadsafe(read(), self.loop).result(timeout=30)

@@ -1,0 +1,129 @@
+"""What the status refresh reads instead of per-handoff API calls (issue 16): the driver's facts from JSON bodies
+(a GET or kopf's watch), the slimmed index entries, the views read through the event loop, and the rendering
+kept per spec (rendering.prepare)."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import sys
+from pathlib import Path
+
+from kubernetes import client
+
+from handoff_operator import rendering
+from handoff_operator.kube import Kube, driver_facts, executors_running
+from handoff_operator.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
+from handoff_operator.watched import Seen, Views, _slim_deployment, _slim_pod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from operator_support import base_spec  # noqa: E402
+
+DEPLOYMENT = {"metadata": {"name": "orders-driver", "generation": 3, "labels": {"x": "y"}},
+              "spec": {"replicas": 1, "template": {"spec": {"containers": []}}},
+              "status": {"observedGeneration": 2, "readyReplicas": 1, "updatedReplicas": 1, "replicas": 1}}
+
+
+def pod(name: str, created: str, *, deleting: bool = False, phase: str = "Running") -> dict:
+    return {"metadata": {"name": name, "creationTimestamp": created, "uid": "u-" + name,
+                         "deletionTimestamp": "2026-01-01T00:09:00Z" if deleting else None,
+                         "annotations": {CONFIG_HASH_ANNOTATION: "h-" + name, "other": "x"}},
+            "spec": {"containers": [{"name": "driver", "image": "i"}]},
+            "status": {"phase": phase, "startTime": "2026-01-01T00:00:10Z",
+                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "t"}],
+                       "containerStatuses": [
+                           {"name": "driver", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                            "lastState": {"terminated": {"reason": "Error", "exitCode": 3, "message": "boom"}}},
+                           {"name": "sidecar", "restartCount": 9}]}}
+
+
+def test_driver_facts_from_json_bodies_newest_live_pod_speaks() -> None:
+    pods = [pod("d-old", "2026-01-01T00:00:00Z"), pod("d-new", "2026-01-01T00:05:00Z"),
+            pod("d-going", "2026-01-01T00:08:00Z", deleting=True)]
+    facts = driver_facts(DEPLOYMENT, pods)
+    assert (facts.desired_replicas, facts.replicas, facts.ready_replicas, facts.rollout_observed) == (1, 3, 1, False)
+    assert (facts.pod_name, facts.pod_phase, facts.pod_ready, facts.pod_config_hash) == \
+        ("d-new", "Running", True, "h-d-new")
+    assert facts.pod_started_at_ms == 1767225610000
+    assert (facts.restart_count, facts.waiting_reason) == (2, "CrashLoopBackOff")
+    assert (facts.last_termination_reason, facts.last_termination_message) == ("Error (exit code 3)", "boom")
+
+
+def test_slimmed_index_entries_give_the_same_facts() -> None:
+    pods = [pod("d-old", "2026-01-01T00:00:00Z"), pod("d-new", "2026-01-01T00:05:00Z")]
+    assert driver_facts(_slim_deployment(DEPLOYMENT), [_slim_pod(p) for p in pods]) == driver_facts(DEPLOYMENT, pods)
+    assert "spec" not in _slim_pod(pods[0]) and "other" not in _slim_pod(pods[0])["metadata"]["annotations"]
+
+
+def test_executors_running_leaves_out_pending_and_deleted_pods() -> None:
+    pods = [pod("e-1", "t"), pod("e-2", "t", phase="Pending"), pod("e-3", "t", deleting=True), pod("e-4", "t")]
+    assert executors_running(pods) == 2 and executors_running([_slim_pod(p) for p in pods]) == 2
+
+
+def test_views_are_read_in_the_event_loop_and_handed_to_a_thread_as_plain_data() -> None:
+    indexes = {
+        "handoff_driver_deployments": {("ns", "orders"): [_slim_deployment(DEPLOYMENT)]},
+        "handoff_pods": {("ns", "orders", "driver"): [_slim_pod(pod("d-1", "2026-01-01T00:00:00Z"))],
+                         ("ns", "orders", "executor"): [_slim_pod(pod("e-1", "t")), _slim_pod(pod("e-2", "t"))]},
+        "handoff_progress_records": {("ns", "orders"): ['{"publishedAtMs": 5}']},
+    }
+
+    async def main() -> tuple:
+        views = Views.from_kwargs({**indexes, "unrelated": 1})
+        assert views is not None and Views.from_kwargs({"handoff_pods": {}}) is None
+        return await asyncio.gather(asyncio.to_thread(views.seen, "ns", "orders"),
+                                    asyncio.to_thread(views.seen, "ns", "refunds"))
+
+    orders, refunds = asyncio.run(main())
+    assert orders.driver().pod_name == "d-1" and orders.executors_running() == 2
+    assert orders.progress_record == '{"publishedAtMs": 5}'
+    assert refunds.driver() is None and refunds.executors_running() == 0 and refunds.progress_record is None
+
+
+def handoff(spec: dict, uid: str = "u1", annotations: dict | None = None) -> dict:
+    return {"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+            "metadata": {"name": "orders", "namespace": "ns", "uid": uid, "generation": 1,
+                         "annotations": annotations or {}}, "spec": spec}
+
+
+def test_rendering_is_kept_per_spec_and_redone_when_an_input_changes() -> None:
+    kube = Kube(client.ApiClient())  # a spec naming no Secret makes no request
+    spec = base_spec("127.0.0.1:9092")
+    rendering.forget("ns", "orders")
+    first = rendering.prepare(kube, handoff(spec), "img:1")
+    assert first.rendered is not None and not first.problems
+    assert len(first.digests) == len(first.rendered.children)
+    assert rendering.prepare(kube, handoff(copy.deepcopy(spec)), "img:1") is first
+
+    changed = rendering.prepare(kube, handoff({**spec, "commitInterval": "30s"}), "img:1")
+    assert changed is not first and changed.rendered.config_hash != first.rendered.config_hash
+    held = rendering.prepare(kube, handoff({**spec, "commitInterval": "30s"},
+                                           annotations={REPLAY_HOLD_ANNOTATION: "r"}), "img:1")
+    assert held.rendered.child("Deployment")["spec"]["replicas"] == 0
+    assert rendering.prepare(kube, handoff(spec), "img:2").rendered.config.spark_conf != \
+        first.rendered.config.spark_conf
+    assert rendering.prepare(kube, handoff(spec, uid="u2"), "img:1").rendered.child("Deployment")[
+        "metadata"]["ownerReferences"][0]["uid"] == "u2"
+
+
+def test_an_invalid_spec_keeps_its_problems_from_the_cache() -> None:
+    kube = Kube(client.ApiClient())
+    rendering.forget("ns", "orders")
+    bad = {**base_spec(), "commitInterval": "soon"}
+    first = rendering.prepare(kube, handoff(bad), "img")
+    assert first.spec is None and first.rendered is None and first.problems
+    again = rendering.prepare(kube, handoff(bad, uid="u2"), "img")
+    assert again.problems == first.problems and again.rendered is None
+
+
+def test_only_a_settled_driver_is_taken_from_the_index() -> None:
+    settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
+    running = pod("d-1", "2026-01-01T00:00:00Z")
+    running["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    fine = Seen(_slim_deployment(settled), [_slim_pod(running)])
+    assert fine.settled_driver() == fine.driver() and fine.driver().pod_ready
+    assert Seen(_slim_deployment(DEPLOYMENT), [_slim_pod(running)]).settled_driver() is None  # rollout not observed
+    assert Seen(_slim_deployment(settled), [_slim_pod(pod("d-1", "t"))]).settled_driver() is None  # crash looping
+    starting = copy.deepcopy(running)
+    starting["status"]["conditions"][0]["status"] = "False"
+    assert Seen(_slim_deployment(settled), [_slim_pod(starting)]).settled_driver() is None
+    assert Seen(None).settled_driver() is None
