@@ -84,7 +84,8 @@ def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverRepo
         memory.end_total, memory.end_at_ms = total, now_ms
     rates = tuple((t, r) for t, r in memory.rates if now_ms - t <= RATE_WINDOW_MS)
     if (report is not None and report.batch_id is not None and report.batch_id != memory.rated_batch
-            and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0):
+            and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0
+            and not report.first_of_driver):
         rates += ((now_ms, batch_rate(report) / executors),)
         memory.rated_batch = report.batch_id
     memory.rates = rates

@@ -80,6 +80,7 @@ class DriverReport:
     duration_ms: int | None = None
     input_rows_per_second: float | None = None
     work_ms: int | None = None               # the batch's parallel part (Spark's addBatch − the table commit)
+    first_of_driver: bool = False            # the driver's first batch: it paid the start-up costs
     dlq_rows: int | None = None
     committed_snapshot: int | None = None    # the batch's table commit (upgrade.committed_by)
 

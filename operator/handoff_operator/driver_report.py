@@ -56,7 +56,7 @@ def parse(text: str | None) -> DriverReport | None:
         degraded_reason=reason if isinstance(reason, str) and reason else None,
         timestamp_ms=_int(doc.get("timestampMs")), rows=_int(doc.get("rows")),
         duration_ms=_int(doc.get("durationMs")), input_rows_per_second=_float(doc.get("inputRowsPerSecond")),
-        work_ms=_int(doc.get("workMs")),
+        work_ms=_int(doc.get("workMs")), first_of_driver=doc.get("firstOfDriver") is True,
         dlq_rows=_int(doc.get("dlqRows")), committed_snapshot=_int(doc.get("committedSnapshot")))
 
 

@@ -153,7 +153,8 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
-        if not self.reports:
+        first = not self.reports
+        if first:
             # This driver's first batch pays its start-up costs (fresh Python workers, first Kafka and catalog
             # connections): where its time went, in Spark's own terms (docs/benchmarks.md, "Cold start").
             log.info("first batch %s of this driver: durations (ms) %s", data.get("batchId"),
@@ -166,6 +167,8 @@ class ProgressReporter:
         if self.metrics is not None:
             self.metrics.observe(report)
         record = report.record(cfg.handoff_id)
+        # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
+        record["firstOfDriver"] = first
         if self.checkpoint_discarded:
             record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:

@@ -221,3 +221,21 @@ def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_i
     assert batch_rate(report) == 12_500.0  # planning and the commit are not the executors' work
     older = DriverReport(published_at_ms=1, batch_id=9, rows=5000, duration_ms=800, input_rows_per_second=6250.0)
     assert batch_rate(older) == 6250.0
+
+
+def test_a_drivers_first_batch_is_not_a_capacity_measurement():
+    """Measured on the real node: a restarted driver's first batch (fresh Python workers, first connections)
+    ran 20,000 rows in ~13 s, one executor 'did' 1,500/s, and the operator scaled 1 → 3 on a quiet topic."""
+    from handoff_operator.autoscale import _Memory, _observe
+    from handoff_operator.driver_report import parse
+
+    memory = _Memory()
+    cold = parse('{"publishedAtMs": 1, "batchId": 0, "rows": 20000, "durationMs": 13000, "workMs": 12500, '
+                 '"inputRowsPerSecond": 1538.0, "firstOfDriver": true}')
+    assert cold is not None and cold.first_of_driver
+    _observe(memory, None, cold, 1, now_ms=1_000)
+    assert memory.rate_per_executor is None  # no measurement: the rule holds, never guesses
+    warm = parse('{"publishedAtMs": 2, "batchId": 1, "rows": 5000, "durationMs": 800, "workMs": 500, '
+                 '"inputRowsPerSecond": 6250.0, "firstOfDriver": false}')
+    _observe(memory, None, warm, 1, now_ms=3_000)
+    assert memory.rate_per_executor == 10_000.0
