@@ -26,7 +26,7 @@ from . import jvm_cds, sinks
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
-from .progress import (BatchReport, Metrics, read_initial_offsets, read_last_commit, report_from_progress,
+from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_progress,
                        write_progress_file)
 from .executor_scaler import ExecutorScaler, SparkExecutors
 from .progress_publisher import ProgressPublisher
@@ -159,7 +159,8 @@ class ProgressReporter:
             # connections): where its time went, in Spark's own terms (docs/benchmarks.md, "Cold start").
             log.info("first batch %s of this driver: durations (ms) %s", data.get("batchId"),
                      json.dumps(data.get("durationMs") or {}, sort_keys=True))
-        report = report_from_progress(data, read_last_commit(cfg.checkpoint_location), self.max_event_time_ms,
+        report = report_from_progress(data, read_commit(cfg.checkpoint_location, int(data["batchId"])),
+                                      self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         self.max_event_time_ms = report.max_event_time_ms
         self.reports.append(report)

@@ -243,8 +243,30 @@ def gaps_in(checkpoint: str, ranges: OffsetRange) -> dict[str, dict[str, list[in
     return out
 
 
+#: The last RECENT_COMMITS commit records, so the driver's progress reporter finds a batch's record even when
+#: the next batch committed before it polled (an AvailableNow run's batches can finish within one poll).
+RECENT_COMMITS_FILE = "handoff/recent-commits.json"
+RECENT_COMMITS = 32
+
+
 def write_last_commit(checkpoint: str, result: dict[str, Any]) -> None:
+    recent = read_json(checkpoint, RECENT_COMMITS_FILE)
+    kept = [r for r in recent if isinstance(r, dict)] if isinstance(recent, list) else []
+    kept = [r for r in kept if r.get("batch_id") != result.get("batch_id")][-(RECENT_COMMITS - 1):] + [result]
+    atomic_write(local_path(checkpoint) / RECENT_COMMITS_FILE, json.dumps(kept))
     atomic_write(local_path(checkpoint) / LAST_COMMIT_FILE, json.dumps(result))
+
+
+def read_commit(checkpoint: str, batch_id: int) -> dict[str, Any] | None:
+    """Batch `batch_id`'s commit record (None when this checkpoint has none for it)."""
+    last = read_last_commit(checkpoint)
+    if last is not None and int(last.get("batch_id", -1)) == batch_id:
+        return last
+    recent = read_json(checkpoint, RECENT_COMMITS_FILE)
+    for record in reversed(recent if isinstance(recent, list) else []):
+        if isinstance(record, dict) and int(record.get("batch_id", -1)) == batch_id:
+            return record
+    return None
 
 
 def read_last_commit(checkpoint: str) -> dict[str, Any] | None:

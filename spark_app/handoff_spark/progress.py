@@ -42,6 +42,10 @@ def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
     return ckpt.read_last_commit(checkpoint)
 
 
+def read_commit(checkpoint: str, batch_id: int) -> dict[str, Any] | None:
+    return ckpt.read_commit(checkpoint, batch_id)
+
+
 def read_initial_offsets(checkpoint: str) -> dict[tuple[str, int], int]:
     """The source's initial offsets (the start of batch 0, which Spark's progress leaves empty)."""
     return _parse_offsets(ckpt.read_json(checkpoint, ckpt.INITIAL_OFFSETS_FILE))
