@@ -52,11 +52,15 @@ class _Memory:
     end_total: int | None = None
     end_at_ms: int | None = None
     input_rate: float | None = None
-    rate_per_executor: float | None = None   # the best of `rates` (see RATE_WINDOW_MS)
     rated_batch: int | None = None
     rates: tuple[tuple[int, float], ...] = ()  # (time, records/s per executor) of busy batches in the window
     history: tuple[tuple[int, int], ...] = ()
     annotated: int | None = None      # the desired count last written onto the ConfigMap by this process
+
+    @property
+    def rate_per_executor(self) -> float | None:
+        """The best of `rates` (see RATE_WINDOW_MS); None before a busy batch was measured."""
+        return max((r for _, r in self.rates), default=None)
 
 
 _memory: dict[tuple[str, str], _Memory] = {}
@@ -89,7 +93,6 @@ def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverRepo
         rates += ((now_ms, batch_rate(report) / executors),)
         memory.rated_batch = report.batch_id
     memory.rates = rates
-    memory.rate_per_executor = max((r for _, r in rates), default=None)
 
 
 def batch_rate(report: DriverReport) -> float:

@@ -38,10 +38,6 @@ def lag_per_partition(end: Mapping[tuple[str, int], int], latest: Mapping[tuple[
     return {tp: 0 for tp in end} | _lag_per_partition(end, latest)
 
 
-def read_last_commit(checkpoint: str) -> dict[str, Any] | None:
-    return ckpt.read_last_commit(checkpoint)
-
-
 def read_commit(checkpoint: str, batch_id: int) -> dict[str, Any] | None:
     return ckpt.read_commit(checkpoint, batch_id)
 
