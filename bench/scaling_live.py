@@ -15,15 +15,20 @@ Reported per configuration, from the step up (t = 0):
 - executor-seconds: registered executors integrated from the step up to the end of the drain;
 - restarts: the driver pod's container restarts + driver pods replaced (must be 0).
 
+Each executor pod gets a CPU limit (`--executor-cpu-limit`, default 400m): without one, an executor on this
+2-CPU node takes whatever CPU is free, one executor already uses most of it, and adding executors adds no
+capacity (the first runs showed exactly that); with it each executor adds its share, as on a real cluster
+where executors land on their own cores.
+
 What it is not: a capacity benchmark. All of it — Kafka, PostgreSQL, moto, the API server, the operator,
 the driver and every executor — shares this machine's 2 CPUs (and other sessions' load: the load average is
 recorded), so more executors add parallel tasks but little CPU; the figures compare the three policies under
 the same conditions in the same run, nothing more.
 
-    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60] [--out ...]
+    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60]
+        [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max] [--out ...]
 
-Status (2026-11-23): written, not yet run to completion — the machine ran at a load average of 20–28 and the
-driver could not start its query (docs/benchmarks.md). Treat its first run as its test.
+Runs and findings: docs/benchmarks.md, "Scaling on lag vs fixed executors".
 """
 from __future__ import annotations
 
@@ -109,7 +114,9 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                            scaling={"minExecutors": lo, "maxExecutors": hi, "targetCatchUp": "20s",
                                     "cooldown": "15s"},
                            source={"maxRecordsPerBatch": 20_000},
-                           spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
+                           spark_conf={"spark.kubernetes.executor.request.cores": "200m",
+                                       **({"spark.kubernetes.executor.limit.cores": args.executor_cpu_limit}
+                                          if args.executor_cpu_limit else {})})
     stop, counter = threading.Event(), [0]
     phase = {"step_up": None, "step_down": None}
 
@@ -207,6 +214,10 @@ def main() -> None:
     parser.add_argument("--drain-limit", type=float, default=240, help="max seconds waiting for the drain")
     parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which of " + ", ".join(CONFIGS))
+    parser.add_argument("--executor-cpu-limit", default="400m",
+                        help="each executor pod's CPU limit (spark.kubernetes.executor.limit.cores; '' for none): "
+                             "on a 2-CPU node an unlimited executor takes whatever CPU is free, so adding "
+                             "executors adds no capacity; with a limit each one adds its share")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling_live.json")
     args = parser.parse_args()
     workdir = ROOT / ".test-logs" / f"bench-scaling-{os.getpid()}"
@@ -225,7 +236,8 @@ def main() -> None:
                           "load_after": [round(x, 2) for x in os.getloadavg()]},
               "params": {"base": args.base, "high": args.base * 4, "before_s": args.before, "high_s": args.high,
                          "status_interval_s": 3, "scale_poll_s": 5, "targetCatchUp": "20s", "cooldown": "15s",
-                         "maxRecordsPerBatch": 20_000, "partitions": 3},
+                         "maxRecordsPerBatch": 20_000, "partitions": 3,
+                         "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None},
               "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
