@@ -108,17 +108,19 @@ def apiserver_counters(api: Any) -> dict[str, float]:
     text = scrape(api.server + "/metrics", api.token, str(api.ca_cert))
     writes = reads = 0.0
     by_resource: dict[str, float] = {}
+    reads_by_resource: dict[str, float] = {}
     for labels, value in samples(text, "apiserver_request_total"):
         if labels.get("resource") in IGNORED_RESOURCES:
             continue
+        what = f"{labels.get('verb')} {labels.get('resource')}" + (
+            f"/{labels['subresource']}" if labels.get("subresource") else "")
         if labels.get("verb") in WRITE_VERBS:
             writes += value
-            what = f"{labels.get('verb')} {labels.get('resource')}" + (
-                f"/{labels['subresource']}" if labels.get("subresource") else "")
             by_resource[what] = by_resource.get(what, 0.0) + value
         elif labels.get("verb") in READ_VERBS:
             reads += value
-    return {"writes": writes, "reads": reads, "by_resource": by_resource}
+            reads_by_resource[what] = reads_by_resource.get(what, 0.0) + value
+    return {"writes": writes, "reads": reads, "by_resource": by_resource, "reads_by_resource": reads_by_resource}
 
 
 def event_counts(core: Any, namespace: str) -> dict[str, int]:
@@ -318,6 +320,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
             "apiserver_writes_by_resource": {k: per(v - api0["by_resource"].get(k, 0.0))
                                              for k, v in sorted(api1["by_resource"].items())
                                              if v - api0["by_resource"].get(k, 0.0) > 0},
+            "apiserver_reads_by_resource": {k: per(v - api0["reads_by_resource"].get(k, 0.0))
+                                            for k, v in sorted(api1["reads_by_resource"].items())
+                                            if v - api0["reads_by_resource"].get(k, 0.0) > 0},
             "load_average": [round(load0, 2), round(load1, 2)],
         }
         print(f"  N={n}: {json.dumps(result)}", flush=True)

@@ -258,8 +258,8 @@ def _degraded_while_running(facts: Facts) -> Condition:
     if (target is not None and progress.freshness_seconds is not None and
             progress.freshness_seconds > target and (progress.lag or 0) > 0):
         return _cond(DEGRADED, True, "FreshnessTargetMissed",
-                     f"newest committed event is {progress.freshness_seconds:.0f}s old, target {target:.0f}s, "
-                     f"{progress.lag} records waiting; raise scaling.maxExecutors or lower the load")
+                     f"newest committed event is older than the target {target:.0f}s (status.freshness has its "
+                     f"age), {progress.lag} records waiting; raise scaling.maxExecutors or lower the load")
     if progress.errors:
         return _cond(DEGRADED, True, "StatusUnavailable", "; ".join(progress.errors))
     return _cond(DEGRADED, False, "AsExpected", "committing within target")

@@ -52,6 +52,9 @@ TRANSIENT_DELAY = 10.0
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
+#: The resourceVersion of each handoff as this process last read it under its lock or made it by a status patch
+#: (_handoff_under_lock).
+_versions: dict[tuple[str, str], str] = {}
 log = logging.getLogger("handoff.operator")
 
 
@@ -218,14 +221,15 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
     decide (status_decision.decide, pure), act (children, status patch, Events, gauges). The table and Kafka
     are read first, outside the per-object lock: they can be slow (timeouts) and must not hold up a spec
     change waiting for the lock. The status refresh passes `views` (the children as kopf's watches see them,
-    watched.Views) and `body` (the handoff as its daemon last saw it, for the truth read); the handoff itself
-    is read fresh under the lock, as the merge base of its status."""
+    watched.Views) and `body` (the handoff as its daemon last saw it, for the truth read, and as the merge base
+    of its status when it is the version this process last knew: _handoff_under_lock); otherwise the handoff is
+    read fresh under the lock, as the merge base of its status."""
     truth: ProgressFacts | None = None
     retention: RetentionCheck | None = None
     if refresh_truth and not deleting:
         truth, retention = _read_truth(namespace, name, kube, body) or (None, None)
     with _lock(namespace, name), metrics.observe_reconcile():
-        obj = kube.get_handoff(namespace, name)
+        obj = _handoff_under_lock(kube, namespace, name, body)
         if obj is None:
             return []
         meta = obj["metadata"]
@@ -245,6 +249,25 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         decision = decide(observed)
         _act_on_status(kube, obj, observed, decision)
         return desired.problems
+
+
+def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str, Any] | None
+                        ) -> dict[str, Any] | None:
+    """The handoff as the merge base of its status: the daemon's live body when it is the very version this
+    process last read or wrote under the lock (nothing changed it since, as far as the watch has told: the same
+    as a GET a moment earlier), else a GET. A reconcile that ran in between (a spec change, a child's event)
+    patched the status and recorded the newer version, so a body taken before it is not used: its old
+    `status.app.configHash` would announce a restart twice (why the GET under the lock exists)."""
+    key = (namespace, name)
+    version = ((body or {}).get("metadata") or {}).get("resourceVersion")
+    if body is not None and version is not None and _versions.get(key) == version:
+        return dict(body)
+    obj = kube.get_handoff(namespace, name)
+    if obj is None:
+        _versions.pop(key, None)
+    else:
+        _versions[key] = obj["metadata"].get("resourceVersion")
+    return obj
 
 
 def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: DriverReport | None,
@@ -286,7 +309,11 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if worth_writing(obj.get("status") or {}, decision.status):
-        kube.patch_status(namespace, name, decision.status)
+        version = kube.patch_status(namespace, name, decision.status)
+        if version is not None:
+            _versions[(namespace, name)] = version
+        else:
+            _versions.pop((namespace, name), None)
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
     status, facts = decision.status, observed.facts
@@ -417,6 +444,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     rendering.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
+    _versions.pop((namespace, name), None)
 
 
 from . import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

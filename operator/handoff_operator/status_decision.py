@@ -142,21 +142,24 @@ def _once_per_reason(events: Sequence[Event]) -> list[Event]:
 
 
 #: A status that differs from the stored one only in its freshness is written when the freshness moved by more
-#: than this fraction: an idle handoff's freshness grows every refresh, and writing it each time made every
-#: refresh of every handoff an API write and a watch event. The handoff_freshness_seconds gauge stays exact.
+#: than this fraction or FRESHNESS_WRITE_MIN_SECONDS, whichever is more: an idle handoff's freshness grows every
+#: refresh, and writing it each time made every refresh of every handoff an API write and a watch event (with the
+#: fraction alone, every refresh of a handoff younger than ~10 intervals still was: issue 16). The
+#: handoff_freshness_seconds gauge stays exact; conditions are decided from the fresh value, not the stored one.
 FRESHNESS_WRITE_STEP = 0.1
+FRESHNESS_WRITE_MIN_SECONDS = 60.0
 FRESHNESS_KEYS = ("freshness", "freshnessSeconds")
 
 
 def worth_writing(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Patch the status? When anything but the freshness differs, or the freshness appeared, went, or moved by
-    more than FRESHNESS_WRITE_STEP of its stored value."""
+    more than FRESHNESS_WRITE_STEP of its stored value and at least FRESHNESS_WRITE_MIN_SECONDS."""
     if differs(current, {k: v for k, v in patch.items() if k not in FRESHNESS_KEYS}):
         return True
     old, new = current.get("freshnessSeconds"), patch.get("freshnessSeconds")
     if old is None or new is None:
         return old is not None or new is not None
-    return abs(float(new) - float(old)) > FRESHNESS_WRITE_STEP * float(old)
+    return abs(float(new) - float(old)) > max(FRESHNESS_WRITE_STEP * float(old), FRESHNESS_WRITE_MIN_SECONDS)
 
 
 def differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:

@@ -10,12 +10,14 @@ runs, and drops an object's entries when it is deleted.
 Who reads what: only the status refresh (the daemon) uses these views, and it reads the indexes in the event
 loop, where kopf changes them (a worker thread iterating a Store while kopf replaces an entry could fail), and
 hands the reconcile thread plain data. The driver's facts are taken from the index only when they show a settled
-driver (Seen.settled_driver), the steady state; otherwise, and after a reconcile has just applied a changed
-child (handlers._observe), the API server is read, as the change handlers do.
+driver, or when the handoff's driver Deployment and pods have had no watch event for QUIET_SECONDS
+(Seen.settled_driver): the steady states, a running driver or one stuck unready; otherwise, and after a
+reconcile has just applied a changed child (handlers._observe), the API server is read, as the change handlers do.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,23 @@ from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, MANAGED_BY, NAME_LA
 
 _MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY["app.kubernetes.io/managed-by"]}
 Key = tuple[str, str]  # (namespace, handoff name)
+
+#: A handoff whose driver Deployment and pods had no watch event for this long has index entries that agree
+#: with each other (the controllers update a Deployment's status within moments of its pods' changes), so the
+#: refresh reads them even when the driver is not settled: a driver stuck unready (a node NotReady, Pending for
+#: capacity) cost a GET and a LIST at every refresh (issue 16: all 200 drivers of the bench on a flapping kwok
+#: node, 40% of the refresh time).
+QUIET_SECONDS = 10.0
+_changed: dict[Key, float] = {}  # monotonic time of each handoff's last child event (touched in the event loop)
+
+
+def _note_change(namespace: str, name: str) -> None:
+    _changed[(namespace, name)] = time.monotonic()
+
+
+def quiet(last_change: float | None, now: float) -> bool:
+    """No child event since the operator started watching counts as a change now (the initial listing is one)."""
+    return last_change is not None and now - last_change >= QUIET_SECONDS
 
 
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,6 +73,7 @@ def _slim_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
 @kopf.index("apps", "v1", "deployments", labels={NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver", **_MANAGED})
 async def handoff_driver_deployments(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any],
                                      **_: Any) -> dict[Key, dict[str, Any]]:
+    _note_change(namespace, labels[NAME_LABEL])
     return {(namespace, labels[NAME_LABEL]): _slim_deployment(body)}
 
 
@@ -63,6 +83,7 @@ async def handoff_pods(namespace: str, labels: Mapping[str, str], body: Mapping[
     component = labels.get(COMPONENT_LABEL)
     if component not in ("driver", "executor"):
         return {}
+    _note_change(namespace, labels[NAME_LABEL])
     return {(namespace, labels[NAME_LABEL], component): _slim_pod(body)}
 
 
@@ -84,17 +105,21 @@ class Seen:
     driver_pods: Sequence[Mapping[str, Any]] = ()
     executor_pods: Sequence[Mapping[str, Any]] = ()
     progress_record: str | None = None        # None: no ConfigMap, or the driver has not published yet
+    quiet: bool = False                       # no event of the driver Deployment or pods for QUIET_SECONDS
 
     def driver(self) -> DriverFacts | None:
         return None if self.deployment is None else driver_facts(self.deployment, list(self.driver_pods))
 
     def settled_driver(self) -> DriverFacts | None:
-        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting), else None:
-        read the API server then. The Deployment's and the pods' watches are separate streams, so during a
-        rollout or a crash the index may hold a new pod beside an old Deployment status for a moment; a status
-        built from such a mix could flip Ready back for one patch. A settled driver is what a steady refresh
-        sees, and what it reads from the index."""
+        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting) or when its
+        objects have been quiet (`quiet`), else None: read the API server then. The Deployment's and the pods'
+        watches are separate streams, so during a rollout or a crash the index may hold a new pod beside an old
+        Deployment status for a moment; a status built from such a mix could flip Ready back for one patch. A
+        settled driver is what a steady refresh sees, and what it reads from the index; so is a driver whose
+        objects have not changed for a while, whatever state they show."""
         driver = self.driver()
+        if driver is not None and self.quiet:
+            return driver
         if driver is None or not (driver.rollout_observed and driver.pod_ready and driver.ready_replicas >= 1
                                   and driver.desired_replicas == driver.replicas == driver.updated_replicas
                                   and driver.waiting_reason is None and driver.pod_phase == "Running"):
@@ -128,7 +153,8 @@ class Views:
         return Seen(deployment=_one(deployments.get((namespace, name))),
                     driver_pods=list(pods.get((namespace, name, "driver")) or ()),
                     executor_pods=list(pods.get((namespace, name, "executor")) or ()),
-                    progress_record=_one(records.get((namespace, name))))
+                    progress_record=_one(records.get((namespace, name))),
+                    quiet=quiet(_changed.get((namespace, name)), time.monotonic()))
 
     def seen(self, namespace: str, name: str) -> Seen:
         """Called from a worker thread: the read runs in the event loop (see the module's docstring)."""

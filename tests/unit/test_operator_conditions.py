@@ -82,6 +82,18 @@ def test_freshness_target_missed_only_with_waiting_records():
     assert ev.phase == "Running"
 
 
+def test_a_missed_freshness_target_does_not_change_its_condition_as_the_age_grows():
+    """The age is status.freshness's job (written in steps): a message carrying it changed the status, so an API
+    write and a watch event, at every refresh of every stalled handoff."""
+    def degraded(age: float):
+        return _by_type(evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING,
+                                       progress=ProgressFacts(freshness_seconds=age, lag=10),
+                                       freshness_target_seconds=60)))["Degraded"]
+
+    assert degraded(600) == degraded(615)
+    assert "60s" in degraded(600).message and "10 records waiting" in degraded(600).message
+
+
 def test_last_transition_time_changes_only_with_status():
     first = evaluate(Facts(generation=1, suspended=False, desired_hash="h1"))
     merged = merge_conditions(None, first.conditions, 1, "2026-01-01T00:00:00Z")

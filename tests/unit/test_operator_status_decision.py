@@ -64,9 +64,12 @@ def test_a_status_the_crd_would_refuse_fails_in_the_decision() -> None:
 def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -> None:
     from handoff_operator.status_decision import worth_writing
 
-    stored = {"lag": 0, "freshness": "1m40s", "freshnessSeconds": 100.0}
-    assert not worth_writing(stored, {"lag": 0, "freshness": "1m45s", "freshnessSeconds": 105.0})
-    assert worth_writing(stored, {"lag": 0, "freshness": "1m55s", "freshnessSeconds": 115.0})
+    stored = {"lag": 0, "freshness": "16m40s", "freshnessSeconds": 1000.0}
+    assert not worth_writing(stored, {"lag": 0, "freshness": "18m", "freshnessSeconds": 1080.0})
+    assert worth_writing(stored, {"lag": 0, "freshness": "18m30s", "freshnessSeconds": 1110.0})
+    young = {"lag": 0, "freshness": "30s", "freshnessSeconds": 30.0}  # a young one: not at every refresh either
+    assert not worth_writing(young, {"lag": 0, "freshness": "1m15s", "freshnessSeconds": 75.0})
+    assert worth_writing(young, {"lag": 0, "freshness": "1m35s", "freshnessSeconds": 95.0})
     assert worth_writing(stored, {"lag": 1, "freshness": "1m45s", "freshnessSeconds": 105.0})
     assert worth_writing(stored, {"lag": 0, "freshness": None, "freshnessSeconds": None})
     assert worth_writing({"lag": 0}, {"lag": 0, "freshnessSeconds": 1.0})

@@ -127,3 +127,19 @@ def test_only_a_settled_driver_is_taken_from_the_index() -> None:
     starting["status"]["conditions"][0]["status"] = "False"
     assert Seen(_slim_deployment(settled), [_slim_pod(starting)]).settled_driver() is None
     assert Seen(None).settled_driver() is None
+
+
+def test_an_unsettled_driver_is_taken_from_the_index_once_its_objects_were_quiet() -> None:
+    from handoff_operator.watched import QUIET_SECONDS, quiet
+
+    settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
+    unready = pod("d-1", "2026-01-01T00:00:00Z")
+    unready["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    unready["status"]["conditions"][0]["status"] = "False"  # e.g. its node went NotReady
+    loud = Seen(_slim_deployment(settled), [_slim_pod(unready)])
+    assert loud.settled_driver() is None
+    still = Seen(_slim_deployment(settled), [_slim_pod(unready)], quiet=True)
+    assert still.settled_driver() == still.driver() and not still.driver().pod_ready
+    assert Seen(None, quiet=True).settled_driver() is None  # no Deployment in the index: read the API server
+    assert quiet(100.0, 100.0 + QUIET_SECONDS) and not quiet(100.0, 100.0 + QUIET_SECONDS - 1)
+    assert not quiet(None, 1e9)

@@ -631,7 +631,8 @@ class StreamTableHandoffStatus(StatusModel):
     freshness: str | None = Field(default=None, max_length=32,
                                   description="Age of the newest committed record, e.g. 42s. While nothing else "
                                               "in the status changes it is rewritten only when it moved by more "
-                                              "than 10% (the handoff_freshness_seconds metric is exact).")
+                                              "than 10% and at least a minute (the handoff_freshness_seconds "
+                                              "metric is exact).")
     freshness_seconds: float | None = Field(default=None, ge=0, description="freshness in seconds.")
     executors: ExecutorsStatus | None = Field(default=None, description="Executor counts.")
     last_batch: LastBatchStatus | None = Field(default=None,
