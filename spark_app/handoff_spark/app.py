@@ -117,6 +117,16 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     return writer.start()
 
 
+def idle_progress(data: dict[str, Any]) -> bool:
+    """True for the progress Spark adds while a query waits for data (every
+    `spark.sql.streaming.noDataProgressEventInterval`, 10 s): no batch ran, yet it carries the id of the
+    batch that will run next. Reported as that batch, it hid the real one (same id, skipped as seen): after
+    any idle spell the driver's console, metrics and progress record showed "0 rows" for a batch that wrote
+    thousands, and the operator never got a batch to rate an executor by (CI: the in-cluster scaling test
+    held at NoMeasurement). A batch that ran has read offset ranges and has Spark's `addBatch` duration."""
+    return not data.get("numInputRows") and "addBatch" not in (data.get("durationMs") or {})
+
+
 class ProgressReporter:
     """Turns each finished micro-batch into a console line, a progress-file rewrite and metrics.
 
@@ -143,7 +153,7 @@ class ProgressReporter:
             data = progress.jsonValue() if hasattr(progress, "jsonValue") else progress
             if isinstance(data, str):
                 data = json.loads(data)
-            if int(data.get("batchId", -1)) <= self.last_batch_id:
+            if int(data.get("batchId", -1)) <= self.last_batch_id or idle_progress(data):
                 continue
             try:
                 self._report(data)

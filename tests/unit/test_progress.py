@@ -78,3 +78,34 @@ def test_work_is_add_batch_minus_the_table_commit() -> None:
     assert r.work_ms == 750 and r.record("ns/h")["workMs"] == 750
     # no addBatch in the progress: unknown, and the operator falls back to the whole batch's rate
     assert report_from_progress(progress(6, None, {"t": {"0": 1}}, {"t": {"0": 1}}), None, None).work_ms is None
+
+
+def test_an_idle_progress_is_not_reported_and_does_not_hide_the_batch_that_runs_next(tmp_path) -> None:
+    """Spark adds a progress every 10 s while a query waits for data, carrying the id of the batch that runs
+    next. The reporter skips it: the real batch with that id (rows, its range) is the one reported."""
+    from handoff_spark.app import ProgressReporter, idle_progress
+    from handoff_spark.config import AppConfig
+
+    cfg = AppConfig.model_validate({"handoffId": "ns/x", "source": {"bootstrapServers": "b:9092", "topics": ["t"]},
+                                    "sink": {"kind": "iceberg", "table": "db.t"}, "schema": {"onIncompatible": "halt"},
+                                    "checkpointLocation": f"file://{tmp_path}/ck"})
+    lines: list[str] = []
+    reporter = ProgressReporter(cfg, None, lines.append)
+
+    class Query:
+        recentProgress: list[dict] = []
+
+    ran = progress(1, {"t": {"0": 0}}, {"t": {"0": 3000}}, {"t": {"0": 3000}}, rows=3)
+    ran["durationMs"] = {"triggerExecution": 825, "addBatch": 700}
+    idle = progress(2, {"t": {"0": 3000}}, {"t": {"0": 3000}}, {"t": {"0": 3000}}, rows=0)
+    idle["durationMs"] = {"triggerExecution": 4, "latestOffset": 4}
+    assert idle_progress(idle) and not idle_progress(ran)
+    Query.recentProgress = [ran, idle]
+    reporter.poll(Query)
+    assert [line.split(":")[0] for line in lines] == ["batch 1"]
+    after = progress(2, {"t": {"0": 3000}}, {"t": {"0": 6000}}, {"t": {"0": 6000}}, rows=3)
+    after["durationMs"] = {"triggerExecution": 900, "addBatch": 800}
+    Query.recentProgress = [ran, idle, after]
+    reporter.poll(Query)
+    assert [line.split(":")[0] for line in lines] == ["batch 1", "batch 2"]
+    assert "t[0] 3000→6000" in lines[-1] and reporter.reports[-1].batch_id == 2
