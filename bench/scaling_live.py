@@ -26,7 +26,7 @@ recorded), so more executors add parallel tasks but little CPU; the figures comp
 the same conditions in the same run, nothing more.
 
     nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60]
-        [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max] [--out ...]
+        [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max[,scaling-nospec]] [--out ...]
 
 Runs and findings: docs/benchmarks.md, "Scaling on lag vs fixed executors".
 """
@@ -48,12 +48,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "operator"), str(ROOT / "spark_app")]
 
 from confluent_kafka import Producer  # noqa: E402
+from handoff_operator.render import STRAGGLER_CONF  # noqa: E402
 
 from in_cluster_support import (Cluster, install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,  # noqa: E402
                                 pods, provide_checkpoint_volume, remove, running, testbed_cluster)
 
 NAME = "bench"
-CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3)}
+CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3), "scaling-nospec": (1, 3)}
+#: Spark settings a configuration adds to the handoff's: `scaling-nospec` is `scaling` without the operator's
+#: speculative copies of straggler tasks (render.STRAGGLER_CONF), to show what they change in the same run.
+EXTRA_CONF = {"scaling-nospec": {"spark.speculation": "false"}}
+DEFAULT_CONFIGS = "scaling,fixed-min,fixed-max"
 DRIVER = f"handoff.io/name={NAME},app.kubernetes.io/component=driver"
 
 
@@ -116,7 +121,8 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                            source={"maxRecordsPerBatch": 20_000},
                            spark_conf={"spark.kubernetes.executor.request.cores": "200m",
                                        **({"spark.kubernetes.executor.limit.cores": args.executor_cpu_limit}
-                                          if args.executor_cpu_limit else {})})
+                                          if args.executor_cpu_limit else {}),
+                                       **EXTRA_CONF.get(label, {})})
     stop, counter = threading.Event(), [0]
     phase = {"step_up": None, "step_down": None}
 
@@ -149,7 +155,7 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
             s = sample(cluster, ns, app)
             samples.append(s)
             if (s["t"] > phase["step_down"] and s["lag"] is not None and s["lag"] <= args.base * 2
-                    and (label != "scaling" or s["desired"] == lo)):
+                    and (not label.startswith("scaling") or s["desired"] == lo)):
                 break
             time.sleep(1)
     finally:
@@ -176,8 +182,8 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
         prev = s
     uids = {uid for s in samples for uid, _ in s["drivers"]}
     restarts = max((r for s in samples for _, r in s["drivers"]), default=0) + max(0, len(uids) - 1)
-    return {"config": label, "decision_s": _round(decision) if label == "scaling" else None,
-            "registered_s": _round(registered) if label == "scaling" else None,
+    return {"config": label, "decision_s": _round(decision) if label.startswith("scaling") else None,
+            "registered_s": _round(registered) if label.startswith("scaling") else None,
             "desired_at_step": samples[0]["desired"] if samples else None, "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
             "drain_s": _round(drained), "drained": drained is not None,
             "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
@@ -213,7 +219,7 @@ def main() -> None:
     parser.add_argument("--high", type=float, default=60, help="seconds at 4× the base rate")
     parser.add_argument("--drain-limit", type=float, default=240, help="max seconds waiting for the drain")
     parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of " + ", ".join(CONFIGS))
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="which of " + ", ".join(CONFIGS))
     parser.add_argument("--executor-cpu-limit", default="400m",
                         help="each executor pod's CPU limit (spark.kubernetes.executor.limit.cores; '' for none): "
                              "on a 2-CPU node an unlimited executor takes whatever CPU is free, so adding "
@@ -237,7 +243,8 @@ def main() -> None:
               "params": {"base": args.base, "high": args.base * 4, "before_s": args.before, "high_s": args.high,
                          "status_interval_s": 3, "scale_poll_s": 5, "targetCatchUp": "20s", "cooldown": "15s",
                          "maxRecordsPerBatch": 20_000, "partitions": 3,
-                         "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None},
+                         "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None,
+                         "speculation": STRAGGLER_CONF, "extra_conf": EXTRA_CONF},
               "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

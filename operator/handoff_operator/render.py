@@ -226,6 +226,26 @@ def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str
 
 # ------------------------------------------------------------------------------------- app config
 
+#: Speculative copies of straggler tasks. A micro-batch waits for its slowest task, and the commonest
+#: straggler here is a task Spark hands to an executor the moment it registers (a scale-up, a replaced
+#: pod): its Python worker daemon, imports and JVM are cold, so its first task can take tens of seconds
+#: while the warm executors idle (measured in bench/scaling_live.py, docs/benchmarks.md). With these,
+#: once 30 % of a batch's tasks are done, a task running over 5 s and 2 × the median gets a copy on
+#: another executor; the first attempt to finish commits, the other is killed. Safe for the sinks: a
+#: write task's data files (Iceberg) or PENDING stream (BigQuery) reach the table only through the
+#: driver's commit of the winning attempts' messages, so a losing attempt leaves unreferenced files at
+#: most; dead letters are at-least-once already (dlq.py). No effect with one executor or in local mode
+#: (a copy needs another executor). `spark.sparkConf` may override any of them.
+STRAGGLER_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.quantile": "0.3",
+    "spark.speculation.multiplier": "2",
+    "spark.speculation.minTaskRuntime": "5s",
+    # Judge by duration only: a cold task is late because of start-up time, not because it reads slowly.
+    "spark.speculation.efficiency.enabled": "false",
+}
+
+
 def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str) -> dict[str, str]:
     """Spark settings for a client-mode driver in a pod that starts its executors as pods.
 
@@ -260,6 +280,7 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         MAX_FAILURES_KEY: str(max(3, 2 * spec.scaling.max_executors)),
         "spark.executor.failuresValidityInterval": "1h",
         "spark.kubernetes.executor.deleteOnTermination": "true",
+        **STRAGGLER_CONF,
     }
     if spec.spark.image_pull_policy:
         conf["spark.kubernetes.container.image.pullPolicy"] = spec.spark.image_pull_policy

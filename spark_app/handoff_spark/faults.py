@@ -5,7 +5,9 @@ equivalent of `kill -9` on the whole app: driver, JVM and Python workers) when t
 for batch N. Points: `crash-after-table-commit` (the table holds the batch, Spark's commit log does not),
 `crash-before-table-commit`, `catalog-outage` (the commit attempt fails as if the catalog were unreachable),
 `crash-mid-write` (an executor dies after writing its data files, before the
-task reports), `fail-task` (a write task raises; with `local[N,F]` Spark retries it).
+task reports), `fail-task` (a write task raises; with `local[N,F]` Spark retries it), `stall-task` (the
+first attempt of a batch's first write task hangs until Spark kills it: a straggler, for the speculation
+drill; Iceberg sink).
 `once=<file>` fires only if the file does not exist yet and creates it, so a restarted app runs clean.
 
 Drills must start the app in its own session (`start_new_session=True`) so the kill stays inside it.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 ENV = "HANDOFF_FAULT"
@@ -75,3 +78,15 @@ def maybe_crash(point: str, batch_id: int | None) -> None:
         target = _app_process_group()
         os.killpg(target, signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def maybe_stall(point: str, batch_id: int | None) -> None:
+    """Hang this task attempt until Spark kills it if `point` is armed and this is the first attempt of the
+    batch's first task: only a copy (speculation) or a retry on another attempt can finish the batch."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None or ctx.partitionId() != 0 or ctx.attemptNumber() != 0 or not armed(point, batch_id):
+        return
+    while True:
+        time.sleep(1)

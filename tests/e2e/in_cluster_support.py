@@ -194,6 +194,30 @@ def provide_checkpoint_volume(cluster: Cluster, namespace: str, claim: str) -> s
     return name
 
 
+@dataclass(frozen=True)
+class HandoffNamespace:
+    namespace: str        # where the handoff goes (watched by `system`'s operator)
+    system: str           # the operator's own namespace
+    topic: str            # a new 3-partition topic on the pods' Kafka
+
+
+@contextlib.contextmanager
+def handoff_namespace(cluster: Cluster, kafka: Any, prefix: str, handoff: str,
+                      values: dict[str, Any]) -> Iterator[HandoffNamespace]:
+    """A fresh namespace for one handoff named `handoff`: its own operator from the chart (`values`), a topic,
+    and the checkpoint volume its claim binds to; all removed afterwards."""
+    suffix = uuid.uuid4().hex[:5]
+    where = HandoffNamespace(f"{prefix}-{suffix}", f"handoff-system-{suffix}", f"{prefix}-{suffix}")
+    cluster.kubectl("create", "namespace", where.namespace)
+    install_operator(cluster, where.system, where.namespace, values)
+    kafka.create_topic(where.topic, partitions=3)
+    pv = provide_checkpoint_volume(cluster, where.namespace, f"{handoff}-checkpoint")
+    try:
+        yield where
+    finally:
+        remove(cluster, where.namespace, where.system, pv=pv)
+
+
 def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
     return cluster.get("pods", "-n", namespace, "-l", selector)["items"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -21,9 +20,8 @@ from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import end_offsets, produce
-from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, install_operator,
-                                kafka_for_pods, lake_catalog, lake_handoff, pods, provide_checkpoint_volume, remove,
-                                running, table_rows)
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, handoff_namespace,
+                                kafka_for_pods, lake_catalog, lake_handoff, pods, running, table_rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
@@ -46,23 +44,14 @@ def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
 
 @pytest.fixture(scope="module")
 def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
-    suffix = uuid.uuid4().hex[:5]
-    system, ns = f"handoff-system-{suffix}", f"e2e-{suffix}"
-    cluster.kubectl("create", "namespace", ns)
-    install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
-    topic = f"events-{suffix}"
-    pod_kafka.create_topic(topic, partitions=3)
-    pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
-    # Two cores on the test-bed node: the driver takes one, the executor a quarter.
-    handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
-                           s3=s3, bucket=BUCKET, table=TABLE, scaling={"minExecutors": 1, "maxExecutors": 1},
-                           executor_memory="1Gi", spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
-    state = {"ns": ns, "system": system, "topic": topic, "handoff": handoff,
-             "catalog": lake_catalog(postgres, s3, BUCKET), "bootstrap": pod_kafka.bootstrap, "produced": 0}
-    try:
-        yield state
-    finally:
-        remove(cluster, ns, system, pv=pv)
+    with handoff_namespace(cluster, pod_kafka, "e2e", NAME, {"statusInterval": 3, "deleteGraceSeconds": 120}) as where:
+        ns, topic = where.namespace, where.topic
+        # Two cores on the test-bed node: the driver takes one, the executor a quarter.
+        handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
+                               s3=s3, bucket=BUCKET, table=TABLE, scaling={"minExecutors": 1, "maxExecutors": 1},
+                               executor_memory="1Gi", spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+        yield {"ns": ns, "system": where.system, "topic": topic, "handoff": handoff,
+               "catalog": lake_catalog(postgres, s3, BUCKET), "bootstrap": pod_kafka.bootstrap, "produced": 0}
 
 
 def _rows(state: dict[str, Any]) -> int:

@@ -19,7 +19,6 @@ maxExecutors 1 for the warm-up, raised live before the spike.
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -28,9 +27,8 @@ from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import end_offsets, produce
-from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, install_operator,
-                                kafka_for_pods, lake_catalog, lake_handoff, pod_proxy_json, pods,
-                                provide_checkpoint_volume, remove, running, table_rows)
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, handoff_namespace,
+                                kafka_for_pods, lake_catalog, lake_handoff, pod_proxy_json, pods, running, table_rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
@@ -61,30 +59,23 @@ def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
 
 @pytest.fixture(scope="module")
 def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
-    suffix = uuid.uuid4().hex[:5]
-    system, ns = f"handoff-system-{suffix}", f"scale-{suffix}"
-    cluster.kubectl("create", "namespace", ns)
-    install_operator(cluster, system, ns, {"statusInterval": 3, "deleteGraceSeconds": 120})
-    topic = f"scaled-{suffix}"
-    pod_kafka.create_topic(topic, partitions=3)
-    pv = provide_checkpoint_volume(cluster, ns, f"{NAME}-checkpoint")
-    # Batches of at most 20 000 records, so executors added during the drain get work in the next batch.
-    handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
-                           s3=s3, bucket=BUCKET, table=TABLE, source={"maxRecordsPerBatch": 20_000},
-                           # maxExecutors 1 through the warm-up (on a slow machine its lag alone scales up),
-                           # raised to 3 live before the spike.
-                           # cooldown 45s: the count holds 3 at least that long after the spike's scale-up, so
-                           # the new executors register before the drain begins (on a quiet machine one executor
-                           # drains the spike in ~20 s, and with 10s the count fell before they registered).
-                           scaling={"minExecutors": 1, "maxExecutors": 1, "targetCatchUp": "10s",
-                                    "cooldown": "45s"},
-                           spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
-    state = {"ns": ns, "topic": topic, "handoff": handoff, "catalog": lake_catalog(postgres, s3, BUCKET),
-             "bootstrap": pod_kafka.bootstrap}
-    try:
-        yield state
-    finally:
-        remove(cluster, ns, system, pv=pv)
+    values = {"statusInterval": 3, "deleteGraceSeconds": 120}
+    with handoff_namespace(cluster, pod_kafka, "scale", NAME, values) as where:
+        ns, topic = where.namespace, where.topic
+        # Batches of at most 20 000 records, so executors added during the drain get work in the next batch.
+        handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=topic, postgres=postgres,
+                               s3=s3, bucket=BUCKET, table=TABLE, source={"maxRecordsPerBatch": 20_000},
+                               # maxExecutors 1 through the warm-up (on a slow machine its lag alone scales up),
+                               # raised to 3 live before the spike.
+                               # cooldown 45s: the count holds 3 at least that long after the spike's scale-up, so
+                               # the new executors register before the drain begins (on a quiet machine one
+                               # executor drains the spike in ~20 s, and with 10s the count fell before they
+                               # registered).
+                               scaling={"minExecutors": 1, "maxExecutors": 1, "targetCatchUp": "10s",
+                                        "cooldown": "45s"},
+                               spark_conf={"spark.kubernetes.executor.request.cores": "200m"})
+        yield {"ns": ns, "topic": topic, "handoff": handoff, "catalog": lake_catalog(postgres, s3, BUCKET),
+               "bootstrap": pod_kafka.bootstrap}
 
 
 def _rows(state: dict[str, Any]) -> int:
@@ -213,6 +204,63 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
     assert [a["id"] for a in pod_proxy_json(cluster, ns, driver_name, SPARK_UI, "/api/v1/applications")] == [app]
     assert re.findall(QUERY_STARTED, log, re.M) == [run], log[-3000:]
     table = state["catalog"].load_table(TABLE)
+    data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+    assert data.num_rows == len(set(zip(data["_kafka_partition"].to_pylist(),
+                                        data["_kafka_offset"].to_pylist()))) == produced
+    assert ledger.resume_offsets(table)[state["topic"]] == end_offsets(state["bootstrap"], state["topic"])
+
+
+STALLED = "stalled"
+STALLED_TABLE = "e2e.stalled"
+
+
+@pytest.fixture
+def stalled(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
+    """Two fixed executors whose every batch has a straggler: the first attempt of the first write task hangs
+    until Spark kills it (the `stall-task` fault, handoff_spark.faults)."""
+    values = {"statusInterval": 3, "deleteGraceSeconds": 60}
+    with handoff_namespace(cluster, pod_kafka, "stall", STALLED, values) as where:
+        handoff = lake_handoff(cluster, where.namespace, STALLED, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
+                               postgres=postgres, s3=s3, bucket=f"{BUCKET}-stall", table=STALLED_TABLE,
+                               scaling={"minExecutors": 2, "maxExecutors": 2},
+                               spark_conf={"spark.kubernetes.executor.request.cores": "200m",
+                                           "spark.executorEnv.HANDOFF_FAULT": "stall-task"})
+        yield {"ns": where.namespace, "topic": where.topic, "handoff": handoff,
+               "catalog": lake_catalog(postgres, s3, f"{BUCKET}-stall"), "bootstrap": pod_kafka.bootstrap}
+
+
+@pytest.mark.timeout(1200)
+def test_a_batch_with_a_hung_task_commits_through_a_speculative_copy_exactly_once(
+        cluster: Cluster, stalled: dict[str, Any]) -> None:
+    """The operator runs drivers with Spark's speculation on (render.STRAGGLER_CONF) so that a batch is not
+    held by its slowest task, typically one on a just-registered, cold executor. Here the first attempt of
+    every batch's first task never finishes: without a copy on the other executor no batch would ever commit.
+    With it, every record reaches the table once: the hung attempt's data never does."""
+    state, ns = stalled, stalled["ns"]
+    produced = produce(state["bootstrap"], state["topic"], range(0, 4000))
+    cluster.apply(state["handoff"])
+    try:
+        eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the first records in the table",
+                   timeout=600, interval=2)
+        produced += produce(state["bootstrap"], state["topic"], range(produced, produced + 4000))
+        eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the second burst in the table",
+                   timeout=300, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+    (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={STALLED},app.kubernetes.io/component=driver")
+                 if running(p)]
+    name = driver["metadata"]["name"]
+    assert _restarts(driver) == 0
+    (app,) = [a["id"] for a in pod_proxy_json(cluster, ns, name, SPARK_UI, "/api/v1/applications")]
+    stages = pod_proxy_json(cluster, ns, name, SPARK_UI, f"/api/v1/applications/{app}/stages?details=true")
+    tasks = [t for s in stages for t in (s.get("tasks") or {}).values()]
+    copies = [t for t in tasks if t.get("speculative")]
+    # The copies finished the batches; the hung first attempts were killed, never succeeded.
+    assert any(t["status"] == "SUCCESS" for t in copies), [(t["index"], t["attempt"], t["status"]) for t in tasks]
+    hung = [t for t in tasks if t["index"] == 0 and t["attempt"] == 0 and not t.get("speculative")
+            and t["status"] != "RUNNING"]
+    assert hung and all(t["status"] == "KILLED" for t in hung), [(t["index"], t["attempt"], t["status"]) for t in hung]
+    table = state["catalog"].load_table(STALLED_TABLE)
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
     assert data.num_rows == len(set(zip(data["_kafka_partition"].to_pylist(),
                                         data["_kafka_offset"].to_pylist()))) == produced

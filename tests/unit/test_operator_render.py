@@ -137,6 +137,20 @@ def test_hash_changes_with_config_and_only_then():
     assert _render(secrets=changed_secret).config_hash != a.config_hash
 
 
+def test_straggler_tasks_get_speculative_copies_unless_the_user_says_otherwise():
+    """A batch waits for its slowest task, typically one handed to a just-registered, cold executor: the
+    driver runs with Spark's speculation on, tuned for that case, and a user's sparkConf still wins."""
+    conf = _render().config.spark_conf
+    assert conf["spark.speculation"] == "true"
+    assert float(conf["spark.speculation.quantile"]) < 0.5  # one cold task of three must be enough
+    assert conf["spark.speculation.minTaskRuntime"] == "5s"  # ordinary short tasks are never copied
+    assert conf["spark.speculation.efficiency.enabled"] == "false"
+    quiet = spec()
+    quiet["spark"]["sparkConf"] = {"spark.speculation": "false"}
+    off = _render(quiet).config.spark_conf
+    assert off["spark.speculation"] == "false"
+
+
 def test_scaling_changes_apply_live_without_a_restart():
     a = _render()
     scaled = _render(spec(scaling={"minExecutors": 3, "maxExecutors": 8, "targetCatchUp": "1m",

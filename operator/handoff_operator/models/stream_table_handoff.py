@@ -380,7 +380,9 @@ class SparkSpec(SpecModel):
     driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver pod resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Resources of each executor pod.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
-        default_factory=dict, max_length=128, description="Extra Spark configuration (spark.* keys).")
+        default_factory=dict, max_length=128,
+        description="Extra Spark configuration (spark.* keys). It overrides the operator's defaults, e.g. "
+                    "speculative copies of straggler tasks (`spark.speculation: \"false\"` turns them off).")
     service_account_name: str | None = Field(
         default=None, max_length=253, description="Service account of the Spark pods; default: one the "
                                                   "operator creates with just the rights the driver needs.")

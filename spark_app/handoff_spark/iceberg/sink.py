@@ -224,6 +224,7 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCom
     msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
     msg.rows = shaped.num_rows
     msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
+    faults.maybe_stall("stall-task", batch_id)
     try:
         t3 = time.perf_counter()
         if shaped.num_rows:
