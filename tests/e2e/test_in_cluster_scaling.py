@@ -57,7 +57,7 @@ def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
         yield kafka
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one test's: its driver and executors must leave the node's 2 CPUs to the next test's
 def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterator[dict[str, Any]]:
     values = {"statusInterval": 3, "deleteGraceSeconds": 120}
     with handoff_namespace(cluster, pod_kafka, "scale", NAME, values) as where:
