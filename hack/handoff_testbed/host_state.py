@@ -170,10 +170,16 @@ def restore(path: Path, own_paths: list[Path], links: list[str], cgroups: list[s
         return []
     problems: list[str] = []
     old_mounts = set(state["mounts"])
-    roots = [str(p).rstrip("/") for p in own_paths] + ["/run/netns", "/var/run/netns"]
+    netns_roots = ["/run/netns", "/var/run/netns"]
+    roots = [str(p).rstrip("/") for p in own_paths] + netns_roots
     for point in reversed(mountpoints()):
         if point not in old_mounts and any(point == r or point.startswith(r + "/") for r in roots):
             unmount(point)
+            if any(point.startswith(r + "/") for r in netns_roots):
+                # The file CNI bind-mounted the namespace onto: left, `ip netns list` shows it as a dead
+                # namespace ("Peer netns reference is invalid"), one per pod the node ever ran.
+                with contextlib.suppress(OSError):
+                    os.unlink(point)
     for link in links:
         if Path(f"/sys/class/net/{link}").exists():
             subprocess.run(["ip", "link", "delete", link], capture_output=True)

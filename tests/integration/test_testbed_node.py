@@ -4,6 +4,7 @@ bridge, iptables rule or chain, mount, cgroup or changed sysctl of the node's le
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -30,8 +31,14 @@ def _kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
                           capture_output=True, text=True, timeout=60).stdout
 
 
+def _netns() -> set[str]:
+    netns = Path("/run/netns")
+    return set(os.listdir(netns)) if netns.is_dir() else set()
+
+
 def test_a_pod_runs_and_the_host_is_restored(tmp_path: Path) -> None:
-    before = {"iptables": _iptables(), "sysctls": host_state.read_sysctls(), "mounts": host_state.mountpoints()}
+    before = {"iptables": _iptables(), "sysctls": host_state.read_sysctls(), "mounts": host_state.mountpoints(),
+              "netns": _netns()}
     api, node = ApiServer(), Node()
     api.fake_nodes = False
     node.images = []  # the pause image only: this test is about the node, not the project's image
@@ -61,6 +68,7 @@ def test_a_pod_runs_and_the_host_is_restored(tmp_path: Path) -> None:
     assert _iptables() == before["iptables"]
     assert host_state.read_sysctls() == before["sysctls"]
     assert [m for m in host_state.mountpoints() if m not in before["mounts"]] == []
+    assert _netns() <= before["netns"]  # no dead network-namespace files under /run/netns
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{CGROUP}"))
     assert not RUN_DIR.exists()
     assert not (tmp_path / "node" / "teardown-problems.txt").exists()
