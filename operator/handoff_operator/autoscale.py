@@ -120,6 +120,12 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
     `progress`: this refresh's truth (None in change handlers: only the bounds apply then). `running`: executor
     pods running now."""
     memory = _memory.setdefault((namespace, name), _Memory())
+    if progress is None:
+        held = held_without_truth(executors, spec.scaling.min_executors, spec.scaling.max_executors, running)
+        if held is not None:
+            _observe(memory, None, report, running or int(held["desired"]), now_ms)
+            metrics.set_executors(namespace, name, int(held["desired"]), running)
+            return held, None
     if progress is not None and (progress.end_offsets is None or spec.suspend):
         progress = None  # Kafka unreadable (or nothing runs): only the bounds apply
     previous = executors.get("desired")
@@ -148,6 +154,20 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
         memory.annotated = decision.desired
     metrics.set_executors(namespace, name, decision.desired, running)
     return status, event
+
+
+def held_without_truth(executors: Mapping[str, Any], min_executors: int, max_executors: int,
+                       running: int) -> dict[str, Any] | None:
+    """The last refresh's decision, as it stands, for a change handler (no lag or rate read): only `current`
+    is new. A change handler re-deciding without measurements wrote a different reason/message than the refresh
+    ("the input rate is not measured yet"), and each child event then cost two status writes, the handler's and
+    the next refresh's putting it back (issue 16). None: no decision yet, or the bounds moved past it (then the
+    rule applies them at once)."""
+    desired = executors.get("desired")
+    if desired is None or "reason" not in executors or not min_executors <= int(desired) <= max_executors:
+        return None
+    return {"current": running, "desired": int(desired), "reason": executors.get("reason"),
+            "message": executors.get("message") or "", "lastScaleTime": executors.get("lastScaleTime")}
 
 
 def _annotate(kube: Kube, namespace: str, name: str, desired: int) -> bool:

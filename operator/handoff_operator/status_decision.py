@@ -61,8 +61,13 @@ def status_progress(status: Mapping[str, Any]) -> ProgressFacts:
     unreadable = [c.get("message") or "status unavailable" for c in status.get("conditions") or []
                   if c.get("type") == "Degraded" and c.get("status") == "True"
                   and c.get("reason") == "StatusUnavailable"]
+    at = committed.get("at")
+    try:  # kept as it was read, so a change handler's patch does not clear it (and the next refresh restore it)
+        at_ms = int(dt.datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp() * 1000) if at else None
+    except ValueError:
+        at_ms = None
     return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
-                         committed_batch=committed.get("batch"),
+                         committed_batch=committed.get("batch"), committed_at_ms=at_ms,
                          committed_offsets=committed.get("offsets"), lag=status.get("lag"),
                          freshness_seconds=status.get("freshnessSeconds"), errors=tuple(unreadable))
 

@@ -239,3 +239,16 @@ def test_a_drivers_first_batch_is_not_a_capacity_measurement():
                  '"inputRowsPerSecond": 6250.0, "firstOfDriver": false}')
     _observe(memory, None, warm, 1, now_ms=3_000)
     assert memory.rate_per_executor == 10_000.0
+
+
+def test_a_change_handler_keeps_the_refreshs_decision_unless_the_bounds_moved_past_it():
+    """Without lag and rates (a child event, a spec change) the last decision stands, only `current` is new; a
+    bound that excludes it is applied by the rule at once (None here)."""
+    from handoff_operator.autoscale import held_without_truth
+
+    last = {"current": 2, "desired": 3, "reason": "ScaleUp", "message": "2 → 3 executors: ...",
+            "lastScaleTime": "2026-11-23T12:00:00Z"}
+    assert held_without_truth(last, 1, 5, running=3) == {**last, "current": 3}
+    assert held_without_truth(last, 4, 5, running=3) is None       # minExecutors raised past it
+    assert held_without_truth(last, 1, 2, running=3) is None       # maxExecutors lowered under it
+    assert held_without_truth({"current": 1, "desired": 1}, 1, 5, running=1) is None  # no decision yet

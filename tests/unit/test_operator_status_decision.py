@@ -73,3 +73,17 @@ def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -
     assert worth_writing(stored, {"lag": 1, "freshness": "1m45s", "freshnessSeconds": 105.0})
     assert worth_writing(stored, {"lag": 0, "freshness": None, "freshnessSeconds": None})
     assert worth_writing({"lag": 0}, {"lag": 0, "freshnessSeconds": 1.0})
+
+
+def test_a_change_handler_after_a_refresh_writes_nothing_when_nothing_changed() -> None:
+    """A driver pod's event reconciles without reading the truth: it must keep what the refresh wrote (the commit
+    time included), or every child event costs two status writes, its own and the next refresh's (issue 16)."""
+    from handoff_operator.status_decision import status_progress, worth_writing
+
+    progress = ProgressFacts(committed_snapshot=42, committed_batch=7, committed_at_ms=int(NOW.timestamp() * 1000),
+                             committed_offsets={"orders": {"0": 10}}, end_offsets={"orders": {"0": 15}}, lag=5,
+                             freshness_seconds=30.0)
+    refreshed = decide(observed(progress)).status
+    assert refreshed["committed"]["at"] == "2026-11-23T12:00:00Z"
+    child = decide(observed(status_progress(refreshed), status=refreshed, refresh=False))
+    assert not worth_writing(refreshed, child.status), child.status
