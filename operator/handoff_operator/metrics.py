@@ -48,7 +48,8 @@ UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
 # What a status refresh costs, so bench/operator_scale.py (and a dashboard) can divide by refreshes: a
 # regression in per-handoff cost shows as a number, not only as a busier operator.
 STATUS_REFRESHES = Counter("handoff_status_refreshes_total", "Status refreshes from the truth (daemon runs)")
-KAFKA_REQUESTS = Counter("handoff_kafka_requests_total", "Kafka AdminClient calls made for status refreshes",
+KAFKA_REQUESTS = Counter("handoff_kafka_requests_total", "Kafka requests made for status refreshes and retention "
+                         "checks (AdminClient calls; sample_records: a short-lived consumer reading a few records)",
                          ["api"])
 CATALOG_READS = Counter("handoff_catalog_reads_total", "Table ledger reads for status refreshes (Iceberg "
                         "table loads, BigQuery ledger queries)", ["kind"])

@@ -116,7 +116,8 @@ def observe(namespace: str, name: str, spec: StreamTableHandoffSpec, config: App
     _checked(namespace, name, spec)
     try:
         facts = retention_kafka.topic_facts(config, progress.committed_offsets, now_ms,
-                                            config_max_age=settings.retention_check_interval)
+                                            config_max_age=settings.retention_check_interval,
+                                            end=progress.end_offsets, earliest_offsets=progress.earliest_offsets)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         return RetentionCheck(now_ms, errors=(f"{type(exc).__name__}: {exc}",))
     return decide_and_enforce(config, spec, facts, now_ms, api, settings)

@@ -7,6 +7,12 @@ partition to read two record timestamps Kafka has no offset→timestamp lookup f
 yet committed (the lag age) and the record that starts the rate window (its real age; a young or idle
 topic would otherwise look slower than it is). The fetched records' sizes give the average record size
 for the `retention.bytes` estimate. The AdminClient is the operator's per-cluster one (`truth._admin`).
+
+Shared across handoffs (issue 16: a thousand handoffs each created a consumer and asked for the same offsets):
+the earliest and latest offsets come from the status refresh's own batched read when it has them
+(`truth.ClusterOffsets`); the rate window's start offset is read once per topic per minute; a sampled record's
+timestamp and size are kept per (cluster, partition, position) for the check interval (the record at an offset
+does not change; retention or compaction moving past it changes the position asked for, not the answer).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from handoff_spark.config import AppConfig
 
+from . import metrics
 from .retention import PartitionFacts, TopicFacts
 from .truth import _admin
 
@@ -30,6 +37,13 @@ _REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZAT
 
 _configs: dict[tuple[str, str], tuple[float, dict[str, str | None]]] = {}
 _configs_lock = threading.Lock()
+#: (bootstrap, topic, partition) → (read at, offset of the first record at or after now − RATE_WINDOW_MS)
+_window_starts: dict[tuple[str, str, int], tuple[float, int]] = {}
+WINDOW_START_MAX_AGE = 60.0
+#: (bootstrap, topic, partition, position) → (read at, (first record's timestamp ms, average record bytes))
+_samples: dict[tuple[str, str, int, int], tuple[float, tuple[int, float]]] = {}
+_SAMPLES_MAX = 100_000
+_cache_lock = threading.Lock()
 
 
 class RetentionRefused(RuntimeError):
@@ -54,6 +68,7 @@ def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0,
     missing = [t for t in topics if t not in out]
     if not missing:
         return out
+    metrics.KAFKA_REQUESTS.labels(api="describe_configs").inc()
     futures = _admin(config).describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in missing],
                                               request_timeout=timeout)
     for resource, future in futures.items():
@@ -67,6 +82,7 @@ def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0,
 
 def _offsets(admin: object, specs: Mapping[TopicPartition, OffsetSpec], timeout: float
              ) -> dict[tuple[str, int], int]:
+    metrics.KAFKA_REQUESTS.labels(api="list_offsets").inc()
     futures = admin.list_offsets(dict(specs), isolation_level=IsolationLevel.READ_COMMITTED,  # type: ignore[attr-defined]
                                  request_timeout=timeout)
     return {(tp.topic, tp.partition): f.result(timeout=timeout).offset for tp, f in futures.items()}
@@ -81,6 +97,7 @@ def _sample(config: AppConfig, rounds: list[Mapping[tuple[str, int], int]], time
     joins or commits to a group. librdkafka's fetch-queue backoff (1 s) is off: a sample is a few fetches."""
     if not any(rounds):
         return [{} for _ in rounds]
+    metrics.KAFKA_REQUESTS.labels(api="sample_records").inc()  # a consumer: connect, fetch per position
     consumer = Consumer({**dict(config.source.properties), "bootstrap.servers": config.source.bootstrap_servers,
                          "group.id": "handoff-operator-retention-probe", "enable.auto.commit": False,
                          "enable.auto.offset.store": False, "isolation.level": "read_committed",
@@ -108,26 +125,91 @@ def _sample(config: AppConfig, rounds: list[Mapping[tuple[str, int], int]], time
     return out
 
 
+Offsets = Mapping[str, Mapping[str, int]]   # {topic: {partition: offset}}, as ProgressFacts holds them
+
+
+def _flat(offsets: Offsets, topics: list[str]) -> dict[tuple[str, int], int] | None:
+    """{(topic, partition): offset} when `offsets` covers every topic, else None (read them here)."""
+    if any(not offsets.get(t) for t in topics):
+        return None
+    return {(t, int(p)): int(o) for t in topics for p, o in offsets[t].items()}
+
+
+def _window_start(config: AppConfig, tps: list[TopicPartition], now_ms: int, timeout: float
+                  ) -> dict[tuple[str, int], int]:
+    """The first offset at or after now − RATE_WINDOW_MS per partition, read at most once a minute per partition
+    (shared by the handoffs reading it: the rate is measured from the record found there, whatever its age)."""
+    bootstrap, now = config.source.bootstrap_servers, time.monotonic()
+    out: dict[tuple[str, int], int] = {}
+    with _cache_lock:
+        for tp in tps:
+            cached = _window_starts.get((bootstrap, tp.topic, tp.partition))
+            if cached is not None and now - cached[0] < WINDOW_START_MAX_AGE:
+                out[(tp.topic, tp.partition)] = cached[1]
+    missing = [tp for tp in tps if (tp.topic, tp.partition) not in out]
+    if missing:
+        read = _offsets(_admin(config), {tp: OffsetSpec.for_timestamp(now_ms - RATE_WINDOW_MS) for tp in missing},
+                        timeout)
+        with _cache_lock:
+            for (topic, partition), offset in read.items():
+                _window_starts[(bootstrap, topic, partition)] = (now, offset)
+        out.update(read)
+    return out
+
+
+def _sample_cached(config: AppConfig, rounds: list[Mapping[tuple[str, int], int]], timeout: float,
+                   max_age: float) -> list[Sample]:
+    """_sample, with the answers for positions sampled within `max_age` seconds taken from the cache."""
+    bootstrap, now = config.source.bootstrap_servers, time.monotonic()
+    known: list[Sample] = [{} for _ in rounds]
+    wanted: list[dict[tuple[str, int], int]] = [{} for _ in rounds]
+    with _cache_lock:
+        for i, positions in enumerate(rounds):
+            for key, position in positions.items():
+                cached = _samples.get((bootstrap, key[0], key[1], position))
+                if cached is not None and now - cached[0] < max_age:
+                    known[i][key] = cached[1]
+                else:
+                    wanted[i][key] = position
+    fetched = _sample(config, wanted, timeout) if any(wanted) else [{} for _ in rounds]
+    with _cache_lock:
+        for i, found in enumerate(fetched):
+            for key, answer in found.items():
+                _samples[(bootstrap, key[0], key[1], wanted[i][key])] = (now, answer)
+            known[i].update(found)
+        if len(_samples) > _SAMPLES_MAX:  # drop the oldest half: positions of handoffs long moved on
+            for key, _ in sorted(_samples.items(), key=lambda kv: kv[1][0])[:len(_samples) // 2]:
+                del _samples[key]
+    return known
+
+
 def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | None, now_ms: int,
-                timeout: float = 5.0, config_max_age: float = 0.0) -> dict[str, TopicFacts]:
-    """Everything the retention rule needs about the handoff's topics (configs reused up to `config_max_age` s)."""
+                timeout: float = 5.0, config_max_age: float = 0.0, end: Offsets | None = None,
+                earliest_offsets: Offsets | None = None) -> dict[str, TopicFacts]:
+    """Everything the retention rule needs about the handoff's topics (configs and sampled records reused up to
+    `config_max_age` s). `end`/`earliest_offsets`: the refresh's own read of Kafka's offsets (not asked again)."""
     topics = list(config.source.topics)
     configs = describe_topics(config, topics, timeout, config_max_age)
-    admin = _admin(config)
-    metadata = admin.list_topics(timeout=timeout)
-    tps = []
-    for topic in topics:
-        meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise RuntimeError(f"topic {topic!r} not found in Kafka")
-        tps += [TopicPartition(topic, p) for p in meta.partitions]
-    earliest = _offsets(admin, {tp: OffsetSpec.earliest() for tp in tps}, timeout)
-    latest = _offsets(admin, {tp: OffsetSpec.latest() for tp in tps}, timeout)
-    window_start = _offsets(admin, {tp: OffsetSpec.for_timestamp(now_ms - RATE_WINDOW_MS) for tp in tps}, timeout)
+    latest, earliest = _flat(end or {}, topics), _flat(earliest_offsets or {}, topics)
+    if latest is None or earliest is None or set(latest) != set(earliest):
+        admin = _admin(config)
+        metadata = admin.list_topics(timeout=timeout)
+        metrics.KAFKA_REQUESTS.labels(api="list_topics").inc()
+        tps = []
+        for topic in topics:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise RuntimeError(f"topic {topic!r} not found in Kafka")
+            tps += [TopicPartition(topic, p) for p in meta.partitions]
+        earliest = _offsets(admin, {tp: OffsetSpec.earliest() for tp in tps}, timeout)
+        latest = _offsets(admin, {tp: OffsetSpec.latest() for tp in tps}, timeout)
+    else:
+        tps = [TopicPartition(t, p) for t, p in sorted(latest)]
+    window_start = _window_start(config, tps, now_ms, timeout)
     nexts = {(t, int(p)): int(o) for t, parts in (committed or {}).items() for p, o in parts.items()}
     waiting = {k: max(o, earliest[k]) for k, o in nexts.items() if k in latest and o < latest[k]}
     rate_from = {k: o for k, o in window_start.items() if 0 <= o < latest[k]}
-    oldest, rate_rows = _sample(config, [waiting, rate_from], timeout)
+    oldest, rate_rows = _sample_cached(config, [waiting, rate_from], timeout, config_max_age)
     out: dict[str, TopicFacts] = {}
     for topic in topics:
         conf = configs.get(topic, {})

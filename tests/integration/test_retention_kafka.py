@@ -83,3 +83,46 @@ def test_topic_configs_are_described_once_per_interval(kafka, tmp_path) -> None:
     eventually(broker_has_it, "the broker applied the change", timeout=30)
     assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "60000"  # within the interval
     assert describe_topics(config, [topic], max_age=0)[topic]["retention.ms"] == "120000"
+
+
+def _kafka_requests() -> dict[str, float]:
+    from handoff_operator import metrics
+
+    return {s.labels["api"]: s.value for m in metrics.KAFKA_REQUESTS.collect() for s in m.samples
+            if s.name.endswith("_total")}
+
+
+def test_handoffs_on_one_topic_share_the_checks_reads_and_reuse_the_refreshs_offsets(kafka, tmp_path) -> None:
+    """A thousand handoffs on one topic must not each open a consumer and ask for the same offsets (issue 16):
+    the second check within the interval samples no record and lists no offsets, and gives the same facts; a
+    check fed the refresh's own offsets does not list them again; the next interval reads anew."""
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2, config={"retention.ms": "7200000"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(40):
+        producer.produce(topic, b"v" * 40, key=b"k", partition=i % 2)
+    assert producer.flush(30) == 0
+    config = app_config(tmp_path, kafka.bootstrap, topic)
+    committed = {topic: {"0": 3, "1": 7}}
+    end, earliest = {topic: {"0": 20, "1": 20}}, {topic: {"0": 0, "1": 0}}
+
+    now_ms = int(time.time() * 1000)  # the same moment: the rate is over the time since the window's first record
+    first = topic_facts(config, committed, now_ms, config_max_age=600)[topic]
+    before = _kafka_requests()
+    again = topic_facts(config, committed, now_ms, config_max_age=600, end=end,
+                        earliest_offsets=earliest)[topic]
+    after = _kafka_requests()
+    assert again == first
+    assert after == before, f"a shared check asked Kafka again: {before} → {after}"
+    assert first.partitions[0].next_offset == 3 and first.partitions[1].latest == 20
+
+    # Another handoff, further along on partition 1: only that position is sampled.
+    further = topic_facts(config, {topic: {"0": 3, "1": 15}}, int(time.time() * 1000), config_max_age=600,
+                          end=end, earliest_offsets=earliest)[topic]
+    assert _kafka_requests().get("sample_records", 0) == after.get("sample_records", 0) + 1
+    assert further.partitions[1].oldest_unconsumed_ms is not None
+    assert _kafka_requests().get("list_offsets", 0) == after.get("list_offsets", 0)
+
+    # Past the interval (max age 0) the samples are read again.
+    topic_facts(config, committed, int(time.time() * 1000), config_max_age=0, end=end, earliest_offsets=earliest)
+    assert _kafka_requests().get("sample_records", 0) == after.get("sample_records", 0) + 2
