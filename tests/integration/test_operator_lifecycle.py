@@ -254,7 +254,9 @@ def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Op
     status = cluster.get(ns, "flaky")["status"]
     assert status["phase"] == "Degraded" and status["app"]["lastFailure"].startswith("Error (exit code 1)")
     assert cluster.condition(ns, "flaky", "Ready")["status"] == "False"
-    assert any(e.reason == "DriverFailing" and e.type == "Warning" for e in cluster.events(ns, "flaky"))
+    # The Event is posted after the status patch (kopf's event queue): wait for it.
+    eventually(lambda: any(e.reason == "DriverFailing" and e.type == "Warning" for e in cluster.events(ns, "flaky")),
+               "a DriverFailing Warning Event", timeout=30)
     # The kubelet restarts the container (Deployment, restartPolicy Always): no operator action needed,
     # and the status follows when it runs again.
     cluster.make_driver_ready(ns, "flaky")
