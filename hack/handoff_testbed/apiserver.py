@@ -156,6 +156,10 @@ class ApiServer(Component):
             "--leader-elect=false", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={pki.sa_private_key}", f"--root-ca-file={pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--controllers=*", "--profiling=false", "--v=1",
+            # Room for a late node heartbeat when the 2 CPUs are saturated (a bulk apply of 1,000 handoffs): a
+            # node declared NotReady gets its pods marked unready and tainted for eviction, and every such pod
+            # change reconciles a handoff. No test relies on noticing a dead node within the default 50 s.
+            "--node-monitor-grace-period=2m",
         ], workdir / "kube-controller-manager.log").start()
         # Ready means the controllers run, not just that the port answers: the serviceaccount
         # controller has created `default/default`, without which Pods cannot be admitted.
@@ -183,6 +187,10 @@ class ApiServer(Component):
             str(self.bins.kwok), f"--kubeconfig={kubeconfig}",
             f"--manage-nodes-with-annotation-selector={key}={value}",
             "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1",
+            # Heartbeats by node Lease, as kubelets do. Without it kwok only patches a node's status every ~5 min,
+            # so the node lifecycle controller declared its nodes NotReady between those patches (pods marked
+            # unready, NoExecute taints, evictions: the flapping that kept operator benchmarks from settling).
+            "--node-lease-duration-seconds=40",
         ], workdir / "kwok.log", env={"HOME": str(workdir)}).start()  # HOME: ignore a user's ~/.kwok
         node = {
             "apiVersion": "v1", "kind": "Node",

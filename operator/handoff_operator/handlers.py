@@ -390,7 +390,7 @@ _children_due_lock = threading.Lock()
 CHILD_EVENTS_WINDOW = 1.0
 
 
-async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any) -> None:
+async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any, views: Views | None) -> None:
     """A driver Deployment/pod changed (became ready, crashed, rolled): update the owner's status now
     instead of at the next refresh. No table/Kafka reads here: those are the daemon's.
 
@@ -398,7 +398,9 @@ async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: 
     running, ready): they are gathered for CHILD_EVENTS_WINDOW into one reconcile of the owner, which reads its
     children fresh, so it sees all of them. An event arriving while that reconcile runs makes another one due
     (nothing is missed). With a reconcile per event, a bulk apply of 1,000 handoffs queued ~8,000 of them in
-    front of the handoffs' own creation (issue 16)."""
+    front of the handoffs' own creation (issue 16). The reconcile reads the driver's report, its executors and a
+    settled driver from the watch indexes, and the handoff from its index when that is the version this process
+    last knew (`views`, as the status refresh does)."""
     name = _owner_name(meta)
     if not name:
         return
@@ -412,8 +414,10 @@ async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: 
     finally:
         with _children_due_lock:
             _children_due.discard(key)
+    body = views.handoff(namespace, name) if views is not None else None  # read here, in the event loop
     try:
-        await asyncio.to_thread(reconcile, namespace, name, _kube(memo), refresh_truth=False)
+        await asyncio.to_thread(reconcile, namespace, name, _kube(memo), refresh_truth=False, views=views,
+                                body=body)
     except Exception as exc:  # noqa: BLE001 - the daemon will try again
         logger.debug(f"child-triggered reconcile of {namespace}/{name} failed: {exc}")
 
@@ -424,21 +428,24 @@ _DRIVER_LABELS = {NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver",
 
 @kopf.on.event("apps", "v1", "deployments", labels=_DRIVER_LABELS)
 async def on_driver_deployment(namespace: str, meta: Mapping[str, Any], status: Mapping[str, Any], memo: Any,
-                               logger: Any, type: str | None, **_: Any) -> None:
+                               logger: Any, type: str | None, **kwargs: Any) -> None:
     if type is None:  # None = the initial listing at startup; the resume handler covers it
         return
-    if type == "DELETED" or int(meta.get("generation") or 0) != int((status or {}).get("observedGeneration") or 0):
-        # Its spec changed (someone edited it, or our own apply) or it is gone: apply it again next time
-        # instead of trusting what this process applied last (drift repair).
-        _kube(memo).applied.forget(namespace, "Deployment", meta.get("name"))
-    await _on_child(namespace, meta, memo, logger)
+    generation = int(meta.get("generation") or 0)
+    kube = _kube(memo)
+    if type == "DELETED" or (generation != int((status or {}).get("observedGeneration") or 0)
+                             and not kube.applied.ours(namespace, "Deployment", meta.get("name"), generation)):
+        # Its spec changed by someone else's hand, or it is gone: apply it again next time instead of trusting
+        # what this process applied last (drift repair). Our own apply being rolled out is not a change.
+        kube.applied.forget(namespace, "Deployment", meta.get("name"))
+    await _on_child(namespace, meta, memo, logger, Views.from_kwargs(kwargs))
 
 
 @kopf.on.event("", "v1", "pods", labels=_DRIVER_LABELS)
 async def on_driver_pod(namespace: str, meta: Mapping[str, Any], memo: Any, logger: Any,
-                        type: str | None, **_: Any) -> None:
+                        type: str | None, **kwargs: Any) -> None:
     if type is not None:
-        await _on_child(namespace, meta, memo, logger)
+        await _on_child(namespace, meta, memo, logger, Views.from_kwargs(kwargs))
 
 
 @kopf.on.delete(**RESOURCE)

@@ -90,6 +90,7 @@ class AppliedChildren:
     def __init__(self, resync: float) -> None:
         self.resync = resync
         self._applied: dict[tuple[str, str, str, str], tuple[str, float]] = {}
+        self._generations: dict[tuple[str, str, str], int] = {}  # (namespace, kind, name) → after our last apply
         self._lock = threading.Lock()
 
     @staticmethod
@@ -107,10 +108,21 @@ class AppliedChildren:
             seen = self._applied.get(self.key(obj))
         return seen is not None and now < seen[1] and seen[0] == (digest or self.digest(obj))
 
-    def remember(self, obj: Mapping[str, Any], now: float, digest: str | None = None) -> None:
+    def remember(self, obj: Mapping[str, Any], now: float, digest: str | None = None,
+                 generation: int | None = None) -> None:
+        """`generation`: the object's metadata.generation as our apply left it (see `ours`)."""
         with self._lock:
-            self._applied[self.key(obj)] = (digest or self.digest(obj),
-                                            now + self.resync * random.uniform(0.9, 1.1))
+            key = self.key(obj)
+            self._applied[key] = (digest or self.digest(obj), now + self.resync * random.uniform(0.9, 1.1))
+            if generation is not None:
+                self._generations[(key[2], key[1], key[3])] = generation
+
+    def ours(self, namespace: str, kind: str, name: str, generation: int | None) -> bool:
+        """Is `generation` the one our last apply of that child produced? A watch event of a Deployment whose
+        spec changed (generation ahead of observedGeneration) is then our own apply being rolled out, not
+        somebody's edit to repair: at creation, forgetting it re-applied every Deployment twice more."""
+        with self._lock:
+            return generation is not None and self._generations.get((namespace, kind, name)) == int(generation)
 
     def forget_owner(self, namespace: str, owner: str) -> None:
         """Forget the children of handoff `owner` (named `<owner>-…`): it is gone, and a new one of the same name
@@ -118,6 +130,7 @@ class AppliedChildren:
         with self._lock:
             for key in [k for k in self._applied if k[2] == namespace and k[3].startswith(owner + "-")]:
                 del self._applied[key]
+                self._generations.pop((key[2], key[1], key[3]), None)
 
     def forget(self, namespace: str, kind: str | None = None, name: str | None = None) -> None:
         """Forget children in `namespace` (of `kind` named `name`; all of them when None)."""
@@ -125,6 +138,7 @@ class AppliedChildren:
             for key in [k for k in self._applied if k[2] == namespace and (kind is None or k[1] == kind)
                         and (name is None or k[3] == name)]:
                 del self._applied[key]
+                self._generations.pop((key[2], key[1], key[3]), None)
 
 
 class Kube:
@@ -170,8 +184,9 @@ class Kube:
         now = time.monotonic()
         if self.applied.current(obj, now, digest):
             return False
-        self.apply(obj)
-        self.applied.remember(obj, now, digest)
+        result = self.apply(obj)
+        generation = (result.get("metadata") or {}).get("generation") if isinstance(result, dict) else None
+        self.applied.remember(obj, now, digest, int(generation) if generation is not None else None)
         return True
 
     def create_if_missing(self, obj: Mapping[str, Any]) -> bool:

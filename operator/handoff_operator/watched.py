@@ -7,12 +7,14 @@ the owner when a driver Deployment or pod changes (handlers.on_driver_*), so a f
 is a fact whose reconcile is on its way. kopf fills every index from its initial listing before any handler
 runs, and drops an object's entries when it is deleted.
 
-Who reads what: only the status refresh (the daemon) uses these views, and it reads the indexes in the event
-loop, where kopf changes them (a worker thread iterating a Store while kopf replaces an entry could fail), and
+Who reads what: the status refresh (the daemon) and the reconciles a child's event triggers (handlers._on_child)
+use these views, and read the indexes in the event loop, where kopf changes them (a worker thread iterating a Store while kopf replaces an entry could fail), and
 hands the reconcile thread plain data. The driver's facts are taken from the index only when they show a settled
 driver, or when the handoff's driver Deployment and pods have had no watch event for QUIET_SECONDS
 (Seen.settled_driver): the steady states, a running driver or one stuck unready; otherwise, and after a
-reconcile has just applied a changed child (handlers._observe), the API server is read, as the change handlers do.
+reconcile has just applied a changed child (handlers._observe), the API server is read, as the spec-change
+handlers do. The handoffs themselves are indexed too, as the merge base of a child-triggered reconcile's status
+patch when this process knows that version is current (handlers._handoff_under_lock).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import kopf
 from .conditions import DriverFacts
 from .driver_report import DATA_KEY
 from .kube import driver_facts, executors_running
-from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, MANAGED_BY, NAME_LABEL
+from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL, VERSION
 
 _MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY["app.kubernetes.io/managed-by"]}
 Key = tuple[str, str]  # (namespace, handoff name)
@@ -94,7 +96,15 @@ async def handoff_progress_records(namespace: str, labels: Mapping[str, str], bo
     return {(namespace, labels[NAME_LABEL]): (body.get("data") or {}).get(DATA_KEY)}
 
 
-INDEXES = ("handoff_driver_deployments", "handoff_pods", "handoff_progress_records")
+@kopf.index(GROUP, VERSION, PLURAL)
+async def handoff_bodies(namespace: str, name: str, body: Mapping[str, Any], **_: Any) -> dict[Key, dict[str, Any]]:
+    """Each handoff as the watch last saw it: the merge base of a child-triggered reconcile's status patch when it
+    is the version this process last read or wrote (handlers._handoff_under_lock), instead of a GET per event.
+    A shallow copy of the event's body, which nobody changes (the daemon's body is used the same way)."""
+    return {(namespace, name): dict(body)}
+
+
+INDEXES = ("handoff_driver_deployments", "handoff_pods", "handoff_progress_records", "handoff_bodies")
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,10 @@ class Views:
                     executor_pods=list(pods.get((namespace, name, "executor")) or ()),
                     progress_record=_one(records.get((namespace, name))),
                     quiet=quiet(_changed.get((namespace, name)), time.monotonic()))
+
+    def handoff(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The handoff as the watch last saw it. Call it in the event loop (a handler's own coroutine)."""
+        return _one(self.indexes["handoff_bodies"].get((namespace, name)))
 
     def seen(self, namespace: str, name: str) -> Seen:
         """Called from a worker thread: the read runs in the event loop (see the module's docstring)."""

@@ -235,7 +235,10 @@ class Cluster:
             if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
                 return cond
             return None
-        return eventually(probe, f"{name}: {type_}={status} {reason or ''}", timeout)
+        try:
+            return eventually(probe, f"{name}: {type_}={status} {reason or ''}", timeout)
+        except AssertionError as exc:  # say what it was instead
+            raise AssertionError(f"{exc}; the status: {(self.get(namespace, name).get('status') or {})}") from None
 
     def driver_pods(self, namespace: str, name: str) -> list[client.V1Pod]:
         pods = self.core.list_namespaced_pod(

@@ -65,6 +65,7 @@ def test_views_are_read_in_the_event_loop_and_handed_to_a_thread_as_plain_data()
         "handoff_pods": {("ns", "orders", "driver"): [_slim_pod(pod("d-1", "2026-01-01T00:00:00Z"))],
                          ("ns", "orders", "executor"): [_slim_pod(pod("e-1", "t")), _slim_pod(pod("e-2", "t"))]},
         "handoff_progress_records": {("ns", "orders"): ['{"publishedAtMs": 5}']},
+        "handoff_bodies": {("ns", "orders"): [{"metadata": {"name": "orders", "resourceVersion": "7"}}]},
     }
 
     async def main() -> tuple:
@@ -73,6 +74,12 @@ def test_views_are_read_in_the_event_loop_and_handed_to_a_thread_as_plain_data()
         return await asyncio.gather(asyncio.to_thread(views.seen, "ns", "orders"),
                                     asyncio.to_thread(views.seen, "ns", "refunds"))
 
+    async def handoffs() -> tuple:
+        views = Views.from_kwargs(indexes)
+        assert views is not None
+        return views.handoff("ns", "orders"), views.handoff("ns", "refunds")
+
+    assert asyncio.run(handoffs()) == ({"metadata": {"name": "orders", "resourceVersion": "7"}}, None)
     orders, refunds = asyncio.run(main())
     assert orders.driver().pod_name == "d-1" and orders.executors_running() == 2
     assert orders.progress_record == '{"publishedAtMs": 5}'
@@ -143,3 +150,18 @@ def test_an_unsettled_driver_is_taken_from_the_index_once_its_objects_were_quiet
     assert Seen(None, quiet=True).settled_driver() is None  # no Deployment in the index: read the API server
     assert quiet(100.0, 100.0 + QUIET_SECONDS) and not quiet(100.0, 100.0 + QUIET_SECONDS - 1)
     assert not quiet(None, 1e9)
+
+
+def test_a_deployment_event_of_our_own_apply_is_not_drift_but_somebody_elses_edit_is() -> None:
+    """on_driver_deployment forgets an applied Deployment (apply it again) when its spec changed: not when the
+    generation is the one our own apply produced (at creation that re-applied every Deployment twice more)."""
+    from handoff_operator.kube import AppliedChildren
+
+    applied = AppliedChildren(resync=600)
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"namespace": "ns", "name": "o-driver"}}
+    applied.remember(deployment, now=0.0, generation=2)
+    assert applied.ours("ns", "Deployment", "o-driver", 2)
+    assert not applied.ours("ns", "Deployment", "o-driver", 3)        # someone edited it after our apply
+    assert not applied.ours("ns", "Deployment", "other", 2)
+    applied.forget("ns", "Deployment", "o-driver")
+    assert not applied.ours("ns", "Deployment", "o-driver", 2)        # forgotten: the next apply tells anew
