@@ -181,13 +181,13 @@ class Bootstrap:
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by result()
             self._error = exc
             return
-        self.echo(f"bootstrap batch committed (snapshot {commit.snapshot_id}); Spark's checkpoint reset, its "
-                  f"query resumes from the table's ledger")
         if self.on_commit is not None:
             try:
                 self.on_commit(self._outcome)
             except Exception:  # noqa: BLE001 - a reporting bug must not fail the driver
                 log.exception("reporting the bootstrap batch failed")
+        self.echo(f"bootstrap batch committed (snapshot {commit.snapshot_id}); Spark's checkpoint reset, its "
+                  f"query resumes from the table's ledger")
 
     def result(self) -> Outcome | None:
         self._thread.join()
