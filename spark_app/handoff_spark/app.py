@@ -255,7 +255,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             try:
                 start = finish_bootstrap(boot, start)
             except Exception as exc:  # noqa: BLE001 - refused or failed: one line, exit 1 like a failed query
-                echo(f"bootstrap batch failed, nothing of it is in the table: {exc}")
+                echo(f"bootstrap batch failed: {exc}")
                 log.error("bootstrap batch failed", exc_info=True)
                 return 1
         if stop_requested.is_set():  # a stop signal during the start: the bootstrap (if any) is committed

@@ -150,7 +150,7 @@ def test_bootstrap_refuses_when_another_writer_moved_the_ledger(kafka, tmp_path)
     writer.join(timeout=60)
     log = refused.log.read_text()
     assert refused.returncode == 1, log[-3000:]
-    assert ("bootstrap batch failed, nothing of it is in the table: batch 0 of handoff drills/bootstrap-refused is "
+    assert ("bootstrap batch failed: batch 0 of handoff drills/bootstrap-refused is "
             "not committed: bootstrap-refused[0] starts at 500 but the table already holds offsets up to 505") in log
     assert "started (run" not in log  # Spark's query never started
     newest = ledger.list_commits(open_table(cfg, create=False), cfg.handoff_id)[0]
