@@ -58,7 +58,8 @@ def test_checkpoint_location_changed_by_a_spec_change(kafka, tmp_path):
     run_to_completion(tmp_path, max_runs=1)
     # the new generation of the spec points at another checkpoint location (empty)
     cfg = drill_config(tmp_path, kafka.bootstrap, topic, checkpointLocation=str(tmp_path / "checkpoint-v2"))
-    n += produce(kafka.bootstrap, topic, range(1000, 1400))
+    # more than the restarted driver's bootstrap batch takes (maxRecordsPerBatch 400), so Spark commits too
+    n += produce(kafka.bootstrap, topic, range(1000, 1600))
     run_to_completion(tmp_path, max_runs=1)
     table = assert_exactly_once(cfg, kafka.bootstrap, n, topic)
     # two checkpoints, two Spark query ids (besides each driver's bootstrap batch), one unbroken ledger
