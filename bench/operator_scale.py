@@ -123,6 +123,86 @@ def apiserver_counters(api: Any) -> dict[str, float]:
     return {"writes": writes, "reads": reads, "by_resource": by_resource, "reads_by_resource": reads_by_resource}
 
 
+def event_messages(core: Any, namespace: str, reason: str, limit: int = 3) -> list[str]:
+    """A few distinct messages of the Events with `reason` (why pods did not schedule, say)."""
+    seen: list[str] = []
+    for event in core.list_namespaced_event(namespace, field_selector=f"reason={reason}").items:
+        if event.message and event.message not in seen:
+            seen.append(event.message)
+    return seen[:limit]
+
+
+def nodes_ready(core: Any) -> tuple[int, int]:
+    """(Ready, all) nodes: kwok nodes declared NotReady get tainted, and their pods evicted and unschedulable."""
+    items = core.list_node().items
+    ready = sum(1 for n in items for c in (n.status.conditions or []) if c.type == "Ready" and c.status == "True")
+    return ready, len(items)
+
+
+class StatusChanges:
+    """Which top-level `status` fields the handoffs' updates changed, counted over a window: what a status patch
+    carried (a watch of the handoffs in a thread; the first event per handoff is the baseline, not a change)."""
+
+    def __init__(self, custom: Any, namespace: str) -> None:
+        import threading
+
+        self._custom, self._namespace = custom, namespace
+        self._last: dict[str, dict[str, Any]] = {}
+        self.first_seen: dict[str, dict[str, float]] = {"conditions": {}, "lag": {}}  # name → monotonic time
+        self.by_field: dict[str, int] = {}
+        self.updates = 0
+        self._counting = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(self._custom.list_namespaced_custom_object, "handoff.io", "v1alpha1",
+                                           self._namespace, "streamtablehandoffs", timeout_seconds=30):
+                    obj = event["object"]
+                    name, status = obj["metadata"]["name"], obj.get("status") or {}
+                    before = self._last.get(name)
+                    self._last[name] = status
+                    for key, first in self.first_seen.items():
+                        if name not in first and status.get(key) not in (None, [], {}):
+                            first[name] = time.monotonic()
+                    if self._counting and before is not None and event["type"] == "MODIFIED":
+                        self.updates += 1
+                        for key in set(before) | set(status):
+                            if before.get(key) != status.get(key):
+                                self.by_field[key] = self.by_field.get(key, 0) + 1
+                    if self._stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - a dropped watch is restarted; the counts stay approximate
+                time.sleep(1)
+
+    def start(self) -> "StatusChanges":
+        self._thread.start()
+        return self
+
+    def count(self, on: bool) -> None:
+        if on:
+            self.by_field, self.updates = {}, 0
+        self._counting = on
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def timeline(self, since: float) -> dict[str, dict[str, float]]:
+        """When the handoffs first had conditions, and a lag: p50/p90/max seconds after `since` (the apply)."""
+        out = {}
+        for key, first in self.first_seen.items():
+            times = sorted(t - since for t in first.values())
+            if times:
+                out[key] = {"count": len(times), "p50": round(times[len(times) // 2], 1),
+                            "p90": round(times[int(len(times) * 0.9)], 1), "max": round(times[-1], 1)}
+        return out
+
+
 def event_counts(core: Any, namespace: str) -> dict[str, int]:
     """Events posted in the namespace so far, by reason (an Event repeated counts its `count`)."""
     out: dict[str, int] = {}
@@ -145,8 +225,10 @@ def ensure_nodes(core: Any, pods: int) -> None:
             core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": name, "annotations": {key: value},
                 "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}},
-                "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": str(PODS_PER_NODE)},
-                           "capacity": {"cpu": "64", "memory": "256Gi", "pods": str(PODS_PER_NODE)}}})
+                # CPU and memory for PODS_PER_NODE driver pods (their requests), so pods, not CPU, bound a node:
+                # with 64 CPUs the 1,000-handoff run left drivers Pending (Insufficient cpu) and never settled.
+                "status": {"allocatable": {"cpu": "2000", "memory": "8Ti", "pods": str(PODS_PER_NODE)},
+                           "capacity": {"cpu": "2000", "memory": "8Ti", "pods": str(PODS_PER_NODE)}}})
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -231,22 +313,42 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         time.sleep(2)  # kopf's watch is up
         path = rundir / "handoffs.yaml"
         path.write_text(manifests(namespace, n, bootstrap, catalog))
+        settle_profiler = None
+        if args.profile:  # the create path: from the bulk apply until all have conditions and lag
+            settle_profiler = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(proc.pid), "-r", "50", "--gil",
+                 "-f", "raw", "-o", str(Path(args.profile) / f"operator-{n}-settle.txt")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        changes = StatusChanges(custom, namespace).start()
+        api_at_apply = apiserver_counters(api)
         applied = time.monotonic()
         out = subprocess.run(["kubectl", "--kubeconfig", str(api.kubeconfig), "apply", "--server-side", "-f",
                               str(path)], capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
             raise RuntimeError(f"kubectl apply: {out.stderr[-2000:]}")
         apply_seconds = time.monotonic() - applied
-        settled = None
+        apply_done = time.monotonic()
+        settled = settled_after_apply = None
         while time.monotonic() - applied < args.settle_timeout:
             items = custom.list_namespaced_custom_object("handoff.io", "v1alpha1", namespace,
                                                          "streamtablehandoffs")["items"]
             done = sum(1 for o in items if (o.get("status") or {}).get("conditions")
                        and (o.get("status") or {}).get("lag") is not None)
             if done == n:
-                settled = time.monotonic() - applied
+                settled, settled_after_apply = time.monotonic() - applied, time.monotonic() - apply_done
                 break
             time.sleep(1)
+        settle_timeline = changes.timeline(applied)
+        api_at_settle = apiserver_counters(api)
+        # What creating one handoff cost in API requests, by verb and resource (kubectl's own applies included).
+        settle_requests = {k: round((v - {**api_at_apply["by_resource"], **api_at_apply["reads_by_resource"]}
+                                     .get(k, 0.0)) / n, 2)
+                           for k, v in sorted({**api_at_settle["by_resource"],
+                                               **api_at_settle["reads_by_resource"]}.items())}
+        settle_requests = {k: v for k, v in settle_requests.items() if v > 0}
+        if settle_profiler is not None:
+            settle_profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+            settle_profiler.wait(60)
         print(f"  N={n}: apply {apply_seconds:.1f} s, all with conditions and lag after "
               f"{settled if settled is None else round(settled, 1)} s", flush=True)
 
@@ -267,6 +369,8 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         print(f"  N={n}: driver pods and Deployments unchanged from {children_quiet} s", flush=True)
         time.sleep(args.interval * 2)
         events0 = event_counts(core, namespace)
+        ready0 = nodes_ready(core)
+        changes.count(True)
         load0, cpu0, ops0, api0, w0 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
         profiler = None
@@ -279,6 +383,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
             profiler.wait(60)
         load1, cpu1, ops1, api1, w1 = os.getloadavg()[0], cpu_seconds(proc.pid), operator_counters(port), \
             apiserver_counters(api), time.monotonic()
+        changes.count(False)
+        changes.stop()
+        ready1 = nodes_ready(core)
         mem = memory_mb(proc.pid)
         events1 = event_counts(core, namespace)
         wall = w1 - w0
@@ -303,6 +410,8 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
         result = {
             "handoffs": n, "apply_seconds": round(apply_seconds, 1),
             "seconds_until_all_have_conditions_and_lag": None if settled is None else round(settled, 1),
+            "seconds_from_apply_end_until_all_have_conditions_and_lag":
+                None if settled_after_apply is None else round(settled_after_apply, 1),
             "steady_window_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
             "cores": round(cpu / wall, 3), "rss_mb": mem.get("VmRSS"), "peak_rss_mb": mem.get("VmHWM"),
             "refreshes": int(refreshes), "refreshes_per_handoff_per_interval": round(
@@ -324,6 +433,13 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                                             for k, v in sorted(api1["reads_by_resource"].items())
                                             if v - api0["reads_by_resource"].get(k, 0.0) > 0},
             "load_average": [round(load0, 2), round(load1, 2)],
+            "nodes_ready_at_window_start_and_end": [list(ready0), list(ready1)],
+            "failed_scheduling_messages": event_messages(core, namespace, "FailedScheduling"),
+            # What the handoffs' updates in the window changed (status fields), per refresh.
+            "first_conditions_and_lag_after_apply_start": settle_timeline,
+            "apiserver_requests_per_handoff_until_settled": settle_requests,
+            "handoff_updates_per_refresh": per(changes.updates),
+            "status_fields_changed_per_refresh": {k: per(v) for k, v in sorted(changes.by_field.items())},
         }
         print(f"  N={n}: {json.dumps(result)}", flush=True)
         return result

@@ -22,7 +22,7 @@ How it fits the ledger and the checkpoint:
 - a failed attempt's data files are left to the orphan sweep (unreferenced; a commit that landed despite an
   error keeps its files).
 
-Off (Spark's path only): `bootstrapBatch: false` in the app config (`spec.spark.bootstrapBatch`), or the
+Off (Spark's path only): `bootstrapBatch: false` in the app config (`spec.spark.driver.bootstrapBatch`), or the
 environment `HANDOFF_BOOTSTRAP_BATCH=0`; never for a backfill, a built-in sink override, or the BigQuery sink
 (its write and commit keep Spark's path).
 """
