@@ -137,8 +137,11 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
                 and status.get("lastBatch") and status.get("freshness"))
         return status if done else None
 
-    status = eventually(caught_up, "status Ready, lag 0, lastBatch and freshness from the current driver",
-                        timeout=300, interval=2)
+    try:
+        status = eventually(caught_up, "status Ready, lag 0, lastBatch and freshness from the current driver",
+                            timeout=300, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; driver {driver}, the status: {_handoff(cluster, ns).get('status')}") from None
     assert {int(p): o for p, o in status["committed"]["offsets"][state["topic"]].items()} == committed
     metrics = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{driver}:9090/proxy/metrics")
     rows = [line for line in metrics.splitlines() if line.startswith("handoff_rows_total{")]
