@@ -30,6 +30,7 @@ from .kube import Kube
 from .models import StreamTableHandoffSpec
 from .render import progress_configmap_name
 from .scaling import ScalingDecision, ScalingInput, decide
+from .status_decision import iso_ms
 
 #: The annotation the driver polls (handoff_spark.executor_scaler.ANNOTATION).
 DESIRED_ANNOTATION = "handoff.io/desired-executors"
@@ -103,15 +104,6 @@ def batch_rate(report: DriverReport) -> float:
     return float(report.input_rows_per_second or 0.0)
 
 
-def _parse_time(value: Any) -> int | None:
-    if not value:
-        return None
-    try:
-        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
-
-
 def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec, executors: Mapping[str, Any],
             progress: ProgressFacts | None, report: DriverReport | None, running: int,
             now_ms: int) -> tuple[dict[str, Any], tuple[str, str, str] | None]:
@@ -139,7 +131,7 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
         input_rate=memory.input_rate if progress is not None else None,
         rate_per_executor=memory.rate_per_executor, trigger_seconds=spec.commit_interval_seconds,
         max_records_per_batch=spec.source.max_records_per_batch,
-        last_scale_ms=_parse_time(executors.get("lastScaleTime")), history=memory.history))
+        last_scale_ms=iso_ms(executors.get("lastScaleTime")), history=memory.history))
     if progress is not None:
         memory.history = decision.history
     status = {"current": running, "desired": decision.desired, "reason": decision.reason,

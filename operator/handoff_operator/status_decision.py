@@ -50,6 +50,16 @@ def iso(moment: dt.datetime) -> str:
     return moment.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_ms(value: Any) -> int | None:
+    """Epoch ms of a status timestamp as `iso` writes it (None: absent or not a timestamp)."""
+    if not value:
+        return None
+    try:
+        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
 def status_progress(status: Mapping[str, Any]) -> ProgressFacts:
     """The last known progress from the status (change handlers do not query the table and Kafka).
 
@@ -61,11 +71,8 @@ def status_progress(status: Mapping[str, Any]) -> ProgressFacts:
     unreadable = [c.get("message") or "status unavailable" for c in status.get("conditions") or []
                   if c.get("type") == "Degraded" and c.get("status") == "True"
                   and c.get("reason") == "StatusUnavailable"]
-    at = committed.get("at")
-    try:  # kept as it was read, so a change handler's patch does not clear it (and the next refresh restore it)
-        at_ms = int(dt.datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp() * 1000) if at else None
-    except ValueError:
-        at_ms = None
+    # `at` kept as it was read, so a change handler's patch does not clear it (and the next refresh restore it).
+    at_ms = iso_ms(committed.get("at"))
     return ProgressFacts(committed_snapshot=int(snapshot) if snapshot not in (None, "") else None,
                          committed_batch=committed.get("batch"), committed_at_ms=at_ms,
                          committed_offsets=committed.get("offsets"), lag=status.get("lag"),

@@ -94,8 +94,8 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
         eventually(lambda: _rows(state) == 3000, "the first 3000 records in the table", timeout=600, interval=2)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
-    # The executors are pods Spark created, owned by the driver pod. (The first records may be the driver's own
-    # bootstrap batch, committed while Spark was still starting: the executors can come after them.)
+    # The executors are pods Spark created, owned by the driver pod (waited for, not assumed present the moment
+    # the first records are in).
     first = eventually(lambda: _driver(cluster, ns), "one running driver pod")
     executors = eventually(lambda: pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=executor"),
                            "executor pods", timeout=300, interval=1)
