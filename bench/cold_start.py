@@ -205,7 +205,8 @@ class Driver:
         for at, line in list(self.lines):
             m = BATCH_LINE.search(line)
             if m and "snapshot" in line:
-                out.append({"batch": int(m[1]), "rows": int(m[2]), "ms": int(m[3]), "seen_at_s": round(at, 2)})
+                out.append({"batch": int(m[1]), "rows": int(m[2]), "ms": int(m[3]), "seen_at_s": round(at, 2),
+                            "bootstrap": line.lstrip().startswith("bootstrap ")})
         return out
 
     def wait_rows(self, total_rows: int, timeout: float) -> list[dict[str, Any]]:
@@ -240,7 +241,9 @@ class Driver:
 #: Handoff driver variants: extra environment per pipeline name (`handoff`: the driver as shipped). A start-up
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
 PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
-                                         "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
+                                         "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"},
+                                         # the driver's bootstrap batch off (handoff_spark.bootstrap): Spark's path only
+                                         "handoff-nobootstrap": {"HANDOFF_BOOTSTRAP_BATCH": "0"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}
 
@@ -290,20 +293,36 @@ def table_check(cfg: Any) -> dict[str, int]:
 
 
 def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) -> dict[str, Any]:
-    """First commit of a freshly started `drv` (its backlog is `n` rows), then a warm batch of `n` more."""
+    """First commit of a freshly started `drv` (its backlog is `n` rows), then batches of `n` more until one ran
+    warm: the first one Spark runs after the driver's bootstrap batch (if any) still pays Spark's start-up (its
+    fresh Python interpreters), so it is reported apart, and another `n` is produced for the warm batch."""
     first = drv.wait_rows(n, timeout=900)
     snaps = snapshots_after(cfg, drv.started_epoch)
     start_to_commit = (snaps[0] / 1000 - drv.started_epoch) if snaps else None
     produce_more()
-    batches = drv.wait_rows(2 * n, timeout=900)
-    warm = [b for b in batches if b not in first]
+    total = 2 * n
+    batches = drv.wait_rows(total, timeout=900)
+    spark = [b for b in batches if not b["bootstrap"]]
+    if spark and spark[0] not in first and all(b["bootstrap"] for b in first):
+        produce_more()  # the batch just seen was Spark's first of this driver: one more, for a warm one
+        total += n
+        batches = drv.wait_rows(total, timeout=900)
+        spark = [b for b in batches if not b["bootstrap"]]
+    first_spark = spark[0]
+    warm = [b for b in spark if b["seen_at_s"] > first_spark["seen_at_s"]] or [b for b in batches if b not in first]
     return {"start_to_first_commit_s": None if start_to_commit is None else round(start_to_commit, 2),
+            "first_is_bootstrap": first[0]["bootstrap"],
             "first_batches": first, "first_batch_ms": first[0]["ms"], "first_batch_rows": first[0]["rows"],
+            # Spark's first batch of this driver (the first one when there is no bootstrap batch)
+            "first_spark_batch_ms": first_spark["ms"], "first_spark_batch_rows": first_spark["rows"],
+            "first_spark_batch_seen_at_s": first_spark["seen_at_s"],
             "warm_batches": warm, "warm_batch_ms": max(b["ms"] for b in warm),
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
+            "produced_in_phase": total,
             "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
-                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm", "first batch"))][:12],
+                              if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm", "first batch",
+                                                         "bootstrap"))][:14],
             "processes_until_first_commit": first_sightings(drv.timeline.seen.values(), first[-1]["seen_at_s"])}
 
 
@@ -333,13 +352,13 @@ def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: d
     root = PIPELINE_ROOT.get(pipeline, ROOT)
     drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-clean.log", pipeline_env(pipeline), root)
     try:
-        out["clean"] = phase(drv, cfg, 0, n, more)
+        out["clean"] = phase(drv, cfg, next_id[0] - n, n, more)
     finally:
         drv.kill9()
     more()
     drv = Driver(driver_argv(pipeline, app_json), tmp / f"{pipeline}-kill9.log", pipeline_env(pipeline), root)
     try:
-        out["after_kill9"] = phase(drv, cfg, 2 * n, n, more)
+        out["after_kill9"] = phase(drv, cfg, next_id[0] - n, n, more)
     finally:
         drv.stop()
     out["table"] = table_check(cfg)
@@ -375,7 +394,8 @@ def jvm_driver(app_json: str) -> int:
                 ProgressReporter(cfg, None, lambda line: print(line, flush=True)))
 
 
-def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tuple[float, float]) -> dict[str, Any]:
+def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tuple[float, float],
+          pipeline: str = "handoff") -> dict[str, Any]:
     """A producer writes `rate` records/s for `seconds` while the handoff driver is killed with SIGKILL every
     `kill_every` seconds (uniform) and restarted at once; afterwards the driver drains the rest and stops.
     Reported: per driver life, its length and the batches it committed; the table check."""
@@ -383,8 +403,8 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
 
     topic = f"chaos-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic)
-    cfg = app_config(bootstrap, topic, tmp, "chaos", {})
-    app_json = tmp / "chaos.json"
+    cfg = app_config(bootstrap, topic, tmp, f"chaos-{pipeline}", {})
+    app_json = tmp / f"chaos-{pipeline}.json"
     app_json.write_text(cfg.to_json())
     stop = threading.Event()
     produced = [0]
@@ -412,19 +432,21 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
     t_end = time.monotonic() + seconds
     life = 0
     while time.monotonic() < t_end:
-        drv = Driver(driver_argv("handoff", app_json), tmp / f"chaos-{life}.log")
+        drv = Driver(driver_argv(pipeline, app_json), tmp / f"chaos-{pipeline}-{life}.log", pipeline_env(pipeline))
         live = min(rng.uniform(*kill_every), max(0.0, t_end - time.monotonic()))
         time.sleep(live)
         drv.kill9()
         b = drv.batches()
         lives.append({"life": life, "seconds": round(live, 1), "commits": len(b), "rows": sum(x["rows"] for x in b),
+                      "bootstrap_commits": sum(1 for x in b if x["bootstrap"]),
+                      "spark_commits": sum(1 for x in b if not x["bootstrap"]),
                       "first_commit_seen_at_s": b[0]["seen_at_s"] if b else None})
         print(f"life {life}: {live:.1f} s, {len(b)} commits, first at "
               f"{b[0]['seen_at_s'] if b else '-'} s", flush=True)
         life += 1
     stop.set()
     prod.join()
-    drv = Driver(driver_argv("handoff", app_json), tmp / "chaos-drain.log")
+    drv = Driver(driver_argv(pipeline, app_json), tmp / f"chaos-{pipeline}-drain.log", pipeline_env(pipeline))
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -437,14 +459,16 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
     check = table_check(cfg)
     check["produced"] = produced[0]
     check["whole"] = check["rows"] == check["distinct_offsets"] == check["distinct_ids"] == produced[0]
-    return {"seconds": seconds, "rate": rate, "kill_every": kill_every, "lives": lives,
-            "lives_with_commits": sum(1 for x in lives if x["commits"]), "table": check}
+    return {"pipeline": pipeline, "seconds": seconds, "rate": rate, "kill_every": kill_every, "lives": lives,
+            "lives_with_commits": sum(1 for x in lives if x["commits"]),
+            "lives_with_spark_commits": sum(1 for x in lives if x["spark_commits"]), "table": check}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
-    ap.add_argument("--pipelines", default="handoff,jvm")
+    ap.add_argument("--pipelines", default="handoff,handoff-nobootstrap,jvm",
+                    help="for --chaos: the handoff variants among them (default: handoff)")
     ap.add_argument("--before", default=None, metavar="REF",
                     help="also run pipeline `before`: the handoff driver of git revision REF (e.g. main), first")
     add_broker_argument(ap)
@@ -474,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
             pipelines.insert(0, "before")
         if args.chaos:
             lo, hi = (float(x) for x in args.kill_every.split(","))
-            results["chaos"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi))
+            for pipeline in [p for p in pipelines if p in PIPELINE_ENV]:  # the handoff driver's variants
+                results[f"chaos-{pipeline}"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi), pipeline)
         else:
             for pipeline in pipelines:
                 results[pipeline] = run_pipeline(pipeline, bootstrap, tmp, args.records, extra)
@@ -485,18 +510,22 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     if args.chaos:
-        c = results["chaos"]
-        print(f"\n{len(c['lives'])} lives, {c['lives_with_commits']} committed; table {c['table']}")
+        for name, c in results.items():
+            print(f"\n{name}: {len(c['lives'])} lives, {c['lives_with_commits']} committed "
+                  f"({c['lives_with_spark_commits']} through Spark); table {c['table']}")
     else:
-        print("\n| pipeline | phase | start → first commit | first batch (rows) | warm batch (rows) | first / warm |")
-        print("|---|---|---:|---:|---:|---:|")
+        print("\n| pipeline | phase | start → first commit | first batch (rows) | first Spark batch (rows) | "
+              "warm batch (rows) | first / warm |")
+        print("|---|---|---:|---:|---:|---:|---:|")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):
                 p = r[ph]
+                boot = " (bootstrap)" if p["first_is_bootstrap"] else ""
                 print(f"| {name} | {ph} | {p['start_to_first_commit_s']} s | {p['first_batch_ms']} ms "
-                      f"({p['first_batch_rows']}) | {p['warm_batch_ms']} ms ({p['warm_batch_rows']}) | "
+                      f"({p['first_batch_rows']}){boot} | {p['first_spark_batch_ms']} ms ({p['first_spark_batch_rows']}, "
+                      f"seen at {p['first_spark_batch_seen_at_s']} s) | {p['warm_batch_ms']} ms ({p['warm_batch_rows']}) | "
                       f"{p['first_over_warm']} |")
-            print(f"| {name} | table | {r['table']} | | | |")
+            print(f"| {name} | table | {r['table']} | | | | |")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):
                 print(f"\n{name} {ph}: processes until the first commit")

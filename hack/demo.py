@@ -139,7 +139,7 @@ class Driver:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if line.startswith(("batch ", "SIGTERM", "SIGINT", "second ")):
+                if line.startswith(("batch ", "bootstrap batch ", "SIGTERM", "SIGINT", "second ")):
                     say(f"    driver | {line.rstrip()}")
 
     def alive(self) -> bool:

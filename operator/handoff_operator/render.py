@@ -341,6 +341,7 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "progressFile": PROGRESS_FILE,
         "maintenance": {"expireOlderThanSeconds": int(spec.replay_window_seconds)},
         "sparkConf": spark_conf(spec, namespace, name, image),
+        "bootstrapBatch": spec.spark.driver.bootstrap_batch,
     })
 
 

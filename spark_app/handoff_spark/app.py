@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import jvm_cds, sinks
+from . import bootstrap, faults, jvm_cds, sinks
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
-from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_progress,
-                       write_progress_file)
+from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
+                       report_from_progress, write_progress_file)
 from .executor_scaler import ExecutorScaler, SparkExecutors
 from .progress_publisher import ProgressPublisher
 from .resume import StartPlan, prepare_start
@@ -143,6 +143,7 @@ class ProgressReporter:
         self.last_batch_id = -1
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
+        self.spark_batches = 0  # Spark's batches reported (the bootstrap batch is not one)
 
     def poll(self, query: Any) -> None:
         try:
@@ -163,23 +164,35 @@ class ProgressReporter:
 
     def _report(self, data: dict[str, Any]) -> None:
         cfg = self.cfg
-        first = not self.reports
+        first = self.spark_batches == 0
         if first:
             # This driver's first batch pays its start-up costs (fresh Python workers, first Kafka and catalog
             # connections): where its time went, in Spark's own terms (docs/benchmarks.md, "Cold start").
             log.info("first batch %s of this driver: durations (ms) %s", data.get("batchId"),
                      json.dumps(data.get("durationMs") or {}, sort_keys=True))
+        self.spark_batches += 1
         report = report_from_progress(data, read_commit(cfg.checkpoint_location, int(data["batchId"])),
                                       self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
+        # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
+        self._emit(report, {"firstOfDriver": first})
+
+    def report_bootstrap(self, outcome: bootstrap.Outcome) -> None:
+        """The driver's bootstrap batch (`handoff_spark.bootstrap`), reported like any batch: console line,
+        metrics, progress record (marked `bootstrap`; it ran no executor, so it rates none)."""
+        report = report_from_commit(outcome.commit_record(), outcome.plan.ranges, outcome.plan.latest,
+                                    outcome.duration_ms, self.max_event_time_ms)
+        self._emit(report, {"firstOfDriver": True, "bootstrap": True}, prefix="bootstrap ")
+
+    def _emit(self, report: BatchReport, extra: dict[str, Any], prefix: str = "") -> None:
+        cfg = self.cfg
         self.max_event_time_ms = report.max_event_time_ms
         self.reports.append(report)
-        self.echo(report.line())
+        self.echo(prefix + report.line())
         if self.metrics is not None:
             self.metrics.observe(report)
         record = report.record(cfg.handoff_id)
-        # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
-        record["firstOfDriver"] = first
+        record.update(extra)
         if self.checkpoint_discarded:
             record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:
@@ -214,37 +227,56 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     if cfg.metrics_port is not None:  # first: a busy port fails in a second
         port = metrics.serve(cfg.metrics_port)
         echo(f"metrics on :{port}/metrics")
-    start: StartPlan | None = None
-    if sink_format is None:
-        # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
-        backend = sinks.get(cfg.sink.kind)
-        backend.prepare(cfg)
-        start = prepare_start(cfg, backend, echo)
-        log.info("table prepared, start planned")
-    spark = build_session(cfg)
-    log.info("spark session started")
+    faults.mark_driver_process()
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
-    reporter = ProgressReporter(cfg, metrics, echo, publisher,
-                                checkpoint_discarded=start.discarded if start is not None else None)
+    reporter = ProgressReporter(cfg, metrics, echo, publisher)
     min_partitions_file = str(Path(marker_dir) / "min-partitions")
-    query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker, sink_format=sink_format,
-                        start_offsets=start.start_offsets() if start is not None else None,
-                        min_partitions_file=min_partitions_file)
-    # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
-    echo(f"query {query.id} started (run {query.runId})")
-    # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
-    scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
-                                     partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
-                                     idle=lambda: not query.status.get("isTriggerActive"))
-    if scaler is not None:
-        scaler.start()
+    scaler: ExecutorScaler | None = None
     try:
-        return wait(query, stop_requested, echo, reporter)
-    except KeyboardInterrupt:
-        query.stop()
-        return 130
+        start: StartPlan | None = None
+        boot: bootstrap.Bootstrap | None = None
+        if sink_format is None:
+            # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
+            backend = sinks.get(cfg.sink.kind)
+            backend.prepare(cfg)
+            start = prepare_start(cfg, backend, echo)
+            reporter.checkpoint_discarded = start.discarded
+            log.info("table prepared, start planned")
+            off = bootstrap.off_reason(cfg, sink_format)
+            if off is None:  # the driver's own first batch, beside the JVM's start (handoff_spark.bootstrap)
+                boot = bootstrap.Bootstrap(cfg, start.ledger, echo, on_commit=reporter.report_bootstrap).start()
+            else:
+                log.info("bootstrap batch off: %s", off)
+        spark = build_session(cfg)
+        log.info("spark session started")
+        if boot is not None and start is not None:
+            try:
+                start = finish_bootstrap(boot, start)
+            except Exception as exc:  # noqa: BLE001 - refused or failed: one line, exit 1 like a failed query
+                echo(f"bootstrap batch failed: {exc}")
+                log.error("bootstrap batch failed", exc_info=True)
+                return 1
+        if stop_requested.is_set():  # a stop signal during the start: the bootstrap (if any) is committed
+            echo("stopped")
+            return 0
+        query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
+                            sink_format=sink_format, start_offsets=start.start_offsets() if start is not None else None,
+                            min_partitions_file=min_partitions_file)
+        # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
+        echo(f"query {query.id} started (run {query.runId})")
+        # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
+        scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
+                                         partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
+                                         idle=lambda: not query.status.get("isTriggerActive"))
+        if scaler is not None:
+            scaler.start()
+        try:
+            return wait(query, stop_requested, echo, reporter)
+        except KeyboardInterrupt:
+            query.stop()
+            return 130
     finally:
         if scaler is not None:
             scaler.close()
@@ -253,6 +285,16 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(marker_dir)
+
+
+def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:
+    """Wait for the bootstrap batch (it reported itself and reset Spark's checkpoint once committed) and return
+    where Spark's query starts: the table's ledger end, now past the bootstrap batch."""
+    outcome = boot.result()
+    if outcome is None:
+        return start
+    ledger = {**start.ledger, **{tp: se[1] for tp, se in outcome.plan.ranges.items()}}
+    return StartPlan(ledger=ledger, discarded=start.discarded)
 
 
 def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],

@@ -529,9 +529,15 @@ class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
 class KafkaRangeStreamReader(KafkaStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         rng: OffsetRange = partition.range  # type: ignore[attr-defined]
-        yield pa.RecordBatch.from_pylist([{"topic": rng.topic, "partition": rng.partition,
-                                           "start_offset": rng.start, "end_offset": rng.end}],
-                                         schema=RANGE_ARROW_SCHEMA)
+        yield range_batch(rng)
+
+
+def range_batch(rng: OffsetRange) -> pa.RecordBatch:
+    """One `handoff-kafka-ranges` row for `rng`: what a fused write task receives for its range (Spark's tasks,
+    and the driver's bootstrap batch, which calls the same write task in its own process)."""
+    return pa.RecordBatch.from_pylist([{"topic": rng.topic, "partition": rng.partition,
+                                        "start_offset": rng.start, "end_offset": rng.end}],
+                                      schema=RANGE_ARROW_SCHEMA)
 
 
 def ranges_of(batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> list[OffsetRange]:

@@ -237,3 +237,15 @@ def test_registry_formats_need_a_registry():
     s = spec(source={**spec()["source"], "format": "protobuf"})
     _, problems = parse_spec(body(s, name="orders")["spec"])
     assert problems and "schemaRegistry" in str(problems[0])
+
+
+def test_bootstrap_batch_is_on_unless_the_spec_turns_it_off():
+    """spec.spark.driver.bootstrapBatch reaches the driver's app config (handoff_spark.bootstrap reads it)."""
+    assert _render().config.bootstrap_batch is True
+    off = spec()
+    off["spark"].setdefault("driver", {})["bootstrapBatch"] = False
+    assert _render(off).config.bootstrap_batch is False
+    bad = spec()
+    bad["spark"].setdefault("driver", {})["bootstrapBatch"] = "sometimes"
+    _parsed, problems = parse_spec(body(bad)["spec"])
+    assert problems and any("bootstrapBatch" in str(p) for p in problems), problems

@@ -196,8 +196,11 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
 
 
 
-def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
-    """A write task (executors): read/decode its records, write Parquet files for them (not yet table data)."""
+def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: bool = True) -> IcebergCommitMessage:
+    """A write task (executors): read/decode its records, write Parquet files for them (not yet table data).
+
+    `in_spark=False`: the driver's bootstrap batch (`handoff_spark.bootstrap`) runs this same function in its
+    own process; there is no Spark task, so the Spark-task fault hooks (keyed on Spark's batch id) stay off."""
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
@@ -208,7 +211,7 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCom
     raw = pa.Table.from_batches(batches)
     msg.records = raw.num_rows
     t1 = time.perf_counter()
-    batch_id = task_batch_id()
+    batch_id = task_batch_id() if in_spark else None
     decoded, dead, msg.schemas = decode_source(raw, cfg)
     msg.dlq_rows = len(dead)
     t2 = time.perf_counter()
@@ -224,13 +227,14 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCom
     msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
     msg.rows = shaped.num_rows
     msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
-    faults.maybe_stall("stall-task", batch_id)
+    if in_spark:
+        faults.maybe_stall("stall-task", batch_id)
     try:
         t3 = time.perf_counter()
         if shaped.num_rows:
             msg.files = write_data_files(meta, table.io, shaped, write_uuid)
         t4 = time.perf_counter()
-        if faults.armed("fail-task", batch_id):
+        if in_spark and faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
         _send_dead_letters(cfg, raw, dead)
         msg.task_ms = {"read": (t1 - t0) * 1000, "decode": (t2 - t1) * 1000, "open_table": (t3 - t2) * 1000,
@@ -239,7 +243,8 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCom
         # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
         delete_files(table.io, [f.file_path for f in msg.files])
         raise
-    faults.maybe_crash("crash-mid-write", batch_id)
+    if in_spark:
+        faults.maybe_crash("crash-mid-write", batch_id)
     return msg
 
 
@@ -359,11 +364,12 @@ def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.O
 
 
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
-                    ranges: ckpt.OffsetRange, query_id: str | None) -> TableCommit:
+                    ranges: ckpt.OffsetRange, query_id: str | None, fault_prefix: str = "") -> TableCommit:
     """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
     (schema evolution + append in ONE transaction) carrying the ledger properties. Bounded retries: a
     conflict or a catalog outage reloads the table and re-checks the ancestry before trying again (the
-    previous attempt may have landed even if it reported failure)."""
+    previous attempt may have landed even if it reported failure). `fault_prefix`: the test hooks' names
+    are prefixed with it (`bootstrap-` for the driver's bootstrap batch, so Spark-batch drills stay apart)."""
     sink = _sink(cfg)
     offsets_json = ckpt.to_json_ranges(ranges)
     event_times = [m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None]
@@ -398,8 +404,8 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
                 _drop_replay_files(table, done.snapshot_id, msgs)
                 return TableCommit(table, done.snapshot_id, True, attempts)
             check_contiguous(table, cfg, batch_id, ranges)
-            faults.maybe_crash("crash-before-table-commit", batch_id)
-            if faults.armed("catalog-outage", batch_id):
+            faults.maybe_crash(fault_prefix + "crash-before-table-commit", batch_id)
+            if faults.armed(fault_prefix + "catalog-outage", batch_id):
                 raise ConnectionError("HANDOFF_FAULT catalog-outage (test hook)")
             tx = _MemoTransaction(table)
             plan = _merge_plans(table, msgs, cfg.schema_.evolution)
@@ -453,14 +459,22 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
 
 
 def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> CommitResult:
-    """Driver commit of one micro-batch: offsets from Spark's offset log, the table commit, then (only after
-    it is durable) the consumer-group offsets, the progress record and periodic upkeep."""
-    t0 = time.monotonic()
+    """Driver commit of one Spark micro-batch: its offsets from Spark's offset log, then `commit_ranges`."""
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
+    return commit_ranges(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location))
+
+
+def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int, ranges: ckpt.OffsetRange,
+                  query_id: str | None, fault_prefix: str = "") -> CommitResult:
+    """Commit one batch of `ranges` (the table commit with its ledger check, then — only after it is durable —
+    the consumer-group offsets, the progress record and periodic upkeep). Spark's commit (`commit_batch`) and
+    the driver's bootstrap batch (`handoff_spark.bootstrap`) both come through here, so both get the same
+    ledger check, the same skip of a batch already in the table and the same upkeep."""
+    t0 = time.monotonic()
     offsets_json = ckpt.to_json_ranges(ranges)
-    tc = commit_to_table(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location))
+    tc = commit_to_table(cfg, msgs, batch_id, ranges, query_id, fault_prefix)
     commit_ms = round((time.monotonic() - t0) * 1000, 1)
-    faults.maybe_crash("crash-after-table-commit", batch_id)
+    faults.maybe_crash(fault_prefix + "crash-after-table-commit", batch_id)
     group_ok = False
     if tc.snapshot_id is not None and cfg.backfill is None:  # a backfill never moves the stream's group offsets
         end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}
@@ -527,6 +541,6 @@ def register(spark: Any) -> None:
 
 
 
-__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare", "write_task",
+__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "commit_ranges",
            "register", "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]

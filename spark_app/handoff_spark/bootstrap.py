@@ -1,0 +1,196 @@
+"""The driver's bootstrap batch: a restarted driver commits the backlog's first batch itself, in its own process,
+while Spark's session starts (issue 15, docs/benchmarks.md "Cold start").
+
+Why: Spark's first micro-batch after any (re)start starts seven fresh Python interpreters one after another
+(planner daemons, the source runner, the executors' worker daemon, the sink's commit runner) and took 13 s on
+top of a 5.5 s session start; the driver process has, by then, prepared the table, read the ledger and loaded
+PyIceberg, pyarrow and confluent-kafka. So it reads the next batch itself and commits it — through the *same*
+functions Spark's write task and commit run (`iceberg.sink.write_task` over `handoff-kafka-ranges` rows,
+`iceberg.sink.commit_ranges`), so the ledger check (`check_contiguous`), the dead-letter topic, the schema
+policy, the Kafka identity recorded in the ledger and the zombie-driver guard hold by construction.
+
+How it fits the ledger and the checkpoint:
+- the batch's ranges start at the table's ledger end (`resume.prepare_start` read it; partitions the ledger
+  lacks start at `startingOffsets`, as the source's `initialOffset` does) and end at Kafka's last stable
+  offsets, bounded by `maxRecordsPerBatch` and `MAX_RECORDS` (`kafka_source.admit`, the source's own rule);
+- it is batch 0 of a one-batch query of its own (query id `bootstrap-<uuid>` in the ledger), so the sink's
+  replay skip (`ledger.find_batch`, keyed on Spark's query id) never takes a Spark batch for it or it for one;
+- once it committed, Spark's checkpoint is behind the ledger; it is reset (`reset_checkpoint`) and Spark's
+  query starts fresh from the ledger's new end (the source's `startOffsets`). A driver killed between the
+  commit and the reset finds a checkpoint that disagrees with the ledger at its next start, which
+  `resume.prepare_start` discards (the existing rule) — nothing is read twice or skipped either way.
+- a failed attempt's data files are left to the orphan sweep (unreferenced; a commit that landed despite an
+  error keeps its files).
+
+Off (Spark's path only): `bootstrapBatch: false` in the app config (`spec.spark.driver.bootstrapBatch`), or the
+environment `HANDOFF_BOOTSTRAP_BATCH=0`; never for a backfill, a built-in sink override, or the BigQuery sink
+(its write and commit keep Spark's path).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import checkpoint as ckpt
+from . import faults
+from .config import AppConfig
+
+log = logging.getLogger("handoff.bootstrap")
+
+ENV = "HANDOFF_BOOTSTRAP_BATCH"
+#: The most offsets the bootstrap reads (a tighter `maxRecordsPerBatch` wins): it runs in the driver's one
+#: process while the JVM starts, so it is sized to about the session's start time (~100k records/s in-process).
+MAX_RECORDS = 100_000
+#: The bootstrap's batch id in the ledger (batch 0 of its own one-batch query) and its fault hooks' prefix.
+BATCH_ID = 0
+FAULT_PREFIX = "bootstrap-"
+
+TopicPartition = tuple[str, int]
+
+
+def off_reason(cfg: AppConfig, sink_format: str | None) -> str | None:
+    """Why this driver runs no bootstrap batch (None: it runs one)."""
+    if sink_format is not None:
+        return f"the sink is overridden ({sink_format})"
+    if cfg.backfill is not None:
+        return "a backfill reads a bounded range through Spark"
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return f"{ENV}={os.environ[ENV]}"
+    if not cfg.bootstrap_batch:
+        return "bootstrapBatch is false"
+    if cfg.sink.kind != "iceberg":
+        return f"the {cfg.sink.kind} sink commits through Spark only"
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The bootstrap batch's ranges `{(topic, partition): (start, end)}` (every partition, empty ones too, as a
+    Spark batch records them), Kafka's last stable offsets when planned (for lag), and its ledger query id."""
+
+    ranges: dict[TopicPartition, tuple[int, int]]
+    latest: dict[TopicPartition, int]
+    query_id: str
+
+    @property
+    def offsets(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed bootstrap batch: its plan, the sink's commit result and its wall time (plan → commit)."""
+
+    plan: Plan
+    commit: Any  # iceberg.sink.CommitResult
+    duration_ms: int
+
+    def commit_record(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.commit)
+
+
+def plan(cfg: AppConfig, ledger: dict[TopicPartition, int]) -> tuple[Plan | None, str]:
+    """The batch to bootstrap from the ledger's end `ledger`, or (None, why not). Declines — leaving the range
+    to Spark's source, which applies `onOffsetOutOfRange` and records gaps — when a start was deleted by
+    retention."""
+    from .kafka_source import SourceOptions, _Broker, admit, plan_ranges, source_options
+
+    opts = SourceOptions.parse(source_options(cfg, None))
+    broker = _Broker(opts)
+    tps = broker.partitions()
+    known = {tp: off for tp, off in ledger.items() if tp in set(tps)}
+    rest = [tp for tp in tps if tp not in known]
+    start = {**broker.list_offsets(rest, opts.starting_offsets), **known}
+    latest = broker.list_offsets(tps, "latest")
+    cap = min(MAX_RECORDS, opts.max_records_per_batch or MAX_RECORDS)
+    end = admit(start, latest, cap)
+    moving = plan_ranges(start, end)
+    if not moving:
+        return None, "no backlog"
+    earliest = broker.list_offsets([(r.topic, r.partition) for r in moving], "earliest")
+    deleted = [f"{r.topic}[{r.partition}] {r.start} < {earliest[(r.topic, r.partition)]}" for r in moving
+               if r.start < earliest[(r.topic, r.partition)]]
+    if deleted:
+        return None, "offsets deleted by retention (" + ", ".join(deleted) + "); Spark's source handles them"
+    ranges = {tp: (start[tp], end[tp]) for tp in sorted(start)}
+    return Plan(ranges=ranges, latest=latest, query_id=f"bootstrap-{uuid.uuid4()}"), ""
+
+
+def run_batch(cfg: AppConfig, p: Plan) -> Any:
+    """Read, decode and write the plan's records with the Spark write task's own function, then commit them with
+    the Spark commit's own function (ledger check included). Returns the sink's CommitResult."""
+    from .iceberg.sink import commit_ranges, write_task
+    from .kafka_source import plan_ranges, range_batch
+
+    starts = {tp: se[0] for tp, se in p.ranges.items()}
+    ends = {tp: se[1] for tp, se in p.ranges.items()}
+    rows = [range_batch(r) for r in plan_ranges(starts, ends)]
+    msg = write_task(cfg, iter(rows), in_spark=False)
+    return commit_ranges(cfg, [msg], BATCH_ID, p.ranges, p.query_id, FAULT_PREFIX)
+
+
+def reset_checkpoint(cfg: AppConfig) -> list[str]:
+    """After a bootstrap commit Spark's checkpoint is behind the table's ledger (a cache that is now stale): clear
+    it so Spark's query starts fresh from the ledger's end. The Kafka identity side file (written by
+    `prepare_start`, recorded in every commit) is kept. Returns what was removed."""
+    identity = ckpt.read_kafka_identity(cfg.checkpoint_location)
+    removed = ckpt.discard(cfg.checkpoint_location)
+    if identity is not None:
+        ckpt.write_kafka_identity(cfg.checkpoint_location, identity)
+    return removed
+
+
+class Bootstrap:
+    """The bootstrap batch in a thread of the driver, so it overlaps the Spark session's start on the main
+    thread (the session itself must be built on the main thread: built in another one, the sink registered on
+    it was not found at `writeStream.start`, docs/benchmarks.md). `result()` joins it: the Outcome, None when
+    there was nothing to do, or the thread's exception re-raised."""
+
+    def __init__(self, cfg: AppConfig, ledger: dict[TopicPartition, int], echo: Callable[[str], None] = print,
+                 on_commit: Callable[[Outcome], None] | None = None) -> None:
+        self.cfg, self.ledger, self.echo, self.on_commit = cfg, dict(ledger), echo, on_commit
+        self._outcome: Outcome | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="handoff-bootstrap", daemon=True)
+
+    def start(self) -> "Bootstrap":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            p, why_not = plan(self.cfg, self.ledger)
+            if p is None:
+                self.echo(f"bootstrap batch: none ({why_not})")
+                return
+            log.info("bootstrap batch: %d offsets, query %s", p.offsets, p.query_id)
+            faults.maybe_pause(FAULT_PREFIX + "pause", BATCH_ID)
+            commit = run_batch(self.cfg, p)
+            self._outcome = Outcome(p, commit, int((time.monotonic() - t0) * 1000))
+            faults.maybe_crash(FAULT_PREFIX + "crash-before-checkpoint-reset", BATCH_ID)
+            # Here, not after the session start: the main thread does not touch the checkpoint until the query
+            # starts, and the batch is reported (freshness, the operator's record) as soon as it is durable.
+            reset_checkpoint(self.cfg)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by result()
+            self._error = exc
+            return
+        if self.on_commit is not None:
+            try:
+                self.on_commit(self._outcome)
+            except Exception:  # noqa: BLE001 - a reporting bug must not fail the driver
+                log.exception("reporting the bootstrap batch failed")
+        self.echo(f"bootstrap batch committed (snapshot {commit.snapshot_id}); Spark's checkpoint reset, its "
+                  f"query resumes from the table's ledger")
+
+    def result(self) -> Outcome | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._outcome
