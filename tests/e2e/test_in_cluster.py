@@ -127,6 +127,11 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
 def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: dict[str, Any]) -> None:
     ns, state = setup["ns"], setup
     driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
+    # Records for this driver to commit: after the kill above, the old pod (force-deleted, its container still
+    # running for a while) can have committed everything before the new one started, and a driver that has
+    # committed nothing has no batch to report.
+    state["produced"] += produce(state["bootstrap"], state["topic"], range(6000, 6500))
+    eventually(lambda: _rows(state) >= state["produced"], "the new records in the table", timeout=600, interval=2)
     table = state["catalog"].load_table(TABLE)
     committed = ledger.resume_offsets(table)[state["topic"]]
 
@@ -134,7 +139,7 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
         status = _handoff(cluster, ns).get("status", {})
         ready = {c["type"]: c["status"] for c in status.get("conditions", [])}.get("Ready")
         done = (ready == "True" and status.get("lag") == 0 and status.get("app", {}).get("driver") == driver
-                and status.get("lastBatch") and status.get("freshness"))
+                and (status.get("lastBatch") or {}).get("rows") and status.get("freshness"))
         return status if done else None
 
     try:
