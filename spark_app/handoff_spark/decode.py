@@ -381,14 +381,16 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
         lengths = pc.binary_length(values)
         if pc.min(lengths).as_py() == 0:
             return None
-        if pc.any(pc.match_substring(values, "\n")).as_py():
-            return None  # pretty-printed JSON would break newline framing
     except pa.ArrowNotImplementedError:
         return None
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
     # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
     has_ts = any(c.type in _TIMESTAMPS for c in policy.columns)
     blob = _newline_joined(values)
+    # Exactly one newline between values and none inside them: pretty-printed JSON would break newline framing.
+    # Counted in the joined buffer (memchr speed): `match_substring` over the values cost 5× more.
+    if blob.to_pybytes().count(b"\n") != len(values) - 1:
+        return None
     parsed = None
     for ts_as_millis in ((False, True) if has_ts else (False,)):
         parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else

@@ -49,7 +49,7 @@ from ..checkpoint import read_last_commit
 from ..sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from ..source_decode import decode_source
+from ..source_decode import decode_while_reading
 
 from ..datasource_api import WriterCommitMessage
 from .stream import IcebergSinkDataSource, IcebergStreamWriter
@@ -204,17 +204,16 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
-    # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself.
-    batches = [b for b in task_records(cfg, iterator) if b.num_rows]
-    if not batches:
+    # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself, and decodes what it
+    # read while the consumer fetches the rest.
+    raw, decoded, dead, msg.schemas, decode_s = decode_while_reading(task_records(cfg, iterator), cfg)
+    if raw is None:
         return msg
-    raw = pa.Table.from_batches(batches)
     msg.records = raw.num_rows
-    t1 = time.perf_counter()
-    batch_id = task_batch_id() if in_spark else None
-    decoded, dead, msg.schemas = decode_source(raw, cfg)
-    msg.dlq_rows = len(dead)
     t2 = time.perf_counter()
+    t1 = t2 - decode_s
+    batch_id = task_batch_id() if in_spark else None
+    msg.dlq_rows = len(dead)
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
     if plan.incompatible:
