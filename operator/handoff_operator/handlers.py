@@ -43,7 +43,7 @@ from .settings import OperatorSettings
 from .status_decision import Decision, Observed, decide, status_progress, worth_writing
 from .truth import read_progress
 from .validation import Problem, check
-from .watched import Seen, Views
+from .watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
 
 SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
@@ -52,9 +52,9 @@ TRANSIENT_DELAY = 10.0
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
-#: The resourceVersion of each handoff as this process last read it under its lock or made it by a status patch
-#: (_handoff_under_lock).
-_versions: dict[tuple[str, str], str] = {}
+#: Each handoff as this process last read it under its lock or made it by a status patch (its
+#: watched.reconciled_view; _handoff_under_lock).
+_known: dict[tuple[str, str], Mapping[str, Any]] = {}
 log = logging.getLogger("handoff.operator")
 
 
@@ -253,20 +253,20 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
 
 def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str, Any] | None
                         ) -> dict[str, Any] | None:
-    """The handoff as the merge base of its status: the daemon's live body when it is the very version this
-    process last read or wrote under the lock (nothing changed it since, as far as the watch has told: the same
-    as a GET a moment earlier), else a GET. A reconcile that ran in between (a spec change, a child's event)
-    patched the status and recorded the newer version, so a body taken before it is not used: its old
-    `status.app.configHash` would announce a restart twice (why the GET under the lock exists)."""
+    """The handoff as the merge base of its status: `body` (a change handler's, the daemon's live body, the watch
+    index's) when it is current enough (watched.current_enough: what this process last read or wrote under the
+    lock, but for kopf's own metadata patches, or a handoff this process never reconciled), else a GET. A
+    reconcile that ran in between (a spec change, a child's event) patched the status and recorded it, so a body
+    taken before it is not used: its old `status.app.configHash` would announce a restart twice (why the GET
+    under the lock exists)."""
     key = (namespace, name)
-    version = ((body or {}).get("metadata") or {}).get("resourceVersion")
-    if body is not None and version is not None and _versions.get(key) == version:
+    if body is not None and current_enough(body, _known.get(key)):
         return dict(body)
     obj = kube.get_handoff(namespace, name)
     if obj is None:
-        _versions.pop(key, None)
+        _known.pop(key, None)
     else:
-        _versions[key] = obj["metadata"].get("resourceVersion")
+        _known[key] = reconciled_view(obj)
     return obj
 
 
@@ -309,11 +309,8 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if worth_writing(obj.get("status") or {}, decision.status):
-        version = kube.patch_status(namespace, name, decision.status)
-        if version is not None:
-            _versions[(namespace, name)] = version
-        else:
-            _versions.pop((namespace, name), None)
+        patched = kube.patch_status(namespace, name, decision.status)
+        _known[(namespace, name)] = reconciled_view(patched) if patched is not None else UNKNOWN
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
     status, facts = decision.status, observed.facts
@@ -473,7 +470,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     rendering.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
-    _versions.pop((namespace, name), None)
+    _known.pop((namespace, name), None)
 
 
 from . import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

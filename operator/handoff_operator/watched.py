@@ -29,7 +29,8 @@ import kopf
 from .conditions import DriverFacts
 from .driver_report import DATA_KEY
 from .kube import driver_facts, executors_running
-from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL, VERSION
+from .render import (COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL,
+                     REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION)
 
 _MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY["app.kubernetes.io/managed-by"]}
 Key = tuple[str, str]  # (namespace, handoff name)
@@ -102,6 +103,42 @@ async def handoff_bodies(namespace: str, name: str, body: Mapping[str, Any], **_
     is the version this process last read or wrote (handlers._handoff_under_lock), instead of a GET per event.
     A shallow copy of the event's body, which nobody changes (the daemon's body is used the same way)."""
     return {(namespace, name): dict(body)}
+
+
+#: The annotations of a handoff that its reconcile reads (render, rollback, the replay phase). kopf's own (the
+#: handlers' progress, `last-handled-configuration`) and anybody else's are not among them.
+READ_ANNOTATIONS = (REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION)
+
+
+def reconciled_view(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a reconcile reads of a handoff: its identity, generation, deletion, the annotations it acts on, spec
+    and status. Two versions with the same view reconcile alike; kopf's own patches (its finalizer, its progress
+    and last-handled-configuration annotations) change the resourceVersion but not the view."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return {"uid": meta.get("uid"), "generation": meta.get("generation"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "annotations": {k: annotations[k] for k in READ_ANNOTATIONS if k in annotations},
+            "spec": obj.get("spec"), "status": obj.get("status")}
+
+
+#: `known` of a handoff whose version after this process's own status patch is not known (no answer to read it
+#: from): no body is current enough then, the next reconcile reads it.
+UNKNOWN: Mapping[str, Any] = {"unknown": True}
+
+
+def current_enough(body: Mapping[str, Any], known: Mapping[str, Any] | None) -> bool:
+    """May a reconcile take `body` (the handoff as a handler or a watch index got it) as the merge base of its
+    status patch instead of a GET? `known`: the reconciled_view of the version this process last read or wrote
+    itself under the handoff's lock, None if it never did.
+
+    A GET is there so a reconcile never works from a version older than this process's own last status patch (the
+    old `status.app.configHash` of such a body would announce a restart twice). A body whose view is the one last
+    read or written is that version or one that differs from it only in what the reconcile does not read — kopf's
+    own finalizer and annotation patches, which follow each change handler: taking the body at creation saved a
+    GET in the first refresh of every handoff (issue 16). With nothing known (this process never reconciled it),
+    the body is as good as a GET a moment earlier."""
+    return known is None or (known is not UNKNOWN and reconciled_view(body) == known)
 
 
 INDEXES = ("handoff_driver_deployments", "handoff_pods", "handoff_progress_records", "handoff_bodies")
