@@ -178,7 +178,8 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     if desired.rendered is None or spec is None:
         return out
     now_ms = int(time.time() * 1000)
-    driver = (seen.settled_driver() if seen is not None else None) or kube.driver_facts(namespace, name)
+    was_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    driver = (seen.settled_driver(was_ready) if seen is not None else None) or kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
     upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
     rendered = out.rendered = upgrade.rendered

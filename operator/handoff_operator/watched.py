@@ -157,15 +157,19 @@ class Seen:
     def driver(self) -> DriverFacts | None:
         return None if self.deployment is None else driver_facts(self.deployment, list(self.driver_pods))
 
-    def settled_driver(self) -> DriverFacts | None:
-        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting) or when its
-        objects have been quiet (`quiet`), else None: read the API server then. The Deployment's and the pods'
-        watches are separate streams, so during a rollout or a crash the index may hold a new pod beside an old
-        Deployment status for a moment; a status built from such a mix could flip Ready back for one patch. A
-        settled driver is what a steady refresh sees, and what it reads from the index; so is a driver whose
-        objects have not changed for a while, whatever state they show."""
+    def settled_driver(self, was_ready: bool = True) -> DriverFacts | None:
+        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting), when its
+        objects have been quiet (`quiet`), or when the handoff was not Ready (`was_ready`: its status said
+        Ready=True), else None: read the API server then. The Deployment's and the pods' watches are separate
+        streams, so during a rollout or a crash the index may hold a new pod beside an old Deployment status for a
+        moment; a status built from such a mix could flip Ready back for one patch. A settled driver is what a
+        steady refresh sees, and what it reads from the index; so is a driver whose objects have not changed for a
+        while, whatever state they show. A handoff that is not Ready has no Ready to flip back: a mix can only
+        show its driver's start a step late (Running needs the pod and the Deployment's status to agree), and the
+        event the index has not taken in yet brings its own reconcile. That is every driver of a bulk apply while
+        it starts (issue 16: 3 GETs of its Deployment and 3 LISTs of its pods per handoff before)."""
         driver = self.driver()
-        if driver is not None and self.quiet:
+        if driver is not None and (self.quiet or not was_ready):
             return driver
         if driver is None or not (driver.rollout_observed and driver.pod_ready and driver.ready_replicas >= 1
                                   and driver.desired_replicas == driver.replicas == driver.updated_replicas

@@ -167,6 +167,20 @@ def test_a_deployment_event_of_our_own_apply_is_not_drift_but_somebody_elses_edi
     assert not applied.ours("ns", "Deployment", "o-driver", 2)        # forgotten: the next apply tells anew
 
 
+def test_a_starting_driver_is_taken_from_the_index_while_the_handoff_is_not_ready() -> None:
+    """A handoff that is not Ready has no Ready a mixed view could flip back: its starting driver comes from the
+    index (a bulk apply read each starting driver's Deployment and pods from the API server ~3 times)."""
+    settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
+    pending = pod("d-1", "2026-01-01T00:00:00Z", phase="Pending")
+    pending["status"]["containerStatuses"] = []
+    pending["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    starting = Seen(_slim_deployment(settled), [_slim_pod(pending)])
+    assert starting.settled_driver(was_ready=True) is None              # Ready before: read the API server
+    assert starting.settled_driver(was_ready=False) == starting.driver()
+    assert starting.driver().pod_phase == "Pending" and not starting.driver().pod_ready
+    assert Seen(None).settled_driver(was_ready=False) is None            # no Deployment in the index yet
+
+
 def test_a_body_is_a_merge_base_when_only_kopfs_own_metadata_moved_on() -> None:
     """handlers._handoff_under_lock takes a handler's or index's body instead of a GET when current_enough."""
     from handoff_operator.render import REPLAY_ANNOTATION
