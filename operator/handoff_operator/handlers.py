@@ -78,7 +78,7 @@ def _kube(memo: Any) -> Kube:
 # ---------------------------------------------------------------------------------------- startup
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -89,6 +89,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.execution.max_workers = 8
     memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
     memo.settings = SETTINGS
+    memo.loop = asyncio.get_running_loop()  # the sync change handlers read the watch indexes through it (Views)
 
 
 @kopf.on.login()
@@ -344,8 +345,14 @@ def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent
 @kopf.on.resume(**RESOURCE)
 @kopf.on.create(**RESOURCE)
 @kopf.on.update(**RESOURCE, field="spec")
-def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
-    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True)
+def on_spec(namespace: str, name: str, memo: Any, body: kopf.Body, **kwargs: Any) -> None:
+    """Creation, a spec change, the operator's start. The handoff as kopf got it is the merge base when it is
+    current enough (_handoff_under_lock); the driver's report, its executors and a driver that is settled (or
+    not Ready yet) come from the watch indexes, as for the status refresh (watched.py): at creation they saved a
+    GET of the handoff, of its progress ConfigMap and a LIST of its executor pods per handoff (issue 16)."""
+    loop = getattr(memo, "loop", None)
+    views = Views.from_kwargs(kwargs, loop) if loop is not None else None
+    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True, views=views, body=dict(body))
 
 
 @kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)

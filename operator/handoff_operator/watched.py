@@ -193,10 +193,13 @@ class Views:
     indexes: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> Views | None:
-        """From a handler's kwargs (None: kopf passed no indexes, e.g. a test calling a handler directly)."""
+    def from_kwargs(cls, kwargs: Mapping[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> Views | None:
+        """From a handler's kwargs (None: kopf passed no indexes, e.g. a test calling a handler directly). `loop`:
+        kopf's event loop, for a sync handler (running in a worker thread); an async one runs in it."""
         indexes = {name: kwargs[name] for name in INDEXES if name in kwargs}
-        return cls(asyncio.get_running_loop(), indexes) if len(indexes) == len(INDEXES) else None
+        if len(indexes) != len(INDEXES):
+            return None
+        return cls(loop or asyncio.get_running_loop(), indexes)
 
     def _read(self, namespace: str, name: str) -> Seen:
         deployments, pods = self.indexes["handoff_driver_deployments"], self.indexes["handoff_pods"]
