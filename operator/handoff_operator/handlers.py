@@ -367,8 +367,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
     and the progress record come from kopf's indexes (watched.py), the handoff for the truth read from the
     daemon's live body: per refresh, one GET of the handoff and a status patch only when something changed."""
     views = Views.from_kwargs(kwargs)
-    # Jittered: a bulk apply of many handoffs must not refresh them all in the same second, every interval.
-    await stopped.wait(random.uniform(0, min(SETTINGS.status_interval, 10.0)))
+    first = True
     while not stopped:
         metrics.STATUS_REFRESHES.inc()
         try:
@@ -379,7 +378,20 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(SETTINGS.status_interval * random.uniform(0.9, 1.1))
+        await stopped.wait(refresh_wait(SETTINGS.status_interval, first, random.random()))
+        first = False
+
+
+def refresh_wait(interval: float, after_first: bool, draw: float) -> float:
+    """Seconds from one status refresh to the next; `draw` uniform in [0, 1). The first refresh comes at once (a
+    new handoff's lag waited 1 + 0–10 s for it before: issue 16); the wait after it is spread over up to
+    min(interval, 10 s) more, and every later one over ±10%, so handoffs that started together (a bulk apply, an
+    operator restart) do not refresh in lockstep every interval. The first refreshes themselves need no spread:
+    they run in the event loop's worker threads, a few at a time, and a bulk apply's handoffs arrive over the
+    seconds the apply takes."""
+    if after_first:
+        return interval + draw * min(interval, 10.0)
+    return interval * (0.9 + 0.2 * draw)
 
 
 def _owner_name(meta: Mapping[str, Any]) -> str | None:
