@@ -320,6 +320,7 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                  "-f", "raw", "-o", str(Path(args.profile) / f"operator-{n}-settle.txt")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         changes = StatusChanges(custom, namespace).start()
+        events_at_apply = event_counts(core, namespace)
         api_at_apply = apiserver_counters(api)
         applied = time.monotonic()
         out = subprocess.run(["kubectl", "--kubeconfig", str(api.kubeconfig), "apply", "--server-side", "-f",
@@ -346,6 +347,9 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
                            for k, v in sorted({**api_at_settle["by_resource"],
                                                **api_at_settle["reads_by_resource"]}.items())}
         settle_requests = {k: v for k, v in settle_requests.items() if v > 0}
+        # Which Events creating them posted (the operator's and the controllers'), per handoff.
+        settle_events = {k: round((v - events_at_apply.get(k, 0)) / n, 2)
+                         for k, v in sorted(event_counts(core, namespace).items()) if v > events_at_apply.get(k, 0)}
         if settle_profiler is not None:
             settle_profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
             settle_profiler.wait(60)
@@ -438,6 +442,7 @@ def run(n: int, args: argparse.Namespace, api: Any, bootstrap: str, end: dict[in
             # What the handoffs' updates in the window changed (status fields), per refresh.
             "first_conditions_and_lag_after_apply_start": settle_timeline,
             "apiserver_requests_per_handoff_until_settled": settle_requests,
+            "events_per_handoff_until_settled": settle_events,
             "handoff_updates_per_refresh": per(changes.updates),
             "status_fields_changed_per_refresh": {k: per(v) for k, v in sorted(changes.by_field.items())},
         }

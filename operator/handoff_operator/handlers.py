@@ -43,7 +43,7 @@ from .settings import OperatorSettings
 from .status_decision import Decision, Observed, decide, status_progress, worth_writing
 from .truth import read_progress
 from .validation import Problem, check
-from .watched import Seen, Views
+from .watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
 
 SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
@@ -52,9 +52,9 @@ TRANSIENT_DELAY = 10.0
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
-#: The resourceVersion of each handoff as this process last read it under its lock or made it by a status patch
-#: (_handoff_under_lock).
-_versions: dict[tuple[str, str], str] = {}
+#: Each handoff as this process last read it under its lock or made it by a status patch (its
+#: watched.reconciled_view; _handoff_under_lock).
+_known: dict[tuple[str, str], Mapping[str, Any]] = {}
 log = logging.getLogger("handoff.operator")
 
 
@@ -78,7 +78,7 @@ def _kube(memo: Any) -> Kube:
 # ---------------------------------------------------------------------------------------- startup
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -89,6 +89,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.execution.max_workers = 8
     memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
     memo.settings = SETTINGS
+    memo.loop = asyncio.get_running_loop()  # the sync change handlers read the watch indexes through it (Views)
 
 
 @kopf.on.login()
@@ -178,7 +179,8 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     if desired.rendered is None or spec is None:
         return out
     now_ms = int(time.time() * 1000)
-    driver = (seen.settled_driver() if seen is not None else None) or kube.driver_facts(namespace, name)
+    was_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    driver = (seen.settled_driver(was_ready) if seen is not None else None) or kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
     upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
     rendered = out.rendered = upgrade.rendered
@@ -253,20 +255,20 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
 
 def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str, Any] | None
                         ) -> dict[str, Any] | None:
-    """The handoff as the merge base of its status: the daemon's live body when it is the very version this
-    process last read or wrote under the lock (nothing changed it since, as far as the watch has told: the same
-    as a GET a moment earlier), else a GET. A reconcile that ran in between (a spec change, a child's event)
-    patched the status and recorded the newer version, so a body taken before it is not used: its old
-    `status.app.configHash` would announce a restart twice (why the GET under the lock exists)."""
+    """The handoff as the merge base of its status: `body` (a change handler's, the daemon's live body, the watch
+    index's) when it is current enough (watched.current_enough: what this process last read or wrote under the
+    lock, but for kopf's own metadata patches, or a handoff this process never reconciled), else a GET. A
+    reconcile that ran in between (a spec change, a child's event) patched the status and recorded it, so a body
+    taken before it is not used: its old `status.app.configHash` would announce a restart twice (why the GET
+    under the lock exists)."""
     key = (namespace, name)
-    version = ((body or {}).get("metadata") or {}).get("resourceVersion")
-    if body is not None and version is not None and _versions.get(key) == version:
+    if body is not None and current_enough(body, _known.get(key)):
         return dict(body)
     obj = kube.get_handoff(namespace, name)
     if obj is None:
-        _versions.pop(key, None)
+        _known.pop(key, None)
     else:
-        _versions[key] = obj["metadata"].get("resourceVersion")
+        _known[key] = reconciled_view(obj)
     return obj
 
 
@@ -309,11 +311,8 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if worth_writing(obj.get("status") or {}, decision.status):
-        version = kube.patch_status(namespace, name, decision.status)
-        if version is not None:
-            _versions[(namespace, name)] = version
-        else:
-            _versions.pop((namespace, name), None)
+        patched = kube.patch_status(namespace, name, decision.status)
+        _known[(namespace, name)] = reconciled_view(patched) if patched is not None else UNKNOWN
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
     status, facts = decision.status, observed.facts
@@ -346,8 +345,14 @@ def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent
 @kopf.on.resume(**RESOURCE)
 @kopf.on.create(**RESOURCE)
 @kopf.on.update(**RESOURCE, field="spec")
-def on_spec(namespace: str, name: str, memo: Any, **_: Any) -> None:
-    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True)
+def on_spec(namespace: str, name: str, memo: Any, body: kopf.Body, **kwargs: Any) -> None:
+    """Creation, a spec change, the operator's start. The handoff as kopf got it is the merge base when it is
+    current enough (_handoff_under_lock); the driver's report, its executors and a driver that is settled (or
+    not Ready yet) come from the watch indexes, as for the status refresh (watched.py): at creation they saved a
+    GET of the handoff, of its progress ConfigMap and a LIST of its executor pods per handoff (issue 16)."""
+    loop = getattr(memo, "loop", None)
+    views = Views.from_kwargs(kwargs, loop) if loop is not None else None
+    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True, views=views, body=dict(body))
 
 
 @kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -362,8 +367,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
     and the progress record come from kopf's indexes (watched.py), the handoff for the truth read from the
     daemon's live body: per refresh, one GET of the handoff and a status patch only when something changed."""
     views = Views.from_kwargs(kwargs)
-    # Jittered: a bulk apply of many handoffs must not refresh them all in the same second, every interval.
-    await stopped.wait(random.uniform(0, min(SETTINGS.status_interval, 10.0)))
+    first = True
     while not stopped:
         metrics.STATUS_REFRESHES.inc()
         try:
@@ -374,7 +378,20 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(SETTINGS.status_interval * random.uniform(0.9, 1.1))
+        await stopped.wait(refresh_wait(SETTINGS.status_interval, first, random.random()))
+        first = False
+
+
+def refresh_wait(interval: float, after_first: bool, draw: float) -> float:
+    """Seconds from one status refresh to the next; `draw` uniform in [0, 1). The first refresh comes at once (a
+    new handoff's lag waited 1 + 0–10 s for it before: issue 16); the wait after it is spread over up to
+    min(interval, 10 s) more, and every later one over ±10%, so handoffs that started together (a bulk apply, an
+    operator restart) do not refresh in lockstep every interval. The first refreshes themselves need no spread:
+    they run in the event loop's worker threads, a few at a time, and a bulk apply's handoffs arrive over the
+    seconds the apply takes."""
+    if after_first:
+        return interval + draw * min(interval, 10.0)
+    return interval * (0.9 + 0.2 * draw)
 
 
 def _owner_name(meta: Mapping[str, Any]) -> str | None:
@@ -473,7 +490,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     rendering.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
-    _versions.pop((namespace, name), None)
+    _known.pop((namespace, name), None)
 
 
 from . import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

@@ -163,12 +163,12 @@ class Kube:
         return unless_gone(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name)
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any], plural: str = PLURAL
-                     ) -> str | None:
-        """Merge-patch the status; the resourceVersion the object has after it."""
+                     ) -> dict[str, Any] | None:
+        """Merge-patch the status; the object as it is after it (None: the answer had none)."""
         result = self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, plural, name, {"status": dict(status)},
             _content_type="application/merge-patch+json")
-        return ((result or {}).get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
+        return result if isinstance(result, dict) else None
 
     # -- children --------------------------------------------------------------------------------
 

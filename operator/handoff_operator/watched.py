@@ -29,7 +29,8 @@ import kopf
 from .conditions import DriverFacts
 from .driver_report import DATA_KEY
 from .kube import driver_facts, executors_running
-from .render import COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL, VERSION
+from .render import (COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL,
+                     REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION)
 
 _MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY["app.kubernetes.io/managed-by"]}
 Key = tuple[str, str]  # (namespace, handoff name)
@@ -104,6 +105,42 @@ async def handoff_bodies(namespace: str, name: str, body: Mapping[str, Any], **_
     return {(namespace, name): dict(body)}
 
 
+#: The annotations of a handoff that its reconcile reads (render, rollback, the replay phase). kopf's own (the
+#: handlers' progress, `last-handled-configuration`) and anybody else's are not among them.
+READ_ANNOTATIONS = (REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION)
+
+
+def reconciled_view(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a reconcile reads of a handoff: its identity, generation, deletion, the annotations it acts on, spec
+    and status. Two versions with the same view reconcile alike; kopf's own patches (its finalizer, its progress
+    and last-handled-configuration annotations) change the resourceVersion but not the view."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return {"uid": meta.get("uid"), "generation": meta.get("generation"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "annotations": {k: annotations[k] for k in READ_ANNOTATIONS if k in annotations},
+            "spec": obj.get("spec"), "status": obj.get("status")}
+
+
+#: `known` of a handoff whose version after this process's own status patch is not known (no answer to read it
+#: from): no body is current enough then, the next reconcile reads it.
+UNKNOWN: Mapping[str, Any] = {"unknown": True}
+
+
+def current_enough(body: Mapping[str, Any], known: Mapping[str, Any] | None) -> bool:
+    """May a reconcile take `body` (the handoff as a handler or a watch index got it) as the merge base of its
+    status patch instead of a GET? `known`: the reconciled_view of the version this process last read or wrote
+    itself under the handoff's lock, None if it never did.
+
+    A GET is there so a reconcile never works from a version older than this process's own last status patch (the
+    old `status.app.configHash` of such a body would announce a restart twice). A body whose view is the one last
+    read or written is that version or one that differs from it only in what the reconcile does not read — kopf's
+    own finalizer and annotation patches, which follow each change handler: taking the body at creation saved a
+    GET in the first refresh of every handoff (issue 16). With nothing known (this process never reconciled it),
+    the body is as good as a GET a moment earlier."""
+    return known is None or (known is not UNKNOWN and reconciled_view(body) == known)
+
+
 INDEXES = ("handoff_driver_deployments", "handoff_pods", "handoff_progress_records", "handoff_bodies")
 
 
@@ -120,15 +157,19 @@ class Seen:
     def driver(self) -> DriverFacts | None:
         return None if self.deployment is None else driver_facts(self.deployment, list(self.driver_pods))
 
-    def settled_driver(self) -> DriverFacts | None:
-        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting) or when its
-        objects have been quiet (`quiet`), else None: read the API server then. The Deployment's and the pods'
-        watches are separate streams, so during a rollout or a crash the index may hold a new pod beside an old
-        Deployment status for a moment; a status built from such a mix could flip Ready back for one patch. A
-        settled driver is what a steady refresh sees, and what it reads from the index; so is a driver whose
-        objects have not changed for a while, whatever state they show."""
+    def settled_driver(self, was_ready: bool = True) -> DriverFacts | None:
+        """The driver's facts when they show it settled (rolled out, one ready pod, nothing waiting), when its
+        objects have been quiet (`quiet`), or when the handoff was not Ready (`was_ready`: its status said
+        Ready=True), else None: read the API server then. The Deployment's and the pods' watches are separate
+        streams, so during a rollout or a crash the index may hold a new pod beside an old Deployment status for a
+        moment; a status built from such a mix could flip Ready back for one patch. A settled driver is what a
+        steady refresh sees, and what it reads from the index; so is a driver whose objects have not changed for a
+        while, whatever state they show. A handoff that is not Ready has no Ready to flip back: a mix can only
+        show its driver's start a step late (Running needs the pod and the Deployment's status to agree), and the
+        event the index has not taken in yet brings its own reconcile. That is every driver of a bulk apply while
+        it starts (issue 16: 3 GETs of its Deployment and 3 LISTs of its pods per handoff before)."""
         driver = self.driver()
-        if driver is not None and self.quiet:
+        if driver is not None and (self.quiet or not was_ready):
             return driver
         if driver is None or not (driver.rollout_observed and driver.pod_ready and driver.ready_replicas >= 1
                                   and driver.desired_replicas == driver.replicas == driver.updated_replicas
@@ -152,10 +193,13 @@ class Views:
     indexes: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> Views | None:
-        """From a handler's kwargs (None: kopf passed no indexes, e.g. a test calling a handler directly)."""
+    def from_kwargs(cls, kwargs: Mapping[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> Views | None:
+        """From a handler's kwargs (None: kopf passed no indexes, e.g. a test calling a handler directly). `loop`:
+        kopf's event loop, for a sync handler (running in a worker thread); an async one runs in it."""
         indexes = {name: kwargs[name] for name in INDEXES if name in kwargs}
-        return cls(asyncio.get_running_loop(), indexes) if len(indexes) == len(INDEXES) else None
+        if len(indexes) != len(INDEXES):
+            return None
+        return cls(loop or asyncio.get_running_loop(), indexes)
 
     def _read(self, namespace: str, name: str) -> Seen:
         deployments, pods = self.indexes["handoff_driver_deployments"], self.indexes["handoff_pods"]

@@ -112,8 +112,7 @@ def test_last_transition_time_changes_only_with_status():
 
 def test_transitions_emit_one_event_per_change():
     first = evaluate(Facts(generation=1, suspended=False, desired_hash="h1"))
-    events = transitions(None, first.conditions)
-    assert [e.reason for e in events] == ["DriverPending"]
+    assert transitions(None, first.conditions) == [], "a new handoff's first status is no news"
     old = merge_conditions(None, first.conditions, 1, "t")
     assert transitions(old, first.conditions) == []
     running = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=RUNNING))
@@ -161,3 +160,17 @@ def test_unreadable_truth_does_not_flap_on_a_child_triggered_reconcile():
         assert (c["Degraded"].status, c["Degraded"].reason) == ("True", "StatusUnavailable")
     assert _status_progress({"conditions": [{"type": "Degraded", "status": "False", "reason": "AsExpected"}]}
                             ).errors == ()
+
+
+def test_a_first_status_that_is_wrong_is_told():
+    invalid = evaluate(Facts(generation=1, suspended=False, desired_hash=None, invalid=["spec.x: bad"]))
+    assert {(e.type, e.reason) for e in transitions(None, invalid.conditions)} == {("Warning", "InvalidSpec")}
+    crashing = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d", pod_phase="Running",
+                           pod_config_hash="h1", waiting_reason="CrashLoopBackOff")
+    failing = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=crashing))
+    assert {(e.type, e.reason) for e in transitions(None, failing.conditions)} == {("Warning", "DriverFailing")}
+    starting = evaluate(Facts(generation=1, suspended=False, desired_hash="h1",
+                              driver=DriverFacts(desired_replicas=1, rollout_observed=False)))
+    old = merge_conditions(None, starting.conditions, 1, "t")
+    assert transitions(None, starting.conditions) == []
+    assert {e.reason for e in transitions(old, failing.conditions)} >= {"DriverFailing"}

@@ -62,3 +62,12 @@ def test_in_cluster_server_comes_from_the_service_environment_not_dns() -> None:
     assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}) \
         == "https://[fd00::1]:443"
     assert in_cluster_server({}) is None
+
+
+def test_the_first_status_refresh_comes_at_once_and_later_ones_are_spread() -> None:
+    from handoff_operator.handlers import refresh_wait
+
+    assert refresh_wait(15.0, after_first=True, draw=0.0) == 15.0
+    assert refresh_wait(15.0, after_first=True, draw=0.999) < 25.0
+    assert refresh_wait(60.0, after_first=True, draw=0.5) == 65.0          # spread at most 10 s
+    assert 13.5 <= refresh_wait(15.0, after_first=False, draw=0.0) < refresh_wait(15.0, False, 0.999) <= 16.5

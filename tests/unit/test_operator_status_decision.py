@@ -34,7 +34,12 @@ def test_a_running_handoff_gets_typed_wire_status_with_committed_progress() -> N
     assert status["app"] == {"configHash": "abc", "restarts": 0, "driver": "h-driver-0"}
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["lastTransitionTime"] == "2026-11-23T12:00:00Z"
-    assert ("Normal", "Running") in [(kind, reason) for kind, reason, _ in decision.events]
+    assert decision.events == [], "a first status that is healthy is no news"
+    starting = [{"type": "Ready", "status": "False", "reason": "DriverStarting", "message": "waiting"},
+                {"type": "Progressing", "status": "True", "reason": "Starting", "message": "waiting"},
+                {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "starting"}]
+    later = decide(observed(progress, status={"conditions": starting}))
+    assert ("Normal", "Running") in [(kind, reason) for kind, reason, _ in later.events]
 
 
 def test_a_refresh_that_cannot_read_the_truth_clears_lag_and_says_why() -> None:

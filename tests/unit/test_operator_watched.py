@@ -165,3 +165,47 @@ def test_a_deployment_event_of_our_own_apply_is_not_drift_but_somebody_elses_edi
     assert not applied.ours("ns", "Deployment", "other", 2)
     applied.forget("ns", "Deployment", "o-driver")
     assert not applied.ours("ns", "Deployment", "o-driver", 2)        # forgotten: the next apply tells anew
+
+
+def test_a_starting_driver_is_taken_from_the_index_while_the_handoff_is_not_ready() -> None:
+    """A handoff that is not Ready has no Ready a mixed view could flip back: its starting driver comes from the
+    index (a bulk apply read each starting driver's Deployment and pods from the API server ~3 times)."""
+    settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
+    pending = pod("d-1", "2026-01-01T00:00:00Z", phase="Pending")
+    pending["status"]["containerStatuses"] = []
+    pending["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    starting = Seen(_slim_deployment(settled), [_slim_pod(pending)])
+    assert starting.settled_driver(was_ready=True) is None              # Ready before: read the API server
+    assert starting.settled_driver(was_ready=False) == starting.driver()
+    assert starting.driver().pod_phase == "Pending" and not starting.driver().pod_ready
+    assert Seen(None).settled_driver(was_ready=False) is None            # no Deployment in the index yet
+
+
+def test_a_body_is_a_merge_base_when_only_kopfs_own_metadata_moved_on() -> None:
+    """handlers._handoff_under_lock takes a handler's or index's body instead of a GET when current_enough."""
+    from handoff_operator.render import REPLAY_ANNOTATION
+    from handoff_operator.watched import UNKNOWN, current_enough, reconciled_view
+
+    written = {"metadata": {"name": "o", "uid": "u1", "generation": 2, "resourceVersion": "10",
+                            "finalizers": ["handoff.io/finalizer"], "annotations": {"note": "x"}},
+               "spec": {"suspend": False}, "status": {"app": {"configHash": "h2"}, "observedGeneration": 2}}
+    known = reconciled_view(written)
+    kopf_patched = copy.deepcopy(written)  # kopf's progress / last-handled-configuration patch after the handler
+    kopf_patched["metadata"]["resourceVersion"] = "11"
+    kopf_patched["metadata"]["annotations"]["handoff.io/last-handled-configuration"] = "{...}"
+    assert current_enough(kopf_patched, known)
+    older = copy.deepcopy(written)  # before this process's own status patch: its configHash is the old one
+    older["metadata"]["resourceVersion"] = "9"
+    older["status"] = {"app": {"configHash": "h1"}, "observedGeneration": 1}
+    assert not current_enough(older, known)
+    edited = copy.deepcopy(kopf_patched)  # somebody changed the spec since
+    edited["metadata"]["generation"], edited["spec"] = 3, {"suspend": True}
+    assert not current_enough(edited, known)
+    replaying = copy.deepcopy(kopf_patched)  # an annotation the reconcile acts on
+    replaying["metadata"]["annotations"][REPLAY_ANNOTATION] = "r1"
+    assert not current_enough(replaying, known)
+    recreated = copy.deepcopy(kopf_patched)
+    recreated["metadata"]["uid"] = "u2"
+    assert not current_enough(recreated, known)
+    assert current_enough(older, None), "never reconciled by this process: the body is as good as a GET"
+    assert not current_enough(written, UNKNOWN), "after a status patch whose result is not known: GET"
