@@ -153,7 +153,11 @@ def test_suspend_stops_the_driver_and_resume_continues(cluster: Cluster, operato
     cluster.make_driver_ready(ns, "views")
     cluster.wait_condition(ns, "views", "Ready", "True", "Running")
     status = cluster.get(ns, "views")["status"]
-    assert status["phase"] == "Running" and status["app"]["configHash"] == config_hash
+    # Running, or Degraded only because base_spec's Kafka and table are unreachable once a refresh has tried them.
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert status["phase"] == ("Degraded" if degraded["status"] == "True" else "Running")
+    assert degraded["reason"] in {"AsExpected", "StatusUnavailable"}, degraded
+    assert status["app"]["configHash"] == config_hash
     assert not status["app"].get("restarts"), "suspend/resume is not a config restart"
     reasons = [e.reason for e in cluster.events(ns, "views")]
     assert "Suspended" in reasons
@@ -262,7 +266,7 @@ def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Op
     cluster.make_driver_ready(ns, "flaky")
     cluster.wait_condition(ns, "flaky", "Ready", "True", "Running")
     # The driver's failure is gone from Degraded. base_spec's Kafka and table are unreachable on purpose, so once
-    # the handoff's first status refresh has run (0–10 s after its creation, jittered) Degraded says that instead.
+    # the handoff's first status refresh has run (at once after its creation) Degraded says that instead.
     degraded = eventually(lambda: (c := cluster.condition(ns, "flaky", "Degraded")) and c["reason"] != "DriverFailing"
                           and c, "Degraded no longer DriverFailing")
     assert (degraded["status"], degraded["reason"]) in {("False", "AsExpected"), ("True", "StatusUnavailable")}, \
