@@ -43,6 +43,11 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && pip install $PIP_OPTIONS --constraint requirements.lock --requirement /tmp/runtime-requirements.txt \
  && rm /tmp/runtime-requirements.txt
 
+# Spark puts $SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python compiles
+# pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first batch). pip
+# installed the same pyspark, compiled, beside it; without the zip the workers import that one (docs/benchmarks.md).
+RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
+
 COPY operator ./operator
 COPY spark_app ./spark_app
 RUN pip install $PIP_OPTIONS --no-deps . && rm -rf build ./*.egg-info

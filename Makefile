@@ -16,6 +16,10 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(VENV)/bin/pip install -q uv==0.13.9
 	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@# Spark puts $$SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python
+	@# compiles pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first
+	@# batch). pip installed the same pyspark, compiled, beside it; without the zip the workers import that one.
+	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
 	@touch $@
 
 venv: $(VENV)/.installed
