@@ -34,6 +34,7 @@ from kubernetes.client.rest import ApiException
 from . import autoscale, driver_report, metrics, rendering, retention_check, rollback
 from .bigquery_truth import service_account_key
 from .conditions import DriverFacts, DriverReport, Facts, ProgressFacts
+from .diffbase import SlimAnnotationsDiffBaseStorage
 from .kube import Kube, in_cluster_server, new_api_client
 from .models import StreamTableHandoffSpec
 from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
@@ -81,7 +82,7 @@ def _kube(memo: Any) -> Kube:
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = SlimAnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
