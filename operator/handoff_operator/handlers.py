@@ -24,6 +24,7 @@ import os
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,11 @@ SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
 TRANSIENT_DELAY = 10.0
+
+#: Threads for blocking reconciles, in kopf's handler pool and in the pool of `asyncio.to_thread` each: a bulk apply
+#: of 1,000 handoffs is bound by requests in flight, not by the operator's CPU (it held the GIL ~35% of the time;
+#: docs/benchmarks.md, operator scale). kube.CONNECTION_POOL_SIZE covers both.
+WORKER_THREADS = 16
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -87,10 +93,13 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300
-    settings.execution.max_workers = 8
+    settings.execution.max_workers = WORKER_THREADS
     memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
     memo.settings = SETTINGS
     memo.loop = asyncio.get_running_loop()  # the sync change handlers read the watch indexes through it (Views)
+    # Status refreshes and child reconciles (`asyncio.to_thread`): the loop's default pool has min(32, CPUs + 4)
+    # threads, 6 on a 2-CPU node, and a reconcile mostly waits on the API server, Kafka or a catalog.
+    memo.loop.set_default_executor(ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="handoff-reconcile"))
 
 
 @kopf.on.login()
