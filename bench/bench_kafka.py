@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +24,9 @@ def broker(bootstrap: str | None) -> Iterator[tuple[str, Any]]:
 
     kafka = Kafka()
     kafka.build()
+    data = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     try:
-        yield kafka.start(Path(tempfile.mkdtemp(prefix="bench-kafka-")))["KAFKA_BOOTSTRAP"], kafka
+        yield kafka.start(data)["KAFKA_BOOTSTRAP"], kafka
     finally:
         kafka.stop()
+        shutil.rmtree(data, ignore_errors=True)  # the topics' logs: hundreds of MB a run

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -60,7 +61,6 @@ NAIVE_EVERY = 100_000  # the naive pipeline's append size when batches are unbou
 def spark_kafka_jars() -> list[str]:
     """spark-sql-kafka and its runtime deps, copied once into the test-bed cache (like the Kafka broker's jars)."""
     import hashlib
-    import shutil
     import subprocess
 
     from handoff_testbed.paths import HACK_DIR, cache_dir
@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"produced {args.records} records ({value_bytes / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s",
               flush=True)
         tmp = Path(tempfile.mkdtemp(prefix="bench-tp-"))
+        stack.callback(shutil.rmtree, tmp, True)  # the pipelines' tables and checkpoints
         if "raw-consume" in pipelines:
             # The first read of a freshly written topic pays the broker's cold path (JIT, page cache);
             # every later pipeline reads a warm broker, so the ceiling is the second pass.

@@ -110,6 +110,11 @@ class Facts:
     replay: str | None = None                  # the ReplayRequest rewinding the table now (annotation)
 
 
+def condition_true(status: Mapping[str, Any], type_: str) -> bool:
+    """Does an object's `status.conditions` (a pod's, a handoff's: Kubernetes' convention) say `type_` is True?"""
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
 def live_report(facts: Facts) -> DriverReport | None:
     """The driver's report if it speaks for the driver running now: published by the current driver pod
     (a report left by an earlier pod says nothing about this one) and not older than the max age (the

@@ -24,8 +24,8 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from kubernetes.client.rest import ApiException
 
 from . import autoscale, driver_report, metrics, rendering, retention_check, rollback
 from .bigquery_truth import service_account_key
-from .conditions import DriverFacts, DriverReport, Facts, ProgressFacts
+from .conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
 from .diffbase import SlimAnnotationsDiffBaseStorage
 from .kube import Kube, in_cluster_server, new_api_client
 from .models import StreamTableHandoffSpec
@@ -189,8 +189,7 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     if desired.rendered is None or spec is None:
         return out
     now_ms = int(time.time() * 1000)
-    was_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    driver = (seen.settled_driver(was_ready) if seen is not None else None) or kube.driver_facts(namespace, name)
+    driver = (seen.settled_driver(condition_true(status, READY)) if seen is not None else None) or kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
     upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
     rendered = out.rendered = upgrade.rendered
@@ -397,7 +396,7 @@ def refresh_wait(interval: float, after_first: bool, draw: float) -> float:
     new handoff's lag waited 1 + 0–10 s for it before: issue 16); the wait after it is spread over up to
     min(interval, 10 s) more, and every later one over ±10%, so handoffs that started together (a bulk apply, an
     operator restart) do not refresh in lockstep every interval. The first refreshes themselves need no spread:
-    they run in the event loop's worker threads, a few at a time, and a bulk apply's handoffs arrive over the
+    they run in the event loop's worker threads, WORKER_THREADS at a time, and a bulk apply's handoffs arrive over the
     seconds the apply takes."""
     if after_first:
         return interval + draw * min(interval, 10.0)

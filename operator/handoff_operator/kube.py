@@ -23,7 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from .conditions import DriverFacts
+from .conditions import DriverFacts, condition_true
 from .driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from .render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
                      driver_name, progress_configmap_name)
@@ -283,7 +283,7 @@ def driver_facts(deployment: Mapping[str, Any], pods: Sequence[Mapping[str, Any]
     )
     if pod is not None:
         meta, status = pod["metadata"], pod.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ready = condition_true(status, "Ready")
         containers = [c for c in status.get("containerStatuses") or [] if c.get("name") == "driver"]
         facts.update(pod_name=meta.get("name"), pod_phase=status.get("phase"), pod_ready=ready,
                      pod_config_hash=(meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION),

@@ -52,15 +52,17 @@ def decode_while_reading(batches: Iterable[pa.RecordBatch], cfg: AppConfig
     decode_s = 0.0
 
     def decode_pending() -> bool:
+        """Decode the pending chunk; False when it did not decode cleanly to the chunks' schema."""
         nonlocal pending, pending_rows, decode_s
         t = time.perf_counter()
         try:
             table, dead = decode_batch(pa.Table.from_batches(pending), cfg.schema_, "json")
         except Exception:  # noqa: BLE001 - decoded again below, which raises it where it always did
-            table, dead = None, [True]
-        decode_s += time.perf_counter() - t
-        pending, pending_rows = [], 0
-        if dead or (parts and table is not None and table.schema != parts[0].schema):
+            return False
+        finally:
+            decode_s += time.perf_counter() - t
+            pending, pending_rows = [], 0
+        if dead or (parts and table.schema != parts[0].schema):
             return False
         parts.append(table)
         return True
