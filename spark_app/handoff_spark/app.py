@@ -28,7 +28,7 @@ from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSour
                            source_options)
 from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
                        report_from_progress, write_progress_file)
-from .executor_scaler import ExecutorScaler, SparkExecutors
+from .executor_scaler import ExecutorScaler
 from .progress_publisher import ProgressPublisher
 from .resume import StartPlan, prepare_start
 
@@ -267,9 +267,9 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
         echo(f"query {query.id} started (run {query.runId})")
         # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
-        scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
-                                         partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
-                                         idle=lambda: not query.status.get("isTriggerActive"))
+        scaler = ExecutorScaler.for_session(spark, min_partitions_file=min_partitions_file,
+                                            partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
+                                            idle=lambda: not query.status.get("isTriggerActive"))
         if scaler is not None:
             scaler.start()
         try:

@@ -11,9 +11,13 @@ Contract with the operator (handoff_operator.autoscale):
   exactly that many executors (`SparkContext.requestTotalExecutors`, dynamic allocation off: the operator,
   not pending tasks, decides). Going down, it first kills the surplus executors (newest first, between
   batches when it can: a task on a killed executor is re-run, never lost), then sets the total;
-- after every change it rewrites the source's `minPartitions` file with MIN_PARTITIONS_PER_CORE × the cores
-  the executors have now, so the next batch is cut into enough ranges for them (kafka_source reads the file
-  when it plans each batch).
+- a newly registered executor is warmed before it counts (executor_warmup): a small job pinned to it starts
+  its Python worker and runs a write task's decode and Parquet write. Meanwhile batches run as one wave on
+  the warm cores, so the new executor has no stream task to take cold;
+- it rewrites the source's `minPartitions` file when the warm cores change (`executor_warmup.partitions_target`:
+  MIN_PARTITIONS_PER_CORE × the warm cores, or exactly one task per warm core while some are cold or on the
+  way), so the next batch is cut for the executors that can run it now (kafka_source reads the file when it
+  plans each batch).
 
 Without the ConfigMap environment (local `handoff run`) nothing is polled. A failed poll is logged and
 retried at the next beat, never raised: the stream goes on with the executors it has.
@@ -28,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .executor_warmup import Executor, partitions_target, run_warmup, to_warm, warmed
 from .progress_publisher import ENV_CONFIGMAP, ENV_NAMESPACE, REQUEST_TIMEOUT, api_client
 
 ANNOTATION = "handoff.io/desired-executors"
@@ -35,6 +40,13 @@ ENV_POLL = "HANDOFF_SCALE_POLL_SECONDS"
 DEFAULT_POLL = 5.0
 #: How long a scale-down waits for a batch boundary before killing executors mid-batch.
 IDLE_WAIT_SECONDS = 30.0
+#: How often registrations are checked (a local py4j call): a new executor's warm-up should start before
+#: the next batch is planned.
+REGISTRATION_POLL = 0.1
+#: How long executors asked for but not registered keep batches at one wave (Spark may fail to start a pod).
+PENDING_WINDOW_SECONDS = 180.0
+#: Warm-up tries per executor before it counts anyway (a failing warm-up must not keep an executor idle).
+WARMUP_TRIES = 3
 
 log = logging.getLogger("handoff.executor_scaler")
 
@@ -66,11 +78,12 @@ def to_apply(desired: int | None, applied: int | None, registered: int) -> int |
     return None
 
 
-def write_min_partitions(path: str, value: int) -> None:
-    """Atomic rewrite: the source's planning never reads a half-written number."""
+def write_min_partitions(path: str, value: int, *, one_wave: bool = False) -> None:
+    """Atomic rewrite: the source's planning never reads a half-written number. `one_wave`: exactly `value`
+    tasks (kafka_source.SourceOptions.task_bounds)."""
     target = Path(path)
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(str(value))
+    tmp.write_text(f"{value} wave" if one_wave else str(value))
     os.replace(tmp, target)
 
 
@@ -100,18 +113,33 @@ class SparkExecutors:
     def cores(self) -> int:
         return int(self.sc.defaultParallelism)
 
+    def registered(self) -> list[Executor]:
+        """The active executors (not the driver) with their host and cores, from Spark's status store."""
+        jvm = self.sc._jvm
+        summaries = jvm.scala.jdk.javaapi.CollectionConverters.asJava(self.sc._jsc.sc().statusStore().executorList(True))
+        # hostPort is set once the executor's block manager has registered: until then it is not listed.
+        return [Executor(str(e.id()), str(e.hostPort()).rsplit(":", 1)[0], int(e.totalCores()))
+                for e in summaries if str(e.id()) != "driver" and e.hostPort() is not None]
+
 
 class ExecutorScaler:
     """Polls the desired count and applies it (see the module docstring)."""
 
     def __init__(self, namespace: str, configmap: str, executors: SparkExecutors, *, min_partitions_file: str,
                  partitions_per_core: int, poll: float = DEFAULT_POLL, idle: Callable[[], bool] | None = None,
-                 echo: Callable[[str], None] = print, api: Any = None) -> None:
+                 echo: Callable[[str], None] = print, api: Any = None,
+                 warmup: Callable[[list[Executor]], list[tuple[str, str | None]]] | None = None) -> None:
         self.namespace, self.configmap, self.executors = namespace, configmap, executors
         self.min_partitions_file, self.partitions_per_core = min_partitions_file, partitions_per_core
-        self.poll, self.idle, self.echo, self._api = poll, idle, echo, api
+        self.poll, self.idle, self.echo, self._api, self.warmup = poll, idle, echo, api, warmup
         self.applied: int | None = None
-        self._min_partitions: int | None = None
+        self.applied_at = 0.0
+        self.warm: set[str] = set()
+        self.warmup_failures: dict[str, int] = {}
+        self._registered: dict[str, Executor] = {}
+        self._ids: tuple[str, ...] = ()
+        self._warming: threading.Thread | None = None
+        self._min_partitions: tuple[int, bool] | None = None
         self._stop = threading.Event()
         self._failures = 0
         self._thread = threading.Thread(target=self._loop, name="handoff-executor-scaler", daemon=True)
@@ -125,6 +153,12 @@ class ExecutorScaler:
             return None
         return cls(namespace, configmap, executors, poll=float(env.get(ENV_POLL) or DEFAULT_POLL), **kwargs)
 
+    @classmethod
+    def for_session(cls, spark: Any, **kwargs: Any) -> ExecutorScaler | None:
+        """The scaler of a driver the operator manages, warming new executors with `run_warmup`."""
+        return cls.from_env(SparkExecutors(spark.sparkContext),
+                            warmup=lambda executors: run_warmup(spark, executors), **kwargs)
+
     def start(self) -> None:
         self._thread.start()
 
@@ -134,9 +168,14 @@ class ExecutorScaler:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        next_read = 0.0
         while not self._stop.is_set():
             try:
-                self.step()
+                if time.monotonic() >= next_read:
+                    next_read = time.monotonic() + self.poll
+                    self.step()
+                else:
+                    self.follow_executors()
                 self._failures = 0
             except Exception as exc:  # noqa: BLE001 - the stream goes on with the executors it has
                 if self._stop.is_set():
@@ -144,7 +183,7 @@ class ExecutorScaler:
                 self._failures += 1
                 if self._failures == 1 or self._failures % 20 == 0:
                     log.warning("executor scaling: %s (%d failures so far)", exc, self._failures)
-            self._stop.wait(self.poll)
+            self._stop.wait(min(self.poll, REGISTRATION_POLL))
 
     def read_desired(self) -> int | None:
         if self._api is None:
@@ -159,7 +198,7 @@ class ExecutorScaler:
         target = to_apply(self.read_desired(), self.applied, len(self.executors.ids()))
         if target is not None:
             self.apply(target)
-        self.follow_cores()
+        self.follow_executors()
 
     def apply(self, desired: int) -> None:
         running = self.executors.ids()
@@ -170,14 +209,60 @@ class ExecutorScaler:
         self.executors.request_total(desired)
         self.echo(f"executors: {len(running)} → {desired} (operator's desired count"
                   + (f"; stopping executors {', '.join(doomed)})" if doomed else ")"))
-        self.applied = desired
+        self.applied, self.applied_at = desired, time.monotonic()
+        self.warm -= set(doomed)
 
-    def follow_cores(self) -> None:
-        """Rewrite the source's minPartitions when the executors' cores changed."""
-        value = self.partitions_per_core * max(1, self.executors.cores())
-        if value != self._min_partitions:
-            write_min_partitions(self.min_partitions_file, value)
-            self._min_partitions = value
+    def follow_executors(self) -> None:
+        """Warm new executors, then rewrite the source's minPartitions for the cores that can run batches now."""
+        ids = tuple(sorted(self.executors.ids()))
+        if ids != self._ids:
+            self._registered = ({e: Executor(e, "", 1) for e in ids} if self.warmup is None
+                                else {e.id: e for e in self.executors.registered()})
+            self._ids = ids if set(self._registered) == set(ids) else ()  # the status store may lag: look again
+            self.warm &= set(self._registered)
+        if self.warmup is None:  # nothing to warm with: every core counts as it registers
+            self._write(self.partitions_per_core * max(1, self.executors.cores()), one_wave=False)
+            return
+        self._start_warmup()
+        more_coming = (self.applied is not None and self.applied > len(self._registered)
+                       and time.monotonic() - self.applied_at < PENDING_WINDOW_SECONDS)
+        cores = {e.id: e.cores for e in self._registered.values()}
+        self._write(*partitions_target(self.partitions_per_core, cores, self.warm, more_coming=more_coming))
+
+    def _write(self, value: int, one_wave: bool) -> None:
+        if (value, one_wave) != self._min_partitions:
+            write_min_partitions(self.min_partitions_file, value, one_wave=one_wave)
+            self._min_partitions = (value, one_wave)
+
+    def _start_warmup(self) -> None:
+        """One warm-up job at a time, in its own thread: the scaling loop keeps polling meanwhile."""
+        if self._warming is not None and self._warming.is_alive():
+            return
+        targets = to_warm(self._registered, self.warm, self.warmup_failures, WARMUP_TRIES)
+        # Tried WARMUP_TRIES times: it counts, cold or not (a failing warm-up must not keep an executor idle).
+        self.warm.update(e for e in self._registered if e not in self.warm and e not in targets)
+        if targets:
+            self._warming = threading.Thread(target=self._warm, args=([self._registered[e] for e in targets],),
+                                             name="handoff-executor-warmup", daemon=True)
+            self._warming.start()
+
+    def _warm(self, executors: list[Executor]) -> None:
+        assert self.warmup is not None
+        started = time.monotonic()
+        try:
+            done = warmed(self.warmup(executors))
+        except Exception as exc:  # noqa: BLE001 - a failed warm-up is retried, then the executor counts anyway
+            if self._stop.is_set():
+                return
+            done = set()
+            log.warning("warm-up of executors %s failed: %s", ", ".join(e.id for e in executors), exc)
+        for e in executors:
+            if e.id not in done:
+                self.warmup_failures[e.id] = self.warmup_failures.get(e.id, 0) + 1
+        if done:
+            self.warm.update(done)
+            self.echo(f"executors {', '.join(sorted(done, key=lambda e: (len(e), e)))} warm "
+                      f"({time.monotonic() - started:.1f} s warm-up)")
 
     def _wait_idle(self) -> None:
         if self.idle is None:

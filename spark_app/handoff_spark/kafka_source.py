@@ -32,7 +32,8 @@ Options (keys are case-insensitive, Spark lower-cases them):
   `readTimeoutSeconds` (a range that makes no progress for this long fails; default 120),
   `minPartitions` (split large ranges so a batch has at least this many tasks; see `split_ranges`),
   `minPartitionsFile` (path; when it holds a number, that number wins over `minPartitions`, read as each batch
-  is planned: the driver rewrites it when its executors change, so batches follow the cores it has now),
+  is planned: the driver rewrites it when its executors change, so batches follow the cores it has now;
+  `N wave` means exactly N tasks, ranges packed together if needed, see `pack_ranges`),
   `startOffsets` (JSON `{"topic": {"partition": offset}}`: where the table's ledger says the query resumes; a
   fresh checkpoint starts there, and only partitions the ledger lacks start at `startingOffsets`),
   `endingOffsets` (same form: a bounded read for Backfill; partitions it does not name are not read).
@@ -235,6 +236,25 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
     return out
 
 
+def pack_ranges(ranges: list[OffsetRange], at_most: int | None) -> list[list[OffsetRange]]:
+    """The ranges as tasks: one each, or at most `at_most` tasks, the largest ranges first each into the
+    least-loaded task (ties to the lowest task), each task's ranges in topic/partition/offset order.
+
+    Why: while the autoscaler's new executors warm up, a batch runs as one wave on the warm cores
+    (executor_warmup.partitions_target). A task still pending when a new executor registers would go to it
+    cold and hold the batch. Exactly-once is unchanged: a task reading several ranges writes them as one
+    task, and the batch's offsets still come from Spark's offset log."""
+    if not at_most or len(ranges) <= at_most:
+        return [[r] for r in ranges]
+    tasks: list[list[OffsetRange]] = [[] for _ in range(at_most)]
+    load = [0] * at_most
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.topic, r.partition, r.start)):
+        i = min(range(at_most), key=lambda k: (load[k], k))
+        tasks[i].append(r)
+        load[i] += r.end - r.start
+    return [sorted(t, key=lambda r: (r.topic, r.partition, r.start)) for t in tasks]
+
+
 # ------------------------------------------------------------------------------------------------
 # Options
 # ------------------------------------------------------------------------------------------------
@@ -287,12 +307,20 @@ class SourceOptions:
 
     def current_min_partitions(self) -> int | None:
         """`minPartitionsFile`'s number if it holds one (the executors the driver has now), else `minPartitions`."""
+        return self.task_bounds()[0]
+
+    def task_bounds(self) -> tuple[int | None, int | None]:
+        """(at least, at most) tasks for the next batch. `minPartitionsFile` holds `N` (at least N: split large
+        ranges) or `N wave` (exactly N: split, and also pack ranges together so that the batch is one wave on
+        N warm cores, see executor_warmup); without a readable file, `minPartitions` and no upper bound."""
         if self.min_partitions_file:
             try:
-                return max(1, int(Path(self.min_partitions_file).read_text().strip()))
-            except (OSError, ValueError):
+                words = Path(self.min_partitions_file).read_text().split()
+                n = max(1, int(words[0]))
+                return n, (n if words[1:] == ["wave"] else None)
+            except (OSError, ValueError, IndexError):
                 pass
-        return self.min_partitions
+        return self.min_partitions, None
 
     def client_conf(self) -> dict[str, str]:
         # read_committed always: a Handoff table must never contain aborted records.
@@ -367,9 +395,11 @@ class _Broker:
 # The data source
 # ------------------------------------------------------------------------------------------------
 class KafkaPartition(InputPartition):
-    def __init__(self, rng: OffsetRange) -> None:
-        super().__init__(rng)
-        self.range = rng
+    """One Spark task's offset ranges: usually one; several when `pack_ranges` put them together."""
+
+    def __init__(self, ranges: list[OffsetRange]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 class HandoffKafkaDataSource(DataSource):
@@ -479,7 +509,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if r.start >= r.end:
                     continue
             planned.append(r)
-        return [KafkaPartition(r) for r in split_ranges(planned, self.opts.current_min_partitions())]
+        at_least, at_most = self.opts.task_bounds()
+        return [KafkaPartition(task) for task in pack_ranges(split_ranges(planned, at_least), at_most)]
 
     def _record_gap(self, r: OffsetRange, low: int) -> None:
         lost_to = min(low, r.end)
@@ -499,8 +530,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- reading (executors) ---------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        rng: OffsetRange = partition.range  # type: ignore[attr-defined]
-        yield from read_range(self.opts, rng)
+        for rng in partition.ranges:  # type: ignore[attr-defined]
+            yield from read_range(self.opts, rng)
 
 
 class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
@@ -528,8 +559,8 @@ class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
 
 class KafkaRangeStreamReader(KafkaStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        rng: OffsetRange = partition.range  # type: ignore[attr-defined]
-        yield range_batch(rng)
+        for rng in partition.ranges:  # type: ignore[attr-defined]
+            yield range_batch(rng)
 
 
 def range_batch(rng: OffsetRange) -> pa.RecordBatch:

@@ -103,6 +103,11 @@ def _executor_pods(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
             if not p["metadata"].get("deletionTimestamp")}
 
 
+def _warmed(driver_log: str) -> set[str]:
+    """Executors the driver's warm-up job ran on (executor_scaler's "executors 2, 3 warm (…)" lines)."""
+    return {e for m in re.findall(r"executors ([\d, ]+) warm \(", driver_log) for e in m.split(", ")}
+
+
 def _warm_up(cluster: Cluster, state: dict[str, Any], produced: int) -> dict[str, Any]:
     """Busy batches until the operator has measured an executor's rate, then its Steady decision (with the
     count of records produced so far under "produced").
@@ -170,6 +175,14 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
     except AssertionError as err:
         raise AssertionError(f"{err} (desired seen {seen})\n{describe_failure(cluster, ns)}") from None
     assert _executors_status(cluster, ns)["reason"] in ("ScaleUp", "Steady", "Cooldown")
+    # Each executor was warmed by a job pinned to it before it counted for the source's tasks (the driver
+    # names an executor only when its warm-up task ran there: executor_warmup).
+    try:
+        eventually(lambda: registered <= _warmed(cluster.kubectl("logs", "-n", ns, driver_name)),
+                   "every registered executor warmed", timeout=300, interval=2)
+    except AssertionError as err:
+        raise AssertionError(f"{err}: warmed {_warmed(cluster.kubectl('logs', '-n', ns, driver_name))}, "
+                             f"registered {registered}") from None
     executor_pods = _executor_pods(cluster, ns)
     assert registered <= set(executor_pods), (registered, sorted(executor_pods))
     assert all(p["metadata"]["ownerReferences"][0]["uid"] == driver_uid for p in executor_pods.values())

@@ -260,7 +260,7 @@ def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_r
     reader = KafkaStreamReader(opts)
     end = reader.latestOffset(first, ReadAllAvailable())
     assert end == {topic: {"0": 2, "1": 1}}
-    assert [p.range for p in reader.partitions(first, end)] == [OffsetRange(topic, 1, 0, 1)]
+    assert [p.ranges for p in reader.partitions(first, end)] == [[OffsetRange(topic, 1, 0, 1)]]
     assert reader.reportLatestOffset() == end
 
 

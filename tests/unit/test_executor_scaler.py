@@ -1,9 +1,14 @@
 """The driver's side of live scaling: the operator's annotation → a count, which executors go on the way
-down, and the source's minPartitions following the executors' cores through a file."""
+down, new executors warmed before they count, and the source's minPartitions following the warm executors'
+cores through a file."""
 from __future__ import annotations
 
-from handoff_spark.executor_scaler import ANNOTATION, parse_desired, surplus, to_apply, write_min_partitions
-from handoff_spark.kafka_source import OffsetRange, SourceOptions, split_ranges
+import threading
+
+from handoff_spark.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
+                                           write_min_partitions)
+from handoff_spark.executor_warmup import Executor, partitions_target, to_warm, warmed
+from handoff_spark.kafka_source import OffsetRange, SourceOptions, pack_ranges, split_ranges
 
 
 def test_parse_desired_ignores_what_is_not_a_count():
@@ -40,3 +45,109 @@ def test_the_min_partitions_file_wins_and_is_read_at_each_plan(tmp_path):
     assert len(split_ranges(ranges, opts.current_min_partitions())) == 3
     path.write_text("garbage")
     assert opts.current_min_partitions() == 6
+
+
+def test_a_wave_file_asks_for_exactly_that_many_tasks(tmp_path):
+    path = tmp_path / "min-partitions"
+    opts = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "x:1", "minPartitions": "6",
+                                "minPartitionsFile": str(path)})
+    assert opts.task_bounds() == (6, None)
+    write_min_partitions(str(path), 2, one_wave=True)
+    assert opts.task_bounds() == (2, 2)
+    write_min_partitions(str(path), 9)
+    assert opts.task_bounds() == (9, None)
+
+
+def test_packing_puts_ranges_into_at_most_n_tasks_balanced_and_in_offset_order():
+    ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 60), OffsetRange("t", 2, 0, 50),
+              OffsetRange("u", 0, 10, 20)]
+    assert pack_ranges(ranges, None) == [[r] for r in ranges]
+    assert pack_ranges(ranges, 4) == [[r] for r in ranges]
+    two = pack_ranges(ranges, 2)
+    assert len(two) == 2 and sorted(sum(two, []), key=ranges.index) == ranges  # every range, once
+    assert [sum(r.end - r.start for r in task) for task in two] == [110, 110]
+    assert all(task == sorted(task, key=lambda r: (r.topic, r.partition, r.start)) for task in two)
+    assert pack_ranges(ranges, 1) == [sorted(ranges, key=lambda r: (r.topic, r.partition, r.start))]
+
+
+def test_batches_run_one_wave_on_the_warm_cores_while_an_executor_is_cold_or_on_its_way():
+    # A driver's start: nothing warm yet, every registered core counts (nothing to protect).
+    assert partitions_target(3, {"1": 1, "2": 1}, set(), more_coming=False) == (6, False)
+    assert partitions_target(3, {}, set(), more_coming=True) == (3, False)
+    # Steady: all warm.
+    assert partitions_target(3, {"1": 2}, {"1"}, more_coming=False) == (6, False)
+    # Scaling up: asked for, not registered yet; then registered but cold.
+    assert partitions_target(3, {"1": 2}, {"1"}, more_coming=True) == (2, True)
+    assert partitions_target(3, {"1": 2, "2": 2}, {"1"}, more_coming=False) == (2, True)
+    # Warm: its cores count.
+    assert partitions_target(3, {"1": 2, "2": 2}, {"1", "2"}, more_coming=False) == (12, False)
+
+
+def test_warm_up_targets_and_results():
+    assert to_warm(["10", "2", "1"], {"1"}, {}, 3) == ["2", "10"]
+    assert to_warm(["1", "2"], set(), {"2": 3}, 3) == ["1"]  # given up on after 3 tries
+    # A task that ran elsewhere is no warm-up of its target; one that cannot tell (local mode) is.
+    assert warmed([("2", "2"), ("3", "1"), ("4", None)]) == {"2", "4"}
+    assert Executor("7", "10.0.0.9", 2).location == "executor_10.0.0.9_7"
+
+
+class _Executors:
+    """SparkExecutors' surface, over a plain list the test changes."""
+
+    def __init__(self) -> None:
+        self.list = [Executor("1", "10.0.0.1", 1)]
+        self.requested: list[int] = []
+
+    def ids(self) -> list[str]:
+        return [e.id for e in self.list]
+
+    def registered(self) -> list[Executor]:
+        return list(self.list)
+
+    def request_total(self, n: int) -> bool:
+        self.requested.append(n)
+        return True
+
+    def kill(self, ids: list[str]) -> bool:
+        self.list = [e for e in self.list if e.id not in ids]
+        return True
+
+    def cores(self) -> int:
+        return sum(e.cores for e in self.list)
+
+
+def test_a_new_executor_counts_for_batches_only_after_its_warm_up(tmp_path):
+    path = tmp_path / "min-partitions"
+    executors = _Executors()
+    release = threading.Event()
+    calls: list[list[str]] = []
+
+    def warmup(targets: list[Executor]) -> list[tuple[str, str | None]]:
+        calls.append([e.id for e in targets])
+        if targets[0].id != "1":
+            assert release.wait(10)
+        return [(e.id, e.id) for e in targets for _ in range(e.cores)]
+
+    scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
+                            warmup=warmup, echo=lambda _line: None)
+
+    def settle() -> None:
+        scaler.follow_executors()
+        if scaler._warming is not None:
+            scaler._warming.join(0.5)
+        scaler.follow_executors()
+
+    settle()
+    assert calls == [["1"]] and scaler.warm == {"1"} and path.read_text() == "3"
+    scaler.apply(3)                               # the operator asks for 3: one wave until they are warm
+    settle()
+    assert executors.requested == [3] and path.read_text() == "1 wave"
+    executors.list += [Executor("2", "10.0.0.2", 1), Executor("3", "10.0.0.3", 1)]
+    settle()                                      # registered, warming: still one wave on executor 1
+    assert calls[-1] == ["2", "3"] and path.read_text() == "1 wave"
+    release.set()
+    settle()
+    assert scaler.warm == {"1", "2", "3"} and path.read_text() == "9"
+    scaler.apply(1)                               # down: the newest go, the count follows at once
+    settle()
+    assert executors.ids() == ["1"] and scaler.warm == {"1"} and path.read_text() == "3"
