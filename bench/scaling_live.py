@@ -13,7 +13,9 @@ Reported per configuration, from the step up (t = 0):
 - lag peak: the highest `status.lag` (the operator's Kafka end offsets − the table's ledger, every 3 s);
 - drain: seconds from the step back down until `status.lag` is at most one steady batch (base × 2 s);
 - executor-seconds: registered executors integrated from the step up to the end of the drain;
-- restarts: the driver pod's container restarts + driver pods replaced (must be 0).
+- restarts: the driver pod's container restarts + driver pods replaced (must be 0);
+- warm: seconds until the driver's warm-up job had run on every executor added after the step (the
+  `executors … warm` lines of its log; `scaling-nowarm` turns the warm-up off).
 
 Each executor pod gets a CPU limit (`--executor-cpu-limit`, default 400m): without one, an executor on this
 2-CPU node takes whatever CPU is free, one executor already uses most of it, and adding executors adds no
@@ -54,10 +56,13 @@ from in_cluster_support import (Cluster, install_operator, kafka_for_pods, lake_
                                 pods, provide_checkpoint_volume, remove, running, testbed_cluster)
 
 NAME = "bench"
-CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3), "scaling-nospec": (1, 3)}
+CONFIGS = {"scaling": (1, 3), "fixed-min": (1, 1), "fixed-max": (3, 3), "scaling-nospec": (1, 3),
+           "scaling-nowarm": (1, 3)}
 #: Spark settings a configuration adds to the handoff's: `scaling-nospec` is `scaling` without the operator's
-#: speculative copies of straggler tasks (render.STRAGGLER_CONF), to show what they change in the same run.
-EXTRA_CONF = {"scaling-nospec": {"spark.speculation": "false"}}
+#: speculative copies of straggler tasks (render.STRAGGLER_CONF), `scaling-nowarm` without the warm-up of new
+#: executors (executor_warmup), each to show what it changes in the same run.
+EXTRA_CONF = {"scaling-nospec": {"spark.speculation": "false"},
+              "scaling-nowarm": {"spark.handoff.executorWarmup": "false"}}
 DEFAULT_CONFIGS = "scaling,fixed-min,fixed-max"
 DRIVER = f"handoff.io/name={NAME},app.kubernetes.io/component=driver"
 
@@ -148,7 +153,7 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                              f"{args.start_limit}s (last sample: {s}; status.executors: "
                              f"{(cluster.get('streamtablehandoff', NAME, '-n', ns).get('status') or {}).get('executors')})")
         time.sleep(args.before)
-        phase["step_up"] = time.monotonic()
+        phase["step_up"], phase["step_up_wall"] = time.monotonic(), time.time()
         phase["step_down"] = phase["step_up"] + args.high
         end = phase["step_down"] + args.drain_limit
         while time.monotonic() < end:
@@ -158,12 +163,30 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                     and (not label.startswith("scaling") or s["desired"] == lo)):
                 break
             time.sleep(1)
+        warmups = warm_ups(cluster, ns, phase["step_up_wall"])
     finally:
         stop.set()
         producer.join()
         # This configuration's operator goes too: the next one must not share the node with it.
         remove(cluster, ns, system, pv=pv)
-    return summarize(label, samples, phase, lo, args)
+    return {**summarize(label, samples, phase, lo, args), "warm_ups": warmups}
+
+
+def warm_ups(cluster: Cluster, ns: str, step_wall: float) -> list[dict[str, Any]]:
+    """The driver's warm-ups of new executors ("executors 2, 3 warm (4.1 s warm-up)"), with the time since
+    the step of the line (the kubelet's timestamp)."""
+    import datetime as dt
+    import re
+
+    out = []
+    for p in pods(cluster, ns, DRIVER):
+        log = cluster.kubectl("logs", "--timestamps", "-n", ns, p["metadata"]["name"])
+        for stamp, ids, seconds in re.findall(r"^(\S+) .*?executors ([\d, ]+) warm \(([\d.]+) s warm-up\)", log,
+                                              re.M):
+            whole, _, fraction = stamp.rstrip("Z").partition(".")  # the kubelet writes nanoseconds
+            at = dt.datetime.fromisoformat(f"{whole}.{(fraction or '0')[:6]}+00:00").timestamp()
+            out.append({"executors": ids.split(", "), "warm_up_s": float(seconds), "t": round(at - step_wall, 1)})
+    return out
 
 
 def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], lo: int,
@@ -248,11 +271,14 @@ def main() -> None:
               "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n| config | decision s | registered s | peak desired | lag peak | drain s | executor-s | restarts |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\n| config | decision s | registered s | warm s | peak desired | lag peak | drain s | executor-s | "
+          f"restarts |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['config']} | {r['decision_s']} | {r['registered_s']} | {r['peak_desired']} | {r['lag_peak']} | "
-              f"{r['drain_s'] if r['drained'] else 'not drained'} | {r['executor_seconds']} | {r['restarts']} |")
+        warm = max((w["t"] for w in r["warm_ups"] if w["t"] > 0), default=None)
+        print(f"| {r['config']} | {r['decision_s']} | {r['registered_s']} | {warm} | {r['peak_desired']} | "
+              f"{r['lag_peak']} | {r['drain_s'] if r['drained'] else 'not drained'} | {r['executor_seconds']} | "
+              f"{r['restarts']} |")
     print(f"\nload average before {load_before}, after {os.getloadavg()}; JSON: {args.out}")
 
 

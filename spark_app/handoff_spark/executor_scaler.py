@@ -45,6 +45,8 @@ IDLE_WAIT_SECONDS = 30.0
 REGISTRATION_POLL = 0.1
 #: How long executors asked for but not registered keep batches at one wave (Spark may fail to start a pod).
 PENDING_WINDOW_SECONDS = 180.0
+#: Spark conf (spec.spark.sparkConf) that turns the warm-up of new executors off.
+WARMUP_CONF = "spark.handoff.executorWarmup"
 #: Warm-up tries per executor before it counts anyway (a failing warm-up must not keep an executor idle).
 WARMUP_TRIES = 3
 
@@ -155,9 +157,12 @@ class ExecutorScaler:
 
     @classmethod
     def for_session(cls, spark: Any, **kwargs: Any) -> ExecutorScaler | None:
-        """The scaler of a driver the operator manages, warming new executors with `run_warmup`."""
+        """The scaler of a driver the operator manages, warming new executors with `run_warmup` unless the
+        handoff's Spark conf sets `spark.handoff.executorWarmup` to false (then every executor counts as it
+        registers, as before warm-ups existed)."""
+        enabled = str(spark.conf.get(WARMUP_CONF, "true")).strip().lower() != "false"
         return cls.from_env(SparkExecutors(spark.sparkContext),
-                            warmup=lambda executors: run_warmup(spark, executors), **kwargs)
+                            warmup=(lambda executors: run_warmup(spark, executors)) if enabled else None, **kwargs)
 
     def start(self) -> None:
         self._thread.start()
