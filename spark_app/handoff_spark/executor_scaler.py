@@ -115,6 +115,11 @@ class SparkExecutors:
     def cores(self) -> int:
         return int(self.sc.defaultParallelism)
 
+    def alive(self, executor_id: str) -> bool:
+        """Whether the task scheduler offers this executor's cores yet (it does from its first resource offer,
+        a moment after registration)."""
+        return bool(self.sc._jsc.sc().taskScheduler().isExecutorAlive(executor_id))
+
     def registered(self) -> list[Executor]:
         """The active executors (not the driver) with their host and cores, from Spark's status store."""
         jvm = self.sc._jvm
@@ -140,7 +145,8 @@ class ExecutorScaler:
         self.warmup_failures: dict[str, int] = {}
         self._registered: dict[str, Executor] = {}
         self._ids: tuple[str, ...] = ()
-        self._warming: threading.Thread | None = None
+        self._warming: set[str] = set()  # executors whose warm-up job runs now
+        self._lock = threading.Lock()  # warm, _warming and warmup_failures change in warm-up threads
         self._min_partitions: tuple[int, bool] | None = None
         self._stop = threading.Event()
         self._failures = 0
@@ -215,7 +221,8 @@ class ExecutorScaler:
         self.echo(f"executors: {len(running)} → {desired} (operator's desired count"
                   + (f"; stopping executors {', '.join(doomed)})" if doomed else ")"))
         self.applied, self.applied_at = desired, time.monotonic()
-        self.warm -= set(doomed)
+        with self._lock:
+            self.warm -= set(doomed)
 
     def follow_executors(self) -> None:
         """Warm new executors, then rewrite the source's minPartitions for the cores that can run batches now."""
@@ -224,7 +231,8 @@ class ExecutorScaler:
             self._registered = ({e: Executor(e, "", 1) for e in ids} if self.warmup is None
                                 else {e.id: e for e in self.executors.registered()})
             self._ids = ids if set(self._registered) == set(ids) else ()  # the status store may lag: look again
-            self.warm &= set(self._registered)
+            with self._lock:
+                self.warm &= set(self._registered)
         if self.warmup is None:  # nothing to warm with: every core counts as it registers
             self._write(self.partitions_per_core * max(1, self.executors.cores()), one_wave=False)
             return
@@ -232,7 +240,9 @@ class ExecutorScaler:
         more_coming = (self.applied is not None and self.applied > len(self._registered)
                        and time.monotonic() - self.applied_at < PENDING_WINDOW_SECONDS)
         cores = {e.id: e.cores for e in self._registered.values()}
-        self._write(*partitions_target(self.partitions_per_core, cores, self.warm, more_coming=more_coming))
+        with self._lock:
+            warm = set(self.warm)
+        self._write(*partitions_target(self.partitions_per_core, cores, warm, more_coming=more_coming))
 
     def _write(self, value: int, one_wave: bool) -> None:
         if (value, one_wave) != self._min_partitions:
@@ -240,16 +250,20 @@ class ExecutorScaler:
             self._min_partitions = (value, one_wave)
 
     def _start_warmup(self) -> None:
-        """One warm-up job at a time, in its own thread: the scaling loop keeps polling meanwhile."""
-        if self._warming is not None and self._warming.is_alive():
-            return
-        targets = to_warm(self._registered, self.warm, self.warmup_failures, WARMUP_TRIES)
-        # Tried WARMUP_TRIES times: it counts, cold or not (a failing warm-up must not keep an executor idle).
-        self.warm.update(e for e in self._registered if e not in self.warm and e not in targets)
+        """A warm-up job, in its own thread, for every executor that is registered, alive in the task scheduler
+        (before that, the job's preferred location would not count yet and its task could run anywhere) and
+        neither warm nor warming. Jobs for executors that register later start at once, beside it: an executor
+        waiting for its warm-up is an idle slot a batch may fill."""
+        with self._lock:
+            targets = [e for e in to_warm(self._registered, self.warm | self._warming, self.warmup_failures,
+                                          WARMUP_TRIES) if self.executors.alive(e)]
+            # Tried WARMUP_TRIES times: it counts, cold or not (a failing warm-up must not keep it idle).
+            self.warm.update(e for e in self._registered
+                             if e not in self.warm and self.warmup_failures.get(e, 0) >= WARMUP_TRIES)
+            self._warming.update(targets)
         if targets:
-            self._warming = threading.Thread(target=self._warm, args=([self._registered[e] for e in targets],),
-                                             name="handoff-executor-warmup", daemon=True)
-            self._warming.start()
+            threading.Thread(target=self._warm, args=([self._registered[e] for e in targets],),
+                             name="handoff-executor-warmup", daemon=True).start()
 
     def _warm(self, executors: list[Executor]) -> None:
         assert self.warmup is not None
@@ -257,15 +271,16 @@ class ExecutorScaler:
         try:
             done = warmed(self.warmup(executors))
         except Exception as exc:  # noqa: BLE001 - a failed warm-up is retried, then the executor counts anyway
-            if self._stop.is_set():
-                return
             done = set()
-            log.warning("warm-up of executors %s failed: %s", ", ".join(e.id for e in executors), exc)
-        for e in executors:
-            if e.id not in done:
-                self.warmup_failures[e.id] = self.warmup_failures.get(e.id, 0) + 1
-        if done:
+            if not self._stop.is_set():
+                log.warning("warm-up of executors %s failed: %s", ", ".join(e.id for e in executors), exc)
+        with self._lock:
+            for e in executors:
+                if e.id not in done:
+                    self.warmup_failures[e.id] = self.warmup_failures.get(e.id, 0) + 1
             self.warm.update(done)
+            self._warming.difference_update(e.id for e in executors)
+        if done:
             self.echo(f"executors {', '.join(sorted(done, key=lambda e: (len(e), e)))} warm "
                       f"({time.monotonic() - started:.1f} s warm-up)")
 

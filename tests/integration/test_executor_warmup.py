@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from handoff_spark.config import AppConfig
+from handoff_spark.executor_scaler import SparkExecutors
 from handoff_spark.executor_warmup import Executor, located_rdd, run_warmup
 
 pytestmark = pytest.mark.e2e
@@ -35,5 +36,10 @@ def test_warm_up_tasks_prefer_their_executor_and_run_in_a_python_worker(tmp_path
         assert run_warmup(spark, [Executor("driver", "localhost", 2)]) == [("driver", None), ("driver", None)]
         # Its job group is cleared afterwards: the stream's own jobs on this thread are not tagged with it.
         assert sc.getLocalProperty("spark.jobGroup.id") is None
+        # What the scaler asks of the scheduler: the local executor is alive (offered) and not listed as one
+        # to warm; an unknown id is not alive.
+        executors = SparkExecutors(sc)
+        assert executors.alive("driver") and not executors.alive("99")
+        assert executors.registered() == []
     finally:
         spark.stop()

@@ -4,6 +4,8 @@ cores through a file."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 from handoff_spark.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
                                            write_min_partitions)
@@ -97,12 +99,16 @@ class _Executors:
     def __init__(self) -> None:
         self.list = [Executor("1", "10.0.0.1", 1)]
         self.requested: list[int] = []
+        self.not_alive: set[str] = set()  # registered, not yet offered by the task scheduler
 
     def ids(self) -> list[str]:
         return [e.id for e in self.list]
 
     def registered(self) -> list[Executor]:
         return list(self.list)
+
+    def alive(self, executor_id: str) -> bool:
+        return executor_id not in self.not_alive
 
     def request_total(self, n: int) -> bool:
         self.requested.append(n)
@@ -119,35 +125,71 @@ class _Executors:
 def test_a_new_executor_counts_for_batches_only_after_its_warm_up(tmp_path):
     path = tmp_path / "min-partitions"
     executors = _Executors()
-    release = threading.Event()
+    release = {e: threading.Event() for e in ("2", "3")}
     calls: list[list[str]] = []
 
     def warmup(targets: list[Executor]) -> list[tuple[str, str | None]]:
         calls.append([e.id for e in targets])
-        if targets[0].id != "1":
-            assert release.wait(10)
-        return [(e.id, e.id) for e in targets for _ in range(e.cores)]
+        for e in targets:
+            if e.id in release:
+                assert release[e.id].wait(10)
+        ran_on = {"3": "1"} if len(calls) == 3 else {}  # the third job's task ran elsewhere: no warm-up of 3
+        return [(e.id, ran_on.get(e.id, e.id)) for e in targets for _ in range(e.cores)]
 
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)
 
-    def settle() -> None:
+    def settle(until: Callable[[], bool] = lambda: True) -> None:
+        deadline = time.monotonic() + 10
         scaler.follow_executors()
-        if scaler._warming is not None:
-            scaler._warming.join(0.5)
-        scaler.follow_executors()
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.01)
+            scaler.follow_executors()
+        scaler.follow_executors()  # once more: a warm-up thread may have finished after the last write
 
-    settle()
-    assert calls == [["1"]] and scaler.warm == {"1"} and path.read_text() == "3"
+    settle(lambda: scaler.warm == {"1"})
+    assert calls == [["1"]] and path.read_text() == "3"
     scaler.apply(3)                               # the operator asks for 3: one wave until they are warm
     settle()
     assert executors.requested == [3] and path.read_text() == "1 wave"
-    executors.list += [Executor("2", "10.0.0.2", 1), Executor("3", "10.0.0.3", 1)]
-    settle()                                      # registered, warming: still one wave on executor 1
-    assert calls[-1] == ["2", "3"] and path.read_text() == "1 wave"
-    release.set()
+    executors.list.append(Executor("2", "10.0.0.2", 1))
+    executors.list.append(Executor("3", "10.0.0.3", 1))
+    executors.not_alive = {"3"}                   # registered, not offered yet: its job would run anywhere
     settle()
-    assert scaler.warm == {"1", "2", "3"} and path.read_text() == "9"
+    assert calls[1:] == [["2"]] and path.read_text() == "1 wave"
+    executors.not_alive = set()                   # 3 comes alive while 2 still warms: its own job, at once
+    settle(lambda: len(calls) == 3)
+    assert calls[2] == ["3"] and path.read_text() == "1 wave"
+    release["2"].set()
+    settle(lambda: scaler.warm == {"1", "2"})
+    assert path.read_text() == "2 wave"           # 2 counts; 3 still warming
+    release["3"].set()
+    settle(lambda: scaler.warm == {"1", "2", "3"})
+    assert calls[3:] == [["3"]] and scaler.warmup_failures == {"3": 1}  # its task ran on 1: tried again
+    assert path.read_text() == "9"
     scaler.apply(1)                               # down: the newest go, the count follows at once
     settle()
     assert executors.ids() == ["1"] and scaler.warm == {"1"} and path.read_text() == "3"
+
+
+def test_an_executor_whose_warm_up_keeps_failing_counts_after_three_tries(tmp_path):
+    path = tmp_path / "min-partitions"
+    executors = _Executors()
+    tries: list[str] = []
+
+    def warmup(targets: list[Executor]) -> list[tuple[str, str | None]]:
+        tries.extend(e.id for e in targets)
+        if any(e.id == "2" for e in targets):
+            raise RuntimeError("Python worker failed to start")
+        return [(e.id, e.id) for e in targets]
+
+    scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
+                            warmup=warmup, echo=lambda _line: None)
+    executors.list.append(Executor("2", "10.0.0.2", 1))
+    deadline = time.monotonic() + 10
+    while scaler.warm != {"1", "2"} and time.monotonic() < deadline:
+        scaler.follow_executors()
+        time.sleep(0.01)
+    assert tries.count("2") == 3 and scaler.warm == {"1", "2"}
+    scaler.follow_executors()
+    assert path.read_text() == "6"
