@@ -267,7 +267,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
         echo(f"query {query.id} started (run {query.runId})")
         # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
-        scaler = ExecutorScaler.for_session(spark, min_partitions_file=min_partitions_file,
+        scaler = ExecutorScaler.for_session(spark, cfg, min_partitions_file=min_partitions_file,
                                             partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
                                             idle=lambda: not query.status.get("isTriggerActive"))
         if scaler is not None:

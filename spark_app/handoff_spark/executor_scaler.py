@@ -162,13 +162,14 @@ class ExecutorScaler:
         return cls(namespace, configmap, executors, poll=float(env.get(ENV_POLL) or DEFAULT_POLL), **kwargs)
 
     @classmethod
-    def for_session(cls, spark: Any, **kwargs: Any) -> ExecutorScaler | None:
-        """The scaler of a driver the operator manages, warming new executors with `run_warmup` unless the
-        handoff's Spark conf sets `spark.handoff.executorWarmup` to false (then every executor counts as it
-        registers, as before warm-ups existed)."""
+    def for_session(cls, spark: Any, cfg: Any = None, **kwargs: Any) -> ExecutorScaler | None:
+        """The scaler of a driver the operator manages, warming new executors for `cfg`'s write path with
+        `run_warmup` unless the handoff's Spark conf sets `spark.handoff.executorWarmup` to false (then every
+        executor counts as it registers, as before warm-ups existed)."""
         enabled = str(spark.conf.get(WARMUP_CONF, "true")).strip().lower() != "false"
         return cls.from_env(SparkExecutors(spark.sparkContext),
-                            warmup=(lambda executors: run_warmup(spark, executors)) if enabled else None, **kwargs)
+                            warmup=(lambda executors: run_warmup(spark, executors, cfg)) if enabled else None,
+                            **kwargs)
 
     def start(self) -> None:
         self._thread.start()

@@ -18,12 +18,16 @@ does not count as a warm-up of its target.
 """
 from __future__ import annotations
 
+import functools
 import io
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger("handoff.executor_warmup")
 
 ENV_EXECUTOR_ID = "SPARK_EXECUTOR_ID"
 JOB_GROUP = "handoff-executor-warmup"
@@ -80,19 +84,36 @@ def warmed(results: Iterable[tuple[str, str | None]]) -> set[str]:
 
 # -- executor side ---------------------------------------------------------------------------------------
 
-def warm_task(targets: Iterator[str]) -> Iterator[tuple[str, str | None, float]]:
-    """What each warm-up task runs in a Python worker: a write task's decode and Parquet write, on sample data.
-    Yields (target, executor it ran on, ms) per element."""
+def warm_task(cfg: Any, targets: Iterator[str]) -> Iterator[tuple[str, str | None, float, str | None]]:
+    """What each warm-up task runs in a Python worker: a write task's set-up without its data. A JSON decode
+    and a Parquet write on sample rows (pyarrow's lazy initialisation), the range reader's consumer and the
+    topics' metadata, and the sink's own set-up (`warm_up`: catalog connection, table metadata, file system,
+    or the BigQuery write client), which a reused worker keeps for its next tasks.
+    Yields (target, executor it ran on, ms, error or None) per element: a set-up that fails is reported,
+    not raised (the write task that meets it will fail with the real error)."""
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
     ran_on = os.environ.get(ENV_EXECUTOR_ID)
     for target in targets:
-        started = time.perf_counter()
+        started, error = time.perf_counter(), None
         lines = b"\n".join(b'{"id": %d, "ts": "2026-01-01T00:00:00Z", "region": "eu"}' % i
                            for i in range(SAMPLE_ROWS))
         pq.write_table(pj.read_json(io.BytesIO(lines)), io.BytesIO(), compression="zstd")
-        yield target, ran_on, round((time.perf_counter() - started) * 1000, 1)
+        if cfg is not None:
+            try:
+                warm_write_path(cfg)
+            except Exception as exc:  # noqa: BLE001 - reported to the driver's log
+                error = f"{type(exc).__name__}: {exc}"
+        yield target, ran_on, round((time.perf_counter() - started) * 1000, 1), error
+
+
+def warm_write_path(cfg: Any) -> None:
+    """The Kafka reader's and the sink's set-up, as a write task of `cfg` does it."""
+    from . import kafka_source, sinks
+
+    kafka_source.warm_reader(kafka_source.SourceOptions.parse(kafka_source.source_options(cfg, None)))
+    sinks.get(cfg.sink.kind).warm_up(cfg)
 
 
 # -- driver side -----------------------------------------------------------------------------------------
@@ -114,15 +135,19 @@ def located_rdd(sc: Any, executors: list[Executor]) -> Any:
     return RDD(sc._jsc.sc().makeRDD(to_seq(items), class_tag).toJavaRDD(), sc, UTF8Deserializer())
 
 
-def run_warmup(spark: Any, executors: list[Executor]) -> list[tuple[str, str | None]]:
-    """Run the warm-up job on `executors` and return (target, executor it ran on) per task. Called from the
-    executor_scaler's thread; the job is tagged with its own group so the UI and logs tell it apart."""
+def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[tuple[str, str | None]]:
+    """Run the warm-up job on `executors` (for the write path of `cfg`, when given) and return (target,
+    executor it ran on) per task. Called from the executor_scaler's thread; the job is tagged with its own
+    group so the UI and logs tell it apart."""
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, "handoff: warm up executors " + ", ".join(e.id for e in executors),
                    interruptOnCancel=True)
     try:
-        result = located_rdd(sc, executors).mapPartitions(warm_task).collect()
+        result = located_rdd(sc, executors).mapPartitions(functools.partial(warm_task, cfg)).collect()
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    return [(target, ran_on) for target, ran_on, _ms in result]
+    for target, ran_on, _ms, error in result:
+        if error:
+            log.warning("warm-up on executor %s: %s", ran_on or target, error)
+    return [(target, ran_on) for target, ran_on, _ms, _error in result]

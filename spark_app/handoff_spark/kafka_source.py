@@ -581,6 +581,32 @@ def ranges_of(batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> list[
     return out
 
 
+def reader_conf(opts: SourceOptions) -> dict[str, Any]:
+    """A range reader's consumer settings: assign only, never joined nor committed."""
+    return {
+        **READ_FETCH_DEFAULTS,
+        **opts.client_conf(),
+        "group.id": opts.kafka.get("group.id", "handoff-reader"),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+    }
+
+
+def warm_reader(opts: SourceOptions, timeout: float = 10.0) -> None:
+    """What a range reader sets up before its first fetch (librdkafka, the connection, the topics' metadata),
+    done ahead on a new executor (executor_warmup). Reads no record."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(reader_conf(opts))
+    try:
+        for topic in opts.topics:
+            consumer.list_topics(topic, timeout=timeout)
+    finally:
+        consumer.close()
+
+
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Records of `rng` in offset order as Arrow batches of ≤ `opts.consume_batch` rows.
 
@@ -589,16 +615,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    conf = {
-        **READ_FETCH_DEFAULTS,
-        **opts.client_conf(),
-        "group.id": opts.kafka.get("group.id", "handoff-reader"),  # never joined nor committed (assign only)
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",
-        "enable.partition.eof": True,
-    }
-    consumer = Consumer(conf)
+    consumer = Consumer(reader_conf(opts))
     tp = TopicPartition(rng.topic, rng.partition, rng.start)
     try:
         consumer.assign([tp])

@@ -8,7 +8,9 @@ A sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `ledger_identity(cfg) -> (cluster id, {topic: topic id})`: the Kafka identity the ledger recorded;
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
 - `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink_common.CommitResult`): the
-  driver-side commit (called by the writer).
+  driver-side commit (called by the writer);
+- `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
+  connections), done ahead on a new executor by `executor_warmup`; writes nothing.
 Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
 """
 from __future__ import annotations
@@ -54,6 +56,9 @@ class SinkBackend:
 
     def backfill_overlap(self, cfg: Any) -> list[str]:
         return self.module.backfill_overlap(cfg)
+
+    def warm_up(self, cfg: Any) -> None:
+        self.module.warm_up(cfg)
 
 
 def kinds() -> list[str]:

@@ -1,26 +1,29 @@
 """The warm-up job a driver runs on a newly registered executor (handoff_spark.executor_warmup), on a real
-local Spark: its tasks carry the executor's preferred location, run a write task's decode and Parquet write
-in a Python worker forked from Handoff's daemon, and report where they ran."""
+local Spark with a real broker and an Iceberg table in a SQLite catalog: its tasks carry the executor's
+preferred location, run a write task's set-up in a Python worker forked from Handoff's daemon (decode,
+Parquet, the Kafka reader's metadata, the sink's catalog and table), and report where they ran and what
+failed."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
-from handoff_spark.config import AppConfig
+from handoff_spark import sinks
 from handoff_spark.executor_scaler import SparkExecutors
 from handoff_spark.executor_warmup import Executor, located_rdd, run_warmup
+from sink_support import app_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 
-def test_warm_up_tasks_prefer_their_executor_and_run_in_a_python_worker(tmp_path: Any) -> None:
+def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tmp_path: Any, caplog) -> None:
     from handoff_spark.app import build_session
 
-    cfg = AppConfig.model_validate({
-        "handoffId": "test/warmup", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
-        "sink": {"kind": "iceberg", "table": "t.t"}, "schema": {"onIncompatible": "halt"},
-        "checkpointLocation": str(tmp_path), "sparkConf": {"spark.master": "local[2]"}})
+    kafka.create_topic("warm", partitions=1)
+    cfg = app_config(tmp_path, kafka.bootstrap, "warm", sparkConf={"spark.master": "local[2]"})
+    sinks.get("iceberg").prepare(cfg)
     spark = build_session(cfg)
     try:
         sc = spark.sparkContext
@@ -33,7 +36,17 @@ def test_warm_up_tasks_prefer_their_executor_and_run_in_a_python_worker(tmp_path
         assert sorted(rdd.collect()) == ["7", "7", "8"]
         # The job itself, on the local executor ("driver"): local mode sets no SPARK_EXECUTOR_ID, so each
         # task reports its target and no executor (and warmed() counts it for its target).
-        assert run_warmup(spark, [Executor("driver", "localhost", 2)]) == [("driver", None), ("driver", None)]
+        with caplog.at_level(logging.WARNING, logger="handoff.executor_warmup"):
+            assert run_warmup(spark, [Executor("driver", "localhost", 2)], cfg) == [("driver", None)] * 2
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        # A set-up that fails (here: the table is not in the catalog) is reported, not raised: the executor
+        # still counts, and the write task that meets the problem fails with it.
+        missing = app_config(tmp_path, kafka.bootstrap, "warm",
+                             sink={**cfg.model_dump(by_alias=True)["sink"], "table": "ns.missing"})
+        with caplog.at_level(logging.WARNING, logger="handoff.executor_warmup"):
+            assert run_warmup(spark, [Executor("driver", "localhost", 1)], missing) == [("driver", None)]
+        assert [r.getMessage() for r in caplog.records if "ns.missing" in r.getMessage()
+                or "NoSuchTable" in r.getMessage()], [r.getMessage() for r in caplog.records]
         # Its job group is cleared afterwards: the stream's own jobs on this thread are not tagged with it.
         assert sc.getLocalProperty("spark.jobGroup.id") is None
         # What the scaler asks of the scheduler: the local executor is alive (offered) and not listed as one

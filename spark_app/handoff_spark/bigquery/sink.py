@@ -58,6 +58,12 @@ def _sink(cfg: AppConfig) -> BigQuerySink:
     return configured_sink(cfg, BigQuerySink, "handoff-bigquery")
 
 
+def warm_up(cfg: AppConfig) -> None:
+    """Executors: the Storage Write API client a fresh Python worker creates before its first append, done
+    ahead on a new executor (executor_warmup). Opens no stream, appends nothing."""
+    bigquery_client.write_client(_sink(cfg))
+
+
 # ------------------------------------------------------------------------------------------ table setup
 
 def _fields_of(table: Any) -> list[Field]:

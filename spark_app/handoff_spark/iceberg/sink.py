@@ -75,6 +75,14 @@ def open_table(cfg: AppConfig, create: bool = True) -> Table:
     return ensure_table(catalog, sink.table, declared_schema(cfg.schema_.columns, cfg.source.format), sink.partition_by)
 
 
+def warm_up(cfg: AppConfig) -> None:
+    """Executors: what a fresh Python worker sets up before its first write (the catalog and its connection,
+    the table's metadata, the file system), done ahead on a new executor (executor_warmup). Writes nothing."""
+    table = open_table(cfg, create=False)
+    with table.io.new_input(table.metadata_location).open() as f:
+        f.read(1)
+
+
 def spark_query_id(checkpoint: str) -> str | None:
     """Spark's query id, stable across restarts of one checkpoint."""
     return ckpt.query_id(checkpoint)
