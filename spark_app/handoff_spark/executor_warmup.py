@@ -10,6 +10,9 @@ Arrow map in a Python worker forked from Handoff's daemon (worker_daemon), a JSO
 write in pyarrow. Until it returns, the executor_scaler does not count the executor's cores when it cuts
 batches (see `partitions_target`).
 
+The job's Python functions carry the SQL runners' worker environment (`share_sql_workers`), so its tasks run
+under the same worker daemon as the stream's, and a stream task can reuse the warmed worker.
+
 Pinning uses Spark's own locality: the job's partitions come from `SparkContext.makeRDD` with a preferred
 location `executor_<host>_<id>` (Spark's ExecutorCacheTaskLocation), which the narrow stages above inherit;
 a free, preferred executor gets the task at PROCESS_LOCAL at once. Each task reports the executor it ran on
@@ -135,10 +138,29 @@ def located_rdd(sc: Any, executors: list[Executor]) -> Any:
     return RDD(sc._jsc.sc().makeRDD(to_seq(items), class_tag).toJavaRDD(), sc, UTF8Deserializer())
 
 
+#: What Spark's SQL Python runners (the Python data sources' tasks among them) add to a worker's environment
+#: when simplified tracebacks are on (the default), and the conf that turns it off.
+SQL_WORKER_ENV = "SPARK_SIMPLIFIED_TRACEBACK"
+SIMPLIFIED_TRACEBACK_CONF = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
+
+def share_sql_workers(spark: Any) -> None:
+    """Give the driver's Python RDD functions the environment the SQL runners give theirs.
+
+    Why: an executor keeps one worker daemon (and one pool of idle, reusable workers) per Python executable,
+    module and *environment*. The SQL runners add SPARK_SIMPLIFIED_TRACEBACK=1, the RDD API does not, so an
+    RDD job would start a second daemon beside the one the stream's tasks use, and warm nothing of theirs
+    (measured: an RDD task and a Python data source write task ran under different daemons; with this,
+    under the same one, and the write task's worker was then reused by the next RDD job)."""
+    if str(spark.conf.get(SIMPLIFIED_TRACEBACK_CONF, "true")).lower() == "true":
+        spark.sparkContext.environment[SQL_WORKER_ENV] = "1"
+
+
 def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[tuple[str, str | None]]:
     """Run the warm-up job on `executors` (for the write path of `cfg`, when given) and return (target,
     executor it ran on) per task. Called from the executor_scaler's thread; the job is tagged with its own
     group so the UI and logs tell it apart."""
+    share_sql_workers(spark)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, "handoff: warm up executors " + ", ".join(e.id for e in executors),
                    interruptOnCancel=True)

@@ -56,3 +56,61 @@ def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tm
         assert executors.registered() == []
     finally:
         spark.stop()
+
+
+def _daemon_of_rdd_task(spark: Any) -> int:
+    def parent(items: Any) -> Any:
+        import os
+
+        for _ in items:  # read to the end: a worker that left input unread is not reused
+            yield os.getppid()
+
+    return spark.sparkContext.parallelize([0], 1).mapPartitions(parent).collect()[0]
+
+
+def test_warm_up_tasks_run_under_the_same_worker_daemon_as_a_python_data_source_write(tmp_path: Any) -> None:
+    """Spark keeps a worker daemon per environment: without share_sql_workers an RDD task (the warm-up's
+    kind) and a Python data source's write task (the stream's kind) run under two daemons."""
+    from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
+
+    from handoff_spark.app import build_session
+    from handoff_spark.config import AppConfig
+    from handoff_spark.executor_warmup import share_sql_workers
+
+    out = tmp_path / "daemon"
+
+    class Writer(DataSourceWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            import os
+
+            for _ in iterator:
+                pass
+            with open(out, "w") as f:
+                f.write(str(os.getppid()))
+            return WriterCommitMessage()
+
+    class Sink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "daemon-probe"
+
+        def schema(self) -> str:
+            return "id long"
+
+        def writer(self, schema: Any, overwrite: bool) -> Writer:
+            return Writer()
+
+    cfg = AppConfig.model_validate({
+        "handoffId": "test/daemons", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
+        "sink": {"kind": "iceberg", "table": "t.t"}, "schema": {"onIncompatible": "halt"},
+        "checkpointLocation": str(tmp_path / "ck"), "sparkConf": {"spark.master": "local[1]"}})
+    spark = build_session(cfg)
+    try:
+        spark.dataSource.register(Sink)
+        spark.range(1).write.format("daemon-probe").mode("append").save()
+        write_daemon = int(out.read_text())
+        assert _daemon_of_rdd_task(spark) != write_daemon  # Spark's default: two daemons
+        share_sql_workers(spark)
+        assert _daemon_of_rdd_task(spark) == write_daemon
+    finally:
+        spark.stop()
