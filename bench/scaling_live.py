@@ -165,11 +165,24 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
             time.sleep(1)
         warmups = warm_ups(cluster, ns, phase["step_up_wall"])
     finally:
+        save_driver_logs(cluster, ns, Path(args.logs) / label)
         stop.set()
         producer.join()
         # This configuration's operator goes too: the next one must not share the node with it.
         remove(cluster, ns, system, pv=pv)
     return {**summarize(label, samples, phase, lo, args), "warm_ups": warmups}
+
+
+def save_driver_logs(cluster: Cluster, ns: str, into: Path) -> None:
+    """The driver containers' logs (the current one and, after a restart, the previous one) before the
+    namespace goes: a restart in a run must be explainable afterwards."""
+    into.mkdir(parents=True, exist_ok=True)
+    for p in pods(cluster, ns, DRIVER):
+        name = p["metadata"]["name"]
+        for which, extra in (("current", ()), ("previous", ("--previous",))):
+            with contextlib.suppress(Exception):
+                (into / f"{name}.{which}.log").write_text(cluster.kubectl("logs", "--timestamps", *extra, "-n", ns,
+                                                                          name))
 
 
 def warm_ups(cluster: Cluster, ns: str, step_wall: float) -> list[dict[str, Any]]:
@@ -205,11 +218,16 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
         prev = s
     uids = {uid for s in samples for uid, _ in s["drivers"]}
     restarts = max((r for s in samples for _, r in s["drivers"]), default=0) + max(0, len(uids) - 1)
+    # When it happened (the restart count is the container's since the pod started: one before the step
+    # shows in the first sample already).
+    first = samples[0]["drivers"] if samples else []
+    restart_t = next((round(s["t"] - up, 1) for s in samples if s["drivers"] != first), None)
     return {"config": label, "decision_s": _round(decision) if label.startswith("scaling") else None,
             "registered_s": _round(registered) if label.startswith("scaling") else None,
             "desired_at_step": samples[0]["desired"] if samples else None, "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
             "drain_s": _round(drained), "drained": drained is not None,
             "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
+            "restarts_before_step": max((r for _, r in first), default=0), "restart_t": restart_t,
             "samples": [{"t": round(s["t"] - up, 1), "desired": s["desired"], "registered": s["registered"],
                          "lag": s["lag"]} for s in samples]}
 
@@ -248,6 +266,8 @@ def main() -> None:
                              "on a 2-CPU node an unlimited executor takes whatever CPU is free, so adding "
                              "executors adds no capacity; with a limit each one adds its share")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling_live.json")
+    parser.add_argument("--logs", default=str(ROOT / ".test-logs" / "bench-scaling-drivers"),
+                        help="where each configuration's driver logs are saved")
     args = parser.parse_args()
     workdir = ROOT / ".test-logs" / f"bench-scaling-{os.getpid()}"
     load_before = os.getloadavg()
