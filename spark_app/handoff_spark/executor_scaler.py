@@ -12,8 +12,8 @@ Contract with the operator (handoff_operator.autoscale):
   not pending tasks, decides). Going down, it first kills the surplus executors (newest first, between
   batches when it can: a task on a killed executor is re-run, never lost), then sets the total;
 - a newly registered executor is warmed before it counts (executor_warmup): a small job pinned to it starts
-  its Python worker and runs a write task's decode and Parquet write. Meanwhile batches run as one wave on
-  the warm cores, so the new executor has no stream task to take cold;
+  its Python worker under the stream's daemon and runs a write task's set-up. Meanwhile batches run as one
+  wave on the warm cores, so the new executor has no stream task to take cold;
 - it rewrites the source's `minPartitions` file when the warm cores change (`executor_warmup.partitions_target`:
   MIN_PARTITIONS_PER_CORE × the warm cores, or exactly one task per warm core while some are cold or on the
   way), so the next batch is cut for the executors that can run it now (kafka_source reads the file when it
@@ -47,8 +47,10 @@ REGISTRATION_POLL = 0.1
 PENDING_WINDOW_SECONDS = 180.0
 #: Spark conf (spec.spark.sparkConf) that turns the warm-up of new executors off.
 WARMUP_CONF = "spark.handoff.executorWarmup"
-#: Warm-up tries per executor before it counts anyway (a failing warm-up must not keep an executor idle).
+#: Warm-up tries per executor before it counts anyway, and how long one may take before it counts anyway
+#: (a failing or hung warm-up must not keep an executor out of the batches).
 WARMUP_TRIES = 3
+WARMUP_TIMEOUT_SECONDS = 120.0
 
 log = logging.getLogger("handoff.executor_scaler")
 
@@ -145,7 +147,7 @@ class ExecutorScaler:
         self.warmup_failures: dict[str, int] = {}
         self._registered: dict[str, Executor] = {}
         self._ids: tuple[str, ...] = ()
-        self._warming: set[str] = set()  # executors whose warm-up job runs now
+        self._warming: dict[str, float] = {}  # executors whose warm-up job runs now → when it started
         self._lock = threading.Lock()  # warm, _warming and warmup_failures change in warm-up threads
         self._min_partitions: tuple[int, bool] | None = None
         self._stop = threading.Event()
@@ -255,13 +257,15 @@ class ExecutorScaler:
         (before that, the job's preferred location would not count yet and its task could run anywhere) and
         neither warm nor warming. Jobs for executors that register later start at once, beside it: an executor
         waiting for its warm-up is an idle slot a batch may fill."""
+        now = time.monotonic()
         with self._lock:
-            targets = [e for e in to_warm(self._registered, self.warm | self._warming, self.warmup_failures,
+            targets = [e for e in to_warm(self._registered, self.warm | set(self._warming), self.warmup_failures,
                                           WARMUP_TRIES) if self.executors.alive(e)]
-            # Tried WARMUP_TRIES times: it counts, cold or not (a failing warm-up must not keep it idle).
+            # Tried WARMUP_TRIES times, or warming for too long: it counts, cold or not.
             self.warm.update(e for e in self._registered
-                             if e not in self.warm and self.warmup_failures.get(e, 0) >= WARMUP_TRIES)
-            self._warming.update(targets)
+                             if e not in self.warm and (self.warmup_failures.get(e, 0) >= WARMUP_TRIES
+                                                        or now - self._warming.get(e, now) > WARMUP_TIMEOUT_SECONDS))
+            self._warming.update(dict.fromkeys(targets, now))
         if targets:
             threading.Thread(target=self._warm, args=([self._registered[e] for e in targets],),
                              name="handoff-executor-warmup", daemon=True).start()
@@ -280,7 +284,8 @@ class ExecutorScaler:
                 if e.id not in done:
                     self.warmup_failures[e.id] = self.warmup_failures.get(e.id, 0) + 1
             self.warm.update(done)
-            self._warming.difference_update(e.id for e in executors)
+            for e in executors:
+                self._warming.pop(e.id, None)
         if done:
             self.echo(f"executors {', '.join(sorted(done, key=lambda e: (len(e), e)))} warm "
                       f"({time.monotonic() - started:.1f} s warm-up)")

@@ -193,3 +193,33 @@ def test_an_executor_whose_warm_up_keeps_failing_counts_after_three_tries(tmp_pa
     assert tries.count("2") == 3 and scaler.warm == {"1", "2"}
     scaler.follow_executors()
     assert path.read_text() == "6"
+
+
+def test_an_executor_whose_warm_up_hangs_counts_after_the_timeout(tmp_path, monkeypatch):
+    from handoff_spark import executor_scaler
+
+    path = tmp_path / "min-partitions"
+    executors = _Executors()
+    hang = threading.Event()
+
+    def warmup(targets: list[Executor]) -> list[tuple[str, str | None]]:
+        if any(e.id == "2" for e in targets):
+            hang.wait(10)  # a catalog that never answers
+        return [(e.id, e.id) for e in targets]
+
+    scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
+                            warmup=warmup, echo=lambda _line: None)
+    deadline = time.monotonic() + 10
+    while scaler.warm != {"1"} and time.monotonic() < deadline:
+        scaler.follow_executors()
+        time.sleep(0.01)
+    executors.list.append(Executor("2", "10.0.0.2", 1))
+    scaler.follow_executors()
+    scaler.follow_executors()
+    assert scaler.warm == {"1"} and path.read_text() == "1 wave"
+    monkeypatch.setattr(executor_scaler, "WARMUP_TIMEOUT_SECONDS", 0.0)
+    time.sleep(0.01)
+    scaler.follow_executors()
+    scaler.follow_executors()
+    assert scaler.warm == {"1", "2"} and path.read_text() == "6"
+    hang.set()
