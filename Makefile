@@ -25,8 +25,8 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 ## Bytecode for everything the venv holds, written once, as pip (and so the image) does at install: uv writes
 ## none, and where PYTHONDONTWRITEBYTECODE is set nothing caches it later, so every fresh interpreter compiled
-## its imports from source again. Spark starts one for each query's source planner (pyspark.sql alone: 0.45 s of
-## CPU from source, 0.15 s from bytecode) and for every Python daemon of a session (docs/benchmarks.md,
+## its imports from source again. Spark starts one for each query's source planner (its imports: 0.45 s of
+## CPU from source, 0.17 s from bytecode) and for every Python daemon of a session (docs/benchmarks.md,
 ## "Throughput"). A separate step so an existing venv gets it without a reinstall.
 $(VENV)/.compiled: $(VENV)/.installed
 	$(PY) -m compileall -q -j 0 $(VENV)/lib/python3*/site-packages spark_app operator
