@@ -18,11 +18,21 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@# Spark puts $$SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python
 	@# compiles pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first
-	@# batch). pip installed the same pyspark, compiled, beside it; without the zip the workers import that one.
+	@# batch). The same pyspark is installed beside it (compiled by the step below); without the zip the workers
+	@# import that one.
 	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
 	@touch $@
 
-venv: $(VENV)/.installed
+## Bytecode for everything the venv holds, written once, as pip (and so the image) does at install: uv writes
+## none, and where PYTHONDONTWRITEBYTECODE is set nothing caches it later, so every fresh interpreter compiled
+## its imports from source again. Spark starts one for each query's source planner (its imports: 0.45 s of
+## CPU from source, 0.17 s from bytecode) and for every Python daemon of a session (docs/benchmarks.md,
+## "Throughput"). A separate step so an existing venv gets it without a reinstall.
+$(VENV)/.compiled: $(VENV)/.installed
+	$(PY) -m compileall -q -j 0 $(VENV)/lib/python3*/site-packages spark_app operator
+	@touch $@
+
+venv: $(VENV)/.compiled
 
 ## Everything the tests start: Kafka jars, kube-apiserver/etcd builds, PostgreSQL, BigQuery emulator venv,
 ## the real node (kubelet, kube-proxy, pause image) and the project's image it runs. All cached.
