@@ -243,6 +243,11 @@ STRAGGLER_CONF = {
     "spark.speculation.minTaskRuntime": "5s",
     # Judge by duration only: a cold task is late because of start-up time, not because it reads slowly.
     "spark.speculation.efficiency.enabled": "false",
+    # A batch of one task per core has no finished tasks to compare with (the quantile rule never fires): while
+    # a new executor warms up, batches are one task per warm core (handoff_spark.executor_warmup). Spark then
+    # copies a task that runs longer than this. Longer than an executor's warm-up job takes on a small CPU share
+    # (~12 s at 0.2 core), so that the job's own tasks are not copied to another executor.
+    "spark.speculation.task.duration.threshold": "30s",
 }
 
 

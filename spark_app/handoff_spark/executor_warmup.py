@@ -34,6 +34,8 @@ log = logging.getLogger("handoff.executor_warmup")
 
 ENV_EXECUTOR_ID = "SPARK_EXECUTOR_ID"
 JOB_GROUP = "handoff-executor-warmup"
+#: The warm-up job's description (Spark's UI and REST API show it on its stages), then the executor ids.
+JOB_DESCRIPTION = "handoff: warm up executors "
 #: Rows each warm-up task decodes and writes: enough to run every code path once, little enough to be cheap.
 SAMPLE_ROWS = 2_000
 
@@ -162,8 +164,7 @@ def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[t
     group so the UI and logs tell it apart."""
     share_sql_workers(spark)
     sc = spark.sparkContext
-    sc.setJobGroup(JOB_GROUP, "handoff: warm up executors " + ", ".join(e.id for e in executors),
-                   interruptOnCancel=True)
+    sc.setJobGroup(JOB_GROUP, JOB_DESCRIPTION + ", ".join(e.id for e in executors), interruptOnCancel=True)
     try:
         result = located_rdd(sc, executors).mapPartitions(functools.partial(warm_task, cfg)).collect()
     finally:

@@ -145,6 +145,8 @@ def test_straggler_tasks_get_speculative_copies_unless_the_user_says_otherwise()
     assert float(conf["spark.speculation.quantile"]) < 0.5  # one cold task of three must be enough
     assert conf["spark.speculation.minTaskRuntime"] == "5s"  # ordinary short tasks are never copied
     assert conf["spark.speculation.efficiency.enabled"] == "false"
+    # A one-task batch (one wave on one warm core) is copied too, after longer than an executor's warm-up.
+    assert conf["spark.speculation.task.duration.threshold"] == "30s"
     quiet = spec()
     quiet["spark"]["sparkConf"] = {"spark.speculation": "false"}
     off = _render(quiet).config.spark_conf
