@@ -229,16 +229,15 @@ class ExecutorScaler:
 
     def follow_executors(self) -> None:
         """Warm new executors, then rewrite the source's minPartitions for the cores that can run batches now."""
-        ids = tuple(sorted(self.executors.ids()))
-        if ids != self._ids:
-            self._registered = ({e: Executor(e, "", 1) for e in ids} if self.warmup is None
-                                else {e.id: e for e in self.executors.registered()})
-            self._ids = ids if set(self._registered) == set(ids) else ()  # the status store may lag: look again
-            with self._lock:
-                self.warm &= set(self._registered)
         if self.warmup is None:  # nothing to warm with: every core counts as it registers
             self._write(self.partitions_per_core * max(1, self.executors.cores()), one_wave=False)
             return
+        ids = tuple(sorted(self.executors.ids()))
+        if ids != self._ids:
+            self._registered = {e.id: e for e in self.executors.registered()}
+            self._ids = ids if set(self._registered) == set(ids) else ()  # the status store may lag: look again
+            with self._lock:
+                self.warm &= set(self._registered)
         self._start_warmup()
         more_coming = (self.applied is not None and self.applied > len(self._registered)
                        and time.monotonic() - self.applied_at < PENDING_WINDOW_SECONDS)

@@ -5,10 +5,10 @@ worker daemon is not started (forking it imports pyarrow, PyIceberg, confluent-k
 JVM has not loaded the Arrow/Python-runner classes or compiled them. A stream task that lands there first
 holds the whole batch for all of that (measured on the test bed: the lag grew for ~70 s after two new 200m
 executors registered, docs/benchmarks.md "Scaling on lag"). So the driver runs one small job per new
-executor, pinned to it, that goes through the same machinery as a write task: rows to Arrow in the JVM, an
-Arrow map in a Python worker forked from Handoff's daemon (worker_daemon), a JSON decode and a Parquet
-write in pyarrow. Until it returns, the executor_scaler does not count the executor's cores when it cuts
-batches (see `partitions_target`).
+executor, pinned to it, that runs a write task's set-up without its data (`warm_task`) in a Python worker
+forked from Handoff's daemon (worker_daemon). Until it returns, the executor_scaler does not count the
+executor's cores when it cuts batches (see `partitions_target`). The JVM side of a stream task (the Python
+data source's Arrow path) is not warmed by it.
 
 The job's Python functions carry the SQL runners' worker environment (`share_sql_workers`), so its tasks run
 under the same worker daemon as the stream's, and a stream task can reuse the warmed worker.
@@ -100,10 +100,9 @@ def warm_task(cfg: Any, targets: Iterator[str]) -> Iterator[tuple[str, str | Non
     import pyarrow.parquet as pq
 
     ran_on = os.environ.get(ENV_EXECUTOR_ID)
+    lines = b"\n".join(b'{"id": %d, "ts": "2026-01-01T00:00:00Z", "region": "eu"}' % i for i in range(SAMPLE_ROWS))
     for target in targets:
         started, error = time.perf_counter(), None
-        lines = b"\n".join(b'{"id": %d, "ts": "2026-01-01T00:00:00Z", "region": "eu"}' % i
-                           for i in range(SAMPLE_ROWS))
         pq.write_table(pj.read_json(io.BytesIO(lines)), io.BytesIO(), compression="zstd")
         if cfg is not None:
             try:

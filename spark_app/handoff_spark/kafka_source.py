@@ -305,10 +305,6 @@ class SourceOptions:
                    start_offsets=from_offsets(json.loads(opts["startoffsets"])) if opts.get("startoffsets") else {},
                    ending_offsets=from_offsets(json.loads(opts["endingoffsets"])) if opts.get("endingoffsets") else None)
 
-    def current_min_partitions(self) -> int | None:
-        """`minPartitionsFile`'s number if it holds one (the executors the driver has now), else `minPartitions`."""
-        return self.task_bounds()[0]
-
     def task_bounds(self) -> tuple[int | None, int | None]:
         """(at least, at most) tasks for the next batch. `minPartitionsFile` holds `N` (at least N: split large
         ranges) or `N wave` (exactly N: split, and also pack ranges together so that the batch is one wave on

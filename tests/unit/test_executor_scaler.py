@@ -38,15 +38,15 @@ def test_the_min_partitions_file_wins_and_is_read_at_each_plan(tmp_path):
     path = tmp_path / "min-partitions"
     opts = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "x:1", "minPartitions": "6",
                                 "minPartitionsFile": str(path)})
-    assert opts.current_min_partitions() == 6  # no file yet: the start-time value
+    assert opts.task_bounds()[0] == 6  # no file yet: the start-time value
     ranges = [OffsetRange("t", 0, 0, 240_000)]
     write_min_partitions(str(path), 12)
-    assert opts.current_min_partitions() == 12
-    assert len(split_ranges(ranges, opts.current_min_partitions())) == 12
+    assert opts.task_bounds()[0] == 12
+    assert len(split_ranges(ranges, opts.task_bounds()[0])) == 12
     write_min_partitions(str(path), 3)  # executors went away: fewer, larger ranges
-    assert len(split_ranges(ranges, opts.current_min_partitions())) == 3
+    assert len(split_ranges(ranges, opts.task_bounds()[0])) == 3
     path.write_text("garbage")
-    assert opts.current_min_partitions() == 6
+    assert opts.task_bounds()[0] == 6
 
 
 def test_a_wave_file_asks_for_exactly_that_many_tasks(tmp_path):
