@@ -12,7 +12,10 @@ Reported per configuration, from the step up (t = 0):
 - registered: seconds until the driver had that many executors registered (Spark's REST API on the driver);
 - lag peak: the highest `status.lag` (the operator's Kafka end offsets − the table's ledger, every 3 s);
 - drain: seconds from the step back down until `status.lag` is at most one steady batch (base × 2 s);
-- executor-seconds: registered executors integrated from the step up to the end of the drain;
+- executor-seconds: registered executors integrated over the same window in every configuration, from the step
+  up to `--horizon` seconds after the step down (what each policy costs for the same episode; until 2026-11-26
+  the window ended at each configuration's own drain, and for the scaling rows only once the count was back at
+  the minimum, so fixed-max's cost stopped early and the rows were not comparable);
 - restarts: the driver pod's container restarts + driver pods replaced (must be 0);
 - warm: seconds until the driver's warm-up job had run on every executor added after the step (the
   `executors … warm` lines of its log; `scaling-nowarm` turns the warm-up off).
@@ -123,7 +126,7 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                            bucket=bucket, table=f"bench.t{suffix}",
                            scaling={"minExecutors": lo, "maxExecutors": hi, "targetCatchUp": "20s",
                                     "cooldown": "15s"},
-                           source={"maxRecordsPerBatch": 20_000},
+                           source={"maxRecordsPerBatch": args.max_records_per_batch},
                            spark_conf={"spark.kubernetes.executor.request.cores": "200m",
                                        **({"spark.kubernetes.executor.limit.cores": args.executor_cpu_limit}
                                           if args.executor_cpu_limit else {}),
@@ -155,11 +158,11 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
         time.sleep(args.before)
         phase["step_up"], phase["step_up_wall"] = time.monotonic(), time.time()
         phase["step_down"] = phase["step_up"] + args.high
-        end = phase["step_down"] + args.drain_limit
+        end = phase["step_down"] + max(args.drain_limit, args.horizon)
         while time.monotonic() < end:
             s = sample(cluster, ns, app)
             samples.append(s)
-            if (s["t"] > phase["step_down"] and s["lag"] is not None and s["lag"] <= args.base * 2
+            if (s["t"] > phase["step_down"] + args.horizon and s["lag"] is not None and s["lag"] <= args.base * 2
                     and (not label.startswith("scaling") or s["desired"] == lo)):
                 break
             time.sleep(1)
@@ -211,10 +214,11 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
                        if s["registered"] is not None and s["registered"] >= max(peak_desired, lo)), None)
     drained = next((s["t"] - down for s in samples
                     if s["t"] > down and s["lag"] is not None and s["lag"] <= args.base * 2), None)
-    exec_seconds, prev = 0.0, None
+    # The same window for every configuration: the step up to `--horizon` s after the step down.
+    exec_seconds, prev, horizon = 0.0, None, down + args.horizon
     for s in samples:
-        if prev is not None and prev["registered"] is not None:
-            exec_seconds += prev["registered"] * (s["t"] - prev["t"])
+        if prev is not None and prev["registered"] is not None and prev["t"] < horizon:
+            exec_seconds += prev["registered"] * (min(s["t"], horizon) - prev["t"])
         prev = s
     uids = {uid for s in samples for uid, _ in s["drivers"]}
     restarts = max((r for s in samples for _, r in s["drivers"]), default=0) + max(0, len(uids) - 1)
@@ -259,6 +263,14 @@ def main() -> None:
     parser.add_argument("--before", type=float, default=20, help="seconds at the base rate before the step")
     parser.add_argument("--high", type=float, default=60, help="seconds at 4× the base rate")
     parser.add_argument("--drain-limit", type=float, default=240, help="max seconds waiting for the drain")
+    parser.add_argument("--horizon", type=float, default=60,
+                        help="executor-seconds are counted from the step up to this many s after the step down, "
+                             "the same window in every configuration")
+    parser.add_argument("--max-records-per-batch", type=int, default=60_000,
+                        help="the handoff's source.maxRecordsPerBatch: with a 2 s commit interval a backlog drains "
+                             "at no more than this / 2 s whatever the executors, so it must stay above what the "
+                             "largest configuration processes (20,000 until 2026-11-26 capped every row at "
+                             "10,000/s, just above the 8,000/s step)")
     parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="which of " + ", ".join(CONFIGS))
     parser.add_argument("--executor-cpu-limit", default="400m",
@@ -285,7 +297,8 @@ def main() -> None:
                           "load_after": [round(x, 2) for x in os.getloadavg()]},
               "params": {"base": args.base, "high": args.base * 4, "before_s": args.before, "high_s": args.high,
                          "status_interval_s": 3, "scale_poll_s": 5, "targetCatchUp": "20s", "cooldown": "15s",
-                         "maxRecordsPerBatch": 20_000, "partitions": 3,
+                         "maxRecordsPerBatch": args.max_records_per_batch, "partitions": 3,
+                         "executor_seconds_window": f"step up → step down + {args.horizon:.0f} s",
                          "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None,
                          "speculation": STRAGGLER_CONF, "extra_conf": EXTRA_CONF},
               "results": results}
