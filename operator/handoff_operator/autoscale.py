@@ -42,6 +42,9 @@ MIN_BUSY_ROWS = 1000
 #: alone locked a scaled-up job at its size (measured on the real node: 3 executors sharing 3,000-row batches
 #: each "did" a third of what one did, so the input rate alone seemed to need all three, for good).
 RATE_WINDOW_MS = 10 * 60 * 1000
+#: How much older than two commit intervals the driver's last batch may be and still tell whether it keeps up
+#: (the progress record travels through a ConfigMap the refresh reads every status interval).
+BATCH_MAX_AGE_MS = 5000
 #: What the Event of a change is called, by the decision's reason.
 EVENT_REASONS = {"ScaleUp": "ScaledUp", "ScaleDown": "ScaledDown", "Bounds": "ScaledToBounds"}
 
@@ -96,6 +99,16 @@ def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverRepo
     memory.rates = rates
 
 
+def recent_batch(report: DriverReport | None, trigger_seconds: float, now_ms: int) -> dict[str, Any]:
+    """The driver's last batch for `scaling.keeping_up` (duration, rows), if it finished within the last
+    two commit intervals + BATCH_MAX_AGE_MS: an older one says nothing about a batch running long now. A
+    driver's first batch paid the start-up costs and says nothing either."""
+    if (report is None or report.duration_ms is None or report.timestamp_ms is None or report.first_of_driver
+            or now_ms - report.timestamp_ms > 2 * trigger_seconds * 1000 + BATCH_MAX_AGE_MS):
+        return {}
+    return {"batch_seconds": report.duration_ms / 1000, "batch_rows": report.rows}
+
+
 def batch_rate(report: DriverReport) -> float:
     """Records/s the executors processed in the batch: over its parallel part (`workMs`: Spark's addBatch
     minus the table commit) when the driver reports it, else over the whole batch (the record's rate)."""
@@ -131,7 +144,8 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
         input_rate=memory.input_rate if progress is not None else None,
         rate_per_executor=memory.rate_per_executor, trigger_seconds=spec.commit_interval_seconds,
         max_records_per_batch=spec.source.max_records_per_batch,
-        last_scale_ms=iso_ms(executors.get("lastScaleTime")), history=memory.history))
+        last_scale_ms=iso_ms(executors.get("lastScaleTime")), history=memory.history,
+        **recent_batch(report, spec.commit_interval_seconds, now_ms)))
     if progress is not None:
         memory.history = decision.history
     status = {"current": running, "desired": decision.desired, "reason": decision.reason,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .executor_warmup import Executor, partitions_target, run_warmup, to_warm, warmed
+from .executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
 from .progress_publisher import ENV_CONFIGMAP, ENV_NAMESPACE, REQUEST_TIMEOUT, api_client
 
 ANNOTATION = "handoff.io/desired-executors"
@@ -137,7 +137,7 @@ class ExecutorScaler:
     def __init__(self, namespace: str, configmap: str, executors: SparkExecutors, *, min_partitions_file: str,
                  partitions_per_core: int, poll: float = DEFAULT_POLL, idle: Callable[[], bool] | None = None,
                  echo: Callable[[str], None] = print, api: Any = None,
-                 warmup: Callable[[list[Executor]], list[tuple[str, str | None]]] | None = None) -> None:
+                 warmup: Callable[[list[Executor]], list[WarmUp]] | None = None) -> None:
         self.namespace, self.configmap, self.executors = namespace, configmap, executors
         self.min_partitions_file, self.partitions_per_core = min_partitions_file, partitions_per_core
         self.poll, self.idle, self.echo, self._api, self.warmup = poll, idle, echo, api, warmup

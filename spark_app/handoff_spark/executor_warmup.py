@@ -1,39 +1,49 @@
 """Warm a newly registered executor before the stream hands it tasks (I/O: driver and executors).
 
 Why: a micro-batch waits for its slowest task. An executor the autoscaler just added is cold: its Python
-worker daemon is not started (forking it imports pyarrow, PyIceberg, confluent-kafka: ~3.4 s of CPU), its
-JVM has not loaded the Arrow/Python-runner classes or compiled them. A stream task that lands there first
-holds the whole batch for all of that (measured on the test bed: the lag grew for ~70 s after two new 200m
-executors registered, docs/benchmarks.md "Scaling on lag"). So the driver runs one small job per new
-executor, pinned to it, that runs a write task's set-up without its data (`warm_task`) in a Python worker
-forked from Handoff's daemon (worker_daemon). Until it returns, the executor_scaler does not count the
-executor's cores when it cuts batches (see `partitions_target`). The JVM side of a stream task (the Python
-data source's Arrow path) is not warmed by it.
+worker daemon is not started (forking it imports pyarrow, PyIceberg, confluent-kafka: ~3.4 s of CPU), and its
+JVM has not run a Python data source task: the SQL task's classes, the Arrow and Python-runner path, their JIT
+and the heap's first collections. A stream task that lands there first holds the whole batch for all of that.
+Measured on the test bed at 0.2 CPU per executor (Spark's task metrics, docs/benchmarks.md "Scaling on lag"):
+the first stream task on a fresh executor took 11-12 s (2 s deserializing, 0.7 s of the task thread's JVM CPU,
+0.6 s in GC, the rest waiting for CPU), the next ones 0.5 s.
 
-The job's Python functions carry the SQL runners' worker environment (`share_sql_workers`), so its tasks run
-under the same worker daemon as the stream's, and a stream task can reuse the warmed worker.
+So the driver runs one small job per new executor, pinned to it, that is itself a Python data source write
+(`WarmUpDataSource`, an Arrow writer like the sinks'): the JVM runs the same kind of task as a stream batch's
+write, and the Python writer runs a write task's set-up without its data (`warm_task`) in a worker of the same
+worker daemon the stream's tasks use (the same SQL runner environment), which a stream task then reuses.
+Until it returns, the executor_scaler does not count the executor's cores when it cuts batches (see
+`partitions_target`). (An earlier version ran a plain RDD job: it warmed the Python side only, and the first
+stream task on the executor still took 11 s.)
 
-Pinning uses Spark's own locality: the job's partitions come from `SparkContext.makeRDD` with a preferred
-location `executor_<host>_<id>` (Spark's ExecutorCacheTaskLocation), which the narrow stages above inherit;
-a free, preferred executor gets the task at PROCESS_LOCAL at once. Each task reports the executor it ran on
+Pinning uses Spark's own locality: the job's rows come from `SparkContext.makeRDD` with a preferred location
+`executor_<host>_<id>` (Spark's ExecutorCacheTaskLocation), which the narrow write stage above inherits; a
+free, preferred executor gets the task at PROCESS_LOCAL at once. Each task reports the executor it ran on
 (`SPARK_EXECUTOR_ID`, set in every executor pod by Spark's Kubernetes backend), so a task that ran elsewhere
-does not count as a warm-up of its target.
+does not count as a warm-up of its target. The writer's commit (in a Python process Spark starts on the
+driver) writes the tasks' reports to a file the driver reads back.
 """
 from __future__ import annotations
 
-import functools
 import io
+import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 log = logging.getLogger("handoff.executor_warmup")
 
 ENV_EXECUTOR_ID = "SPARK_EXECUTOR_ID"
 JOB_GROUP = "handoff-executor-warmup"
+#: The warm-up's own Python data source (registered by run_warmup; it writes nowhere).
+SOURCE_NAME = "handoff-executor-warmup"
 #: The warm-up job's description (Spark's UI and REST API show it on its stages), then the executor ids.
 JOB_DESCRIPTION = "handoff: warm up executors "
 #: Rows each warm-up task decodes and writes: enough to run every code path once, little enough to be cheap.
@@ -81,21 +91,31 @@ def to_warm(registered: Iterable[str], warm: Iterable[str], failures: Mapping[st
                   key=lambda e: (int(e) if e.isdigit() else -1, e))
 
 
-def warmed(results: Iterable[tuple[str, str | None]]) -> set[str]:
+class WarmUp(NamedTuple):
+    """One warm-up task's report."""
+
+    target: str                 # the executor it was meant for
+    ran_on: str | None          # the executor it ran on (None: local mode, no SPARK_EXECUTOR_ID)
+    ms: float
+    error: str | None           # the write path's set-up failed (reported, not raised)
+    worker_pid: int             # the Python worker it ran in (a stream task on that executor reuses it)
+
+
+def warmed(results: Iterable[WarmUp]) -> set[str]:
     """Targets whose warm-up task ran on them. A task that could not tell where it ran (no
     SPARK_EXECUTOR_ID: local mode) counts for its target."""
-    return {target for target, ran_on in results if ran_on is None or ran_on == target}
+    return {r.target for r in results if r.ran_on is None or r.ran_on == r.target}
 
 
 # -- executor side ---------------------------------------------------------------------------------------
 
-def warm_task(cfg: Any, targets: Iterator[str]) -> Iterator[tuple[str, str | None, float, str | None]]:
+def warm_task(cfg: Any, targets: Iterable[str]) -> Iterator[WarmUp]:
     """What each warm-up task runs in a Python worker: a write task's set-up without its data. A JSON decode
     and a Parquet write on sample rows (pyarrow's lazy initialisation), the range reader's consumer and the
     topics' metadata, and the sink's own set-up (`warm_up`: catalog connection, table metadata, file system,
     or the BigQuery write client), which a reused worker keeps for its next tasks.
-    Yields (target, executor it ran on, ms, error or None) per element: a set-up that fails is reported,
-    not raised (the write task that meets it will fail with the real error)."""
+    Yields a report per target: a set-up that fails is reported, not raised (the write task that meets it will
+    fail with the real error)."""
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
@@ -109,7 +129,7 @@ def warm_task(cfg: Any, targets: Iterator[str]) -> Iterator[tuple[str, str | Non
                 warm_write_path(cfg)
             except Exception as exc:  # noqa: BLE001 - reported to the driver's log
                 error = f"{type(exc).__name__}: {exc}"
-        yield target, ran_on, round((time.perf_counter() - started) * 1000, 1), error
+        yield WarmUp(target, ran_on, round((time.perf_counter() - started) * 1000, 1), error, os.getpid())
 
 
 def warm_write_path(cfg: Any) -> None:
@@ -120,14 +140,58 @@ def warm_write_path(cfg: Any) -> None:
     sinks.get(cfg.sink.kind).warm_up(cfg)
 
 
+# -- the warm-up's data source (executor side: write; driver side: commit) --------------------------------
+
+@dataclass
+class WarmUpMessage(WriterCommitMessage):
+    reports: list[WarmUp] = field(default_factory=list)
+
+
+class WarmUpWriter(DataSourceArrowWriter):
+    """Runs `warm_task` for the targets in its rows; its commit hands the reports to the driver (a file)."""
+
+    def __init__(self, config: str | None, results: str) -> None:
+        self.config, self.results = config, results
+
+    def write(self, iterator: Iterator[Any]) -> WarmUpMessage:
+        targets = [t for batch in iterator for t in batch.column(0).to_pylist()]
+        cfg = None
+        if self.config:
+            from .config import AppConfig
+
+            cfg = AppConfig.model_validate_json(self.config)
+        return WarmUpMessage(list(warm_task(cfg, targets)))
+
+    def commit(self, messages: list[Any]) -> None:
+        reports = [list(r) for m in messages if m is not None for r in m.reports]
+        Path(self.results).write_text(json.dumps(reports))
+
+    def abort(self, messages: list[Any]) -> None:
+        """Nothing was written anywhere."""
+
+
+class WarmUpDataSource(DataSource):
+    """`df.write.format("handoff-executor-warmup").option("results", path)[.option("config", json)]`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return "target string"
+
+    def writer(self, schema: Any, overwrite: bool) -> WarmUpWriter:
+        return WarmUpWriter(self.options.get("config"), self.options["results"])
+
+
 # -- driver side -----------------------------------------------------------------------------------------
 
-def located_rdd(sc: Any, executors: list[Executor]) -> Any:
-    """A PySpark RDD with one element (the target's id) per core of each executor, each preferring it."""
-    from pyspark import RDD
-    from pyspark.serializers import UTF8Deserializer
+def located_frame(spark: Any, executors: list[Executor]) -> Any:
+    """A DataFrame (`target string`) with one row per core of each executor, each row its own partition
+    preferring that executor."""
+    from pyspark.sql import DataFrame
 
-    jvm = sc._jvm
+    jvm = spark.sparkContext._jvm
     to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
     items = jvm.java.util.ArrayList()
     for executor in executors:
@@ -136,40 +200,30 @@ def located_rdd(sc: Any, executors: list[Executor]) -> Any:
         for _ in range(max(1, executor.cores)):
             items.add(jvm.scala.Tuple2(executor.id, to_seq(where)))
     class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("java.lang.String"))
-    return RDD(sc._jsc.sc().makeRDD(to_seq(items), class_tag).toJavaRDD(), sc, UTF8Deserializer())
+    rdd = spark.sparkContext._jsc.sc().makeRDD(to_seq(items), class_tag)
+    jdf = spark._jsparkSession.createDataset(rdd, jvm.org.apache.spark.sql.Encoders.STRING()).toDF()
+    return DataFrame(jdf, spark).withColumnRenamed("value", "target")
 
 
-#: What Spark's SQL Python runners (the Python data sources' tasks among them) add to a worker's environment
-#: when simplified tracebacks are on (the default), and the conf that turns it off.
-SQL_WORKER_ENV = "SPARK_SIMPLIFIED_TRACEBACK"
-SIMPLIFIED_TRACEBACK_CONF = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
-
-
-def share_sql_workers(spark: Any) -> None:
-    """Give the driver's Python RDD functions the environment the SQL runners give theirs.
-
-    Why: an executor keeps one worker daemon (and one pool of idle, reusable workers) per Python executable,
-    module and *environment*. The SQL runners add SPARK_SIMPLIFIED_TRACEBACK=1, the RDD API does not, so an
-    RDD job would start a second daemon beside the one the stream's tasks use, and warm nothing of theirs
-    (measured: an RDD task and a Python data source write task ran under different daemons; with this,
-    under the same one, and the write task's worker was then reused by the next RDD job)."""
-    if str(spark.conf.get(SIMPLIFIED_TRACEBACK_CONF, "true")).lower() == "true":
-        spark.sparkContext.environment[SQL_WORKER_ENV] = "1"
-
-
-def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[tuple[str, str | None]]:
-    """Run the warm-up job on `executors` (for the write path of `cfg`, when given) and return (target,
-    executor it ran on) per task. Called from the executor_scaler's thread; the job is tagged with its own
-    group so the UI and logs tell it apart."""
-    share_sql_workers(spark)
+def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[WarmUp]:
+    """Run the warm-up write on `executors` (for the write path of `cfg`, when given) and return each task's
+    report. Called from the executor_scaler's thread; the job is tagged with its own group so the UI and logs
+    tell it apart."""
+    spark.dataSource.register(WarmUpDataSource)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, JOB_DESCRIPTION + ", ".join(e.id for e in executors), interruptOnCancel=True)
-    try:
-        result = located_rdd(sc, executors).mapPartitions(functools.partial(warm_task, cfg)).collect()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
-    for target, ran_on, _ms, error in result:
-        if error:
-            log.warning("warm-up on executor %s: %s", ran_on or target, error)
-    return [(target, ran_on) for target, ran_on, _ms, _error in result]
+    with tempfile.TemporaryDirectory(prefix="handoff-warmup-") as tmp:
+        results = Path(tmp) / "reports.json"
+        try:
+            writer = located_frame(spark, executors).write.format(SOURCE_NAME).mode("append")
+            if cfg is not None:
+                writer = writer.option("config", cfg.to_json())
+            writer.option("results", str(results)).save()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+            sc.setLocalProperty("spark.job.description", None)
+        reports = [WarmUp(*r) for r in json.loads(results.read_text())]
+    for r in reports:
+        if r.error:
+            log.warning("warm-up on executor %s: %s", r.ran_on or r.target, r.error)
+    return reports

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from handoff_spark.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
                                            write_min_partitions)
-from handoff_spark.executor_warmup import Executor, partitions_target, to_warm, warmed
+from handoff_spark.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
 from handoff_spark.kafka_source import OffsetRange, SourceOptions, pack_ranges, split_ranges
 
 
@@ -89,7 +89,8 @@ def test_warm_up_targets_and_results():
     assert to_warm(["10", "2", "1"], {"1"}, {}, 3) == ["2", "10"]
     assert to_warm(["1", "2"], set(), {"2": 3}, 3) == ["1"]  # given up on after 3 tries
     # A task that ran elsewhere is no warm-up of its target; one that cannot tell (local mode) is.
-    assert warmed([("2", "2"), ("3", "1"), ("4", None)]) == {"2", "4"}
+    assert warmed([WarmUp("2", "2", 1.0, None, 1), WarmUp("3", "1", 1.0, None, 1),
+                   WarmUp("4", None, 1.0, None, 1)]) == {"2", "4"}
     assert Executor("7", "10.0.0.9", 2).location == "executor_10.0.0.9_7"
 
 
@@ -134,7 +135,7 @@ def test_a_new_executor_counts_for_batches_only_after_its_warm_up(tmp_path):
             if e.id in release:
                 assert release[e.id].wait(10)
         ran_on = {"3": "1"} if len(calls) == 3 else {}  # the third job's task ran elsewhere: no warm-up of 3
-        return [(e.id, ran_on.get(e.id, e.id)) for e in targets for _ in range(e.cores)]
+        return [WarmUp(e.id, ran_on.get(e.id, e.id), 1.0, None, 1) for e in targets for _ in range(e.cores)]
 
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)
@@ -181,7 +182,7 @@ def test_an_executor_whose_warm_up_keeps_failing_counts_after_three_tries(tmp_pa
         tries.extend(e.id for e in targets)
         if any(e.id == "2" for e in targets):
             raise RuntimeError("Python worker failed to start")
-        return [(e.id, e.id) for e in targets]
+        return [WarmUp(e.id, e.id, 1.0, None, 1) for e in targets]
 
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)
@@ -205,7 +206,7 @@ def test_an_executor_whose_warm_up_hangs_counts_after_the_timeout(tmp_path, monk
     def warmup(targets: list[Executor]) -> list[tuple[str, str | None]]:
         if any(e.id == "2" for e in targets):
             hang.wait(10)  # a catalog that never answers
-        return [(e.id, e.id) for e in targets]
+        return [WarmUp(e.id, e.id, 1.0, None, 1) for e in targets]
 
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)

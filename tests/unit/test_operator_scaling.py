@@ -241,6 +241,40 @@ def test_a_drivers_first_batch_is_not_a_capacity_measurement():
     assert memory.rate_per_executor == 10_000.0
 
 
+def test_a_batch_that_kept_up_holds_the_count_whatever_the_estimate_says():
+    """Measured on the test bed (2026-11-26): 6,000-row batches at 3,000/s rated a 200m executor at ~3,500/s
+    (per-task fixed costs), the snapshot lag of two batches in flight made 3,600/s 'required', and the rule
+    scaled 1 → 3 at base load, while the one executor finished each batch in 1.5 s of its 2 s interval. A
+    batch within the interval that took all there was holds the count; one that overran or was cut at
+    maxRecordsPerBatch scales up as before."""
+    at_base = dict(current=1, min_executors=1, max_executors=3, input_rate=3000.0, rate_per_executor=3500.0,
+                   lag=spread(12_000, 3), target_catch_up_seconds=20, trigger_seconds=2,
+                   max_records_per_batch=60_000, cores_per_executor=1)
+    assert decide(facts(**at_base)).reason == "ScaleUp"  # no batch known: the estimate decides
+    kept_up = decide(facts(**at_base, batch_seconds=1.5, batch_rows=6000))
+    assert (kept_up.desired, kept_up.reason) == (1, "Steady")
+    assert "keep up" in kept_up.message and "1.5s of the 2s" in kept_up.message
+    overran = decide(facts(**at_base, batch_seconds=2.6, batch_rows=24_000))
+    assert overran.reason == "ScaleUp" and overran.desired > 1
+    cut = decide(facts(**at_base, batch_seconds=1.5, batch_rows=60_000))
+    assert cut.reason == "ScaleUp"  # fast, but cut at the cap: a backlog is waiting
+    # Without a commit interval nothing idles between batches: the estimate decides.
+    assert decide(facts(**{**at_base, "trigger_seconds": 0}, batch_seconds=0.5, batch_rows=6000)).reason == "ScaleUp"
+
+
+def test_only_a_recent_batch_that_is_not_the_drivers_first_says_whether_it_keeps_up():
+    from handoff_operator.autoscale import BATCH_MAX_AGE_MS, recent_batch
+    from handoff_operator.conditions import DriverReport
+
+    done = DriverReport(published_at_ms=1, batch_id=5, rows=6000, duration_ms=1500, timestamp_ms=100_000)
+    assert recent_batch(done, 2, now_ms=101_000) == {"batch_seconds": 1.5, "batch_rows": 6000}
+    assert recent_batch(done, 2, now_ms=100_000 + 4000 + BATCH_MAX_AGE_MS + 1) == {}  # a batch may be running long
+    first = DriverReport(published_at_ms=1, batch_id=0, rows=6000, duration_ms=1500, timestamp_ms=100_000,
+                         first_of_driver=True)
+    assert recent_batch(first, 2, now_ms=101_000) == {}
+    assert recent_batch(None, 2, now_ms=101_000) == {}
+
+
 def test_a_change_handler_keeps_the_refreshs_decision_unless_the_bounds_moved_past_it():
     """Without lag and rates (a child event, a spec change) the last decision stands, only `current` is new; a
     bound that excludes it is applied by the rule at once (None here)."""
