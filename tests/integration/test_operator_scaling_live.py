@@ -10,7 +10,8 @@ kwok cannot run an executor process; they stay Pending, so Spark's allocator cre
 deletes the surplus on the way down (its executorIdleTimeout is lowered to 1 s for that; killExecutors of
 registered executors, the production path down, cannot run without real executors). For the same reason no
 batch runs, so the driver's progress record (the per-executor rate the operator needs) is a recorded one:
-10 000 rows in 10 s on 1 executor."""
+12 000 rows in 12 s on 1 executor, a batch that overran its 10 s commit interval (one within it would say the
+executor keeps up, and the rule would not scale up on it)."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ DRIVER = textwrap.dedent("""
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     publisher = ProgressPublisher.from_env()
-    publisher.offer({"batchId": 7, "rows": 10000, "durationMs": 10000, "inputRowsPerSecond": 1000.0,
+    publisher.offer({"batchId": 7, "rows": 12000, "durationMs": 12000, "inputRowsPerSecond": 1000.0,
                      "timestampMs": int(time.time() * 1000)})
     scaler = ExecutorScaler.from_env(SparkExecutors(spark.sparkContext), min_partitions_file=min_partitions_file,
                                      partitions_per_core=3)
