@@ -209,6 +209,12 @@ def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[W
     """Run the warm-up write on `executors` (for the write path of `cfg`, when given) and return each task's
     report. Called from the executor_scaler's thread; the job is tagged with its own group so the UI and logs
     tell it apart."""
+    from pyspark.sql import SparkSession
+
+    # Spark looks a Python data source up in the *active* session of the calling JVM thread; this runs on the
+    # scaler's thread, where that is not `spark` (measured on the test bed: DATA_SOURCE_NOT_FOUND right after
+    # registering it), so make it the active one here.
+    SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
     spark.dataSource.register(WarmUpDataSource)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, JOB_DESCRIPTION + ", ".join(e.id for e in executors), interruptOnCancel=True)

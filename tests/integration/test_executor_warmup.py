@@ -6,6 +6,7 @@ where it ran and what failed, and leaves the warm worker for the next write task
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -16,6 +17,25 @@ from handoff_spark.executor_warmup import JOB_GROUP, Executor, located_frame, ru
 from sink_support import app_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+
+def in_thread(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` on a thread of its own, as the executor_scaler runs the warm-up: py4j gives it a JVM thread
+    of its own, with no active session (the driver on the test bed failed with DATA_SOURCE_NOT_FOUND there)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(300)
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
 
 
 def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tmp_path: Any, caplog) -> None:
@@ -39,7 +59,8 @@ def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tm
         # The job itself, on the local executor ("driver"): local mode sets no SPARK_EXECUTOR_ID, so each
         # task reports its target and no executor (and warmed() counts it for its target).
         with caplog.at_level(logging.WARNING, logger="handoff.executor_warmup"):
-            reports = run_warmup(spark, [Executor("driver", "localhost", 2)], cfg)
+            reports, group_after = in_thread(lambda: (run_warmup(spark, [Executor("driver", "localhost", 2)], cfg),
+                                                      sc.getLocalProperty("spark.jobGroup.id")))
         assert [(r.target, r.ran_on, r.error) for r in reports] == [("driver", None, None)] * 2
         assert not caplog.records, [r.getMessage() for r in caplog.records]
         # A set-up that fails (here: the table is not in the catalog) is reported, not raised: the executor
@@ -47,14 +68,14 @@ def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tm
         missing = app_config(tmp_path, kafka.bootstrap, "warm",
                              sink={**cfg.model_dump(by_alias=True)["sink"], "table": "ns.missing"})
         with caplog.at_level(logging.WARNING, logger="handoff.executor_warmup"):
-            reports = run_warmup(spark, [Executor("driver", "localhost", 1)], missing)
+            reports = in_thread(run_warmup, spark, [Executor("driver", "localhost", 1)], missing)
         assert [(r.target, r.ran_on) for r in reports] == [("driver", None)] and reports[0].error
         assert [r.getMessage() for r in caplog.records if "ns.missing" in r.getMessage()
                 or "NoSuchTable" in r.getMessage()], [r.getMessage() for r in caplog.records]
         # Its jobs carry its group (the in-cluster tests tell its stages apart by it); the group is cleared
-        # afterwards: the stream's own jobs on this thread are not tagged with it.
+        # afterwards: later jobs of that thread are not tagged with it.
         assert sc.statusTracker().getJobIdsForGroup(JOB_GROUP)
-        assert sc.getLocalProperty("spark.jobGroup.id") is None
+        assert group_after is None
         # What the scaler asks of the scheduler: the local executor is alive (offered) and not listed as one
         # to warm; an unknown id is not alive.
         executors = SparkExecutors(sc)
@@ -102,7 +123,7 @@ def test_the_next_python_data_source_write_task_reuses_the_warm_worker(tmp_path:
     spark = build_session(cfg)
     try:
         spark.dataSource.register(Sink)
-        (warm,) = run_warmup(spark, [Executor("driver", "localhost", 1)])
+        (warm,) = in_thread(run_warmup, spark, [Executor("driver", "localhost", 1)])
         spark.range(1).write.format("worker-probe").mode("append").save()
         assert int(out.read_text()) == warm.worker_pid
     finally:
