@@ -130,6 +130,7 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                            spark_conf={"spark.kubernetes.executor.request.cores": "200m",
                                        **({"spark.kubernetes.executor.limit.cores": args.executor_cpu_limit}
                                           if args.executor_cpu_limit else {}),
+                                       **dict(kv.split("=", 1) for kv in args.spark_conf),
                                        **EXTRA_CONF.get(label, {})})
     stop, counter = threading.Event(), [0]
     phase = {"step_up": None, "step_down": None}
@@ -271,6 +272,8 @@ def main() -> None:
                              "at no more than this / 2 s whatever the executors, so it must stay above what the "
                              "largest configuration processes (20,000 until 2026-11-26 capped every row at "
                              "10,000/s, just above the 8,000/s step)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra sparkConf for every configuration (repeatable)")
     parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="which of " + ", ".join(CONFIGS))
     parser.add_argument("--executor-cpu-limit", default="400m",
@@ -299,6 +302,7 @@ def main() -> None:
                          "status_interval_s": 3, "scale_poll_s": 5, "targetCatchUp": "20s", "cooldown": "15s",
                          "maxRecordsPerBatch": args.max_records_per_batch, "partitions": 3,
                          "executor_seconds_window": f"step up → step down + {args.horizon:.0f} s",
+                         "spark_conf": args.spark_conf,
                          "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None,
                          "speculation": STRAGGLER_CONF, "extra_conf": EXTRA_CONF},
               "results": results}
