@@ -24,7 +24,8 @@ The rule (after Flink's autoscaler, restart-free here, and what its users compla
   a small steady batch rates an executor far below what it does under load (per-task fixed costs: measured on
   the test bed, 6,000-row batches rated a 200m executor at ~3,500/s while it kept up with 8,000/s), and the
   rule scaled up at base load. A batch that overruns the interval or is cut at the cap is the evidence that
-  more executors are needed, and it also rates them better (a large batch).
+  more executors are needed, and it also rates them better (a large batch). Input that has grown past 1.5x
+  the last batch's load since (a spike) makes that batch no evidence, and the estimate decides at once.
 - Bounds (minExecutors/maxExecutors) are applied last and at once, so a bounds change applies live.
 - Unknown capacity (no busy batch yet) or unknown input rate: hold (clamped to the bounds), never guess.
 
@@ -68,14 +69,23 @@ class ScalingInput:
     batch_rows: int | None = None
 
 
+#: Input that grew past this many times the last batch's load (rows per commit interval) since it ran makes
+#: that batch no evidence: it kept up with a smaller load.
+LOAD_GROWTH = 1.5
+
+
 def keeping_up(facts: ScalingInput) -> bool:
     """The last batch finished within the commit interval and took all there was (not cut at
-    maxRecordsPerBatch): the executors idled until the next trigger."""
+    maxRecordsPerBatch): the executors idled until the next trigger. Unless the input has grown by more than
+    LOAD_GROWTH since: at a spike the last batch still shows the old load, and waiting for one that overruns
+    cost a whole batch plus a refresh (measured: the decision 15 s after a 4x step instead of ~5 s)."""
     if facts.batch_seconds is None or facts.trigger_seconds <= 0:
         return False
     capped = (facts.max_records_per_batch is not None and facts.batch_rows is not None
               and facts.batch_rows >= facts.max_records_per_batch)
-    return facts.batch_seconds <= facts.trigger_seconds and not capped
+    grown = (facts.batch_rows is not None and facts.input_rate is not None
+             and facts.input_rate * facts.trigger_seconds > LOAD_GROWTH * max(1, facts.batch_rows))
+    return facts.batch_seconds <= facts.trigger_seconds and not capped and not grown
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,12 @@ def test_a_batch_that_kept_up_holds_the_count_whatever_the_estimate_says():
     assert overran.reason == "ScaleUp" and overran.desired > 1
     cut = decide(facts(**at_base, batch_seconds=1.5, batch_rows=60_000))
     assert cut.reason == "ScaleUp"  # fast, but cut at the cap: a backlog is waiting
+    # A spike: the input grew past 1.5x the load the last batch kept up with (6,000 rows per 2 s), so that
+    # batch says nothing about today's load and the estimate decides at once; a wobble of +20 % does not.
+    spike = decide(facts(**{**at_base, "input_rate": 12_000.0}, batch_seconds=1.5, batch_rows=6000))
+    assert spike.reason == "ScaleUp" and spike.desired == 3
+    wobble = decide(facts(**{**at_base, "input_rate": 3600.0}, batch_seconds=1.5, batch_rows=6000))
+    assert (wobble.desired, wobble.reason) == (1, "Steady")
     # Without a commit interval nothing idles between batches: the estimate decides.
     assert decide(facts(**{**at_base, "trigger_seconds": 0}, batch_seconds=0.5, batch_rows=6000)).reason == "ScaleUp"
 
