@@ -242,7 +242,7 @@ def test_a_drivers_first_batch_is_not_a_capacity_measurement():
 
 
 def test_a_batch_that_kept_up_holds_the_count_whatever_the_estimate_says():
-    """Measured on the test bed (2026-11-26): 6,000-row batches at 3,000/s rated a 200m executor at ~3,500/s
+    """Measured on the test bed (2026-11-26): 6,000-row batches at 3,000/s rated a 200m executor low (here 3,500/s)
     (per-task fixed costs), the snapshot lag of two batches in flight made 3,600/s 'required', and the rule
     scaled 1 → 3 at base load, while the one executor finished each batch in 1.5 s of its 2 s interval. A
     batch within the interval that took all there was holds the count; one that overran or was cut at
