@@ -23,8 +23,7 @@ The rule (after Flink's autoscaler, restart-free here, and what its users compla
   idle until the next trigger, so they keep up whatever the capacity estimate says; no scale-up then. Why:
   a small steady batch rates an executor far below what it does under load (per-task fixed costs: measured on
   the test bed, 6,000-row batches rated a 200m executor under the ~3,600/s the base load seemed to need, while
-  it kept up with 12,000/s), and the
-  rule scaled up at base load. A batch that overruns the interval or is cut at the cap is the evidence that
+  it kept up with 12,000/s), and the rule scaled up at base load. A batch that overruns the interval or is cut at the cap is the evidence that
   more executors are needed, and it also rates them better (a large batch). Input that has grown past 1.5x
   the last batch's load since (a spike) makes that batch no evidence, and the estimate decides at once.
 - Bounds (minExecutors/maxExecutors) are applied last and at once, so a bounds change applies live.
@@ -150,7 +149,8 @@ def decide(facts: ScalingInput) -> ScalingDecision:
                f"targetCatchUp {facts.target_catch_up_seconds:.0f}s")
 
     wants_up = current * per_exec < required and capped > current
-    if wants_up and not keeping_up(facts):
+    kept_up = keeping_up(facts)
+    if wants_up and not kept_up:
         desired = bounded(capped)
         if desired > current:
             why = f" (capped: the topic's partitions feed at most {cap})" if capped < recommendation else ""
@@ -163,7 +163,7 @@ def decide(facts: ScalingInput) -> ScalingDecision:
         return done(desired, "Bounds", f"{current} → {desired} executors: outside "
                     f"minExecutors..maxExecutors {lo}..{hi}", recommendation)
 
-    if wants_up and keeping_up(facts) and bounded(capped) > current:
+    if wants_up and kept_up and bounded(capped) > current:
         return done(current, "Steady", f"{current} executors keep up: the last batch took "
                     f"{facts.batch_seconds:.1f}s of the {facts.trigger_seconds:.0f}s commit interval and all there "
                     f"was ({numbers})", recommendation)
