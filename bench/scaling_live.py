@@ -8,7 +8,10 @@ Each gets its own topic and namespace. A producer writes `--base` records/s for 
 that for `--high` seconds, then `--base` again until the lag is drained (at most `--drain-limit` s).
 
 Reported per configuration, from the step up (t = 0):
-- decision: seconds until `status.executors.desired` first rose (scaling only);
+- decision: seconds until `status.executors.desired` first rose (scaling only; as this bench's 1 s polling saw
+  it, and by the status's `lastScaleTime`, whole seconds), and its message (the lag, input
+  rate and rate per executor it decided on); every sample keeps `status.executors.reason`, and its message when
+  it changed, so a late decision can be explained from the JSON;
 - registered: seconds until the driver had that many executors registered (Spark's REST API on the driver);
 - lag peak: the highest `status.lag` (the operator's Kafka end offsets − the table's ledger, every 3 s);
 - drain: seconds from the step back down until `status.lag` is at most one steady batch (base × 2 s);
@@ -31,7 +34,7 @@ recorded), so more executors add parallel tasks but little CPU; the figures comp
 the same conditions in the same run, nothing more.
 
     nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60]
-        [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max[,scaling-nospec]] [--out ...]
+        [--executor-cpu-request 200m] [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max[,scaling-nospec]] [--out ...]
 
 Runs and findings: docs/benchmarks.md, "Scaling on lag vs fixed executors".
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
 import json
 import os
 import platform
@@ -104,7 +108,10 @@ def sample(cluster: Cluster, ns: str, app: dict[str, str]) -> dict[str, Any]:
             registered = sum(1 for e in listed if e["id"] != "driver")
         except (AssertionError, ValueError):
             registered = None
-    return {"t": time.monotonic(), "desired": (status.get("executors") or {}).get("desired"),
+    executors = status.get("executors") or {}
+    return {"t": time.monotonic(), "desired": executors.get("desired"),
+            "reason": executors.get("reason"), "message": executors.get("message"),
+            "last_scale": executors.get("lastScaleTime"),
             "lag": status.get("lag"), "registered": registered,
             "drivers": [(p["metadata"]["uid"], sum(c.get("restartCount", 0)
                                                    for c in p["status"].get("containerStatuses", [])))
@@ -127,7 +134,7 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
                            scaling={"minExecutors": lo, "maxExecutors": hi, "targetCatchUp": "20s",
                                     "cooldown": "15s"},
                            source={"maxRecordsPerBatch": args.max_records_per_batch},
-                           spark_conf={"spark.kubernetes.executor.request.cores": "200m",
+                           spark_conf={"spark.kubernetes.executor.request.cores": args.executor_cpu_request,
                                        **({"spark.kubernetes.executor.limit.cores": args.executor_cpu_limit}
                                           if args.executor_cpu_limit else {}),
                                        **dict(kv.split("=", 1) for kv in args.spark_conf),
@@ -210,6 +217,11 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
               args: argparse.Namespace) -> dict[str, Any]:
     up, down = phase["step_up"], phase["step_down"]
     decision = next((s["t"] - up for s in samples if (s["desired"] or 0) > lo), None)
+    # When the operator decided, by its own clock: lastScaleTime of that sample (whole seconds, truncated, so
+    # this reads up to 1 s early), not when this bench's 1 s polling saw it (up to ~2 s late with kubectl).
+    stamp = next((s["last_scale"] for s in samples if (s["desired"] or 0) > lo), None)
+    decided = (_dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+               - phase["step_up_wall"]) if stamp else None
     peak_desired = max((s["desired"] or 0) for s in samples)
     registered = next((s["t"] - up for s in samples
                        if s["registered"] is not None and s["registered"] >= max(peak_desired, lo)), None)
@@ -228,13 +240,19 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
     first = samples[0]["drivers"] if samples else []
     restart_t = next((round(s["t"] - up, 1) for s in samples if s["drivers"] != first), None)
     return {"config": label, "decision_s": _round(decision) if label.startswith("scaling") else None,
+            "decision_status_s": _round(decided) if label.startswith("scaling") else None,
             "registered_s": _round(registered) if label.startswith("scaling") else None,
             "desired_at_step": samples[0]["desired"] if samples else None, "peak_desired": peak_desired, "lag_peak": max((s["lag"] or 0) for s in samples),
             "drain_s": _round(drained), "drained": drained is not None,
             "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
             "restarts_before_step": max((r for _, r in first), default=0), "restart_t": restart_t,
+            "decision_message": next((s["message"] for s in samples if (s["desired"] or 0) > lo), None),
             "samples": [{"t": round(s["t"] - up, 1), "desired": s["desired"], "registered": s["registered"],
-                         "lag": s["lag"]} for s in samples]}
+                         "lag": s["lag"], "reason": s["reason"],
+                         # The decision's numbers (lag, input rate, rate per executor), when they changed.
+                         **({"message": s["message"]} if i == 0 or s["message"] != samples[i - 1]["message"]
+                            else {})}
+                        for i, s in enumerate(samples)]}
 
 
 def _round(value: float | None) -> float | None:
@@ -276,6 +294,9 @@ def main() -> None:
                         help="extra sparkConf for every configuration (repeatable)")
     parser.add_argument("--start-limit", type=float, default=420, help="max seconds for a driver to catch up")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="which of " + ", ".join(CONFIGS))
+    parser.add_argument("--executor-cpu-request", default="200m",
+                        help="each executor pod's CPU request (spark.kubernetes.executor.request.cores; at most "
+                             "the limit)")
     parser.add_argument("--executor-cpu-limit", default="400m",
                         help="each executor pod's CPU limit (spark.kubernetes.executor.limit.cores; '' for none): "
                              "on a 2-CPU node an unlimited executor takes whatever CPU is free, so adding "
@@ -303,19 +324,24 @@ def main() -> None:
                          "maxRecordsPerBatch": args.max_records_per_batch, "partitions": 3,
                          "executor_seconds_window": f"step up → step down + {args.horizon:.0f} s",
                          "spark_conf": args.spark_conf,
-                         "executor_cpu_request": "200m", "executor_cpu_limit": args.executor_cpu_limit or None,
+                         "executor_cpu_request": args.executor_cpu_request, "executor_cpu_limit": args.executor_cpu_limit or None,
                          "speculation": STRAGGLER_CONF, "extra_conf": EXTRA_CONF},
               "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n| config | decision s | registered s | warm s | peak desired | lag peak | drain s | executor-s | "
+    print(f"\n| config | decision s (lastScaleTime) | registered s | warm s | peak desired | lag peak | drain s | "
+          f"executor-s | "
           f"restarts |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         warm = max((w["t"] for w in r["warm_ups"] if w["t"] > 0), default=None)
-        print(f"| {r['config']} | {r['decision_s']} | {r['registered_s']} | {warm} | {r['peak_desired']} | "
+        print(f"| {r['config']} | {r['decision_s']} ({r['decision_status_s']}) | {r['registered_s']} | {warm} | "
+              f"{r['peak_desired']} | "
               f"{r['lag_peak']} | {r['drain_s'] if r['drained'] else 'not drained'} | {r['executor_seconds']} | "
               f"{r['restarts']} |")
+    for r in results:
+        if r["decision_message"]:
+            print(f"{r['config']} decided: {r['decision_message']}")
     print(f"\nload average before {load_before}, after {os.getloadavg()}; JSON: {args.out}")
 
 
