@@ -2,7 +2,7 @@
 metrics, the desired count for the driver).
 
 Facts: lag per partition and Kafka's end offsets (from the truth the refresh read), the input rate (growth of
-the end offsets between two refreshes, remembered here), the processing rate per executor (the driver's last
+the end offsets between two reads of them, remembered here), the processing rate per executor (the driver's last
 busy batches: rows / wall time / executors, the best of the last RATE_WINDOW_MS), the current count (`status.executors.desired`) and the last change
 (`status.executors.lastScaleTime`). What is remembered in this process only (the previous end offsets, the
 last measured rate, the stabilization window) is lost on an operator restart; the rule then holds until it
@@ -87,9 +87,14 @@ def _observe(memory: _Memory, progress: ProgressFacts | None, report: DriverRepo
     running now, or the count asked for while none runs yet."""
     if progress is not None and progress.end_offsets:
         total = sum(int(o) for parts in progress.end_offsets.values() for o in parts.values())
-        if memory.end_total is not None and memory.end_at_ms is not None and now_ms > memory.end_at_ms:
-            memory.input_rate = max(0.0, (total - memory.end_total) * 1000 / (now_ms - memory.end_at_ms))
-        memory.end_total, memory.end_at_ms = total, now_ms
+        # Over the times the offsets were read, not the refreshes' (a refresh may reuse the cluster's last
+        # snapshot: then there is no new measurement, and the rate stands; dividing by the refresh's time
+        # measured 0/s, or twice the rate on the next one).
+        at = progress.end_read_at_ms if progress.end_read_at_ms is not None else now_ms
+        if memory.end_at_ms is None or at > memory.end_at_ms:
+            if memory.end_total is not None and memory.end_at_ms is not None:
+                memory.input_rate = max(0.0, (total - memory.end_total) * 1000 / (at - memory.end_at_ms))
+            memory.end_total, memory.end_at_ms = total, at
     rates = tuple((t, r) for t, r in memory.rates if now_ms - t <= RATE_WINDOW_MS)
     if (report is not None and report.batch_id is not None and report.batch_id != memory.rated_batch
             and (report.rows or 0) >= MIN_BUSY_ROWS and report.input_rows_per_second and executors > 0

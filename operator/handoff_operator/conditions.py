@@ -56,6 +56,7 @@ class ProgressFacts:
     committed_at_ms: int | None = None
     committed_offsets: Mapping[str, Mapping[str, int]] | None = None   # {topic: {partition: next}}
     end_offsets: Mapping[str, Mapping[str, int]] | None = None
+    end_read_at_ms: int | None = None         # when end_offsets were read (a shared snapshot: truth.OffsetsRead)
     earliest_offsets: Mapping[str, Mapping[str, int]] | None = None   # Kafka's log start offsets
     lag: int | None = None
     max_event_time_ms: int | None = None

@@ -43,7 +43,7 @@ from .render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_AN
 from .retention_report import RetentionCheck
 from .settings import OperatorSettings
 from .status_decision import Decision, Observed, decide, status_progress, worth_writing
-from .truth import read_progress
+from .truth import offsets_max_age, read_progress
 from .validation import Problem, check
 from .watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
 
@@ -134,7 +134,8 @@ def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | 
         rendered = None if problems else render(obj, spec, SETTINGS.default_image, resolved)
     if spec is None or rendered is None:
         return None
-    progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets))
+    progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets),
+                             offsets_max_age=offsets_max_age(SETTINGS.status_interval))
     return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, SETTINGS)
 
 

@@ -23,8 +23,9 @@ def lag_per_partition(committed: Offsets, end: Offsets, earliest: Offsets | None
 
 
 def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets | None,
-                   now_ms: int, errors: list[str]) -> ProgressFacts:
-    """`commit` is a handoff_spark.ledger.Commit (either backend; or None: nothing committed yet)."""
+                   now_ms: int, errors: list[str], end_read_at_ms: int | None = None) -> ProgressFacts:
+    """`commit` is a handoff_spark.ledger.Commit (either backend; or None: nothing committed yet);
+    `end_read_at_ms`: when `end` was read (the refresh's time when not given)."""
     committed: dict[str, dict[int, int]] = {}
     snapshot = batch = at_ms = event_ms = None
     if commit is not None:
@@ -43,6 +44,7 @@ def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets
         committed_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in committed.items()},
         end_offsets=({t: {str(p): o for p, o in parts.items()} for t, parts in end.items()}
                      if end is not None else None),
+        end_read_at_ms=(end_read_at_ms if end_read_at_ms is not None else now_ms) if end is not None else None,
         earliest_offsets=({t: {str(p): o for p, o in parts.items()} for t, parts in earliest.items()}
                           if earliest is not None else None),
         lag=lag, max_event_time_ms=event_ms, freshness_seconds=freshness, errors=tuple(errors))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from dataclasses import dataclass
 
@@ -53,10 +53,29 @@ def _admin(config: AppConfig) -> AdminClient:
 
 Offsets = dict[str, dict[int, int]]
 
-#: How old a cluster's shared offsets may be when a status refresh uses them (seconds). Every handoff reading a
-#: cluster refreshes from the same snapshot, so a cluster sees ~3 AdminClient calls per OFFSETS_MAX_AGE whatever
-#: the number of handoffs, and a handoff's lag is at most this much older than its refresh.
+#: How old a cluster's shared offsets may be when a status refresh uses them (seconds), at most: every handoff
+#: reading a cluster refreshes from the same snapshot, so a cluster sees ~3 AdminClient calls per max age
+#: whatever the number of handoffs, and a handoff's lag is at most this much older than its refresh. The status
+#: interval lowers it (offsets_max_age).
 OFFSETS_MAX_AGE = 5.0
+
+
+def offsets_max_age(status_interval: float) -> float:
+    """How old the shared offsets a status refresh reads may be: OFFSETS_MAX_AGE, or half the status interval
+    when that is shorter, so that every refresh of a handoff sees a snapshot newer than its previous refresh's.
+    A max age above the interval made every other refresh reuse the previous snapshot (3 s refreshes, 5 s max
+    age): the same end offsets twice, an input rate of 0/s every other refresh (measured on the test bed: the
+    scaling rule saw "input 0/s" under 6,000 records/s), and a lag up to 5 s old at a spike."""
+    return min(OFFSETS_MAX_AGE, status_interval / 2)
+
+
+class OffsetsRead(NamedTuple):
+    """Kafka's offsets per topic partition, and when they were read (epoch ms; a shared snapshot can be older
+    than the refresh that uses it, and a rate over time must use this time, not the refresh's)."""
+
+    end: Offsets
+    earliest: Offsets
+    read_at_ms: int
 #: A topic no refresh asked for in this long is no longer read for the cluster (its handoffs are gone).
 TOPIC_IDLE_SECONDS = 600.0
 
@@ -98,13 +117,14 @@ class ClusterOffsets:
         self.lock = threading.Lock()
         self.asked: dict[str, float] = {}            # topic → when a refresh last asked for it (monotonic)
         self.read_at: float | None = None
+        self.read_at_ms = 0                          # the same, wall clock (epoch ms): OffsetsRead.read_at_ms
         self.end: Offsets = {}
         self.earliest: Offsets = {}
         self.missing: dict[str, str] = {}
         self.error: Exception | None = None
 
     def read(self, admin: AdminClient, topics: list[str], timeout: float, max_age: float,
-             clock: Callable[[], float] = time.monotonic) -> tuple[Offsets, Offsets]:
+             clock: Callable[[], float] = time.monotonic) -> OffsetsRead:
         with self.lock:
             now = clock()
             new_topic = any(t not in self.asked for t in topics)
@@ -112,6 +132,7 @@ class ClusterOffsets:
                 self.asked[topic] = now
             if new_topic or self.read_at is None or now - self.read_at >= max_age:
                 self.asked = {t: at for t, at in self.asked.items() if now - at < TOPIC_IDLE_SECONDS}
+                self.read_at_ms = int(time.time() * 1000)  # as of the request
                 try:
                     self.end, self.earliest, self.missing = _fetch_offsets(admin, sorted(self.asked), timeout)
                     self.error = None
@@ -123,8 +144,8 @@ class ClusterOffsets:
             for topic in topics:
                 if topic in self.missing:
                     raise RuntimeError(self.missing[topic])
-            return ({t: dict(self.end.get(t, {})) for t in topics},
-                    {t: dict(self.earliest.get(t, {})) for t in topics})
+            return OffsetsRead({t: dict(self.end.get(t, {})) for t in topics},
+                               {t: dict(self.earliest.get(t, {})) for t in topics}, self.read_at_ms)
 
 
 _clusters: dict[tuple[str, tuple[tuple[str, str], ...]], ClusterOffsets] = {}
@@ -140,13 +161,20 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0)
 
     `max_age` 0 (replay planning, retention enforcement): read now, for these topics only. Above 0 (status
     refreshes): the cluster's shared snapshot when it is younger than that (ClusterOffsets)."""
+    read = kafka_offsets_read(config, timeout, max_age)
+    return read.end, read.earliest
+
+
+def kafka_offsets_read(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0) -> OffsetsRead:
+    """kafka_offsets, with when they were read."""
     admin = _admin(config)
     topics = list(config.source.topics)
     if max_age <= 0:
+        at_ms = int(time.time() * 1000)
         end, earliest, missing = _fetch_offsets(admin, topics, timeout)
         if missing:
             raise RuntimeError(next(iter(missing.values())))
-        return end, earliest
+        return OffsetsRead(end, earliest, at_ms)
     with _admins_lock:
         board = _clusters.setdefault(_cluster_key(config), ClusterOffsets())
     return board.read(admin, topics, timeout, max_age)
@@ -246,9 +274,9 @@ def read_progress(config: AppConfig, bigquery_key: str | None = None,
     """`bigquery_key`: the service-account JSON of a BigQuery sink's credentialsFrom, if it has one;
     `offsets_max_age`: how old the cluster's shared Kafka offsets may be (kafka_offsets)."""
     errors: list[str] = []
-    commit = end = earliest = None
+    commit = end = earliest = read_at_ms = None
     try:
-        end, earliest = kafka_offsets(config, max_age=offsets_max_age)
+        end, earliest, read_at_ms = kafka_offsets_read(config, max_age=offsets_max_age)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
         errors.append(f"cannot read Kafka offsets: {type(exc).__name__}: {exc}")
     ledger_read = False
@@ -265,4 +293,4 @@ def read_progress(config: AppConfig, bigquery_key: str | None = None,
             commit = group_commit(config, end)
     except Exception as exc:  # noqa: BLE001
         errors.append(f"cannot read the consumer group's offsets: {type(exc).__name__}: {exc}")
-    return progress_facts(commit, end, earliest, int(time.time() * 1000), errors)
+    return progress_facts(commit, end, earliest, int(time.time() * 1000), errors, end_read_at_ms=read_at_ms)

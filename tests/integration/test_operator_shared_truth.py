@@ -49,10 +49,16 @@ def test_handoffs_on_one_cluster_share_one_batched_offsets_read(kafka) -> None:
     assert _count(metrics.KAFKA_REQUESTS, api="list_offsets") == before  # both served from the snapshot
     assert end_a == {a: {0: 2, 1: 2, 2: 1}} and earliest_a == {a: {0: 0, 1: 0, 2: 0}} and end_b == {b: {0: 0, 1: 0}}
 
+    # A snapshot reused says when it was read, not when it was asked for: a rate over time needs that.
+    shared = truth.kafka_offsets_read(first, max_age=60)
+    time.sleep(0.05)
+    assert truth.kafka_offsets_read(second, max_age=60).read_at_ms == shared.read_at_ms
+
     # Older than max age: one fetch (two ListOffsets calls: latest, earliest) for both handoffs' topics.
     producer.produce(b, b"{}", partition=1)
     assert producer.flush(30) == 0
-    truth.kafka_offsets(second, max_age=0.001)
+    fresh = truth.kafka_offsets_read(second, max_age=0.001)
+    assert fresh.read_at_ms > shared.read_at_ms
     assert _count(metrics.KAFKA_REQUESTS, api="list_offsets") == before + 2
     assert truth.kafka_offsets(first, max_age=60)[0] == {a: {0: 2, 1: 2, 2: 1}}
     assert truth.kafka_offsets(second, max_age=60)[0] == {b: {0: 0, 1: 1}}

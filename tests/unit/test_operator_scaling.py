@@ -166,6 +166,32 @@ def test_measurements_from_consecutive_refreshes():
     assert memory.rate_per_executor == 2500.0 and memory.input_rate == 0.0
 
 
+def test_a_reused_offsets_snapshot_is_no_new_measurement():
+    """A status refresh may reuse the cluster's shared offsets snapshot (truth.ClusterOffsets): the rate is
+    measured between the snapshots' own read times, so a reused one neither reads 0/s nor doubles the next."""
+    from handoff_operator.autoscale import _Memory, _observe
+    from handoff_operator.conditions import ProgressFacts
+
+    def read(end: int, at_ms: int) -> ProgressFacts:
+        return ProgressFacts(end_offsets={"t": {"0": end}}, end_read_at_ms=at_ms)
+
+    memory = _Memory()
+    _observe(memory, read(0, 10_000), None, 1, now_ms=10_000)
+    _observe(memory, read(6000, 11_000), None, 1, now_ms=13_000)   # a snapshot 2 s older than the refresh
+    assert memory.input_rate == 6000.0                              # 6,000 offsets in the 1 s between reads
+    _observe(memory, read(6000, 11_000), None, 1, now_ms=16_000)   # the same snapshot again
+    assert memory.input_rate == 6000.0
+    _observe(memory, read(30_000, 15_000), None, 1, now_ms=19_000)
+    assert memory.input_rate == 6000.0                              # 24,000 in 4 s, not 24,000 in 6 s
+
+
+def test_the_shared_offsets_are_younger_than_half_a_short_status_interval():
+    from handoff_operator.truth import OFFSETS_MAX_AGE, offsets_max_age
+
+    assert offsets_max_age(15.0) == OFFSETS_MAX_AGE == 5.0   # the default interval: as before
+    assert offsets_max_age(3.0) == 1.5                        # every 3 s refresh reads a newer snapshot
+
+
 def test_the_worked_example_in_docs_operator_md():
     # targetCatchUp 5m, cooldown 2m, 1..8 executors of 2 cores, 1 000/s each, 12 partitions, commitInterval 10s.
     example = dict(max_executors=8)
