@@ -152,11 +152,14 @@ def run_config(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str,
     producer = threading.Thread(target=paced_producer, args=(kafka.bootstrap, topic, rate_at, stop, counter))
     producer.start()
     try:
-        # Ready: the driver runs its registered executors and has drained the base load once.
+        # Ready: the driver runs its registered executors, has drained the base load once, and the operator
+        # wants the minimum (a driver's start-up backlog can scale it up first, and the step must find it back at
+        # the minimum: the sixteenth run's step found 2 executors asked for 30 s before it).
         deadline = time.monotonic() + args.start_limit
         while time.monotonic() < deadline:
             s = sample(cluster, ns, app)
-            if s["registered"] == lo and s["lag"] is not None and s["lag"] <= args.base * 2:
+            if (s["registered"] == lo and s["desired"] == lo and s["lag"] is not None
+                    and s["lag"] <= args.base * 2):
                 break
             time.sleep(2)
         else:
@@ -216,10 +219,12 @@ def warm_ups(cluster: Cluster, ns: str, step_wall: float) -> list[dict[str, Any]
 def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], lo: int,
               args: argparse.Namespace) -> dict[str, Any]:
     up, down = phase["step_up"], phase["step_down"]
-    decision = next((s["t"] - up for s in samples if (s["desired"] or 0) > lo), None)
+    # Only a step that finds the minimum asked for has a decision to time (desired_at_step says otherwise).
+    at_min = bool(samples) and samples[0]["desired"] == lo
+    decision = next((s["t"] - up for s in samples if (s["desired"] or 0) > lo), None) if at_min else None
     # When the operator decided, by its own clock: lastScaleTime of that sample (whole seconds, truncated, so
     # this reads up to 1 s early), not when this bench's 1 s polling saw it (up to ~2 s late with kubectl).
-    stamp = next((s["last_scale"] for s in samples if (s["desired"] or 0) > lo), None)
+    stamp = next((s["last_scale"] for s in samples if (s["desired"] or 0) > lo), None) if at_min else None
     decided = (_dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
                - phase["step_up_wall"]) if stamp else None
     peak_desired = max((s["desired"] or 0) for s in samples)
