@@ -44,6 +44,27 @@ FUSED_SINKS = frozenset({"iceberg", "bigquery"})
 STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
 
 
+#: The driver's and executors' JVMs compile with C1 only. Why: Handoff's JVMs move offset ranges, commit messages and
+#: Spark's own bookkeeping, never records (the fused path reads, decodes and writes in Python), so C2's faster
+#: code buys little, while C2 itself kept compiling in every query: 0.3–0.5 s of CPU per AvailableNow query on a
+#: warm session, on a 2-core node a quarter of a core taken from the write tasks for the whole batch
+#: (docs/benchmarks.md, "Throughput"). `HANDOFF_JVM_C1_ONLY=0`, or a `-XX:TieredStopAtLevel` / `TieredCompilation`
+#: option of the user's own in sparkConf, keeps the JVM's default.
+C1_ONLY_OPTION = "-XX:TieredStopAtLevel=1"
+
+
+def jit_options(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` with `C1_ONLY_OPTION` appended to the driver's and executors' JVM options (see there)."""
+    if os.environ.get("HANDOFF_JVM_C1_ONLY", "1") == "0":
+        return conf
+    out = dict(conf)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        existing = out.get(key, "")
+        if "TieredStopAtLevel" not in existing and "TieredCompilation" not in existing:
+            out[key] = " ".join(x for x in (existing, C1_ONLY_OPTION) if x)
+    return out
+
+
 def build_session(cfg: AppConfig) -> Any:
     """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
@@ -52,6 +73,7 @@ def build_session(cfg: AppConfig) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
+    conf = jit_options(conf)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")

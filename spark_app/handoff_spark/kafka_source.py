@@ -40,6 +40,8 @@ Options (keys are case-insensitive, Spark lower-cases them):
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import os
@@ -626,26 +628,32 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             # topic ends at a commit marker) never fills `n_batch`, and `consume` would sit out its whole
             # timeout (1 s per task per batch, measured) before handing over the records and the EOF it has.
             n_batch = max(1, min(opts.consume_batch, end - position))
-            msgs = consumer.consume(num_messages=n_batch, timeout=CONSUME_WAIT_S)
-            good = []
-            for m in msgs:
-                err = m.error()
-                if err is None:
-                    good.append(m)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    position = max(position, m.offset())
-                elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
-                elif not err.retriable():
-                    raise KafkaException(err)
-            if good:
-                last = good[-1].offset()
-                position = max(position, last + 1)
-                if last >= end:
-                    good = [m for m in good if m.offset() < end]
+            with gc_paused():
+                msgs = consumer.consume(num_messages=n_batch, timeout=CONSUME_WAIT_S)
+                good = [m for m in msgs if m.error() is None]
+                if len(good) < len(msgs):
+                    for m in msgs:
+                        err = m.error()
+                        if err is None:
+                            continue
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            position = max(position, m.offset())
+                        elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
+                        elif not err.retriable():
+                            raise KafkaException(err)
+                batch = None
                 if good:
-                    yield _to_batch(rng.topic, rng.partition, good)
-                last_progress = time.monotonic()
+                    last = good[-1].offset()
+                    position = max(position, last + 1)
+                    if last >= end:
+                        good = [m for m in good if m.offset() < end]
+                    if good:
+                        batch = _to_batch(rng.topic, rng.partition, good)
+                    last_progress = time.monotonic()
+                del good
+            if batch is not None:
+                yield batch
             if position < end and len(msgs) < n_batch:
                 # The call timed out short of its batch: the position may already be past a tail without
                 # records (librdkafka moves it past transaction markers and aborted records, often without an
@@ -659,6 +667,25 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                                        f"progress at offset {position} for {opts.read_timeout_s:.0f}s")
     finally:
         consumer.close()
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was after it).
+
+    Why: reading a range allocates several objects per record (confluent-kafka's `Message`, its timestamp tuple,
+    the column lists), and every 700 allocations start a collection, which also walks the in-flight messages and
+    whatever else the worker holds that is not frozen. Collections were 43 % of `_to_batch`'s time (109 vs 62 ms per
+    166,000 records, measured on its own) and a range read took 0.27 → 0.20 s of CPU without them. None of these
+    objects is part of a reference cycle, so reference counting frees them all the same; the collections skipped
+    are made up for by the first one after the block. Scoped to the source's own code, never across a `yield`."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _to_batch(topic: str, partition: int, msgs: list) -> pa.RecordBatch:

@@ -26,7 +26,7 @@ def test_preload_skips_a_module_that_cannot_be_imported() -> None:
 
 @pytest.mark.e2e
 def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
-    from handoff_spark.app import build_session
+    from handoff_spark.app import C1_ONLY_OPTION, build_session
 
     cfg = AppConfig.model_validate({
         "handoffId": "test/daemon", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
@@ -43,6 +43,11 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     spark = build_session(cfg)
     try:
         assert spark.conf.get("spark.python.daemon.module") == "handoff_spark.worker_daemon"
+        # and its JVM was started with C1-only compilation (app.jit_options): the running JVM's own arguments, not
+        # only the conf (an option set after the JVM started would be in the conf and have no effect)
+        jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                        .getInputArguments())
+        assert C1_ONLY_OPTION in jvm_args, jvm_args
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()
