@@ -221,10 +221,11 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
     up, down = phase["step_up"], phase["step_down"]
     # Only a step that finds the minimum asked for has a decision to time (desired_at_step says otherwise).
     at_min = bool(samples) and samples[0]["desired"] == lo
-    decision = next((s["t"] - up for s in samples if (s["desired"] or 0) > lo), None) if at_min else None
+    raised = next((s for s in samples if (s["desired"] or 0) > lo), None) if at_min else None
+    decision = raised["t"] - up if raised else None
     # When the operator decided, by its own clock: lastScaleTime of that sample (whole seconds, truncated, so
     # this reads up to 1 s early), not when this bench's 1 s polling saw it (up to ~2 s late with kubectl).
-    stamp = next((s["last_scale"] for s in samples if (s["desired"] or 0) > lo), None) if at_min else None
+    stamp = raised["last_scale"] if raised else None
     decided = (_dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
                - phase["step_up_wall"]) if stamp else None
     peak_desired = max((s["desired"] or 0) for s in samples)
@@ -251,7 +252,7 @@ def summarize(label: str, samples: list[dict[str, Any]], phase: dict[str, Any], 
             "drain_s": _round(drained), "drained": drained is not None,
             "executor_seconds": round(exec_seconds, 1), "restarts": restarts,
             "restarts_before_step": max((r for _, r in first), default=0), "restart_t": restart_t,
-            "decision_message": next((s["message"] for s in samples if (s["desired"] or 0) > lo), None),
+            "decision_message": raised["message"] if raised else None,
             "samples": [{"t": round(s["t"] - up, 1), "desired": s["desired"], "registered": s["registered"],
                          "lag": s["lag"], "reason": s["reason"],
                          # The decision's numbers (lag, input rate, rate per executor), when they changed.

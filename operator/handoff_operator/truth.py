@@ -76,6 +76,8 @@ class OffsetsRead(NamedTuple):
     end: Offsets
     earliest: Offsets
     read_at_ms: int
+
+
 #: A topic no refresh asked for in this long is no longer read for the cluster (its handoffs are gone).
 TOPIC_IDLE_SECONDS = 600.0
 
