@@ -47,6 +47,8 @@ from bench_kafka import add_broker_argument  # noqa: E402
 from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
 PARTITIONS = 3
+#: At most this many rounds of N more records while waiting for a warm Spark batch (phase).
+MAX_ROUNDS = 30
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) rows in (\d+) ms")
 
 
@@ -230,7 +232,9 @@ class Driver:
     def stop(self) -> None:
         self.timeline.stop()
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            # the driver only, as Kubernetes stops a pod's main process: it stops at a batch boundary and its
+            # JVM with it (a SIGTERM to the whole group killed the JVM and Spark's Python runners under it)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(120)
             except subprocess.TimeoutExpired:
@@ -299,31 +303,39 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
     first = drv.wait_rows(n, timeout=900)
     snaps = snapshots_after(cfg, drv.started_epoch)
     start_to_commit = (snaps[0] / 1000 - drv.started_epoch) if snaps else None
-    produce_more()
-    total = 2 * n
-    batches = drv.wait_rows(total, timeout=900)
-    spark = [b for b in batches if not b["bootstrap"]]
-    if spark and spark[0] not in first and all(b["bootstrap"] for b in first):
-        produce_more()  # the batch just seen was Spark's first of this driver: one more, for a warm one
+    # N more each time the table has caught up, until Spark has run a batch after its first one (a warm one): a
+    # running stream's bootstrap batches take what arrives while Spark's session starts and warms up
+    total, batches = n, first
+    for _ in range(MAX_ROUNDS):
+        spark = [b for b in batches if not b["bootstrap"]]
+        if len(spark) >= 2:
+            break
+        produce_more()
         total += n
         batches = drv.wait_rows(total, timeout=900)
-        spark = [b for b in batches if not b["bootstrap"]]
-    first_spark = spark[0]
-    warm = [b for b in spark if b["seen_at_s"] > first_spark["seen_at_s"]] or [b for b in batches if b not in first]
+    first_spark, warm = spark[0], spark[1:]
+    seen = [0.0] + [b["seen_at_s"] for b in batches if b["seen_at_s"] <= warm[0]["seen_at_s"]]
     return {"start_to_first_commit_s": None if start_to_commit is None else round(start_to_commit, 2),
             "first_is_bootstrap": first[0]["bootstrap"],
             "first_batches": first, "first_batch_ms": first[0]["ms"], "first_batch_rows": first[0]["rows"],
             # Spark's first batch of this driver (the first one when there is no bootstrap batch)
             "first_spark_batch_ms": first_spark["ms"], "first_spark_batch_rows": first_spark["rows"],
             "first_spark_batch_seen_at_s": first_spark["seen_at_s"],
+            "bootstrap_batches": sum(1 for b in batches if b["bootstrap"]),
+            # the longest the table went without a commit from the driver's start to its first warm Spark batch,
+            # while records waited (N more were produced each time it had caught up)
+            "longest_commit_gap_s": round(max(y - x for x, y in zip(seen, seen[1:])), 2),
             "warm_batches": warm, "warm_batch_ms": max(b["ms"] for b in warm),
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
             "produced_in_phase": total,
             "startup_lines": [f"[{at:6.2f}] {line}" for at, line in drv.lines
                               if any(k in line for k in ("handoff.app", "batch 0:", "handoff.jvm", "first batch",
-                                                         "bootstrap"))][:14],
-            "processes_until_first_commit": first_sightings(drv.timeline.seen.values(), first[-1]["seen_at_s"])}
+                                                         "bootstrap", "warm-up"))][:30],
+            "processes_until_first_commit": first_sightings(drv.timeline.seen.values(), first[-1]["seen_at_s"]),
+            # where Spark's own first batch spends its time (the fresh interpreters it starts), bootstrap or not
+            "processes_until_first_spark_commit": first_sightings(drv.timeline.seen.values(),
+                                                                  first_spark["seen_at_s"])}
 
 
 def first_sightings(procs: Any, until_s: float) -> list[str]:
@@ -515,8 +527,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({c['lives_with_spark_commits']} through Spark); table {c['table']}")
     else:
         print("\n| pipeline | phase | start → first commit | first batch (rows) | first Spark batch (rows) | "
-              "warm batch (rows) | first / warm |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+              "warm batch (rows) | first / warm | first Spark / warm | bootstrap batches | longest commit gap |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):
                 p = r[ph]
@@ -524,12 +536,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {name} | {ph} | {p['start_to_first_commit_s']} s | {p['first_batch_ms']} ms "
                       f"({p['first_batch_rows']}){boot} | {p['first_spark_batch_ms']} ms ({p['first_spark_batch_rows']}, "
                       f"seen at {p['first_spark_batch_seen_at_s']} s) | {p['warm_batch_ms']} ms ({p['warm_batch_rows']}) | "
-                      f"{p['first_over_warm']} |")
-            print(f"| {name} | table | {r['table']} | | | | |")
+                      f"{p['first_over_warm']} | {p['first_spark_batch_ms'] / max(1, p['warm_batch_ms']):.2f} | "
+                      f"{p['bootstrap_batches']} | {p['longest_commit_gap_s']} s |")
+            print(f"| {name} | table | {r['table']} | | | | | | | |")
         for name, r in results.items():
             for ph in ("clean", "after_kill9"):
                 print(f"\n{name} {ph}: processes until the first commit")
                 print("\n".join(r[ph]["processes_until_first_commit"]))
+                print(f"{name} {ph}: processes until Spark's first commit")
+                print("\n".join(r[ph]["processes_until_first_spark_commit"]))
     print(f"load average before {load_before}, after {os.getloadavg()}; wrote {out}")
     return 0 if all(r["table"]["whole"] for r in results.values()) else 1
 
