@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import bootstrap, faults, jvm_cds, sinks
+from . import bootstrap, faults, jvm_cds, session_warmup, sinks
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -267,13 +267,18 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             reporter.checkpoint_discarded = start.discarded
             log.info("table prepared, start planned")
             off = bootstrap.off_reason(cfg, sink_format)
-            if off is None:  # the driver's own first batch, beside the JVM's start (handoff_spark.bootstrap)
-                boot = bootstrap.Bootstrap(cfg, start.ledger, echo, on_commit=reporter.report_bootstrap).start()
+            if off is None:  # the driver's own batches, beside the JVM's start (handoff_spark.bootstrap)
+                boot = bootstrap.Bootstrap(cfg, start.ledger, echo, on_commit=reporter.report_bootstrap,
+                                           keep_going=not available_now).start()
             else:
                 log.info("bootstrap batch off: %s", off)
         spark = build_session(cfg)
         log.info("spark session started")
         if boot is not None and start is not None:
+            if boot.keep_going and session_warmup.enabled():
+                # Spark's first batch would start its Python daemons and workers on the stream's path; start them
+                # now, while the bootstrap batches keep the table fresh (handoff_spark.session_warmup).
+                echo(session_warmup.run(spark, cfg, stop_requested))
             try:
                 start = finish_bootstrap(boot, start)
             except Exception as exc:  # noqa: BLE001 - refused or failed: one line, exit 1 like a failed query
@@ -310,13 +315,12 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
 
 def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:
-    """Wait for the bootstrap batch (it reported itself and reset Spark's checkpoint once committed) and return
-    where Spark's query starts: the table's ledger end, now past the bootstrap batch."""
-    outcome = boot.result()
-    if outcome is None:
+    """Stop the bootstrap batches at a batch boundary and wait for them (each reported itself; the first reset
+    Spark's checkpoint) and return where Spark's query starts: the table's ledger end after the last one."""
+    ledger = boot.result()
+    if not boot.outcomes:
         return start
-    ledger = {**start.ledger, **{tp: se[1] for tp, se in outcome.plan.ranges.items()}}
-    return StartPlan(ledger=ledger, discarded=start.discarded)
+    return StartPlan(ledger={**start.ledger, **ledger}, discarded=start.discarded)
 
 
 def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],

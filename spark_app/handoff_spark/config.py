@@ -150,8 +150,8 @@ class AppConfig(_Model):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     backfill: BackfillRange | None = Field(default=None, description="set for a Backfill run (its own query)")
     bootstrap_batch: bool = Field(
-        default=True, description="At start, the driver commits the backlog's first batch itself, in its own "
-                                  "process, while Spark starts (handoff_spark.bootstrap); false: Spark's path only.")
+        default=True, description="At start, the driver commits batches itself, in its own process, while Spark "
+                                  "starts (handoff_spark.bootstrap); false: Spark's path only.")
 
     @model_validator(mode="after")
     def _registry_needed(self) -> "AppConfig":

@@ -5,7 +5,11 @@ run --available-now`); each drill ends with rows == distinct (partition, offset)
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
+import subprocess
 import threading
 import time
 
@@ -14,7 +18,8 @@ import pytest
 from handoff_spark.iceberg import ledger
 from handoff_spark.iceberg.sink import open_table
 
-from iceberg_drill_support import assert_exactly_once, drill_config, end_offsets, produce, run_app, run_to_completion
+from iceberg_drill_support import (PY, REPO, assert_exactly_once, drill_config, end_offsets, produce, run_app,
+                                   run_to_completion)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -71,6 +76,70 @@ def test_restart_with_backlog_commits_the_bootstrap_batch_then_spark_continues(k
         assert "bootstrap batch committed" in log
         assert "discarded" not in log  # the reset after a bootstrap is no disagreement
     assert len(table.scan().to_arrow()) == n
+
+
+def _wait_for(what: str, check, timeout: float, log) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s\n" + log.read_text()[-4000:]
+        time.sleep(0.3)
+
+
+def test_a_running_stream_keeps_committing_while_spark_starts_then_hands_over(kafka, tmp_path):
+    """A running stream (no AvailableNow): the driver's bootstrap batches follow each other — back to back while
+    the backlog exceeds a batch, then at the trigger interval — while the Spark session starts and runs its warm-up
+    query (handoff_spark.session_warmup), and stop at a batch boundary when Spark's query takes over from the
+    ledger's end. Records keep arriving all along; SIGTERM then stops the stream at a batch boundary."""
+    topic = "bootstrap-stream"
+    kafka.create_topic(topic, partitions=2)
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic, max_records=300, triggerIntervalSeconds=1)
+    produced = [produce(kafka.bootstrap, topic, range(700))]  # more than two batches' worth waits at the start
+    stop = threading.Event()
+
+    def producer() -> None:
+        i = 700
+        while not stop.is_set():
+            produced.append(produce(kafka.bootstrap, topic, range(i, i + 50)))
+            i += 50
+            stop.wait(0.5)
+
+    feeder = threading.Thread(target=producer, daemon=True)
+    feeder.start()
+    log = tmp_path / "stream.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
+           "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
+    with log.open("w") as fh:
+        proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
+    try:
+        _wait_for("a batch of Spark's query", lambda: re.search(r"^batch \d+: ", log.read_text(), re.M), 300, log)
+        stop.set()
+        feeder.join(timeout=30)
+        rows = lambda: len(open_table(cfg, create=False).scan(selected_fields=("id",)).to_arrow())  # noqa: E731
+        _wait_for("every record committed", lambda: rows() == sum(produced), 120, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()[-4000:]
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert_exactly_once(cfg, kafka.bootstrap, sum(produced), topic)
+    commits = _stream_commits(cfg)
+    _assert_unbroken(commits)
+    boots = [c for c in commits if _is_bootstrap(c)]
+    assert len(boots) >= 3, text[-4000:]  # two capped batches for the backlog, then what arrived meanwhile
+    assert commits[:len(boots)] == boots  # all before Spark's first
+    assert len({c.query_id for c in boots}) == 1 and [c.batch_id for c in boots] == list(range(len(boots)))
+    assert [c.rows for c in boots[:2]] == [300, 300]
+    first_spark = commits[len(boots)]
+    assert first_spark.batch_id == 0  # Spark's fresh query, from the ledger's end after the last bootstrap batch
+    assert {t: {p: se[0] for p, se in parts.items()} for t, parts in first_spark.offsets.items()} \
+        == boots[-1].end_offsets
+    assert re.search(r"session warm-up done in [0-9.]+ s", text), text[-4000:]
+    assert text.count("bootstrap batch committed") == 1  # the checkpoint is reset once, after the first
+    assert "discarded" not in text
 
 
 def test_kill_right_after_the_bootstrap_commit(kafka, tmp_path):

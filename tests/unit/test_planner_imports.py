@@ -42,3 +42,17 @@ def test_the_iceberg_stream_writer_unpickles_without_the_sinks_machinery():
     assert modules_after_unpickling(payload) == []
     back = pickle.loads(payload)
     assert type(back) is iceberg_sink.IcebergStreamWriter and back.config_json == "{}"
+
+
+def test_the_session_warmups_classes_unpickle_without_the_sinks_machinery():
+    """The session warm-up (handoff_spark.session_warmup) runs before every running stream's query: its source,
+    reader and writer are unpickled in the same fresh planner interpreters and must stay as light."""
+    from handoff_spark import session_warmup
+
+    source = session_warmup.SessionWarmUpDataSource(options={"config": "{}", "rows": "2"})
+    reader, writer = source.streamReader(None), source.streamWriter(None, False)
+    for obj in (session_warmup.SessionWarmUpDataSource, reader, writer):
+        assert modules_after_unpickling(cloudpickle.dumps(obj)) == []
+    # one batch of one row per core, then nothing
+    assert len(reader.partitions(reader.initialOffset(), reader.latestOffset())) == 2
+    assert reader.partitions(reader.latestOffset(), reader.latestOffset()) == []

@@ -354,11 +354,13 @@ class DriverSpec(SpecModel):
     memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 1Gi "
                                                               "(JVM heap; Spark adds overhead).")
     bootstrap_batch: bool = Field(
-        default=True, description="At each start the driver commits the backlog's first batch itself (up to "
-                                  "maxRecordsPerBatch, at most 100,000 records), in its own process while Spark "
-                                  "starts, through the same write, commit and ledger check as Spark's batches: the "
-                                  "first commit after a restart comes seconds sooner. false: Spark's path only. "
-                                  "Iceberg sink only.")
+        default=True, description="At each start the driver commits the stream itself, in its own process, "
+                                  "batch after batch at the trigger interval (each up to maxRecordsPerBatch, at "
+                                  "most 100,000 records) while Spark's session starts and warms up, then hands it "
+                                  "to Spark's query at a batch boundary; every batch goes through the same write, "
+                                  "commit and ledger check as Spark's: the first commit after a restart comes "
+                                  "within seconds and the table keeps being committed through the start. false: "
+                                  "Spark's path only. Iceberg sink only.")
 
 
 class ExecutorSpec(SpecModel):

@@ -1,0 +1,150 @@
+"""Warm a (re)started driver's Spark session before the stream's query starts (I/O: driver and executors).
+
+Why: Spark's first micro-batch of a session starts, one after another on that batch's path, a fresh Python
+interpreter for each kind of Python work it does — PySpark keeps one daemon per worker module (the planner's
+`plan_data_source_read` and `write_into_data_source`, the executors' worker daemon, the streaming sink's commit
+runner) and forks from it — and its forked workers import what they run: the commit's worker imports PyIceberg
+and opens the catalog. Measured on the 2-core test machine (docs/benchmarks.md, "Cold start"): Spark's first batch
+7.4–7.9 s against 0.75–0.86 s warm for the same 30,000 rows, of which ~2 s the worker daemon's start, ~1 s the
+planner daemons, ~3 s the commit runner's start and imports. The driver's bootstrap batches
+(`handoff_spark.bootstrap`) keep the table fresh meanwhile; this moves that one-time cost off the stream.
+
+How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint) whose source yields one row per
+core and whose sink is an Arrow stream writer like the table sinks'. So it takes the same JVM and Python paths
+a stream batch does and leaves every daemon started and its workers idle for reuse: its write tasks run the
+executor warm-up's task (`executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the
+sink's set-up) and its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in
+the commit runner's worker. It writes nothing anywhere. These classes import only pyspark's (Spark unpickles
+them by reference in fresh planner interpreters); the heavy modules are imported inside the methods.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+except ImportError:  # the operator imports this package without pyspark
+    DataSourceStreamReader = InputPartition = object  # type: ignore[misc,assignment]
+
+log = logging.getLogger("handoff.session_warmup")
+
+ENV = "HANDOFF_SESSION_WARMUP"
+SOURCE_NAME = "handoff-session-warmup"
+#: How long the driver waits for the warm-up before it starts the stream anyway (cold): on Kubernetes the
+#: warm-up's tasks wait for the first executors to register; the bootstrap batches keep the table fresh.
+TIMEOUT_SECONDS = 120.0
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+class _Reader(DataSourceStreamReader):  # type: ignore[misc,valid-type]
+    """One batch of `rows` rows (one per core), then nothing."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802
+        return {"n": 0}
+
+    def latestOffset(self) -> dict[str, int]:  # noqa: N802
+        return {"n": 1}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+        return [InputPartition(i) for i in range(self.rows)] if end["n"] > start["n"] else []
+
+    def read(self, partition: Any) -> Iterator[tuple[str]]:
+        yield ("session",)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to acknowledge."""
+
+
+@dataclass
+class _Done(WriterCommitMessage):  # type: ignore[misc,valid-type]
+    errors: list[str]
+
+
+class _Writer(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
+    def __init__(self, config: str) -> None:
+        self.config = config
+
+    def _cfg(self) -> Any:
+        from .config import AppConfig
+
+        return AppConfig.model_validate_json(self.config)
+
+    def write(self, iterator: Iterator[Any]) -> _Done:
+        from .executor_warmup import warm_task
+
+        targets = [t for batch in iterator for t in batch.column(0).to_pylist()]
+        return _Done([r.error for r in warm_task(self._cfg(), targets) if r.error])
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        from . import sinks
+
+        for m in messages:
+            for error in (m.errors if m is not None else []):
+                log.warning("session warm-up task: %s", error)
+        cfg = self._cfg()
+        sinks.get(cfg.sink.kind).warm_up(cfg)  # the commit runner's worker imports the sink, opens its table
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        """Nothing was written anywhere."""
+
+
+class SessionWarmUpDataSource(DataSource):  # type: ignore[misc,valid-type]
+    """`spark.readStream.format("handoff-session-warmup").option("rows", n)` and `.writeStream.format(...)
+    .option("config", AppConfig JSON)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return "target string"
+
+    def streamReader(self, schema: Any) -> _Reader:  # noqa: N802
+        return _Reader(int(self.options.get("rows", "1")))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _Writer:  # noqa: N802
+        return _Writer(self.options["config"])
+
+
+def run(spark: Any, cfg: Any, stop: threading.Event, timeout: float = TIMEOUT_SECONDS) -> str:
+    """Run the warm-up query on `spark` for `cfg`'s sink; returns what happened, for the driver's log. Stops early
+    (and says so) on `stop` or after `timeout`; a failure is logged, never raised: the stream then starts cold."""
+    started = time.monotonic()
+    spark.dataSource.register(SessionWarmUpDataSource)
+    with tempfile.TemporaryDirectory(prefix="handoff-session-warmup-") as tmp:
+        query = None
+        try:
+            query = (spark.readStream.format(SOURCE_NAME)
+                     .option("rows", str(spark.sparkContext.defaultParallelism)).load()
+                     .writeStream.format(SOURCE_NAME).option("config", cfg.to_json())
+                     .option("checkpointLocation", tmp).trigger(availableNow=True)
+                     .queryName("handoff-session-warmup").start())
+            while query.isActive and not stop.is_set() and time.monotonic() - started < timeout:
+                query.awaitTermination(0.5)
+            if query.isActive:
+                query.stop()
+                why = "stop requested" if stop.is_set() else f"not done in {timeout:.0f} s"
+                return f"session warm-up stopped ({why}); the stream's first batch starts cold"
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+        except Exception as exc:  # noqa: BLE001 - a warm-up must never fail the driver
+            log.warning("session warm-up failed", exc_info=True)
+            if query is not None and query.isActive:
+                query.stop()
+            return f"session warm-up failed ({type(exc).__name__}); the stream's first batch starts cold"
+    return f"session warm-up done in {time.monotonic() - started:.1f} s"
