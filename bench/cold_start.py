@@ -314,7 +314,6 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
         total += n
         batches = drv.wait_rows(total, timeout=900)
     first_spark, warm = spark[0], spark[1:]
-    seen = [0.0] + [b["seen_at_s"] for b in batches if b["seen_at_s"] <= warm[0]["seen_at_s"]]
     return {"start_to_first_commit_s": None if start_to_commit is None else round(start_to_commit, 2),
             "first_is_bootstrap": first[0]["bootstrap"],
             "first_batches": first, "first_batch_ms": first[0]["ms"], "first_batch_rows": first[0]["rows"],
@@ -324,7 +323,7 @@ def phase(drv: Driver, cfg: Any, rows_before: int, n: int, produce_more: Any) ->
             "bootstrap_batches": sum(1 for b in batches if b["bootstrap"]),
             # the longest the table went without a commit from the driver's start to its first warm Spark batch,
             # while records waited (N more were produced each time it had caught up)
-            "longest_commit_gap_s": round(max(y - x for x, y in zip(seen, seen[1:])), 2),
+            "longest_commit_gap_s": longest_gap([b["seen_at_s"] for b in batches], warm[0]["seen_at_s"]),
             "warm_batches": warm, "warm_batch_ms": max(b["ms"] for b in warm),
             "warm_batch_rows": sum(b["rows"] for b in warm),
             "first_over_warm": round(first[0]["ms"] / max(1, max(b["ms"] for b in warm)), 2),
@@ -406,6 +405,12 @@ def jvm_driver(app_json: str) -> int:
                 ProgressReporter(cfg, None, lambda line: print(line, flush=True)))
 
 
+def longest_gap(seen_at_s: list[float], until_s: float) -> float:
+    """The longest stretch of [0, until_s] without a commit, given the commits' times."""
+    marks = [0.0] + sorted(t for t in seen_at_s if t <= until_s) + [until_s]
+    return round(max(y - x for x, y in zip(marks, marks[1:])), 2)
+
+
 def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tuple[float, float],
           pipeline: str = "handoff") -> dict[str, Any]:
     """A producer writes `rate` records/s for `seconds` while the handoff driver is killed with SIGKILL every
@@ -452,9 +457,11 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
         lives.append({"life": life, "seconds": round(live, 1), "commits": len(b), "rows": sum(x["rows"] for x in b),
                       "bootstrap_commits": sum(1 for x in b if x["bootstrap"]),
                       "spark_commits": sum(1 for x in b if not x["bootstrap"]),
-                      "first_commit_seen_at_s": b[0]["seen_at_s"] if b else None})
+                      "first_commit_seen_at_s": b[0]["seen_at_s"] if b else None,
+                      # the longest this life went without a commit (start → first, between two, last → kill)
+                      "longest_commit_gap_s": longest_gap([x["seen_at_s"] for x in b], live)})
         print(f"life {life}: {live:.1f} s, {len(b)} commits, first at "
-              f"{b[0]['seen_at_s'] if b else '-'} s", flush=True)
+              f"{b[0]['seen_at_s'] if b else '-'} s, longest gap {lives[-1]['longest_commit_gap_s']} s", flush=True)
         life += 1
     stop.set()
     prod.join()
@@ -524,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.chaos:
         for name, c in results.items():
             print(f"\n{name}: {len(c['lives'])} lives, {c['lives_with_commits']} committed "
-                  f"({c['lives_with_spark_commits']} through Spark); table {c['table']}")
+                  f"({c['lives_with_spark_commits']} through Spark); longest commit gap in a life "
+                  f"{max(x['longest_commit_gap_s'] for x in c['lives'])} s; table {c['table']}")
     else:
         print("\n| pipeline | phase | start → first commit | first batch (rows) | first Spark batch (rows) | "
               "warm batch (rows) | first / warm | first Spark / warm | bootstrap batches | longest commit gap |")

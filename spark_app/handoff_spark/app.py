@@ -278,7 +278,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             if boot.keep_going and session_warmup.enabled():
                 # Spark's first batch would start its Python daemons and workers on the stream's path; start them
                 # now, while the bootstrap batches keep the table fresh (handoff_spark.session_warmup).
-                echo(session_warmup.run(spark, cfg, stop_requested))
+                echo(session_warmup.run(spark, cfg, lambda: "stop requested" if stop_requested.is_set()
+                                        else "the bootstrap batches failed" if boot.failed() else None))
             try:
                 start = finish_bootstrap(boot, start)
             except Exception as exc:  # noqa: BLE001 - refused or failed: one line, exit 1 like a failed query

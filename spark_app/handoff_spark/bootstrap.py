@@ -179,6 +179,10 @@ class Bootstrap:
         self._thread.start()
         return self
 
+    def failed(self) -> bool:
+        """The thread ended on an error (`result()` re-raises it)."""
+        return self._error is not None
+
     def hand_over(self) -> None:
         """Start no further batch (the running one still commits)."""
         self._handed_over.set()

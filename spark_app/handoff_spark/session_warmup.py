@@ -22,9 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,9 +120,10 @@ class SessionWarmUpDataSource(DataSource):  # type: ignore[misc,valid-type]
         return _Writer(self.options["config"])
 
 
-def run(spark: Any, cfg: Any, stop: threading.Event, timeout: float = TIMEOUT_SECONDS) -> str:
+def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = TIMEOUT_SECONDS) -> str:
     """Run the warm-up query on `spark` for `cfg`'s sink; returns what happened, for the driver's log. Stops early
-    (and says so) on `stop` or after `timeout`; a failure is logged, never raised: the stream then starts cold."""
+    when `stop()` gives a reason, or after `timeout`; a failure is logged, never raised: the stream then starts
+    cold."""
     started = time.monotonic()
     spark.dataSource.register(SessionWarmUpDataSource)
     with tempfile.TemporaryDirectory(prefix="handoff-session-warmup-") as tmp:
@@ -134,11 +134,13 @@ def run(spark: Any, cfg: Any, stop: threading.Event, timeout: float = TIMEOUT_SE
                      .writeStream.format(SOURCE_NAME).option("config", cfg.to_json())
                      .option("checkpointLocation", tmp).trigger(availableNow=True)
                      .queryName("handoff-session-warmup").start())
-            while query.isActive and not stop.is_set() and time.monotonic() - started < timeout:
+            why = None
+            while query.isActive and why is None and time.monotonic() - started < timeout:
                 query.awaitTermination(0.5)
+                why = stop()
             if query.isActive:
                 query.stop()
-                why = "stop requested" if stop.is_set() else f"not done in {timeout:.0f} s"
+                why = why or f"not done in {timeout:.0f} s"
                 return f"session warm-up stopped ({why}); the stream's first batch starts cold"
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
