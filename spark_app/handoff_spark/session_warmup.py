@@ -38,6 +38,8 @@ log = logging.getLogger("handoff.session_warmup")
 
 ENV = "HANDOFF_SESSION_WARMUP"
 SOURCE_NAME = "handoff-session-warmup"
+#: The warm-up query's name: Spark's UI and REST API show it at the start of its jobs' and stages' descriptions.
+QUERY_NAME = "handoff-session-warmup"
 #: How long the driver waits for the warm-up before it starts the stream anyway (cold): on Kubernetes the
 #: warm-up's tasks wait for the first executors to register; the bootstrap batches keep the table fresh.
 TIMEOUT_SECONDS = 120.0
@@ -133,7 +135,7 @@ def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = T
                      .option("rows", str(spark.sparkContext.defaultParallelism)).load()
                      .writeStream.format(SOURCE_NAME).option("config", cfg.to_json())
                      .option("checkpointLocation", tmp).trigger(availableNow=True)
-                     .queryName("handoff-session-warmup").start())
+                     .queryName(QUERY_NAME).start())
             why = None
             while query.isActive and why is None and time.monotonic() - started < timeout:
                 query.awaitTermination(0.5)

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 from handoff_spark.executor_warmup import JOB_DESCRIPTION
+from handoff_spark.session_warmup import QUERY_NAME as WARMUP_QUERY
 from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
@@ -253,31 +254,46 @@ def test_a_batch_with_a_hung_task_commits_through_a_speculative_copy_exactly_onc
     state, ns = stalled, stalled["ns"]
     produced = produce(state["bootstrap"], state["topic"], range(0, 4000))
     cluster.apply(state["handoff"])
+    selector = f"handoff.io/name={STALLED},app.kubernetes.io/component=driver"
     try:
         eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the first records in the table",
                    timeout=600, interval=2)
+        # The driver's bootstrap batches (handoff_spark.bootstrap) may have committed those before Spark's query
+        # started: the second burst comes once it runs, so Spark's batches, with their stalled tasks, carry it.
+        eventually(lambda: any(re.search(QUERY_STARTED, cluster.kubectl("logs", "-n", ns, p["metadata"]["name"]), re.M)
+                               for p in pods(cluster, ns, selector) if running(p)),
+                   "the stream's query started", timeout=300, interval=2)
         produced += produce(state["bootstrap"], state["topic"], range(produced, produced + 4000))
         eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the second burst in the table",
                    timeout=300, interval=2)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
-    (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={STALLED},app.kubernetes.io/component=driver")
-                 if running(p)]
+    (driver,) = [p for p in pods(cluster, ns, selector) if running(p)]
     name = driver["metadata"]["name"]
     assert _restarts(driver) == 0
     (app,) = [a["id"] for a in pod_proxy_json(cluster, ns, name, SPARK_UI, "/api/v1/applications")]
-    stages = pod_proxy_json(cluster, ns, name, SPARK_UI, f"/api/v1/applications/{app}/stages?details=true")
-    # The stream's batches; not the executors' warm-up jobs (executor_warmup), whose tasks are never stalled.
-    batches = [s for s in stages if not (s.get("description") or "").startswith(JOB_DESCRIPTION)]
-    assert len(batches) < len(stages)  # both executors were warmed, in their own stages
-    tasks = [t for s in batches for t in (s.get("tasks") or {}).values()]
+
+    def stream_tasks() -> list[dict[str, Any]]:
+        stages = pod_proxy_json(cluster, ns, name, SPARK_UI, f"/api/v1/applications/{app}/stages?details=true")
+        # The stream's batches; not the executors' warm-up jobs (executor_warmup) nor the session's warm-up query
+        # (session_warmup), whose tasks are never stalled.
+        batches = [s for s in stages if not (s.get("description") or "").startswith((JOB_DESCRIPTION, WARMUP_QUERY))]
+        assert len(batches) < len(stages)  # both executors were warmed, in their own stages
+        return [t for s in batches for t in (s.get("tasks") or {}).values()]
+
+    def hung_attempts() -> list[dict[str, Any]]:
+        return [t for t in stream_tasks() if t["index"] == 0 and t["attempt"] == 0 and not t.get("speculative")
+                and t["status"] != "RUNNING"]
+
+    # Spark kills a hung first attempt once its copy succeeded; the kill reaches the stalled task a little later.
+    hung = eventually(hung_attempts, "a batch's hung first attempt ended", timeout=120, interval=2)
+    tasks = stream_tasks()
     copies = [t for t in tasks if t.get("speculative")]
     # The copies finished the batches; the hung first attempts were killed, never succeeded.
     assert any(t["status"] == "SUCCESS" for t in copies), [(t["index"], t["attempt"], t["status"]) for t in tasks]
-    hung = [t for t in tasks if t["index"] == 0 and t["attempt"] == 0 and not t.get("speculative")
-            and t["status"] != "RUNNING"]
-    assert hung and all(t["status"] == "KILLED" for t in hung), [(t["index"], t["attempt"], t["status"]) for t in hung]
+    assert all(t["status"] == "KILLED" for t in hung), [(t["index"], t["attempt"], t["status"]) for t in hung]
     table = state["catalog"].load_table(STALLED_TABLE)
+    assert any(c.rows and not (c.query_id or "").startswith("bootstrap-") for c in ledger.list_commits(table))
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
     assert data.num_rows == len(set(zip(data["_kafka_partition"].to_pylist(),
                                         data["_kafka_offset"].to_pylist()))) == produced

@@ -212,6 +212,9 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+    batch_id = task_batch_id() if in_spark else None
+    if in_spark:  # first, so that it holds the batch's first task whatever its ranges hold, empty ones too
+        faults.maybe_stall("stall-task", batch_id)
     # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself, and decodes what it
     # read while the consumer fetches the rest.
     raw, decoded, dead, msg.schemas, decode_s = decode_while_reading(task_records(cfg, iterator), cfg)
@@ -220,7 +223,6 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     msg.records = raw.num_rows
     t2 = time.perf_counter()
     t1 = t2 - decode_s
-    batch_id = task_batch_id() if in_spark else None
     msg.dlq_rows = len(dead)
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
@@ -234,8 +236,6 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
     msg.rows = shaped.num_rows
     msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
-    if in_spark:
-        faults.maybe_stall("stall-task", batch_id)
     try:
         t3 = time.perf_counter()
         if shaped.num_rows:
