@@ -26,7 +26,8 @@ def test_preload_skips_a_module_that_cannot_be_imported() -> None:
 
 @pytest.mark.e2e
 def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
-    from handoff_spark.app import C1_ONLY_OPTION, build_session
+    from handoff_spark.app import (C1_ONLY_OPTION, VFORK_JAVA_VERSIONS, VFORK_OPTION, build_session,
+                                  java_feature_version)
 
     cfg = AppConfig.model_validate({
         "handoffId": "test/daemon", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
@@ -48,6 +49,8 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
                         .getInputArguments())
         assert C1_ONLY_OPTION in jvm_args, jvm_args
+        if java_feature_version() in VFORK_JAVA_VERSIONS:  # and starts processes with vfork (app.launch_options)
+            assert VFORK_OPTION in jvm_args, jvm_args
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()
