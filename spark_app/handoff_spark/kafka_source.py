@@ -110,10 +110,7 @@ CONSUME_WAIT_S = 0.1
 #: Fetch sizes for reading a range (user `kafka.*` options override them). librdkafka's default 1 MiB per
 #: partition per fetch makes a one-partition reader wait on round trips: a backlog read ran at half the speed
 #: of the same consumer with 8 MiB (measured 165k vs 336k records/s, 180-byte records, local broker).
-#: `queued.max.messages.kbytes`: librdkafka prefetches until 64 MiB or 100,000 messages wait in its queue; a
-#: range reader stops fetching at 4 MiB (measured faster end to end: docs/benchmarks.md, "Throughput").
-READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20),
-                       "queued.max.messages.kbytes": str(4 << 10)}
+READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20)}
 
 
 # ------------------------------------------------------------------------------------------------
