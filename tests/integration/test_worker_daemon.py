@@ -41,16 +41,24 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         for name in ("sqlalchemy", "pyiceberg.catalog.sql", "confluent_kafka"):
             yield name, name in worker_sys.modules
 
+    from pyspark import SparkContext
+
+    # pyspark keeps one JVM per Python process: after an earlier test's session (test_kafka_source's), this
+    # session's options reach the conf but not that JVM's command line.
+    fresh_jvm = SparkContext._gateway is None
     spark = build_session(cfg)
     try:
         assert spark.conf.get("spark.python.daemon.module") == "handoff_spark.worker_daemon"
-        # and its JVM was started with C1-only compilation (app.jit_options): the running JVM's own arguments, not
-        # only the conf (an option set after the JVM started would be in the conf and have no effect)
-        jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-                        .getInputArguments())
-        assert C1_ONLY_OPTION in jvm_args, jvm_args
-        if java_feature_version() in VFORK_JAVA_VERSIONS:  # and starts processes with vfork (app.launch_options)
-            assert VFORK_OPTION in jvm_args, jvm_args
+        # and its JVMs compile with C1 only (app.jit_options) and start processes with vfork (app.launch_options)
+        wanted = [C1_ONLY_OPTION] + ([VFORK_OPTION] if java_feature_version() in VFORK_JAVA_VERSIONS else [])
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            assert all(o in spark.conf.get(key).split() for o in wanted), (key, spark.conf.get(key))
+        if fresh_jvm:
+            # the running JVM's own arguments, not only the conf (an option set after the JVM started would be in
+            # the conf and have no effect); the C1 option may also come from the test bed's JAVA_TOOL_OPTIONS
+            jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                            .getInputArguments())
+            assert all(o in jvm_args for o in wanted), jvm_args
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()
