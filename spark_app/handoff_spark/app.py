@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -67,47 +65,6 @@ def jit_options(conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
-#: The driver's and executors' JVMs start processes with vfork. Why: pyspark's jars have no native Hadoop library, so
-#: Hadoop's local file system runs `chmod` as a process for every checkpoint file and directory Spark creates (9 per
-#: AvailableNow query, and in every batch's `offsets/` and `commits/` writes of a running stream); the JVM's default
-#: (POSIX_SPAWN) starts each through `jspawnhelper`, two execs instead of one: ~0.06 s per query measured
-#: (docs/benchmarks.md, "Throughput"). Only where the JVM spark-submit runs (`$JAVA_HOME`, else `java` on PATH) is
-#: Java 17–24: Java 25 deprecates VFORK (a warning on stderr) and later versions removed it (every process start
-#: would fail). `HANDOFF_JVM_VFORK=0`, or a `jdk.lang.Process.launchMechanism` of the user's own in sparkConf, keeps
-#: the JVM's default.
-VFORK_OPTION = "-Djdk.lang.Process.launchMechanism=VFORK"
-VFORK_JAVA_VERSIONS = range(17, 25)
-
-
-def java_feature_version() -> int | None:
-    """The feature version (17 for 17.0.15) of the java spark-submit starts, from its `release` file, or None."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java:
-        return None
-    try:
-        text = (Path(os.path.realpath(java)).parent.parent / "release").read_text()
-    except OSError:
-        return None
-    m = re.search(r'^JAVA_VERSION="(?:1\.)?(\d+)', text, re.M)
-    return int(m.group(1)) if m else None
-
-
-def launch_options(conf: dict[str, str], java_version: int | None = None) -> dict[str, str]:
-    """`conf` with `VFORK_OPTION` appended to the driver's and executors' JVM options (see there); `java_version`
-    defaults to `java_feature_version()`."""
-    if os.environ.get("HANDOFF_JVM_VFORK", "1") == "0":
-        return conf
-    if (java_feature_version() if java_version is None else java_version) not in VFORK_JAVA_VERSIONS:
-        return conf
-    out = dict(conf)
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        existing = out.get(key, "")
-        if "jdk.lang.Process.launchMechanism" not in existing:
-            out[key] = " ".join(x for x in (existing, VFORK_OPTION) if x)
-    return out
-
-
 def build_session(cfg: AppConfig) -> Any:
     """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
@@ -116,7 +73,7 @@ def build_session(cfg: AppConfig) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
-    conf = launch_options(jit_options(conf))
+    conf = jit_options(conf)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
