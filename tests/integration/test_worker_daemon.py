@@ -5,6 +5,7 @@ its first record, on every restart and every added executor (see handoff_spark.w
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Iterator
 
@@ -40,14 +41,24 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         for name in ("sqlalchemy", "pyiceberg.catalog.sql", "confluent_kafka"):
             yield name, name in worker_sys.modules
 
+    from pyspark import SparkContext
+
+    # pyspark keeps one JVM per Python process: after an earlier test's session (test_kafka_source's), this
+    # session's options reach the conf but not that JVM's command line.
+    fresh_jvm = SparkContext._gateway is None
     spark = build_session(cfg)
     try:
         assert spark.conf.get("spark.python.daemon.module") == "handoff_spark.worker_daemon"
-        # and its JVM was started with C1-only compilation (app.jit_options): the running JVM's own arguments, not
-        # only the conf (an option set after the JVM started would be in the conf and have no effect)
-        jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-                        .getInputArguments())
-        assert C1_ONLY_OPTION in jvm_args, jvm_args
+        # and its JVMs compile with C1 only (app.jit_options)
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            assert C1_ONLY_OPTION in spark.conf.get(key).split(), (key, spark.conf.get(key))
+        if fresh_jvm:
+            # the running JVM's own arguments, not only the conf (an option set after the JVM started would be in
+            # the conf and have no effect): once from the conf, besides the test bed's JAVA_TOOL_OPTIONS copy
+            jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                            .getInputArguments())
+            from_tool_options = C1_ONLY_OPTION in os.environ.get("JAVA_TOOL_OPTIONS", "").split()
+            assert jvm_args.count(C1_ONLY_OPTION) == 1 + from_tool_options, jvm_args
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()
