@@ -102,14 +102,21 @@ class Outcome:
         return dataclasses.asdict(self.commit)
 
 
-def plan(cfg: AppConfig, ledger: dict[TopicPartition, int], query_id: str) -> tuple[Plan | None, str]:
-    """The batch to bootstrap from the ledger's end `ledger`, or (None, why not). Declines — leaving the range
-    to Spark's source, which applies `onOffsetOutOfRange` and records gaps — when a start was deleted by
-    retention."""
-    from .kafka_source import SourceOptions, _Broker, admit, plan_ranges, source_options
+def open_source(cfg: AppConfig) -> tuple[Any, Any]:
+    """The source's options for `cfg` and one AdminClient for them (`kafka_source._Broker`), kept for every batch
+    a Bootstrap plans: one client and its connections, not one per batch."""
+    from .kafka_source import SourceOptions, _Broker, source_options
 
     opts = SourceOptions.parse(source_options(cfg, None))
-    broker = _Broker(opts)
+    return opts, _Broker(opts)
+
+
+def plan(opts: Any, broker: Any, ledger: dict[TopicPartition, int], query_id: str) -> tuple[Plan | None, str]:
+    """The batch to bootstrap from the ledger's end `ledger` (`opts`, `broker`: `open_source`), or (None, why
+    not). Declines — leaving the range to Spark's source, which applies `onOffsetOutOfRange` and records gaps —
+    when a start was deleted by retention."""
+    from .kafka_source import admit, plan_ranges
+
     tps = broker.partitions()
     known = {tp: off for tp, off in ledger.items() if tp in set(tps)}
     rest = [tp for tp in tps if tp not in known]
@@ -189,10 +196,11 @@ class Bootstrap:
 
     def _run(self) -> None:
         try:
+            opts, broker = open_source(self.cfg)
             while True:
                 began = time.monotonic()
                 batch_id = len(self.outcomes)
-                p, why_not = plan(self.cfg, self.ledger, self._query_id)
+                p, why_not = plan(opts, broker, self.ledger, self._query_id)
                 if p is None:
                     if not self.outcomes:
                         self.echo(f"bootstrap batch: none yet ({why_not})" if self.keep_going
