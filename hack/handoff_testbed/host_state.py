@@ -76,6 +76,18 @@ def mounts_under(path: Path) -> list[str]:
     return [p for p in reversed(mountpoints()) if p == prefix or p.startswith(prefix + "/")]
 
 
+def make_rshared(path: Path) -> None:
+    """Make `path` a mount point with shared propagation, as the kubelet's `MakeRShared` would
+    (`mount --bind path path; mount --make-rshared path`); a no-op where it already is one. Doing it
+    before the kubelet starts keeps the kubelet from bind-mounting its root while its podresources
+    goroutine renames a socket into it: a rename whose two path lookups straddle that mount fails with
+    EXDEV, and the kubelet exits ("invalid cross-device link", seen once in CI)."""
+    target = str(path.resolve())
+    if target not in mountpoints():
+        subprocess.run(["mount", "--bind", target, target], check=True, capture_output=True)
+    subprocess.run(["mount", "--make-rshared", target], check=True, capture_output=True)
+
+
 def unmount(target: str) -> None:
     if subprocess.run(["umount", target], capture_output=True).returncode != 0:
         subprocess.run(["umount", "-l", target], capture_output=True)

@@ -317,6 +317,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         assert self.bins is not None and self.kubeconfig is not None
         root = workdir / "kubelet"
         root.mkdir(exist_ok=True)
+        host_state.make_rshared(root)  # before the kubelet: see make_rshared; undone by teardown's restore
         config = workdir / "kubelet.yaml"
         config.write_text(json.dumps({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",

@@ -72,3 +72,28 @@ def test_a_pod_runs_and_the_host_is_restored(tmp_path: Path) -> None:
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{CGROUP}"))
     assert not RUN_DIR.exists()
     assert not (tmp_path / "node" / "teardown-problems.txt").exists()
+
+
+def _propagation(point: str) -> str | None:
+    """The optional fields ("shared:N", ...) of the mount at `point`, or None where nothing is mounted."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == point:
+            return " ".join(fields[6:fields.index("-")])
+    return None
+
+
+def test_the_kubelet_root_is_made_a_shared_mount_before_the_kubelet_would(tmp_path: Path) -> None:
+    """The kubelet skips its own bind mount of a root that is already shared (MakeRShared), so its
+    podresources socket is never renamed across a mount landing under it."""
+    root = tmp_path / "kubelet"
+    root.mkdir()
+    try:
+        host_state.make_rshared(root)
+        host_state.make_rshared(root)  # idempotent: no second mount stacked
+        assert host_state.mounts_under(root) == [str(root)]
+        assert "shared:" in (_propagation(str(root)) or "")
+    finally:
+        for point in host_state.mounts_under(root):
+            host_state.unmount(point)
+    assert _propagation(str(root)) is None
