@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument  # noqa: E402
+from proc_cpu import process_label, settled  # noqa: E402
 from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
 PARTITIONS = 3
@@ -101,24 +102,6 @@ def app_config(bootstrap: str, topic: str, tmp: Path, pipeline: str, extra_conf:
         "schema": {"columns": COLUMNS, "onIncompatible": "halt", "evolution": "none"},
         "checkpointLocation": str(tmp / f"ck-{pipeline}"), "triggerIntervalSeconds": 1,
         "sparkConf": {"spark.master": "local[2]", **extra_conf}})
-
-
-def process_label(argv: list[str]) -> str:
-    """A short name for a process of the driver's session: `jvm`, or the module/script a Python process runs
-    (with its worker module for a PySpark daemon, e.g. `pyspark.daemon pyspark.sql.worker.create_data_source`)."""
-    if not argv:
-        return "?"
-    if os.path.basename(argv[0]).startswith("java"):
-        return "jvm"
-    if "-m" in argv:
-        i = argv.index("-m")
-        return " ".join(argv[i + 1:i + 3])
-    return " ".join(os.path.basename(a) for a in argv[1:3])
-
-
-def settled(argv: list[str]) -> bool:
-    """A JVM or a Python process: its command line will not change any more (a launcher script may exec)."""
-    return bool(argv) and (process_label(argv) == "jvm" or "python" in os.path.basename(argv[0]))
 
 
 class ProcessTimeline:

@@ -21,6 +21,9 @@ start and stop are included in `seconds` (rows/s), and left out of `rows/s in ba
 alone: what a running stream sustains, as it starts its query once per driver). Batches are unbounded
 by default (the product default: each batch takes everything available); `--max-records-per-batch N` bounds them.
 Both Spark Kafka sources split ranges the same way (`minPartitions` = 3 × Spark's cores, the handoff default).
+Every pass of the naive and Spark pipelines keeps, in `pass_detail`, the CPU each kind of process used during it
+(user, system, minor page faults; `bench/proc_cpu.py`) and the machine's busy, idle, I/O-wait and steal seconds:
+on 2 cores every pipeline is CPU-bound, so that is where a slow pass's time went.
 
 Prints a table and writes bench/results/throughput.json.
 
@@ -48,6 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, add_rates, machine_facts, print_results, write_json  # noqa: E402
+import proc_cpu  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
@@ -146,7 +150,21 @@ def best_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """The fastest pass, with every pass's seconds: the same rule for the baselines and the pipelines."""
     best = dict(min(passes, key=lambda r: r["seconds"]))
     best["pass_seconds"] = [round(r["seconds"], 3) for r in passes]
+    # Where each pass's time went, to tell a slow pass from a fast one: the CPU of every process kind, and the
+    # Spark pipelines' batch and task times.
+    best["pass_detail"] = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()
+                            if k in ("seconds", "batch_seconds", "task_ms", "cpu")} for r in passes]
+    best.pop("cpu", None)
     return best
+
+
+def measured(run: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """`run(*args, **kwargs)`'s result with `cpu`: what each process kind used during it (proc_cpu)."""
+    before, machine = proc_cpu.snapshot(), proc_cpu.machine_seconds()
+    result = run(*args, **kwargs)
+    result["cpu"] = proc_cpu.cpu_by_label(before, proc_cpu.snapshot())
+    result["cpu"]["machine"] = {k: round(v - machine[k], 2) for k, v in proc_cpu.machine_seconds().items()}
+    return result
 
 
 def naive_pyiceberg(bootstrap: str, topic: str, records: int, partitions: int, tmp: Path,
@@ -328,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             passes = []
             for i in range(args.passes):
                 (tmp / f"naive-{i}").mkdir()
-                passes.append(naive_pyiceberg(bootstrap, topic, args.records, args.partitions, tmp / f"naive-{i}",
-                                              args.max_records_per_batch or NAIVE_EVERY))
+                passes.append(measured(naive_pyiceberg, bootstrap, topic, args.records, args.partitions,
+                                       tmp / f"naive-{i}", args.max_records_per_batch or NAIVE_EVERY))
             results["naive-pyiceberg"] = best_of(passes)
         spark_pipes = [p for p in pipelines if p.startswith(("handoff-", "jvm-"))]
         if spark_pipes:
@@ -362,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                 passes = []
                 for i in range(args.passes):
                     (tmp / f"{pipe}-{i}").mkdir()
-                    passes.append(handoff(spark, bootstrap, topic, tmp / f"{pipe}-{i}", pipe,
-                                          args.max_records_per_batch, value_bytes, args.partitions))
+                    passes.append(measured(handoff, spark, bootstrap, topic, tmp / f"{pipe}-{i}", pipe,
+                                           args.max_records_per_batch, value_bytes, args.partitions))
                 results[pipe] = best_of(passes)
             spark.stop()
     finally:
