@@ -107,10 +107,16 @@ ARROW_SCHEMA = pa.schema([
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}} (JSON keys are strings)
 #: How long one `consume` call may wait for its batch to fill (see `read_range`).
 CONSUME_WAIT_S = 0.1
-#: Fetch sizes for reading a range (user `kafka.*` options override them). librdkafka's default 1 MiB per
-#: partition per fetch makes a one-partition reader wait on round trips: a backlog read ran at half the speed
-#: of the same consumer with 8 MiB (measured 165k vs 336k records/s, 180-byte records, local broker).
-READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20)}
+#: librdkafka's fetcher settings for reading a range (user `kafka.*` options override them).
+#: - `fetch.queue.backoff.ms`: once a partition's local queue holds `queued.min.messages` (100,000), librdkafka
+#:   stops fetching it and looks again only after this backoff, 1,000 ms by default; a reader drains 100,000
+#:   records in ~0.1 s, then sat idle for the rest of the second. So every range longer than what the fetches
+#:   in flight hold (~285,000 of these 180-byte lz4 records at 8 MiB) stalled ~1 s per such refill: a 900,000-record
+#:   range read in 3.3 s instead of 0.8-0.9 s, the raw consumer's 3M records in 5.7 s instead of 2.5 s (measured,
+#:   local broker, docs/benchmarks.md "Throughput"). 10 ms keeps the queue filled for the same CPU.
+#: - 8 MiB per partition per fetch: one fetch brings a whole range of a 1M-record batch split over 6 tasks.
+READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20),
+                       "fetch.queue.backoff.ms": "10"}
 
 
 # ------------------------------------------------------------------------------------------------
