@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument  # noqa: E402
+import proc_cpu  # noqa: E402
 from proc_cpu import process_label, settled  # noqa: E402
 from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
@@ -122,24 +123,20 @@ class ProcessTimeline:
             self.stopped.wait(0.2)
 
     def sample(self) -> None:
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            known = self.seen.get(int(entry.name))
+        for pid in proc_cpu.pids():
+            known = self.seen.get(int(pid))
             if known is not None:
                 if not known["settled"]:  # a launcher script that exec's the JVM later: relabel
                     try:
-                        argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+                        argv = proc_cpu.argv_of(pid)
                     except OSError:
                         continue
                     known["what"], known["settled"] = process_label(argv), settled(argv)
                 continue
             try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+                fields, argv = proc_cpu.stat_of(pid), proc_cpu.argv_of(pid)
             except OSError:
                 continue
-            fields = stat.rsplit(")", 1)[1].split()  # state ppid pgrp session ...
             if int(fields[3]) != self.sid:
                 continue
             ppid = int(fields[1])
@@ -147,8 +144,8 @@ class ProcessTimeline:
             parent = self.seen.get(ppid)
             if parent is not None and parent["what"] == label:
                 label = "fork " + label
-            self.seen[int(entry.name)] = {"at_s": round(time.perf_counter() - self.t0, 2), "what": label,
-                                          "pid": int(entry.name), "ppid": ppid, "settled": settled(argv)}
+            self.seen[int(pid)] = {"at_s": round(time.perf_counter() - self.t0, 2), "what": label,
+                                   "pid": int(pid), "ppid": ppid, "settled": settled(argv)}
 
     def stop(self) -> list[dict[str, Any]]:
         self.stopped.set()

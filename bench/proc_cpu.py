@@ -30,19 +30,29 @@ def settled(argv: list[str]) -> bool:
     return bool(argv) and (os.path.basename(argv[0]).startswith("java") or "python" in os.path.basename(argv[0]))
 
 
+def pids() -> list[str]:
+    return [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+
+
+def argv_of(pid: str) -> list[str]:
+    """The process's command line (OSError once it has ended)."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+
+
+def stat_of(pid: str) -> list[str]:
+    """/proc/<pid>/stat after the command name: state ppid pgrp session ... minflt(7) ... utime(11) stime(12)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def snapshot() -> dict[int, tuple[str, float, float, int]]:
     """{pid: (label, user s, system s, minor faults)} for every process now."""
     out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in pids():
         try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            f, argv = stat_of(pid), argv_of(pid)
         except OSError:
             continue
-        f = stat.rsplit(")", 1)[1].split()  # state ppid ... minflt(7) ... utime(11) stime(12)
-        out[int(entry.name)] = (process_label(argv), int(f[11]) / _HZ, int(f[12]) / _HZ, int(f[7]))
+        out[int(pid)] = (process_label(argv), int(f[11]) / _HZ, int(f[12]) / _HZ, int(f[7]))
     return out
 
 
