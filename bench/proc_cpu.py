@@ -40,19 +40,25 @@ def argv_of(pid: str) -> list[str]:
 
 
 def stat_of(pid: str) -> list[str]:
-    """/proc/<pid>/stat after the command name: state ppid pgrp session ... minflt(7) ... utime(11) stime(12)."""
+    """/proc/<pid>/stat after the command name: state ppid pgrp session ... minflt(7) ... utime(11) stime(12)
+    ... rss(21, pages)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def snapshot() -> dict[int, tuple[str, float, float, int]]:
-    """{pid: (label, user s, system s, minor faults)} for every process now."""
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+Snapshot = dict[int, tuple[str, float, float, int, int]]
+
+
+def snapshot() -> Snapshot:
+    """{pid: (label, user s, system s, minor faults, resident bytes)} for every process now."""
     out = {}
     for pid in pids():
         try:
             f, argv = stat_of(pid), argv_of(pid)
         except OSError:
             continue
-        out[int(pid)] = (process_label(argv), int(f[11]) / _HZ, int(f[12]) / _HZ, int(f[7]))
+        out[int(pid)] = (process_label(argv), int(f[11]) / _HZ, int(f[12]) / _HZ, int(f[7]), int(f[21]) * _PAGE)
     return out
 
 
@@ -64,20 +70,22 @@ def machine_seconds() -> dict[str, float]:
     return {"busy_s": user + nice + system + irq + softirq, "idle_s": idle, "iowait_s": iowait, "steal_s": steal}
 
 
-def cpu_by_label(before: dict[int, tuple[str, float, float, int]],
-                 after: dict[int, tuple[str, float, float, int]], min_s: float = 0.02) -> dict[str, dict[str, Any]]:
-    """CPU used between two snapshots, per process label: {label: {user_s, system_s, minor_faults, processes}}.
-    A process that ended in between is not counted; labels under `min_s` of CPU are left out."""
+def cpu_by_label(before: Snapshot, after: Snapshot, min_s: float = 0.02) -> dict[str, dict[str, Any]]:
+    """CPU used between two snapshots, per process label: {label: {user_s, system_s, minor_faults, processes,
+    rss_mb}}; `rss_mb` is the processes' resident memory at the second snapshot, summed (pages a forked worker
+    shares with its daemon count once per process). A process that ended in between is not counted; labels
+    under `min_s` of CPU are left out."""
     per: dict[str, dict[str, Any]] = {}
-    for pid, (label, user, system, faults) in after.items():
-        _, user0, system0, faults0 = before.get(pid, (label, 0.0, 0.0, 0))
+    for pid, (label, user, system, faults, rss) in after.items():
+        _, user0, system0, faults0, _ = before.get(pid, (label, 0.0, 0.0, 0, 0))
         if user - user0 + system - system0 <= 0:
             continue
-        acc = per.setdefault(label, {"user_s": 0.0, "system_s": 0.0, "minor_faults": 0, "processes": 0})
+        acc = per.setdefault(label, {"user_s": 0.0, "system_s": 0.0, "minor_faults": 0, "processes": 0, "rss_mb": 0})
         acc["user_s"] += user - user0
         acc["system_s"] += system - system0
         acc["minor_faults"] += faults - faults0
         acc["processes"] += 1
+        acc["rss_mb"] += rss >> 20
     return {k: {**v, "user_s": round(v["user_s"], 2), "system_s": round(v["system_s"], 2)}
             for k, v in sorted(per.items(), key=lambda kv: -(kv[1]["user_s"] + kv[1]["system_s"]))
             if v["user_s"] + v["system_s"] >= min_s}

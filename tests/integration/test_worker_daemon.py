@@ -40,6 +40,9 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
 
         for name in ("sqlalchemy", "pyiceberg.catalog.sql", "confluent_kafka"):
             yield name, name in worker_sys.modules
+        import pyarrow
+
+        yield "arrow pool", pyarrow.default_memory_pool().backend_name
 
     from pyspark import SparkContext
 
@@ -62,5 +65,6 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()
-    assert dict(rows) == {"sqlalchemy": True, "pyiceberg.catalog.sql": True,
-                                                      "confluent_kafka": True}
+    # ... and allocate Arrow memory from the system allocator, not mimalloc's huge-page arena (worker_daemon)
+    assert dict(rows) == {"sqlalchemy": True, "pyiceberg.catalog.sql": True, "confluent_kafka": True,
+                          "arrow pool": worker_daemon.ARROW_POOL}
