@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument  # noqa: E402
 import proc_cpu  # noqa: E402
-from proc_cpu import process_label, settled  # noqa: E402
 from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
 PARTITIONS = 3
@@ -131,7 +130,7 @@ class ProcessTimeline:
                         argv = proc_cpu.argv_of(pid)
                     except OSError:
                         continue
-                    known["what"], known["settled"] = process_label(argv), settled(argv)
+                    known["what"], known["settled"] = proc_cpu.process_label(argv), proc_cpu.settled(argv)
                 continue
             try:
                 fields, argv = proc_cpu.stat_of(pid), proc_cpu.argv_of(pid)
@@ -140,12 +139,12 @@ class ProcessTimeline:
             if int(fields[3]) != self.sid:
                 continue
             ppid = int(fields[1])
-            label = process_label(argv)
+            label = proc_cpu.process_label(argv)
             parent = self.seen.get(ppid)
             if parent is not None and parent["what"] == label:
                 label = "fork " + label
             self.seen[int(pid)] = {"at_s": round(time.perf_counter() - self.t0, 2), "what": label,
-                                   "pid": int(pid), "ppid": ppid, "settled": settled(argv)}
+                                   "pid": int(pid), "ppid": ppid, "settled": proc_cpu.settled(argv)}
 
     def stop(self) -> list[dict[str, Any]]:
         self.stopped.set()

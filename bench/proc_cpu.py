@@ -1,5 +1,5 @@
-"""What the machine's processes did, from /proc: names for a Spark session's processes, and CPU time and page
-faults per process kind between two snapshots.
+"""What the machine's processes did, from /proc: names for a Spark session's processes, and CPU time, page
+faults and resident memory per process kind between two snapshots.
 
 Why: on a 2-core machine every pipeline is CPU-bound, so a slow pass is explained by who used the CPU
 (the Python workers, the JVM, the broker) and whether it went to user code or the kernel (page faults)."""
@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 _HZ = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+#: {pid: (label, user s, system s, minor faults, resident bytes)}
+Snapshot = dict[int, tuple[str, float, float, int, int]]
 
 
 def process_label(argv: list[str]) -> str:
@@ -43,11 +47,6 @@ def stat_of(pid: str) -> list[str]:
     """/proc/<pid>/stat after the command name: state ppid pgrp session ... minflt(7) ... utime(11) stime(12)
     ... rss(21, pages)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-Snapshot = dict[int, tuple[str, float, float, int, int]]
 
 
 def snapshot() -> Snapshot:

@@ -22,7 +22,7 @@ alone: what a running stream sustains, as it starts its query once per driver). 
 by default (the product default: each batch takes everything available); `--max-records-per-batch N` bounds them.
 Both Spark Kafka sources split ranges the same way (`minPartitions` = 3 × Spark's cores, the handoff default).
 Every pass of the naive and Spark pipelines keeps, in `pass_detail`, the CPU each kind of process used during it
-(user, system, minor page faults; `bench/proc_cpu.py`) and the machine's busy, idle, I/O-wait and steal seconds:
+(user, system, minor page faults, resident memory; `bench/proc_cpu.py`) and the machine's busy, idle, I/O-wait and steal seconds:
 on 2 cores every pipeline is CPU-bound, so that is where a slow pass's time went.
 
 Prints a table and writes bench/results/throughput.json.

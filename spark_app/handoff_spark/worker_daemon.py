@@ -44,6 +44,9 @@ PRELOAD = (
     "handoff_spark.iceberg.sink",
 )
 
+#: pyarrow's pool for the workers (see the module docstring); a user's own `ARROW_DEFAULT_MEMORY_POOL` wins.
+ARROW_POOL = "system"
+
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
     """Import `modules`; returns the ones that loaded."""
@@ -55,10 +58,6 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
             continue
         loaded.append(name)
     return loaded
-
-
-#: pyarrow's pool for the workers (see the module docstring); a user's own `ARROW_DEFAULT_MEMORY_POOL` wins.
-ARROW_POOL = "system"
 
 
 def main() -> None:
