@@ -325,6 +325,59 @@ def test_reading_a_range_pauses_the_cyclic_collector_and_restores_it(kafka):
     assert gc.isenabled()
 
 
+def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_that_range(kafka):
+    """A reader's consumer is kept in the process for the next range (kafka_readers: no new librdkafka threads and
+    arenas per task); whatever it had fetched past its last range never shows up in the next one. A read that
+    fails or is abandoned closes its consumer instead; a forked child does not get the parent's."""
+    from handoff_spark import kafka_readers
+    from handoff_spark.kafka_source import (OffsetOutOfRange, OffsetRange, SourceOptions, read_range, reader_conf,
+                                            warm_reader)
+
+    topic = new_topic(kafka, partitions=2)
+    produce(kafka, topic, [b"p0-%d" % i for i in range(30_000)], partition=0)
+    produce(kafka, topic, [b"p1-%d" % i for i in range(5_000)], partition=1)
+    opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap})
+    conf = reader_conf(opts)
+    kafka_readers.close_idle()
+
+    def read(partition: int, start: int, end: int) -> list[tuple[int, int, bytes]]:
+        return [(r["partition"], r["offset"], r["value"])
+                for b in read_range(opts, OffsetRange(topic, partition, start, end)) for r in b.to_pylist()]
+
+    def expected(partition: int, start: int, end: int) -> list[tuple[int, int, bytes]]:
+        return [(partition, o, b"p%d-%d" % (partition, o)) for o in range(start, end)]
+
+    warm_reader(opts)
+    assert kafka_readers.idle_count(conf) == 1
+    with kafka_readers.consumer(conf, []) as kept:
+        pass
+    # the first range's fetch brings far more of partition 0 than [0, 1000): none of it may leak into the next
+    for partition, start, end in ((0, 0, 1_000), (0, 20_000, 20_500), (1, 100, 200), (0, 0, 10), (0, 29_990, 30_000)):
+        assert read(partition, start, end) == expected(partition, start, end)
+        assert kafka_readers.idle_count(conf) == 1
+    with kafka_readers.consumer(conf, []) as again:
+        assert again is kept
+        assert again.assignment() == []  # an idle consumer fetches nothing
+
+    abandoned = read_range(opts, OffsetRange(topic, 0, 0, 30_000))
+    next(abandoned)
+    abandoned.close()
+    assert kafka_readers.idle_count(conf) == 0
+    with pytest.raises(OffsetOutOfRange):
+        read(0, 40_000, 40_010)
+    assert kafka_readers.idle_count(conf) == 0
+    assert read(1, 4_990, 5_000) == expected(1, 4_990, 5_000)
+    assert kafka_readers.idle_count(conf) == 1
+
+    child = os.fork()
+    if child == 0:  # the parent's consumer and its threads are not the child's to use or destroy
+        os._exit(0 if kafka_readers.idle_count() == 0 else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    assert kafka_readers.idle_count(conf) == 1
+    kafka_readers.close_idle()
+    assert kafka_readers.idle_count() == 0
+
+
 class CollectWithTasks(Collect):
     """Also records how many input partitions (tasks) each batch had."""
 
