@@ -8,7 +8,7 @@ docs/benchmarks.md "Throughput"). It also keeps its broker connection and the to
 first fetch does not wait on either; `kafka_source.warm_reader` leaves the consumer it warmed here for the
 executor's first task.
 
-Safety: a consumer is handed out to one reader at a time (threads in the driver take different ones); it goes
+Safety: a consumer is handed out to one reader at a time (readers in other threads take other ones); it goes
 back only after a read that ended normally, unassigned (librdkafka drops what it had fetched for the old
 assignment); a read that failed or was abandoned closes it. A forked child never uses, nor destroys, the
 consumers its parent kept (their threads do not exist in the child)."""
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-#: Idle consumers kept per configuration: one per concurrent reader a process has (a worker runs one task at a
-#: time; the driver's bootstrap batch and its record source may read at once).
+#: Idle consumers kept per configuration. One is the norm (a worker runs one task at a time; the driver's bootstrap
+#: batches read their ranges one after another); a few more cover a process reading in several threads.
 MAX_IDLE_PER_CONF = 4
 
 #: How long a reader waits for a topic's metadata before it assigns the topic's partitions anyway.
