@@ -118,7 +118,7 @@ CONSUME_WAIT_S = 0.1
 #: - 8 MiB per partition per fetch: one fetch brings a whole range of a 1M-record batch split over 6 tasks.
 #: - `fetch.wait.max.ms`: how long the broker holds a fetch that finds no new record (500 ms by default). A reader's
 #:   consumer is kept for its process's next range (`kafka_readers`), and its first fetch there waited for the one
-#:   still in flight from the last range: ~0.5 s before the first record, against 0.03-0.08 s at 10 ms (measured).
+#:   still in flight from the last range: ~0.5 s before the first record, against 0.03-0.09 s at 10 ms (measured).
 #:   A reader only fetches while it reads a range, so the shorter wait costs the broker little.
 READ_FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20),
                        "fetch.queue.backoff.ms": "10", "fetch.wait.max.ms": "10"}

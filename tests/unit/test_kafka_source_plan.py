@@ -111,3 +111,14 @@ def test_a_range_reader_refills_its_queue_within_one_consume_call_unless_the_use
     mine = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "h:1",
                                 "kafka.fetch.queue.backoff.ms": "500"})
     assert reader_conf(mine)["fetch.queue.backoff.ms"] == "500"
+
+
+def test_a_kept_readers_first_fetch_does_not_wait_out_the_last_ranges_unless_the_user_says_otherwise() -> None:
+    """A reader's consumer is kept for its process's next range (kafka_readers); its first fetch there waits for the
+    one still in flight from the last range, which the broker holds up to `fetch.wait.max.ms` (500 ms by default:
+    0.5 s before the first record, measured). The reader's must be shorter than one `consume` wait; a user's own
+    `kafka.fetch.wait.max.ms` still wins."""
+    opts = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "h:1"})
+    assert int(reader_conf(opts)["fetch.wait.max.ms"]) < CONSUME_WAIT_S * 1000
+    mine = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "h:1", "kafka.fetch.wait.max.ms": "500"})
+    assert reader_conf(mine)["fetch.wait.max.ms"] == "500"
