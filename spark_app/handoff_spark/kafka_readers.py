@@ -6,7 +6,7 @@ each of which got a fresh glibc arena and grew it page by page while it fetched 
 fetches into memory it already has: per range, 0.54 → 0.39 s of CPU, page faults 31,000 → 400 (measured,
 docs/benchmarks.md "Throughput"). It also keeps its broker connection and the topics' metadata, so a task's
 first fetch does not wait on either; `kafka_source.warm_reader` leaves the consumer it warmed here for the
-executor's first task.
+next range its worker process reads.
 
 Safety: a consumer is handed out to one reader at a time (readers in other threads take other ones); it goes
 back only after a read that ended normally, unassigned (librdkafka drops what it had fetched for the old

@@ -605,9 +605,9 @@ def reader_conf(opts: SourceOptions) -> dict[str, Any]:
 
 def warm_reader(opts: SourceOptions) -> None:
     """What a range reader sets up before its first fetch (librdkafka, the connection, the topics' metadata),
-    done ahead on a new executor (executor_warmup), and kept for its first range (`kafka_readers`). Reads no
-    record."""
-    with kafka_readers.consumer(reader_conf(opts), opts.topics):  # kept for the executor's first range
+    done ahead on a new executor (executor_warmup), and kept for the next range this worker process reads
+    (`kafka_readers`). Reads no record."""
+    with kafka_readers.consumer(reader_conf(opts), opts.topics):  # kept for this process's next range
         pass
 
 
