@@ -19,6 +19,7 @@ patch when this process knows that version is current (handlers._handoff_under_l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,8 +216,18 @@ class Views:
         return _one(self.indexes["handoff_bodies"].get((namespace, name)))
 
     def seen(self, namespace: str, name: str) -> Seen:
-        """Called from a worker thread: the read runs in the event loop (see the module's docstring)."""
-        async def read() -> Seen:
-            return self._read(namespace, name)
+        """Called from a worker thread: the read runs in the event loop (see the module's docstring).
 
-        return asyncio.run_coroutine_threadsafe(read(), self.loop).result(timeout=30)
+        A plain callback, not a coroutine: once the loop has stopped (the operator shutting down), a coroutine
+        handed to it is never awaited and Python warns about it; a callback on a closed loop raises here instead."""
+        done: concurrent.futures.Future[Seen] = concurrent.futures.Future()
+
+        def read() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(self._read(namespace, name))
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                    done.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(read)
+        return done.result(timeout=30)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import sys
+import warnings
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from handoff_operator import rendering
@@ -84,6 +87,18 @@ def test_views_are_read_in_the_event_loop_and_handed_to_a_thread_as_plain_data()
     assert orders.driver().pod_name == "d-1" and orders.executors_running() == 2
     assert orders.progress_record == '{"publishedAtMs": 5}'
     assert refunds.driver() is None and refunds.executors_running() == 0 and refunds.progress_record is None
+
+
+def test_a_view_read_after_the_event_loop_closed_fails_at_once_without_a_stray_coroutine() -> None:
+    loop = asyncio.new_event_loop()
+    views = Views(loop, {"handoff_driver_deployments": {}, "handoff_pods": {}, "handoff_progress_records": {}})
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="closed"):
+            views.seen("ns", "orders")
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
 
 
 def handoff(spec: dict, uid: str = "u1", annotations: dict | None = None) -> dict:
