@@ -148,7 +148,7 @@ def compact(table: Table, small_bytes: int = 8 * 1024 * 1024, min_files: int = 8
     """Rewrite small files partition by partition. Returns the number of files replaced (0 on conflict)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from .pyiceberg_private import dataframe_to_data_files
+    from .parquet_writer import data_files
     import pyarrow.parquet as pq
 
     groups = plan_compaction(live_data_files(table), small_bytes, min_files)[:max_groups]
@@ -170,7 +170,7 @@ def compact(table: Table, small_bytes: int = 8 * 1024 * 1024, min_files: int = 8
                     [t.column(a.name).cast(a.type) if a.name in t.column_names else pa.nulls(t.num_rows, a.type)
                      for a in arrow_schema], schema=arrow_schema))
             merged = pa.concat_tables(parts)
-            written.extend(dataframe_to_data_files(table.metadata, merged, table.io, write_uuid=uuid.uuid4()))
+            written.extend(data_files(table.metadata, merged, table.io, uuid.uuid4()))
             replaced.extend(g.files)
         if not replaced:
             return 0

@@ -7,6 +7,9 @@ Why private APIs at all (each was measured or has no public equivalent; see the 
   without its final deep copy, whose cost grows with history. `iceberg.catalog.apply_updates`.
 * `transaction_state`: a Transaction's base metadata and staged updates (`_table.metadata`, `_updates`), the
   key of the memoised `table_metadata`. `iceberg.sink._MemoTransaction`.
+* `replace_file_format_model`: PyIceberg's file-format registry refuses a second model for a format, so Handoff's
+  Parquet writer replaces the registered one in `FileFormatFactory._registry`. Its writer subclasses
+  `ParquetFormatWriter` and sets `_parquet_writer_kwargs` before its first write (`_writer`). `iceberg.parquet_writer`.
 
 Not re-exported (overrides in a subclass cannot be): `iceberg.catalog.HandoffSqlCatalog` overrides SqlCatalog's
 `_convert_orm_to_iceberg` and `_update_and_stage_table` and calls `_parse_metadata_version` / `_load_file_io`.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyiceberg.io.fileformat import FileFormatFactory
 from pyiceberg.io.pyarrow import _dataframe_to_data_files as dataframe_to_data_files
 from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -24,10 +28,15 @@ from pyiceberg.table.update import _TableMetadataUpdateContext as TableMetadataU
 from pyiceberg.table.update import _update_table_metadata_log as update_table_metadata_log
 
 
+def replace_file_format_model(model: Any) -> None:
+    """Make `model` the writer of its file format for every later PyIceberg write in this process."""
+    FileFormatFactory._registry[model.format] = model
+
+
 def transaction_state(tx: Transaction) -> tuple[TableMetadata, tuple[Any, ...]]:
     """(the table metadata the transaction started from, the updates staged so far)."""
     return tx._table.metadata, tx._updates
 
 
 __all__ = ["dataframe_to_data_files", "apply_table_update", "TableMetadataUpdateContext",
-           "update_table_metadata_log", "transaction_state"]
+           "update_table_metadata_log", "transaction_state", "replace_file_format_model"]

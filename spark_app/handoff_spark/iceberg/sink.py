@@ -40,7 +40,8 @@ from . import ledger
 from ..config import AppConfig, IcebergSink
 from ..ledger import contiguity_problems, overlap_problems
 from .catalog import apply_updates
-from .pyiceberg_private import dataframe_to_data_files, transaction_state
+from .parquet_writer import data_files
+from .pyiceberg_private import transaction_state
 from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
                             dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
@@ -171,11 +172,12 @@ def prepare_batch(decoded: pa.Table, metadata: TableMetadata, evolution: str) ->
 
 
 def write_data_files(metadata: TableMetadata, io: Any, tbl: pa.Table, write_uuid: uuid.UUID) -> list[DataFile]:
-    """Parquet files for `tbl` through PyIceberg's writer (partitioning via pyiceberg-core): one file per
-    partition value (up to the table's target file size), named with the attempt's write UUID."""
+    """Parquet files for `tbl` through PyIceberg's writer (partitioning via pyiceberg-core; `parquet_writer`'s
+    encodings): one file per partition value (up to the table's target file size), named with the attempt's
+    write UUID."""
     written: list[DataFile] = []
     try:
-        for df in dataframe_to_data_files(metadata, tbl, io, write_uuid=write_uuid):
+        for df in data_files(metadata, tbl, io, write_uuid):
             written.append(df)
     except BaseException:
         delete_files(io, [f.file_path for f in written])
