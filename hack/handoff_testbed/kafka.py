@@ -137,7 +137,11 @@ class Kafka(ServiceComponent):
 
     def _java(self, main: str, *args: str, heap: str, extra: tuple[str, ...] = ()) -> list[str]:
         assert self.workdir is not None
+        # Its own temporary directory, removed with the workdir: lz4-java unpacks its native library into
+        # java.io.tmpdir at every start, and a broker killed with -9 (the drills) leaves it there otherwise.
+        (self.workdir / "tmp").mkdir(exist_ok=True)
         return ["java", heap, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", *extra,
+                f"-Djava.io.tmpdir={self.workdir / 'tmp'}",
                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.workdir}",
                 "-cp", f"{self.libs}/*", main, *args]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -223,6 +224,32 @@ class ProgressReporter:
             self.publisher.offer(record)  # handed to its thread: the batch never waits for the API server
 
 
+#: Each driver's directory for its stop and min-partitions markers: `<tmp>/handoff-stop-<pid>-<random>`.
+STOP_DIR_PREFIX = "handoff-stop-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def marker_dir() -> str:
+    """A new directory for this driver's markers, after removing those of drivers that are gone: a driver removes
+    its own when it stops, but one killed (kill -9, OOM) cannot, and a machine that restarts drivers in place
+    (`handoff run`, tests, a VM) kept one per kill."""
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob(f"{STOP_DIR_PREFIX}*-*"):
+        pid = old.name[len(STOP_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{STOP_DIR_PREFIX}{os.getpid()}-")
+
+
 def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,
         echo: Callable[[str], None] = print) -> int:
     """Run until AvailableNow drains, a stop signal arrives (exit 0), or the query fails (exit 1)."""
@@ -230,8 +257,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()
-    marker_dir = tempfile.mkdtemp(prefix="handoff-stop-")
-    stop_marker = str(Path(marker_dir) / "stop")
+    markers = marker_dir()
+    stop_marker = str(Path(markers) / "stop")
 
     def on_signal(signum: int, _frame: Any) -> None:
         if stop_requested.is_set():
@@ -254,7 +281,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
     reporter = ProgressReporter(cfg, metrics, echo, publisher)
-    min_partitions_file = str(Path(marker_dir) / "min-partitions")
+    min_partitions_file = str(Path(markers) / "min-partitions")
     scaler: ExecutorScaler | None = None
     try:
         start: StartPlan | None = None
@@ -312,7 +339,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             publisher.close()
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
-        os.rmdir(marker_dir)
+        os.rmdir(markers)
 
 
 def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:
