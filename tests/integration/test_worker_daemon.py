@@ -25,6 +25,38 @@ def test_preload_skips_a_module_that_cannot_be_imported() -> None:
     assert worker_daemon.preload(("json", "handoff_no_such_module")) == ["json"]
 
 
+#: Run in a fresh interpreter (malloc's settings are per process): did `keep_freed_memory` set them, and is a
+#: 16 MiB block then served from malloc's heap (kept for reuse when freed) rather than mapped on its own (unmapped
+#: when freed, faulted in again next time)? glibc maps such a block as one mapping of the block plus its 16-byte
+#: header, rounded up to a page.
+_BIG_BLOCK = """
+import ctypes
+from handoff_spark import worker_daemon
+kept = worker_daemon.keep_freed_memory()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+addr = libc.malloc(16 << 20)
+for line in open("/proc/self/maps"):
+    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+    if lo <= addr < hi:
+        print(kept, not (addr - lo == 16 and hi - lo == (16 << 20) + 4096))
+"""
+
+
+def _big_block_from_heap(env: dict[str, str]) -> str:
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", _BIG_BLOCK], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_daemon_keeps_freed_memory_for_the_next_task_unless_the_user_set_malloc() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
+    assert _big_block_from_heap(env) == "True True"
+    # glibc's default: a block this big is mapped on its own; a user's own malloc settings are left alone
+    assert _big_block_from_heap({**env, "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}) == "False False"
+
+
 @pytest.mark.e2e
 def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     from handoff_spark.app import C1_ONLY_OPTION, build_session
@@ -43,6 +75,8 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         import pyarrow
 
         yield "arrow pool", pyarrow.default_memory_pool().backend_name
+        # the daemon (this worker's `__main__`, forked) set malloc's thresholds before it forked
+        yield "freed memory kept", getattr(worker_sys.modules["__main__"], "freed_memory_kept", None)
 
     from pyspark import SparkContext
 
@@ -66,5 +100,6 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     finally:
         spark.stop()
     # ... and allocate Arrow memory from the system allocator, not mimalloc's huge-page arena (worker_daemon)
+    # ... and inherit the daemon's malloc settings (worker_daemon.keep_freed_memory)
     assert dict(rows) == {"sqlalchemy": True, "pyiceberg.catalog.sql": True, "confluent_kafka": True,
-                          "arrow pool": worker_daemon.ARROW_POOL}
+                          "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True}
