@@ -92,6 +92,7 @@ class _Model(ParquetFormatModel):
 
 def data_files(metadata: TableMetadata, table: pa.Table, io: Any, write_uuid: uuid.UUID) -> Iterator[DataFile]:
     """PyIceberg's data files for `table` (partitioned per the table's spec, not committed), written by this
-    module's Parquet writer."""
+    module's Parquet writer. The writer stays registered for the process: PyIceberg's own writes in it (an
+    `append`) use it too."""
     replace_file_format_model(_Model())
     return dataframe_to_data_files(metadata, table, io, write_uuid=write_uuid)
