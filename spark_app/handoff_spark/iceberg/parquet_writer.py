@@ -21,12 +21,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import ParquetFormatModel, ParquetFormatWriter
 from pyiceberg.manifest import DataFile
+from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 
 from .pyiceberg_private import dataframe_to_data_files, replace_file_format_model
 
-#: Rows of the first page when the table does not say (`write.parquet.page-row-limit`, PyIceberg's default).
-FIRST_PAGE_ROWS = 20_000
+#: Rows of the first page when the table does not say: PyIceberg's `write.parquet.page-row-limit` default.
+FIRST_PAGE_ROWS = TableProperties.PARQUET_PAGE_ROW_LIMIT_DEFAULT
 
 
 def _plain_bytes(values: pa.Array | pa.ChunkedArray) -> int | None:
