@@ -10,12 +10,16 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
-$(VENV)/.installed: pyproject.toml requirements.lock
+$(VENV)/.installed: pyproject.toml setup.py spark_app/handoff_spark/_kafka_native.c requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@# setup.py's C extension (the native Kafka reader) needs gcc and librdkafka's headers.
+	@{ command -v gcc >/dev/null && [ -f /usr/include/librdkafka/rdkafka.h ]; } || bash hack/install-system-deps.sh
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q uv==0.13.9
 	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock
-	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@# Rebuilt every time (uv would reuse its cached build of the editable package, C extension included).
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --reinstall-package handoff-operator \
+	  --refresh-package handoff-operator -e .
 	@# Spark puts $$SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python
 	@# compiles pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first
 	@# batch). The same pyspark is installed beside it (compiled by the step below); without the zip the workers

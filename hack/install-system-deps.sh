@@ -3,7 +3,7 @@
 # Java 17 + Maven run Kafka from its Maven Central jars; Go builds kube-apiserver/etcd;
 # PostgreSQL backs the durable Iceberg catalog. The real test-bed node and `make image`: Docker's engine
 # (builds the image), debootstrap (its base, from the Debian mirror), containerd + runc + CNI plugins (the
-# node), gcc (the pause image), iptables (CNI, kube-proxy).
+# node), gcc (the pause image, the native Kafka reader), iptables (CNI, kube-proxy).
 set -euo pipefail
 need=()
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
@@ -17,6 +17,8 @@ command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang)
 command -v containerd >/dev/null || need+=(containerd)
 [ -x /usr/sbin/runc ] || command -v runc >/dev/null || need+=(runc)
 command -v gcc >/dev/null || need+=(gcc)
+# The native Kafka reader's headers (setup.py; the extension binds to confluent-kafka's own librdkafka).
+[ -f /usr/include/librdkafka/rdkafka.h ] || need+=(librdkafka-dev)
 [ -x /usr/sbin/iptables ] || need+=(iptables)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"

@@ -41,7 +41,7 @@ from .paths import REPO_ROOT, cache_dir
 REPOSITORY = "ghcr.io/handoff-io/handoff"  # the chart's image.repository
 BASE_REF = "local/debian:bookworm"
 SUITE = "bookworm"
-INPUTS = ("Dockerfile", ".dockerignore", "docker", "pyproject.toml", "requirements.lock", "operator",
+INPUTS = ("Dockerfile", ".dockerignore", "docker", "pyproject.toml", "setup.py", "requirements.lock", "operator",
           "spark_app")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -77,14 +77,15 @@ def debian_mirror() -> str:
 
 
 def input_hash() -> str:
-    """Hash of every file the Dockerfile build reads, plus the base; bytecode caches excluded."""
+    """Hash of every file the Dockerfile build reads, plus the base; bytecode caches and the extension an editable
+    install built in the tree (.dockerignore keeps it out of the build) excluded."""
     digest = hashlib.sha256(f"base={BASE_REF} mirror={debian_mirror()}\n".encode())
     for name in INPUTS:
         root = REPO_ROOT / name
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
             rel = path.relative_to(REPO_ROOT)
-            if "__pycache__" in rel.parts or rel.suffix == ".pyc" or ".egg-info" in str(rel):
+            if "__pycache__" in rel.parts or rel.suffix in (".pyc", ".so") or ".egg-info" in str(rel):
                 continue
             digest.update(f"{rel}\0{path.stat().st_mode & 0o111}\0".encode())
             digest.update(path.read_bytes())

@@ -18,7 +18,7 @@ import atexit
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 #: Idle consumers kept per configuration. One is the norm (a worker runs one task at a time; the driver's bootstrap
@@ -30,7 +30,7 @@ METADATA_TIMEOUT_S = 10.0
 
 _lock = threading.Lock()
 #: Per configuration: idle consumers, each with the topics whose metadata it has.
-_idle: dict[tuple[tuple[str, str], ...], list[tuple[Any, set[str]]]] = {}
+_idle: dict[tuple[Any, ...], list[tuple[Any, set[str]]]] = {}
 #: A parent's consumers a forked child inherited: referenced forever, so that the child never destroys them.
 _inherited: list[Any] = []
 
@@ -40,8 +40,10 @@ def _key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 @contextlib.contextmanager
-def consumer(conf: Mapping[str, Any], topics: Iterable[str]) -> Iterator[Any]:
-    """A consumer for `conf` (an idle one if the process has one) that has `topics`' metadata, unassigned; kept
+def consumer(conf: Mapping[str, Any], topics: Iterable[str],
+             factory: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[Any]:
+    """A consumer for `conf` made by `factory` (confluent-kafka's `Consumer` without one; an idle one if the process
+    has one from the same factory) that has `topics`' metadata, unassigned; kept
     for the next reader when the block ends normally, closed when it raises (a failed read leaves the consumer in
     a state not worth trusting).
 
@@ -49,12 +51,13 @@ def consumer(conf: Mapping[str, Any], topics: Iterable[str]) -> Iterator[Any]:
     leader (librdkafka's metadata query backoff), where asking for the topic first takes one round trip."""
     from confluent_kafka import Consumer, KafkaException
 
-    key = _key(conf)
+    make = factory or Consumer
+    key = (f"{make.__module__}.{make.__qualname__}", *_key(conf))
     with _lock:
         idle = _idle.get(key)
         c, known = idle.pop() if idle else (None, set())
     if c is None:
-        c = Consumer(dict(conf))
+        c = make(dict(conf))
     try:
         for topic in set(topics) - known:
             try:
@@ -77,11 +80,9 @@ def consumer(conf: Mapping[str, Any], topics: Iterable[str]) -> Iterator[Any]:
 
 
 def idle_count(conf: Mapping[str, Any] | None = None) -> int:
-    """Idle consumers kept for `conf` (all of them without it)."""
+    """Idle consumers kept for `conf`, of any factory (all of them without it)."""
     with _lock:
-        if conf is not None:
-            return len(_idle.get(_key(conf), []))
-        return sum(len(v) for v in _idle.values())
+        return sum(len(v) for k, v in _idle.items() if conf is None or k[1:] == _key(conf))
 
 
 def close_idle() -> None:

@@ -48,7 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -57,7 +57,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 from . import checkpoint as ckpt
-from . import kafka_readers
+from . import kafka_native, kafka_readers
 
 if TYPE_CHECKING:
     from .config import AppConfig
@@ -607,7 +607,8 @@ def warm_reader(opts: SourceOptions) -> None:
     """What a range reader sets up before its first fetch (librdkafka, the connection, the topics' metadata),
     done ahead on a new executor (executor_warmup), and kept for the next range this worker process reads
     (`kafka_readers`). Reads no record."""
-    with kafka_readers.consumer(reader_conf(opts), opts.topics):  # kept for this process's next range
+    conf = reader_conf(opts)
+    with kafka_readers.consumer(conf, opts.topics, kafka_native.consumer_factory(conf)):  # kept for the next range
         pass
 
 
@@ -616,59 +617,83 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
 
     Done when a record at offset ≥ end-1 arrives, or the consumer's position (which moves past
     transaction markers and aborted records) reaches `end`, or end-of-partition is reported at ≥ end.
+    Read by the native reader (`kafka_native`) or confluent-kafka's `Consumer`; the decisions here are the same.
     """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException
 
-    with kafka_readers.consumer(reader_conf(opts), [rng.topic]) as consumer:
-        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+    conf = reader_conf(opts)
+    factory = kafka_native.consumer_factory(conf)
+    with kafka_readers.consumer(conf, [rng.topic], factory) as consumer:
+        fetch, position_of = (_python_fetcher if factory is None else _native_fetcher)(consumer, rng)
         end, last_progress, position = rng.end, time.monotonic(), rng.start
         while position < end:
-            # Ask for no more than the range still holds: `consume` waits (up to its timeout) until it has
-            # `num_messages`, so asking for more than exist — a range ending at the partition's end, i.e. every
+            # Ask for no more than the range still holds: a fetch waits (up to its timeout) until it has
+            # `n_batch` records, so asking for more than exist — a range ending at the partition's end, i.e. every
             # caught-up streaming batch — cost a full second per task (measured), and asking past `end`
-            # built Message objects only to drop them.
+            # built records only to drop them.
             # A short timeout too: offsets are an upper bound on records, so a range whose tail holds no records
             # (transaction markers, aborted or compacted records — every caught-up batch of a transactional
-            # topic ends at a commit marker) never fills `n_batch`, and `consume` would sit out its whole
+            # topic ends at a commit marker) never fills `n_batch`, and the fetch would sit out its whole
             # timeout (1 s per task per batch, measured) before handing over the records and the EOF it has.
             n_batch = max(1, min(opts.consume_batch, end - position))
-            with gc_paused():
-                msgs = consumer.consume(num_messages=n_batch, timeout=CONSUME_WAIT_S)
-                good = [m for m in msgs if m.error() is None]
-                if len(good) < len(msgs):
-                    for m in msgs:
-                        err = m.error()
-                        if err is None:
-                            continue
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            position = max(position, m.offset())
-                        elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                            raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
-                        elif not err.retriable():
-                            raise KafkaException(err)
-                batch = None
-                if good:
-                    last = good[-1].offset()
-                    position = max(position, last + 1)
-                    if last >= end:
-                        good = [m for m in good if m.offset() < end]
-                    if good:
-                        batch = _to_batch(rng.topic, rng.partition, good)
-                    last_progress = time.monotonic()
-                del good
-            if batch is not None:
-                yield batch
-            if position < end and len(msgs) < n_batch:
+            got = fetch(n_batch, end)
+            for code, offset, err in got.errors:
+                if code == KafkaError._PARTITION_EOF:
+                    position = max(position, offset)
+                elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
+                elif not isinstance(err, KafkaError):
+                    raise KafkaException(KafkaError(code, str(err)))
+                elif not err.retriable():
+                    raise KafkaException(err)
+            if got.last >= 0:
+                position = max(position, got.last + 1)
+                last_progress = time.monotonic()
+            if got.batch is not None:
+                yield got.batch
+            if position < end and got.short:
                 # The call timed out short of its batch: the position may already be past a tail without
                 # records (librdkafka moves it past transaction markers and aborted records, often without an
                 # EOF event), which would otherwise cost one more wasted wait per task.
-                pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
+                pos = position_of()
                 if pos >= 0 and pos > position:
                     position = pos
                     last_progress = time.monotonic()
                 elif time.monotonic() - last_progress > opts.read_timeout_s:
                     raise TimeoutError(f"handoff-kafka: reading {rng.topic}[{rng.partition}] {rng.start}..{end}: no "
                                        f"progress at offset {position} for {opts.read_timeout_s:.0f}s")
+
+
+Fetcher = tuple[Callable[[int, int], kafka_native.Fetched], Callable[[], int]]
+
+
+def _native_fetcher(consumer: kafka_native.NativeConsumer, rng: OffsetRange) -> Fetcher:
+    """(fetch(n, end), position()) of a native consumer, assigned to `rng` from its start."""
+    consumer.assign(rng.topic, rng.partition, rng.start)
+
+    def fetch(n: int, end: int) -> kafka_native.Fetched:
+        return consumer.fetch(n, CONSUME_WAIT_S, end, rng.topic, rng.partition, ARROW_SCHEMA)
+    return fetch, lambda: consumer.position(rng.topic, rng.partition)
+
+
+def _python_fetcher(consumer: Any, rng: OffsetRange) -> Fetcher:
+    """The same over confluent-kafka's `Consumer`: `consume()`'s messages made into the native reader's `Fetched`."""
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+
+    def fetch(n: int, end: int) -> kafka_native.Fetched:
+        with gc_paused():
+            msgs = consumer.consume(num_messages=n, timeout=CONSUME_WAIT_S)
+            good = [m for m in msgs if m.error() is None]
+            errors = [(m.error().code(), m.offset(), m.error()) for m in msgs if m.error() is not None] \
+                if len(good) < len(msgs) else []
+            last = good[-1].offset() if good else -1
+            if last >= end:
+                good = [m for m in good if m.offset() < end]
+            batch = _to_batch(rng.topic, rng.partition, good) if good else None
+        return kafka_native.Fetched(batch=batch, last=last, errors=errors, short=len(msgs) < n)
+    return fetch, lambda: consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
 
 
 @contextlib.contextmanager

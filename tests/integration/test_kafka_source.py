@@ -293,15 +293,17 @@ def test_compaction_gaps_end_the_range_by_position_not_by_count(kafka):
     assert latest == {b"k%d" % k: b"v19" for k in range(5)}
 
 
-def test_reading_a_range_pauses_the_cyclic_collector_and_restores_it(kafka):
+def test_reading_a_range_pauses_the_cyclic_collector_and_restores_it(kafka, monkeypatch):
     """`read_range` allocates several objects per record; the cyclic collector is paused while it does (a third of
     the batch building's time went to collections, docs/benchmarks.md "Throughput"): collections during a
     30,000-record read stay a handful (without the pause: one every ~700 allocations, hundreds), the records are
     all there, and the collector is enabled again after the read — also when the read fails."""
     import gc
 
+    from handoff_spark import kafka_native
     from handoff_spark.kafka_source import OffsetOutOfRange, OffsetRange, SourceOptions, read_range
 
+    monkeypatch.setenv(kafka_native.READER_ENV, "python")  # the native reader makes no Python object per record
     topic = new_topic(kafka)
     produce(kafka, topic, [b'{"n": %d}' % i for i in range(30_000)])
     opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap})
@@ -325,11 +327,13 @@ def test_reading_a_range_pauses_the_cyclic_collector_and_restores_it(kafka):
     assert gc.isenabled()
 
 
-def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_that_range(kafka):
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_that_range(kafka, reader, monkeypatch):
     """A reader's consumer is kept in the process for the next range (kafka_readers: no new librdkafka threads and
     arenas per task); whatever it had fetched past its last range never shows up in the next one. A read that
-    fails or is abandoned closes its consumer instead; a forked child does not get the parent's."""
-    from handoff_spark import kafka_readers
+    fails or is abandoned closes its consumer instead; a forked child does not get the parent's. With either
+    reader (kafka_native)."""
+    from handoff_spark import kafka_native, kafka_readers
     from handoff_spark.kafka_source import (OffsetOutOfRange, OffsetRange, SourceOptions, read_range, reader_conf,
                                             warm_reader)
 
@@ -338,6 +342,9 @@ def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_tha
     produce(kafka, topic, [b"p1-%d" % i for i in range(5_000)], partition=1)
     opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap})
     conf = reader_conf(opts)
+    monkeypatch.setenv(kafka_native.READER_ENV, reader)
+    factory = kafka_native.consumer_factory(conf)
+    assert (factory is None) == (reader == "python")
     kafka_readers.close_idle()
 
     def read(partition: int, start: int, end: int) -> list[tuple[int, int, bytes]]:
@@ -349,13 +356,13 @@ def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_tha
 
     warm_reader(opts)
     assert kafka_readers.idle_count(conf) == 1
-    with kafka_readers.consumer(conf, []) as kept:
+    with kafka_readers.consumer(conf, [], factory) as kept:
         pass
     # the first range's fetch brings far more of partition 0 than [0, 1000): none of it may leak into the next
     for partition, start, end in ((0, 0, 1_000), (0, 20_000, 20_500), (1, 100, 200), (0, 0, 10), (0, 29_990, 30_000)):
         assert read(partition, start, end) == expected(partition, start, end)
         assert kafka_readers.idle_count(conf) == 1
-    with kafka_readers.consumer(conf, []) as again:
+    with kafka_readers.consumer(conf, [], factory) as again:
         assert again is kept
         assert again.assignment() == []  # an idle consumer fetches nothing
 
