@@ -8,7 +8,8 @@ Pipelines (all read the same topic from the beginning, all to completion):
   * `handoff-noop`  — the Spark app (`handoff-kafka` source, AvailableNow) into Spark's `noop` sink: the source alone.
   * `handoff-iceberg` — the Spark app end to end as `handoff run` runs it: the fused path (`handoff-kafka-ranges`
                       plans/checkpoints offset ranges, the `handoff-iceberg` write task reads, decodes, writes
-                      Parquet, then the ledger commit).
+                      Parquet, then the ledger commit). Its tasks read with the native reader;
+                      `HANDOFF_KAFKA_READER=python` in the bench's environment measures confluent-kafka's consumer.
   * `handoff-iceberg-unfused` — the same with the record source (`handoff-kafka` → Arrow → JVM → Python writer),
                       i.e. `HANDOFF_FUSED_READ=0`: what the fused path saves.
   * `jvm-noop`      — Spark's own JVM Kafka source (spark-sql-kafka-0-10) → `noop`.
