@@ -14,8 +14,9 @@ confluent-kafka's consumer. `native` where the extension cannot load is an error
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,48 +111,42 @@ class NativeConsumer:
 
             raise KafkaException(f"kafka reader configuration: {e}") from None
 
-    def _raise(self, e: Exception) -> None:
-        from confluent_kafka import KafkaError, KafkaException
+    @contextlib.contextmanager
+    def _kafka_errors(self) -> Iterator[None]:
+        """`_kafka_native.KafkaError(code, reason)` as confluent-kafka's `KafkaException`, as its consumer raises."""
+        try:
+            yield
+        except self._native.KafkaError as e:
+            from confluent_kafka import KafkaError, KafkaException
 
-        code, reason = e.args[0]
-        raise KafkaException(KafkaError(code, reason)) from None
+            code, reason = e.args
+            raise KafkaException(KafkaError(code, reason)) from None
 
     def list_topics(self, topic: str, timeout: float) -> None:
-        try:
+        with self._kafka_errors():
             self._reader.metadata(topic, int(timeout * 1000))
-        except self._native.KafkaError as e:
-            self._raise(e)
 
     def assign(self, topic: str, partition: int, offset: int) -> None:
-        try:
+        with self._kafka_errors():
             self._reader.assign(topic, partition, offset)
-        except self._native.KafkaError as e:
-            self._raise(e)
 
     def unassign(self) -> None:
-        try:
+        with self._kafka_errors():
             self._reader.assign()
-        except self._native.KafkaError as e:
-            self._raise(e)
 
     def assignment(self) -> list[tuple[str, int]]:
-        return list(self._reader.assignment())
+        with self._kafka_errors():
+            return list(self._reader.assignment())
 
     def position(self, topic: str, partition: int) -> int:
-        try:
+        with self._kafka_errors():
             return int(self._reader.position(topic, partition))
-        except self._native.KafkaError as e:
-            self._raise(e)
-            raise  # unreachable: for the type checker
 
     def fetch(self, n: int, timeout_s: float, end: int, topic: str, partition: int,
               schema: pa.Schema) -> "Fetched":
         """Up to `n` records (those at offsets < `end` in the batch) and every error event, as `Fetched`."""
-        try:
+        with self._kafka_errors():
             polled, rows, last, errors, cols = self._reader.read(n, int(timeout_s * 1000), end)
-        except self._native.KafkaError as e:
-            self._raise(e)
-            raise
         batch = _batch(topic, partition, rows, cols, schema) if rows else None
         return Fetched(batch=batch, last=last, errors=[(code, offset, reason) for code, _, offset, reason in errors],
                        short=0 <= polled < n)

@@ -139,6 +139,28 @@ def test_reader_errors_name_what_is_wrong(kafka, monkeypatch):
         assert kafka_readers.idle_count() == 0  # a failed read closes its consumer
 
 
+def test_client_errors_are_confluent_kafkas_exceptions_with_the_same_code():
+    """What the reader's own calls fail with (here: metadata from a broker that is not there) is confluent-kafka's
+    `KafkaException` with the code its consumer raises, so callers (`kafka_readers`) handle both readers alike."""
+    import socket
+
+    from confluent_kafka import Consumer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    conf = {"bootstrap.servers": f"127.0.0.1:{closed}", "group.id": "g", "enable.auto.commit": False}
+    codes = []
+    for consumer in (kafka_native.NativeConsumer(conf), Consumer(conf)):
+        try:
+            with pytest.raises(KafkaException) as raised:
+                consumer.list_topics("t", timeout=0.3)
+            codes.append(raised.value.args[0].code())
+        finally:
+            consumer.close()
+    assert codes[0] == codes[1], codes
+
+
 def test_a_broker_that_cannot_be_reached_does_not_fail_a_read_that_another_broker_serves(kafka, monkeypatch):
     """Client-level errors (here: one bootstrap address refuses connections) are librdkafka's to retry, never error
     records that would fail the task: both readers read the whole range from the broker that is there."""
