@@ -17,16 +17,16 @@
 #include <string.h>
 #include <librdkafka/rdkafka.h>
 
-#define FUNCS(X)                                                                              \
-    X(rd_kafka_conf_new) X(rd_kafka_conf_set) X(rd_kafka_conf_set_error_cb) X(rd_kafka_conf_destroy) \
-    X(rd_kafka_new)                                                                           \
-    X(rd_kafka_destroy) X(rd_kafka_poll_set_consumer) X(rd_kafka_queue_get_consumer)         \
-    X(rd_kafka_queue_destroy) X(rd_kafka_consume_batch_queue) X(rd_kafka_message_destroy)    \
-    X(rd_kafka_message_timestamp) X(rd_kafka_message_headers) X(rd_kafka_header_get_all)     \
-    X(rd_kafka_header_cnt) X(rd_kafka_err2str) X(rd_kafka_topic_partition_list_new)          \
-    X(rd_kafka_topic_partition_list_add) X(rd_kafka_topic_partition_list_destroy)            \
-    X(rd_kafka_assign) X(rd_kafka_assignment) X(rd_kafka_position) X(rd_kafka_consumer_close) X(rd_kafka_topic_new) \
-    X(rd_kafka_topic_destroy) X(rd_kafka_metadata) X(rd_kafka_metadata_destroy)
+#define FUNCS(X)                                                                                      \
+    X(rd_kafka_conf_new) X(rd_kafka_conf_set) X(rd_kafka_conf_set_error_cb) X(rd_kafka_conf_destroy)  \
+    X(rd_kafka_new) X(rd_kafka_destroy) X(rd_kafka_poll_set_consumer) X(rd_kafka_queue_get_consumer)  \
+    X(rd_kafka_queue_destroy) X(rd_kafka_consume_batch_queue) X(rd_kafka_message_destroy)             \
+    X(rd_kafka_message_timestamp) X(rd_kafka_message_headers) X(rd_kafka_header_get_all)              \
+    X(rd_kafka_header_cnt) X(rd_kafka_err2str) X(rd_kafka_last_error)                                 \
+    X(rd_kafka_topic_partition_list_new) X(rd_kafka_topic_partition_list_add)                         \
+    X(rd_kafka_topic_partition_list_destroy) X(rd_kafka_assign) X(rd_kafka_assignment)                \
+    X(rd_kafka_position) X(rd_kafka_consumer_close) X(rd_kafka_topic_new) X(rd_kafka_topic_destroy)   \
+    X(rd_kafka_metadata) X(rd_kafka_metadata_destroy)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -287,18 +287,16 @@ static PyObject *reader_read(Reader *r, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         got = p_rd_kafka_consume_batch_queue(r->queue, timeout_ms, r->msgs, (size_t)n);
         Py_END_ALLOW_THREADS
-        if (got < 0) return raise_kafka((rd_kafka_resp_err_t)got);
+        if (got < 0) return raise_kafka(p_rd_kafka_last_error()); /* -1: the queue call itself failed */
         r->pos = 0;
         r->count = polled = got;
     }
     /* The slice handed out: up to max_bytes of keys and values, at least one message. */
-    Py_ssize_t from = r->pos, to = r->pos, rows = 0, errors_n = 0;
+    Py_ssize_t from = r->pos, to = r->pos, rows = 0;
     long long kbytes = 0, vbytes = 0, last = -1;
     while (to < r->count) {
         rd_kafka_message_t *m = r->msgs[to];
-        if (m->err) {
-            errors_n++;
-        } else {
+        if (!m->err) {
             if (to > from && kbytes + vbytes + (long long)m->key_len + (long long)m->len > r->max_bytes) break;
             if (m->offset > last) last = m->offset;
             if (m->offset < end) {
