@@ -81,6 +81,7 @@ def build_session(cfg: AppConfig) -> Any:
     if master:
         builder = builder.master(master)
         if master.startswith("local"):
+            conf = local_jvm_tmp_dir(conf)
             conf.setdefault("spark.ui.enabled", "false")
             conf.setdefault("spark.ui.showConsoleProgress", "false")
             conf.setdefault("spark.sql.shuffle.partitions", "2")
@@ -226,6 +227,8 @@ class ProgressReporter:
 
 #: Each driver's directory for its stop and min-partitions markers: `<tmp>/handoff-stop-<pid>-<random>`.
 STOP_DIR_PREFIX = "handoff-stop-"
+#: A local-mode driver's JVM temporary directory (`java.io.tmpdir`): `<tmp>/handoff-jvm-<pid>-<random>`.
+JVM_TMP_PREFIX = "handoff-jvm-"
 
 
 def _alive(pid: int) -> bool:
@@ -238,16 +241,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def marker_dir() -> str:
-    """A new directory for this driver's markers, after removing those of drivers that are gone: a driver removes
-    its own when it stops, but one killed (kill -9, OOM) cannot, and a machine that restarts drivers in place
-    (`handoff run`, tests, a VM) kept one per kill."""
+def own_temp_dir(prefix: str) -> str:
+    """A new `<tmp>/<prefix><pid>-<random>` directory for this process, after removing those of processes that are
+    gone: a driver removes what it can when it stops, but one killed (kill -9, OOM) cannot, and a machine that
+    restarts drivers in place (`handoff run`, tests, a VM) kept one per kill."""
     tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob(f"{STOP_DIR_PREFIX}*-*"):
-        pid = old.name[len(STOP_DIR_PREFIX):].split("-", 1)[0]
+    for old in tmp.glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{STOP_DIR_PREFIX}{os.getpid()}-")
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def marker_dir() -> str:
+    """A new directory for this driver's stop and min-partitions markers (`own_temp_dir`)."""
+    return own_temp_dir(STOP_DIR_PREFIX)
+
+
+def local_jvm_tmp_dir(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` with the driver's JVM given its own `java.io.tmpdir` (`own_temp_dir`), unless the user set one.
+
+    Why: in local mode the driver's JVM runs the executors, and lz4-java unpacks its native library into
+    `java.io.tmpdir` on first use, deleted only when the JVM exits cleanly: every killed local driver left a
+    `liblz4-java-*.so` in /tmp (about ten per test-suite run). In its own directory, the next driver removes it."""
+    key = "spark.driver.extraJavaOptions"
+    existing = conf.get(key, "")
+    if "java.io.tmpdir" in existing:
+        return conf
+    return {**conf, key: " ".join(x for x in (existing, f"-Djava.io.tmpdir={own_temp_dir(JVM_TMP_PREFIX)}") if x)}
 
 
 def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from handoff_spark import worker_daemon
+from handoff_spark import app, worker_daemon
 from handoff_spark.config import AppConfig
 
 
@@ -89,6 +90,7 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         # and its JVMs compile with C1 only (app.jit_options)
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             assert C1_ONLY_OPTION in spark.conf.get(key).split(), (key, spark.conf.get(key))
+        assert "-Djava.io.tmpdir=" in spark.conf.get("spark.driver.extraJavaOptions")
         if fresh_jvm:
             # the running JVM's own arguments, not only the conf (an option set after the JVM started would be in
             # the conf and have no effect): once from the conf, besides the test bed's JAVA_TOOL_OPTIONS copy
@@ -96,6 +98,9 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
                             .getInputArguments())
             from_tool_options = C1_ONLY_OPTION in os.environ.get("JAVA_TOOL_OPTIONS", "").split()
             assert jvm_args.count(C1_ONLY_OPTION) == 1 + from_tool_options, jvm_args
+            # a local driver's JVM unpacks native libraries into a directory of its own (app.local_jvm_tmp_dir)
+            jvm_tmp = Path(spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir"))
+            assert jvm_tmp.name.startswith(f"{app.JVM_TMP_PREFIX}{os.getpid()}-") and jvm_tmp.is_dir(), jvm_tmp
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
     finally:
         spark.stop()

@@ -28,3 +28,23 @@ def test_a_new_driver_removes_the_marker_directories_of_drivers_that_are_gone(tm
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_local_driver_jvm_gets_its_own_temporary_directory_and_a_users_own_wins(tmp_path, monkeypatch):
+    """lz4-java's native library lands in the JVM's `java.io.tmpdir`; a local driver's is its own directory, swept
+    like the markers once the driver is gone. A `java.io.tmpdir` of the user's own is kept."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead_jvm_dir = tmp_path / f"{app.JVM_TMP_PREFIX}{gone.pid}-xyz"
+    dead_jvm_dir.mkdir()
+    (dead_jvm_dir / "liblz4-java-123.so").write_bytes(b"\0")
+    conf = app.local_jvm_tmp_dir({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-XX:TieredStopAtLevel=1"
+    jvm_tmp = Path(options[1].removeprefix("-Djava.io.tmpdir="))
+    assert options[1].startswith("-Djava.io.tmpdir=") and jvm_tmp.is_dir()
+    assert jvm_tmp.parent == tmp_path and jvm_tmp.name.startswith(f"{app.JVM_TMP_PREFIX}{os.getpid()}-")
+    assert not dead_jvm_dir.exists()
+    own = {"spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/var/tmp/mine"}
+    assert app.local_jvm_tmp_dir(own) == own
