@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import bootstrap, faults, jvm_cds, session_warmup, sinks
 from .config import AppConfig
@@ -78,10 +78,11 @@ def build_session(cfg: AppConfig) -> Any:
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
+    if starts_local_jvm(master, os.environ):
+        conf = local_jvm_tmp_dir(conf)
     if master:
         builder = builder.master(master)
         if master.startswith("local"):
-            conf = local_jvm_tmp_dir(conf)
             conf.setdefault("spark.ui.enabled", "false")
             conf.setdefault("spark.ui.showConsoleProgress", "false")
             conf.setdefault("spark.sql.shuffle.partitions", "2")
@@ -256,6 +257,12 @@ def own_temp_dir(prefix: str) -> str:
 def marker_dir() -> str:
     """A new directory for this driver's stop and min-partitions markers (`own_temp_dir`)."""
     return own_temp_dir(STOP_DIR_PREFIX)
+
+
+def starts_local_jvm(master: str | None, env: Mapping[str, str]) -> bool:
+    """Whether the session about to be built starts its own JVM (spark-submit did not start this Python: pyspark
+    then sets PYSPARK_GATEWAY_PORT) and runs the executors in it (`local…`, or no master: pyspark's `local[*]`)."""
+    return (master is None or master.startswith("local")) and "PYSPARK_GATEWAY_PORT" not in env
 
 
 def local_jvm_tmp_dir(conf: dict[str, str]) -> dict[str, str]:

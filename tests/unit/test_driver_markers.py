@@ -48,3 +48,12 @@ def test_a_local_driver_jvm_gets_its_own_temporary_directory_and_a_users_own_win
     assert not dead_jvm_dir.exists()
     own = {"spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/var/tmp/mine"}
     assert app.local_jvm_tmp_dir(own) == own
+
+
+def test_the_jvm_temporary_directory_is_given_only_where_this_process_starts_a_local_jvm():
+    """No master (pyspark's local[*], as a config without `spark.master` runs) and `local[...]` start their JVM here
+    with the executors in it; under spark-submit (PYSPARK_GATEWAY_PORT) or with a cluster master they do not."""
+    assert app.starts_local_jvm(None, {})
+    assert app.starts_local_jvm("local[2]", {})
+    assert not app.starts_local_jvm("k8s://https://10.0.0.1:443", {})
+    assert not app.starts_local_jvm(None, {"PYSPARK_GATEWAY_PORT": "40123"})
