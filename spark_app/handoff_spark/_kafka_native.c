@@ -237,9 +237,8 @@ static int set_null(PyObject **bitmap, Py_ssize_t n, Py_ssize_t i) {
     return 0;
 }
 
-static PyObject *headers_of(rd_kafka_message_t *m) {
-    rd_kafka_headers_t *hdrs;
-    if (p_rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) Py_RETURN_NONE;
+/* [(name, value or None)] of a record's headers, as confluent-kafka's `Message.headers()`. */
+static PyObject *headers_list(rd_kafka_headers_t *hdrs) {
     size_t n = p_rd_kafka_header_cnt(hdrs);
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) return NULL;
@@ -265,7 +264,7 @@ static PyObject *headers_of(rd_kafka_message_t *m) {
  *   polled:  how many records and events librdkafka gave in this call's fetch (-1: none, pending ones were used)
  *   rows:    how many records are in `columns`
  *   last:    the highest offset of any record seen, those at or past `end` included (-1: none)
- *   errors:  [(code, partition, offset, reason)] for every error event, in order (end of partition included)
+ *   errors:  [(code, offset, reason)] for every error event, in order (end of partition included)
  *   columns: (offsets int64, timestamps_us int64, their validity or None, key offsets int32, key bytes, key
  *             validity or None, value offsets int32, value bytes, value validity or None, headers list or None)
  *             as bytes: the buffers of Arrow arrays (a validity bitmap is None when nothing is null). */
@@ -324,12 +323,10 @@ static PyObject *reader_read(Reader *r, PyObject *args) {
         if (m->err) {
             const char *reason = m->payload != NULL ? (const char *)m->payload : p_rd_kafka_err2str(m->err);
             Py_ssize_t reason_len = m->payload != NULL ? (Py_ssize_t)m->len : (Py_ssize_t)strlen(reason);
-            PyObject *e = Py_BuildValue("(iiLs#)", (int)m->err, (int)m->partition, (long long)m->offset, reason,
-                                        reason_len);
+            PyObject *e = Py_BuildValue("(iLs#)", (int)m->err, (long long)m->offset, reason, reason_len);
             if (e == NULL) {
                 PyErr_Clear(); /* a reason that is not UTF-8: keep the code */
-                e = Py_BuildValue("(iiLs)", (int)m->err, (int)m->partition, (long long)m->offset,
-                                  p_rd_kafka_err2str(m->err));
+                e = Py_BuildValue("(iLs)", (int)m->err, (long long)m->offset, p_rd_kafka_err2str(m->err));
             }
             if (e == NULL || PyList_Append(errors, e) < 0) {
                 Py_XDECREF(e);
@@ -368,7 +365,7 @@ static PyObject *reader_read(Reader *r, PyObject *args) {
                     PyList_SET_ITEM(headers, j, Py_None);
                 }
             }
-            PyObject *h = headers_of(m);
+            PyObject *h = headers_list(hdrs);
             if (h == NULL) goto done;
             Py_SETREF(PyList_GET_ITEM(headers, row), h);
         }

@@ -148,8 +148,11 @@ class NativeConsumer:
         with self._kafka_errors():
             polled, rows, last, errors, cols = self._reader.read(n, int(timeout_s * 1000), end)
         batch = _batch(topic, partition, rows, cols, schema) if rows else None
-        return Fetched(batch=batch, last=last, errors=[(code, offset, reason) for code, _, offset, reason in errors],
-                       short=0 <= polled < n)
+        if errors:
+            from confluent_kafka import KafkaError  # as confluent-kafka's `Message.error()` gives them
+
+            errors = [(code, offset, KafkaError(code, reason)) for code, offset, reason in errors]
+        return Fetched(batch=batch, last=last, errors=errors, short=0 <= polled < n)
 
     def close(self) -> None:
         self._reader.close()
@@ -160,7 +163,7 @@ class Fetched:
     """What one fetch gave a range reader."""
     batch: pa.RecordBatch | None  # its records at offsets < the range's end, in offset order
     last: int  # the highest offset of any record it gave (past the end too); -1 without records
-    errors: list[tuple[int, int, Any]]  # (librdkafka error code, offset, confluent-kafka KafkaError or reason)
+    errors: list[tuple[int, int, Any]]  # (librdkafka error code, offset, confluent-kafka's KafkaError)
     short: bool  # it gave fewer than asked: the fetch waited out its timeout
 
 

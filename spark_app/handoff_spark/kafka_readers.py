@@ -29,8 +29,8 @@ MAX_IDLE_PER_CONF = 4
 METADATA_TIMEOUT_S = 10.0
 
 _lock = threading.Lock()
-#: Per configuration: idle consumers, each with the topics whose metadata it has.
-_idle: dict[tuple[Any, ...], list[tuple[Any, set[str]]]] = {}
+#: Per (factory, configuration): idle consumers, each with the topics whose metadata it has.
+_idle: dict[tuple[Any, tuple[tuple[str, str], ...]], list[tuple[Any, set[str]]]] = {}
 #: A parent's consumers a forked child inherited: referenced forever, so that the child never destroys them.
 _inherited: list[Any] = []
 
@@ -52,7 +52,7 @@ def consumer(conf: Mapping[str, Any], topics: Iterable[str],
     from confluent_kafka import Consumer, KafkaException
 
     make = factory or Consumer
-    key = (f"{make.__module__}.{make.__qualname__}", *_key(conf))
+    key = (make, _key(conf))
     with _lock:
         idle = _idle.get(key)
         c, known = idle.pop() if idle else (None, set())
@@ -82,7 +82,7 @@ def consumer(conf: Mapping[str, Any], topics: Iterable[str],
 def idle_count(conf: Mapping[str, Any] | None = None) -> int:
     """Idle consumers kept for `conf`, of any factory (all of them without it)."""
     with _lock:
-        return sum(len(v) for k, v in _idle.items() if conf is None or k[1:] == _key(conf))
+        return sum(len(v) for (_, k), v in _idle.items() if conf is None or k == _key(conf))
 
 
 def close_idle() -> None:

@@ -642,8 +642,6 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                     position = max(position, offset)
                 elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
-                elif not isinstance(err, KafkaError):
-                    raise KafkaException(KafkaError(code, str(err)))
                 elif not err.retriable():
                     raise KafkaException(err)
             if got.last >= 0:
