@@ -51,17 +51,17 @@ RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
 COPY operator ./operator
 COPY spark_app ./spark_app
 COPY setup.py ./
-# setup.py's one C extension, the range readers' native Kafka fetch (spark_app/handoff_spark/_kafka_native.c), is
-# compiled here against Debian's librdkafka headers (it binds to confluent-kafka's bundled librdkafka at run time,
-# so no librdkafka package stays in the image); the compiler and headers leave again in the same layer. Python's
-# own headers: the python base has them, Debian's python3 needs python3-dev.
+# setup.py's C extensions are compiled here: the range readers' native Kafka fetch (_kafka_native.c) against
+# Debian's librdkafka headers (it binds to confluent-kafka's bundled librdkafka at run time, so no librdkafka package
+# stays in the image), and the JSON decoder (_json_arrow.c, plain C); the compiler and headers leave again in the
+# same layer. Python's own headers: the python base has them, Debian's python3 needs python3-dev.
 RUN build_pkgs="gcc libc6-dev librdkafka-dev" \
  && { python3 -c "import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
       || build_pkgs="$build_pkgs python3-dev"; } \
  && apt-get update && apt-get install -y --no-install-recommends $build_pkgs \
  && pip install $PIP_OPTIONS --no-deps . && rm -rf build ./*.egg-info \
  && apt-get purge -y --auto-remove $build_pkgs && rm -rf /var/lib/apt/lists/* \
- && python -c "from handoff_spark import kafka_native; assert kafka_native.load_error() is None, kafka_native.load_error()"
+ && python -c "from handoff_spark import _json_arrow, kafka_native; assert kafka_native.load_error() is None, kafka_native.load_error()"
 
 COPY docker/entrypoint.sh /usr/local/bin/handoff-entrypoint
 

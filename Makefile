@@ -10,9 +10,9 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
-$(VENV)/.installed: pyproject.toml setup.py spark_app/handoff_spark/_kafka_native.c requirements.lock
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*.c) requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
-	@# setup.py's C extension (the native Kafka reader) needs gcc and librdkafka's headers.
+	@# setup.py's C extensions (the native Kafka reader, the JSON decoder) need gcc and librdkafka's headers.
 	@{ command -v gcc >/dev/null && [ -f /usr/include/librdkafka/rdkafka.h ]; } || bash hack/install-system-deps.sh
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q uv==0.13.9

@@ -18,9 +18,12 @@ silently" is easiest to guarantee in one place. Rules (docs/design/data-plane-co
   fields ahead of the table is normal forward-compatible evolution, not an error.
 * `raw` format: `key`/`value` as binary columns, never a dead letter.
 
-Speed: a JSON batch first goes through `pyarrow.json.read_json` over the newline-joined values (C++);
-only a batch in which that fails (some bad record, an int epoch timestamp, pretty-printed JSON, …) is
-decoded record by record in Python, which also pinpoints the bad records.
+Speed: a JSON batch first goes through `_json_arrow` (C), which parses flat objects straight from the values'
+buffers into Arrow columns (declared long/double/boolean/string/timestamp/date columns; it declines anything else,
+and declines rather than differ); then through `pyarrow.json.read_json` over the newline-joined values (C++), but
+only when every value is exactly one JSON object, since newline framing could otherwise put one record's fields in
+another's row; only a batch in which both fail (some bad record, pretty-printed JSON, …) is decoded record by
+record in Python, which also pinpoints the bad records.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from . import _json_arrow
 from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
 from .config import Column, SchemaPolicy
 
@@ -370,11 +374,12 @@ def _newline_joined(values: pa.ChunkedArray | pa.Array) -> pa.Buffer:
 
 
 def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
-    """C++ JSON parse of the whole batch; None when any record needs the per-record path."""
+    """The whole batch in C: first `_json_arrow` straight from the values' buffers, then pyarrow's JSON reader,
+    which takes more (evolution's extra columns, epoch-millisecond timestamps, decimals); None when any record
+    needs the per-record path."""
     values = raw.column("value")
     if values.null_count:
         return None
-    declared = {c.name: c for c in policy.columns}
     if any(not isinstance(t, Primitive) or t.name not in _FAST_TYPES for t in (parse_type(c.type) for c in policy.columns)):
         return None  # base64/UUID/time decoding and nested values go value by value
     try:
@@ -383,6 +388,68 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
             return None
     except pa.ArrowNotImplementedError:
         return None
+    parsed = _native_parse(values, policy)
+    decoded = None if parsed is None else _finish(parsed, raw, policy)
+    if decoded is not None:
+        return decoded
+    if parsed is None and not _one_object_each(values):
+        return None  # newline framing could shift one record's fields into another's row
+    parsed = _arrow_parse(values, policy)
+    return None if parsed is None else _finish(parsed, raw, policy)
+
+
+#: Declared types `_json_arrow` reads, as the JSON type it takes: timestamps and dates as their text, converted
+#: by `_finish` exactly as pyarrow's JSON reader does.
+_NATIVE_KINDS = {"long": _json_arrow.LONG, "double": _json_arrow.DOUBLE, "boolean": _json_arrow.BOOL,
+                 "string": _json_arrow.STRING, "timestamp": _json_arrow.STRING, "timestamptz": _json_arrow.STRING,
+                 "date": _json_arrow.STRING}
+_NATIVE_TYPES = {_json_arrow.LONG: pa.int64(), _json_arrow.DOUBLE: pa.float64(), _json_arrow.BOOL: pa.bool_(),
+                 _json_arrow.STRING: pa.string()}
+
+
+def _binary_chunks(values: pa.ChunkedArray | pa.Array) -> list[pa.Array] | None:
+    """The values' chunks when they are binary or string (32-bit offsets, what `_json_arrow` reads); else None."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return chunks if all(c.type in (pa.binary(), pa.string()) for c in chunks) else None
+
+
+def _one_object_each(values: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether every value is exactly one well-formed JSON object (`_json_arrow.one_object_each`)."""
+    chunks = _binary_chunks(values)
+    return chunks is not None and all(
+        _json_arrow.one_object_each(c.buffers()[1], c.buffers()[2] or b"", c.offset, len(c)) for c in chunks)
+
+
+def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa.Table | None:
+    """The declared columns parsed by `_json_arrow` from each chunk's own buffers (no joined copy); None when a
+    column type or a value is outside what it takes. Undeclared fields: ignored under `evolution=none`; under
+    `compatible` any makes it decline, as pyarrow's reader then finds the extra columns."""
+    kinds = tuple(_NATIVE_KINDS.get(c.type, -1) for c in policy.columns)
+    if -1 in kinds:
+        return None
+    names = tuple(c.name.encode() for c in policy.columns)
+    chunks = _binary_chunks(values)
+    if chunks is None:
+        return None
+    columns: list[list[pa.Array]] = [[] for _ in kinds]
+    for chunk in chunks:
+        _, offsets, data = chunk.buffers()
+        parts = _json_arrow.decode(offsets, data if data is not None else b"", chunk.offset, len(chunk), names,
+                                   kinds, policy.evolution != "compatible")
+        if parts is None:
+            return None
+        for out, kind, (valid, buf, text) in zip(columns, kinds, parts):
+            buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(buf)]
+            if text is not None:
+                buffers.append(pa.py_buffer(text))
+            out.append(pa.Array.from_buffers(_NATIVE_TYPES[kind], len(chunk), buffers))
+    return pa.table({c.name: pa.chunked_array(parts, _NATIVE_TYPES[kind])
+                     for c, kind, parts in zip(policy.columns, kinds, columns)})
+
+
+def _arrow_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa.Table | None:
+    """pyarrow's JSON reader over the newline-joined values; None when it fails or the framing is not one value
+    per line."""
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
     # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
     has_ts = any(c.type in _TIMESTAMPS for c in policy.columns)
@@ -391,7 +458,6 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     # Counted in the joined buffer (memchr speed): `match_substring` over the values cost 5× more.
     if blob.to_pybytes().count(b"\n") != len(values) - 1:
         return None
-    parsed = None
     for ts_as_millis in ((False, True) if has_ts else (False,)):
         parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else
                                            pa.int64() if c.type in _TIMESTAMPS and ts_as_millis else
@@ -403,13 +469,28 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
                                       explicit_schema=parse_schema,
                                       unexpected_field_behavior="infer" if policy.evolution == "compatible"
                                       else "ignore"))
-            break
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
-    if parsed is None:
-        return None
-    if parsed.num_rows != raw.num_rows:
-        return None
+        return parsed if parsed.num_rows == len(values) else None
+    return None
+
+
+def _timestamps_from_text(arr: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """ISO-8601 text → timestamp(us, UTC) as pyarrow's JSON reader converts it (no zone ⇒ UTC); None when any
+    value does not parse (or the batch mixes zoned and unzoned values), which the JSON reader then decides."""
+    target = arrow_type("timestamp")
+    for via in (target, pa.timestamp("us")):
+        try:
+            return arr.cast(via).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+def _finish(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
+    """Parsed declared (and extra) columns → the decoded table; None when a required value is missing or a value
+    does not convert, so that the per-record path finds and names the records."""
+    declared = {c.name: c for c in policy.columns}
     columns: dict[str, Any] = {}
     for name, col in declared.items():
         arr = parsed.column(name)
@@ -422,6 +503,10 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
                 return None
         elif col.type in _TIMESTAMPS and pa.types.is_integer(arr.type):
             arr = arr.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        elif col.type in _TIMESTAMPS and pa.types.is_string(arr.type):
+            arr = _timestamps_from_text(arr)
+            if arr is None:
+                return None
         columns[name] = arr
     extras: dict[str, Any] = {}
     for f in parsed.schema:
@@ -433,6 +518,19 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
             return None  # nested or inferred timestamp: the slow path keeps JSON text / strings
         extras[f.name] = parsed.column(f.name)
     return _assemble(columns, policy, extras, raw, None)
+
+
+#: A surrogate escape, paired or not; `json.loads` keeps an unpaired one in the str, and Arrow cannot encode it.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _utf8_text(doc: Any) -> bool:
+    """Whether every string of a parsed document, field names included, encodes as UTF-8."""
+    try:
+        json.dumps(doc, ensure_ascii=False).encode()
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLetter]]:
@@ -462,6 +560,10 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
             continue
         if not isinstance(doc, dict):
             reject(i, "not-an-object", f"JSON {_kind(doc)}, expected an object")
+            continue
+        if _SURROGATE_ESCAPE.search(v) and not _utf8_text(doc):
+            reject(i, "unparseable", "not JSON text: an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), "
+                                     "which no UTF-8 string can hold")
             continue
         row: list[Any] = []
         bad = False
