@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlparse
 
 from . import bootstrap, faults, jvm_cds, session_warmup, sinks
 from .config import AppConfig
@@ -66,6 +67,33 @@ def jit_options(conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
+#: The checkpoint file manager for a checkpoint on the local file system (`local_checkpoint_file_manager`).
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+FS_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+
+
+def local_checkpoint_file_manager(conf: dict[str, str], checkpoint_location: str) -> dict[str, str]:
+    """`conf` with Spark's `FileSystem`-based checkpoint file manager when the checkpoint is on the local file
+    system (a `file:` location, or one without a scheme and no other `spark.hadoop.fs.defaultFS`), unless the user
+    chose a manager.
+
+    Why: Spark's default manager goes through Hadoop's `FileContext`, whose local file system (without the native
+    libhadoop, which pyspark's jars lack) runs a `readlink` process for every file status it takes: 24 processes
+    per AvailableNow query; measured on a local[2] driver, walCommit 55–80 → 13–29 ms and commitOffsets 75–120 →
+    17–53 ms per batch. Through `FileSystem`, file status is Java's own and no readlink is spawned (the `chmod`s
+    of new files and directories remain: both managers set permissions through Hadoop's local file system).
+
+    Why it is safe: both managers write a log file the same way (a hidden temporary file in the same directory,
+    then a rename; same `.crc` files, so existing checkpoints read alike) and on the local file system both
+    renames come down to the same check that the target does not exist, then rename(2), which atomically puts the
+    complete file in place. Other file systems (HDFS, object stores) keep Spark's default."""
+    default_fs = conf.get("spark.hadoop.fs.defaultFS", "file:///")
+    scheme = urlparse(checkpoint_location).scheme or urlparse(default_fs).scheme
+    if CHECKPOINT_MANAGER_KEY in conf or scheme != "file":
+        return conf
+    return {**conf, CHECKPOINT_MANAGER_KEY: FS_CHECKPOINT_MANAGER}
+
+
 def build_session(cfg: AppConfig) -> Any:
     """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
@@ -75,6 +103,7 @@ def build_session(cfg: AppConfig) -> Any:
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
     conf = jit_options(conf)
+    conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")

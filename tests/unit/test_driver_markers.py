@@ -57,3 +57,28 @@ def test_the_jvm_temporary_directory_is_given_only_where_this_process_starts_a_l
     assert app.starts_local_jvm("local[2]", {})
     assert not app.starts_local_jvm("k8s://https://10.0.0.1:443", {})
     assert not app.starts_local_jvm(None, {"PYSPARK_GATEWAY_PORT": "40123"})
+
+
+def test_a_local_checkpoint_gets_the_file_system_checkpoint_manager_and_a_users_own_wins():
+    """A checkpoint on the local file system is written through Spark's `FileSystem`-based manager (no readlink
+    process per file status); other file systems, and a manager of the user's own, keep theirs."""
+    key, manager = app.CHECKPOINT_MANAGER_KEY, app.FS_CHECKPOINT_MANAGER
+    assert app.local_checkpoint_file_manager({}, "/checkpoints/a")[key] == manager
+    assert app.local_checkpoint_file_manager({}, "file:///checkpoints/a")[key] == manager
+    assert key not in app.local_checkpoint_file_manager({}, "s3a://bucket/checkpoints/a")
+    assert key not in app.local_checkpoint_file_manager({}, "hdfs://nn:8020/checkpoints/a")
+    assert key not in app.local_checkpoint_file_manager({"spark.hadoop.fs.defaultFS": "hdfs://nn:8020"}, "/ck/a")
+    own = {key: "com.example.MyManager"}
+    assert app.local_checkpoint_file_manager(own, "/checkpoints/a") == own
+
+
+def test_the_file_system_checkpoint_manager_is_in_pysparks_jars():
+    """The class is named by string; Spark fails every query if it moved (it did, between Spark 3 and 4)."""
+    import zipfile
+
+    import pyspark
+
+    jars = list((Path(pyspark.__file__).parent / "jars").glob("spark-sql_*.jar"))
+    assert jars
+    entry = app.FS_CHECKPOINT_MANAGER.replace(".", "/") + ".class"
+    assert any(entry in zipfile.ZipFile(jar).namelist() for jar in jars)
