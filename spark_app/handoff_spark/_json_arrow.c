@@ -529,8 +529,10 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n && ok; i++) {
+        /* Offsets are checked row by row (a malformed array is declined, never read past its data). */
+        ok = off[i] <= off[i + 1] && off[i + 1] <= off[n];
         Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1]};
-        ok = c.p <= c.end && row(&c, cols, (int)ncols, i, ignore_unknown);
+        ok = ok && row(&c, cols, (int)ncols, i, ignore_unknown);
     }
     Py_END_ALLOW_THREADS
     if (!ok) {
@@ -588,11 +590,11 @@ static PyObject *one_object_each(PyObject *Py_UNUSED(self), PyObject *args) {
         } else {
             Py_BEGIN_ALLOW_THREADS
             for (Py_ssize_t i = 0; i < n && ok; i++) {
-                Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1]};
-                if (c.p > c.end) {
+                if (off[i] > off[i + 1] || off[i + 1] > off[n]) {
                     ok = 0;
                     break;
                 }
+                Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1]};
                 ws(&c);
                 ok = c.p < c.end && *c.p == '{' && skip(&c, 0);
                 ws(&c);

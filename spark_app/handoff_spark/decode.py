@@ -408,16 +408,24 @@ _NATIVE_TYPES = {_json_arrow.LONG: pa.int64(), _json_arrow.DOUBLE: pa.float64(),
 
 
 def _binary_chunks(values: pa.ChunkedArray | pa.Array) -> list[pa.Array] | None:
-    """The values' chunks when they are binary or string (32-bit offsets, what `_json_arrow` reads); else None."""
+    """The values' non-empty chunks when they are binary or string (32-bit offsets, what `_json_arrow` reads);
+    else None."""
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-    return chunks if all(c.type in (pa.binary(), pa.string()) for c in chunks) else None
+    if not all(c.type in (pa.binary(), pa.string()) for c in chunks):
+        return None
+    return [c for c in chunks if len(c)]
 
 
 def _one_object_each(values: pa.ChunkedArray | pa.Array) -> bool:
     """Whether every value is exactly one well-formed JSON object (`_json_arrow.one_object_each`)."""
     chunks = _binary_chunks(values)
-    return chunks is not None and all(
-        _json_arrow.one_object_each(c.buffers()[1], c.buffers()[2] or b"", c.offset, len(c)) for c in chunks)
+    if chunks is None:
+        return False
+    for chunk in chunks:
+        _, offsets, data = chunk.buffers()
+        if not _json_arrow.one_object_each(offsets, data or b"", chunk.offset, len(chunk)):
+            return False
+    return True
 
 
 def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa.Table | None:
@@ -434,8 +442,8 @@ def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> p
     columns: list[list[pa.Array]] = [[] for _ in kinds]
     for chunk in chunks:
         _, offsets, data = chunk.buffers()
-        parts = _json_arrow.decode(offsets, data if data is not None else b"", chunk.offset, len(chunk), names,
-                                   kinds, policy.evolution != "compatible")
+        parts = _json_arrow.decode(offsets, data or b"", chunk.offset, len(chunk), names, kinds,
+                                   policy.evolution != "compatible")
         if parts is None:
             return None
         for out, kind, (valid, buf, text) in zip(columns, kinds, parts):

@@ -193,3 +193,28 @@ def test_a_required_field_that_is_null_still_becomes_a_dead_letter() -> None:
     table, dead = decode_batch(batch, IGNORE)
     assert [(d.offset, d.reason) for d in dead] == [(101, "missing-required"), (102, "missing-required")]
     assert table.column("id").to_pylist() == [1]
+
+
+def test_empty_chunks_are_skipped() -> None:
+    good = raw([b'{"id": 1}', b'{"id": 2}']).to_batches()[0]
+    batch = pa.Table.from_batches([good.slice(0, 0), good, good.slice(2, 0)])
+    assert batch.column("value").num_chunks == 3
+    assert parsed_natively(batch, IGNORE) and decode._one_object_each(batch.column("value"))
+    table, dead = decode_batch(batch, IGNORE)
+    assert dead == [] and table.column("id").to_pylist() == [1, 2]
+
+
+def test_malformed_offsets_are_declined_never_read_past_the_data() -> None:
+    """pyarrow does not validate `from_buffers`; the C side checks each row's offsets against the data."""
+    from handoff_spark import _json_arrow
+
+    data = pa.py_buffer(b'{"id": 1}{"id": 2}')
+    for offsets in ([0, 9, 4, 18], [0, 9, 1_000_000, 18], [0, 9, 18, 1_000_000]):
+        buf = pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1])
+        rows = len(offsets) - 1
+        if offsets[-1] > len(data):
+            with pytest.raises(ValueError, match="outside the data"):
+                _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True)
+            continue
+        assert _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True) is None
+        assert _json_arrow.one_object_each(buf, data, 0, rows) is False
