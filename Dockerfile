@@ -43,10 +43,12 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && pip install $PIP_OPTIONS --constraint requirements.lock --requirement /tmp/runtime-requirements.txt \
  && rm /tmp/runtime-requirements.txt
 
-# Spark puts $SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python compiles
-# pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first batch). pip
-# installed the same pyspark, compiled, beside it; without the zip the workers import that one (docs/benchmarks.md).
-RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
+# Spark puts $SPARK_HOME/python/lib/pyspark.zip and py4j's source zip first on every Python worker's path; from a
+# zip, Python compiles their modules again in every fresh interpreter (pyspark ~0.25 s, py4j ~0.09 s each: a query's
+# start, a session's first batch). pip installed the same pyspark and py4j, compiled, beside them; without the zips
+# the workers import those (docs/benchmarks.md).
+RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
+          /opt/venv/lib/python3*/site-packages/pyspark/python/lib/py4j-*-src.zip
 
 COPY operator ./operator
 COPY spark_app ./spark_app

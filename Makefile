@@ -20,11 +20,12 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*
 	@# Rebuilt every time (uv would reuse its cached build of the editable package, C extension included).
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --reinstall-package handoff-operator \
 	  --refresh-package handoff-operator -e .
-	@# Spark puts $$SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path; from a zip, Python
-	@# compiles pyspark's modules again in every fresh interpreter (~0.25 s each: a query's start, a session's first
-	@# batch). The same pyspark is installed beside it (compiled by the step below); without the zip the workers
-	@# import that one.
-	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip
+	@# Spark puts $$SPARK_HOME/python/lib/pyspark.zip and py4j's source zip first on every Python worker's path;
+	@# from a zip, Python compiles their modules again in every fresh interpreter (pyspark ~0.25 s, py4j ~0.09 s
+	@# each: a query's start, a session's first batch). The same pyspark and py4j are installed beside them
+	@# (compiled by the step below); without the zips the workers import those.
+	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
+	  $(VENV)/lib/python3*/site-packages/pyspark/python/lib/py4j-*-src.zip
 	@touch $@
 
 ## Bytecode for everything the venv holds, written once, as pip (and so the image) does at install: uv writes

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import sys
 
 #: What a Handoff write task imports, heaviest first. gRPC-based clients (BigQuery) are left out on
 #: purpose: gRPC's runtime is not fork-safe once initialised, so BigQuery workers import it after the fork.
@@ -80,6 +81,34 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
+def drop_archives_without_python() -> list[str]:
+    """Take off `sys.path` (and out of the import system's finder cache) every zip archive on it that holds no
+    Python module; returns them.
+
+    Why: Spark puts its `spark-core` jar on every Python worker's path (in case pyspark is packaged inside it; a pip
+    install never is), and PySpark's worker calls `importlib.invalidate_caches()` for every task
+    (`setup_spark_files`), which on Python 3.11 makes each zip importer read its archive's directory again:
+    ~6,000 entries, 60-150 ms of CPU per task here (docs/benchmarks.md, "Throughput"), for an archive from which
+    nothing can be imported. Workers forked from this daemon inherit the shorter path."""
+    import zipfile
+
+    dropped = []
+    for entry in dict.fromkeys(sys.path):
+        if not entry.endswith((".jar", ".zip")) or not os.path.isfile(entry):
+            continue
+        try:
+            with zipfile.ZipFile(entry) as archive:
+                if any(name.endswith((".py", ".pyc")) for name in archive.namelist()):
+                    continue
+        except (OSError, zipfile.BadZipFile):
+            continue
+        while entry in sys.path:
+            sys.path.remove(entry)
+        sys.path_importer_cache.pop(entry, None)
+        dropped.append(entry)
+    return dropped
+
+
 def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
     """Import `modules`; returns the ones that loaded."""
     loaded = []
@@ -96,6 +125,7 @@ def main() -> None:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)  # before pyarrow is imported
     global freed_memory_kept
     freed_memory_kept = keep_freed_memory()  # before the imports allocate: every worker forked from here inherits it
+    drop_archives_without_python()  # before the imports probe them
     if os.environ.get("HANDOFF_WORKER_PRELOAD", "1") != "0":
         preload()
     import gc

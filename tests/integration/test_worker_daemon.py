@@ -5,8 +5,10 @@ its first record, on every restart and every added executor (see handoff_spark.w
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,8 +30,9 @@ def test_preload_skips_a_module_that_cannot_be_imported() -> None:
 
 #: Run in a fresh interpreter (malloc's settings are per process): did `keep_freed_memory` set them, and is a
 #: 16 MiB block then served from malloc's heap (kept for reuse when freed) rather than mapped on its own (unmapped
-#: when freed, faulted in again next time)? glibc maps such a block as one mapping of the block plus its 16-byte
-#: header, rounded up to a page.
+#: when freed, faulted in again next time)? glibc marks a chunk it mapped on its own with the IS_MMAPPED bit (0x2)
+#: of the size word just before the block (a look at /proc/self/maps could not tell such a mapping from one the
+#: kernel merged with its neighbour).
 _BIG_BLOCK = """
 import ctypes
 from handoff_spark import worker_daemon
@@ -37,10 +40,7 @@ kept = worker_daemon.keep_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 addr = libc.malloc(16 << 20)
-for line in open("/proc/self/maps"):
-    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-    if lo <= addr < hi:
-        print(kept, not (addr - lo == 16 and hi - lo == (16 << 20) + 4096))
+print(kept, not ctypes.c_size_t.from_address(addr - ctypes.sizeof(ctypes.c_size_t)).value & 2)
 """
 
 
@@ -56,6 +56,24 @@ def test_the_daemon_keeps_freed_memory_for_the_next_task_unless_the_user_set_mal
     assert _big_block_from_heap(env) == "True True"
     # glibc's default: a block this big is mapped on its own; a user's own malloc settings are left alone
     assert _big_block_from_heap({**env, "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}) == "False False"
+
+
+def test_archives_without_python_leave_the_path_and_the_finder_cache(tmp_path: Any, monkeypatch: Any) -> None:
+    jar, modules, broken = tmp_path / "core.jar", tmp_path / "mods.zip", tmp_path / "broken.zip"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("org/apache/spark/SparkContext.class", b"\xca\xfe")
+    with zipfile.ZipFile(modules, "w") as z:
+        z.writestr("some_zipped_module_x.py", "X = 1\n")
+    broken.write_bytes(b"not a zip")
+    monkeypatch.setattr(sys, "path", [str(jar), str(modules), str(jar), str(broken), *sys.path])
+    monkeypatch.setattr(sys, "path_importer_cache", dict(sys.path_importer_cache))
+    with pytest.raises(ImportError):
+        importlib.import_module("no_such_module_anywhere")  # every path entry gets its finder
+    assert str(jar) in sys.path_importer_cache
+    assert worker_daemon.drop_archives_without_python() == [str(jar)]
+    assert str(jar) not in sys.path and str(jar) not in sys.path_importer_cache
+    assert str(modules) in sys.path and str(broken) in sys.path
+    assert importlib.import_module("some_zipped_module_x").X == 1  # what can be imported from an archive still is
 
 
 @pytest.mark.e2e
@@ -78,6 +96,13 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         yield "arrow pool", pyarrow.default_memory_pool().backend_name
         # the daemon (this worker's `__main__`, forked) set malloc's thresholds before it forked
         yield "freed memory kept", getattr(worker_sys.modules["__main__"], "freed_memory_kept", None)
+        # Spark's spark-core jar (no Python inside) is neither on the path nor re-read by each task's
+        # importlib.invalidate_caches() (worker_daemon.drop_archives_without_python)
+        yield "jars", [p for p in [*worker_sys.path, *worker_sys.path_importer_cache] if p.endswith(".jar")]
+        # py4j from its installed, compiled package, not Spark's source zip (removed by `make` and the Dockerfile)
+        import py4j
+
+        yield "py4j zipped", ".zip" in py4j.__file__
 
     from pyspark import SparkContext
 
@@ -107,4 +132,5 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     # ... and allocate Arrow memory from the system allocator, not mimalloc's huge-page arena (worker_daemon)
     # ... and inherit the daemon's malloc settings (worker_daemon.keep_freed_memory)
     assert dict(rows) == {"sqlalchemy": True, "pyiceberg.catalog.sql": True, "confluent_kafka": True,
-                          "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True}
+                          "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True, "jars": [],
+                          "py4j zipped": False}
