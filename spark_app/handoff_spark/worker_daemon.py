@@ -86,10 +86,11 @@ def drop_archives_without_python() -> list[str]:
     Python module; returns them.
 
     Why: Spark puts its `spark-core` jar on every Python worker's path (in case pyspark is packaged inside it; a pip
-    install never is), and PySpark's worker calls `importlib.invalidate_caches()` for every task
-    (`setup_spark_files`), which on Python 3.11 makes each zip importer read its archive's directory again:
-    ~6,000 entries, 60-150 ms of CPU per task here (docs/benchmarks.md, "Throughput"), for an archive from which
-    nothing can be imported. Workers forked from this daemon inherit the shorter path."""
+    install never is), and a fresh PySpark worker calls `importlib.invalidate_caches()` on its first task
+    (`setup_spark_files`, when it adds Spark's files directory to the path), which on Python 3.11 makes each zip
+    importer read its archive's directory again: ~6,000 entries, 60-150 ms of CPU here, for an archive from which
+    nothing can be imported, in every worker a (re)started driver or a new executor forks. Workers forked from
+    this daemon inherit the shorter path."""
     import zipfile
 
     dropped = []
