@@ -59,7 +59,7 @@ def test_the_jvm_temporary_directory_is_given_only_where_this_process_starts_a_l
     assert not app.starts_local_jvm(None, {"PYSPARK_GATEWAY_PORT": "40123"})
 
 
-def test_a_local_checkpoint_gets_the_file_system_checkpoint_manager_and_a_users_own_wins():
+def test_a_local_checkpoint_gets_the_file_system_checkpoint_manager_and_a_users_own_wins() -> None:
     """A checkpoint on the local file system is written through Spark's `FileSystem`-based manager (no readlink
     process per file status); other file systems, and a manager of the user's own, keep theirs."""
     key, manager = app.CHECKPOINT_MANAGER_KEY, app.FS_CHECKPOINT_MANAGER
@@ -72,7 +72,7 @@ def test_a_local_checkpoint_gets_the_file_system_checkpoint_manager_and_a_users_
     assert app.local_checkpoint_file_manager(own, "/checkpoints/a") == own
 
 
-def test_the_file_system_checkpoint_manager_is_in_pysparks_jars():
+def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:
     """The class is named by string; Spark fails every query if it moved (it did, between Spark 3 and 4)."""
     import zipfile
 
