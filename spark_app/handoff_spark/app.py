@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from . import bootstrap, faults, jvm_cds, session_warmup, sinks
+from .temp_dirs import own_temp_dir
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -259,28 +258,6 @@ class ProgressReporter:
 STOP_DIR_PREFIX = "handoff-stop-"
 #: A local-mode driver's JVM temporary directory (`java.io.tmpdir`): `<tmp>/handoff-jvm-<pid>-<random>`.
 JVM_TMP_PREFIX = "handoff-jvm-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
-def own_temp_dir(prefix: str) -> str:
-    """A new `<tmp>/<prefix><pid>-<random>` directory for this process, after removing those of processes that are
-    gone: a driver removes what it can when it stops, but one killed (kill -9, OOM) cannot, and a machine that
-    restarts drivers in place (`handoff run`, tests, a VM) kept one per kill."""
-    tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob(f"{prefix}*-*"):
-        pid = old.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
 
 
 def marker_dir() -> str:

@@ -29,7 +29,6 @@ import io
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from .temp_dirs import own_temp_dir_while
 
 log = logging.getLogger("handoff.executor_warmup")
 
@@ -44,6 +44,8 @@ ENV_EXECUTOR_ID = "SPARK_EXECUTOR_ID"
 JOB_GROUP = "handoff-executor-warmup"
 #: The warm-up's own Python data source (registered by run_warmup; it writes nowhere).
 SOURCE_NAME = "handoff-executor-warmup"
+#: Where the warm-up job's reports land: `<tmp>/handoff-warmup-<pid>-<random>` (`temp_dirs`).
+DIR_PREFIX = "handoff-warmup-"
 #: The warm-up job's description (Spark's UI and REST API show it on its stages), then the executor ids.
 JOB_DESCRIPTION = "handoff: warm up executors "
 #: Rows each warm-up task decodes and writes: enough to run every code path once, little enough to be cheap.
@@ -218,7 +220,7 @@ def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[W
     spark.dataSource.register(WarmUpDataSource)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, JOB_DESCRIPTION + ", ".join(e.id for e in executors), interruptOnCancel=True)
-    with tempfile.TemporaryDirectory(prefix="handoff-warmup-") as tmp:
+    with own_temp_dir_while(DIR_PREFIX) as tmp:
         results = Path(tmp) / "reports.json"
         try:
             writer = located_frame(spark, executors).write.format(SOURCE_NAME).mode("append")

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from .temp_dirs import own_temp_dir_while
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -40,6 +40,8 @@ ENV = "HANDOFF_SESSION_WARMUP"
 SOURCE_NAME = "handoff-session-warmup"
 #: The warm-up query's name: Spark's UI and REST API show it at the start of its jobs' and stages' descriptions.
 QUERY_NAME = "handoff-session-warmup"
+#: The warm-up query's checkpoint: `<tmp>/handoff-session-warmup-<pid>-<random>` (`temp_dirs`).
+DIR_PREFIX = "handoff-session-warmup-"
 #: How long the driver waits for the warm-up before it starts the stream anyway (cold): on Kubernetes the
 #: warm-up's tasks wait for the first executors to register; the bootstrap batches keep the table fresh.
 TIMEOUT_SECONDS = 120.0
@@ -128,7 +130,7 @@ def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = T
     cold."""
     started = time.monotonic()
     spark.dataSource.register(SessionWarmUpDataSource)
-    with tempfile.TemporaryDirectory(prefix="handoff-session-warmup-") as tmp:
+    with own_temp_dir_while(DIR_PREFIX) as tmp:
         query = None
         try:
             query = (spark.readStream.format(SOURCE_NAME)

@@ -82,3 +82,20 @@ def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:
     assert jars
     entry = app.FS_CHECKPOINT_MANAGER.replace(".", "/") + ".class"
     assert any(entry in zipfile.ZipFile(jar).namelist() for jar in jars)
+
+
+def test_the_warm_up_queries_directories_are_the_drivers_own_and_go_when_done(tmp_path: Path, monkeypatch) -> None:
+    """A driver killed in a warm-up left its query's checkpoint in /tmp for good (tempfile's directories carry no
+    owner); now the next driver removes it (temp_dirs)."""
+    from handoff_spark import executor_warmup, session_warmup, temp_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for prefix in (session_warmup.DIR_PREFIX, executor_warmup.DIR_PREFIX):
+        left = tmp_path / f"{prefix}{gone.pid}-abc123"
+        left.mkdir()
+        with temp_dirs.own_temp_dir_while(prefix) as mine:
+            assert Path(mine).name.startswith(f"{prefix}{os.getpid()}-") and Path(mine).is_dir()
+            assert not left.exists()
+        assert not Path(mine).exists()
