@@ -23,7 +23,6 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from . import bootstrap, faults, jvm_cds, session_warmup, sinks
-from .temp_dirs import own_temp_dir
 from .config import AppConfig
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -32,6 +31,7 @@ from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, 
 from .executor_scaler import ExecutorScaler
 from .progress_publisher import ProgressPublisher
 from .resume import StartPlan, prepare_start
+from .temp_dirs import own_temp_dir
 
 log = logging.getLogger("handoff.app")
 
