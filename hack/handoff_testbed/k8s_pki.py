@@ -7,7 +7,6 @@ chain a pod in a real cluster sees.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import ipaddress
 import secrets
@@ -109,8 +108,11 @@ def write_token_file(path: Path, users: list[TokenUser]) -> None:
 
 
 def write_kubeconfig(path: Path, server: str, ca_cert: Path, user: TokenUser, context: str = "handoff-testbed") -> None:
-    """A self-contained kubeconfig (CA inlined) that kubectl and the python client both accept."""
-    ca_data = base64.b64encode(ca_cert.read_bytes()).decode()
+    """A kubeconfig that kubectl and the python client both accept.
+
+    The CA by path, not inlined: the python client writes inlined CA data to a temporary file that only its atexit
+    removes, so each client process a test killed left one in /tmp.
+    """
     path.write_text(
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -118,7 +120,7 @@ def write_kubeconfig(path: Path, server: str, ca_cert: Path, user: TokenUser, co
         f"- name: {context}\n"
         "  cluster:\n"
         f"    server: {server}\n"
-        f"    certificate-authority-data: {ca_data}\n"
+        f"    certificate-authority: {ca_cert.resolve()}\n"
         "users:\n"
         f"- name: {user.name}\n"
         "  user:\n"
