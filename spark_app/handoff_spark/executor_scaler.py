@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import pyspark_private
 from .executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
 from .progress_publisher import ENV_CONFIGMAP, ENV_NAMESPACE, REQUEST_TIMEOUT, api_client
 
@@ -92,27 +93,29 @@ def write_min_partitions(path: str, value: int, *, one_wave: bool = False) -> No
 
 
 class SparkExecutors:
-    """The running SparkContext's executors, through its scheduler backend (py4j)."""
+    """The running SparkContext's executors, through its scheduler backend (py4j; `pyspark_private`: PySpark
+    wraps none of these calls)."""
 
     def __init__(self, sc: Any) -> None:
         self.sc = sc
 
     def ids(self) -> list[str]:
-        jvm = self.sc._jvm
-        seq = self.sc._jsc.sc().getExecutorIds()
+        jvm = pyspark_private.jvm(self.sc)
+        seq = pyspark_private.scala_context(self.sc).getExecutorIds()
         return [str(e) for e in jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq)]
 
     def request_total(self, n: int) -> bool:
-        jvm = self.sc._jvm
+        jvm = pyspark_private.jvm(self.sc)
         empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
-        return bool(self.sc._jsc.sc().requestTotalExecutors(n, 0, empty))
+        return bool(pyspark_private.scala_context(self.sc).requestTotalExecutors(n, 0, empty))
 
     def kill(self, ids: list[str]) -> bool:
-        jvm = self.sc._jvm
+        jvm = pyspark_private.jvm(self.sc)
         java_ids = jvm.java.util.ArrayList()
         for executor_id in ids:
             java_ids.add(executor_id)
-        return bool(self.sc._jsc.sc().killExecutors(jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_ids)))
+        return bool(pyspark_private.scala_context(self.sc).killExecutors(
+            jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_ids)))
 
     def cores(self) -> int:
         return int(self.sc.defaultParallelism)
@@ -120,12 +123,13 @@ class SparkExecutors:
     def alive(self, executor_id: str) -> bool:
         """Whether the task scheduler offers this executor's cores yet (it does from its first resource offer,
         a moment after registration)."""
-        return bool(self.sc._jsc.sc().taskScheduler().isExecutorAlive(executor_id))
+        return bool(pyspark_private.scala_context(self.sc).taskScheduler().isExecutorAlive(executor_id))
 
     def registered(self) -> list[Executor]:
         """The active executors (not the driver) with their host and cores, from Spark's status store."""
-        jvm = self.sc._jvm
-        summaries = jvm.scala.jdk.javaapi.CollectionConverters.asJava(self.sc._jsc.sc().statusStore().executorList(True))
+        jvm = pyspark_private.jvm(self.sc)
+        summaries = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            pyspark_private.scala_context(self.sc).statusStore().executorList(True))
         # hostPort is set once the executor's block manager has registered: until then it is not listed.
         return [Executor(str(e.id()), str(e.hostPort()).rsplit(":", 1)[0], int(e.totalCores()))
                 for e in summaries if str(e.id()) != "driver" and e.hostPort() is not None]

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from . import pyspark_private
 from .datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from .temp_dirs import own_temp_dir_while
 
@@ -193,7 +194,7 @@ def located_frame(spark: Any, executors: list[Executor]) -> Any:
     preferring that executor."""
     from pyspark.sql import DataFrame
 
-    jvm = spark.sparkContext._jvm
+    jvm = pyspark_private.jvm(spark.sparkContext)
     to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
     items = jvm.java.util.ArrayList()
     for executor in executors:
@@ -202,8 +203,8 @@ def located_frame(spark: Any, executors: list[Executor]) -> Any:
         for _ in range(max(1, executor.cores)):
             items.add(jvm.scala.Tuple2(executor.id, to_seq(where)))
     class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("java.lang.String"))
-    rdd = spark.sparkContext._jsc.sc().makeRDD(to_seq(items), class_tag)
-    jdf = spark._jsparkSession.createDataset(rdd, jvm.org.apache.spark.sql.Encoders.STRING()).toDF()
+    rdd = pyspark_private.scala_context(spark.sparkContext).makeRDD(to_seq(items), class_tag)
+    jdf = pyspark_private.java_session(spark).createDataset(rdd, jvm.org.apache.spark.sql.Encoders.STRING()).toDF()
     return DataFrame(jdf, spark).withColumnRenamed("value", "target")
 
 
@@ -211,12 +212,10 @@ def run_warmup(spark: Any, executors: list[Executor], cfg: Any = None) -> list[W
     """Run the warm-up write on `executors` (for the write path of `cfg`, when given) and return each task's
     report. Called from the executor_scaler's thread; the job is tagged with its own group so the UI and logs
     tell it apart."""
-    from pyspark.sql import SparkSession
-
     # Spark looks a Python data source up in the *active* session of the calling JVM thread; this runs on the
     # scaler's thread, where that is not `spark` (measured on the test bed: DATA_SOURCE_NOT_FOUND right after
     # registering it), so make it the active one here.
-    SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+    pyspark_private.set_active_session(spark)
     spark.dataSource.register(WarmUpDataSource)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, JOB_DESCRIPTION + ", ".join(e.id for e in executors), interruptOnCancel=True)

@@ -18,7 +18,9 @@ JVMs with the archive; `-Xshare:auto` makes a stale, foreign or missing archive 
 class loading, never a failed start.
 
 This file runs as a plain script too (`python jvm_cds.py PATH`), so an image build can make its archive before
-the package is installed, in a layer that depends only on the JDK, the Spark jars and this file.
+the package is installed, in a layer that depends only on the JDK, the Spark jars and this file with the three
+beside it that it imports (the package's `__init__.py`, `pyspark_private.py`, the fence of the PySpark private
+APIs it uses, and `private_api.py`): as a script it imports its package from the directory above it.
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
+
+if not __package__:  # a plain script (`python .../handoff_spark/jvm_cds.py`): its package is the folder it is in
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ENV = "HANDOFF_SPARK_CDS_ARCHIVE"
 OFF = ("", "0", "off", "none", "false")
@@ -39,9 +44,9 @@ def java_options(existing: str | None, archive: str) -> str:
 
 def spark_jars_dir() -> Path:
     """The jars spark-submit puts on the JVM's class path (pyspark's own Spark, or SPARK_HOME's)."""
-    from pyspark.find_spark_home import _find_spark_home
+    from handoff_spark.pyspark_private import spark_home
 
-    return Path(_find_spark_home()) / "jars"
+    return Path(spark_home()) / "jars"
 
 
 def cache_key() -> str:
@@ -94,6 +99,8 @@ def create(path: str) -> None:
     from pyspark.sql.datasource import (DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition,
                                         WriterCommitMessage)
 
+    from handoff_spark.pyspark_private import gateway_process
+
     class Reader(DataSourceStreamReader):
         def initialOffset(self) -> dict:
             return {"o": 0}
@@ -143,7 +150,7 @@ def create(path: str) -> None:
         query = (spark.readStream.format("handoff-cds-training").load().writeStream.format("handoff-cds-training")
                  .option("checkpointLocation", ck).trigger(availableNow=True).start())
         query.awaitTermination(300)
-    jvm = spark.sparkContext._gateway.proc  # the JVM writes the archive as it exits: wait for that
+    jvm = gateway_process(spark.sparkContext)  # the JVM writes the archive as it exits: wait for that
     spark.stop()
     jvm.stdin.close()  # PySpark's JVM exits when its stdin closes
     jvm.wait(600)

@@ -29,18 +29,6 @@ _module: Any = None
 _load_error: str | None = None
 
 
-def _librdkafka_path() -> str:
-    """The librdkafka confluent-kafka loaded (its wheel's bundled copy, or the system's it was built against)."""
-    import confluent_kafka.cimpl  # noqa: F401 - maps the library into the process
-
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.rstrip("\n").split(None, 5)[-1]
-            if "/librdkafka" in path and ".so" in path:
-                return path
-    raise ImportError("confluent-kafka's librdkafka is not mapped in this process")
-
-
 def module() -> Any:
     """`_kafka_native`, bound to confluent-kafka's librdkafka; None when it cannot load (`load_error()` says why)."""
     global _module, _load_error
@@ -48,7 +36,9 @@ def module() -> Any:
         try:
             from handoff_spark import _kafka_native
 
-            _kafka_native.load(_librdkafka_path())
+            from .confluent_kafka_private import librdkafka_path
+
+            _kafka_native.load(librdkafka_path())
             _module = _kafka_native
         except ImportError as e:
             _load_error = str(e)

@@ -621,6 +621,8 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     from confluent_kafka import KafkaError, KafkaException
 
+    from .confluent_kafka_private import AUTO_OFFSET_RESET, PARTITION_EOF
+
     conf = reader_conf(opts)
     factory = kafka_native.consumer_factory(conf)
     with kafka_readers.consumer(conf, [rng.topic], factory) as consumer:
@@ -638,9 +640,9 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             n_batch = max(1, min(opts.consume_batch, end - position))
             got = fetch(n_batch, end)
             for code, offset, err in got.errors:
-                if code == KafkaError._PARTITION_EOF:
+                if code == PARTITION_EOF:
                     position = max(position, offset)
-                elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                elif code in (AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     raise OffsetOutOfRange(rng.topic, rng.partition, rng.start, None)
                 elif not err.retriable():
                     raise KafkaException(err)

@@ -131,7 +131,9 @@ def main() -> None:
         preload()
     import gc
 
-    from pyspark.daemon import manager
+    from handoff_spark.pyspark_private import daemon_manager
+
+    manager = daemon_manager()
 
     # Objects imported above live as long as the daemon: move them out of the collector's view so the
     # `gc.collect()` PySpark runs after each task does not touch (and un-share) their pages in every worker.
