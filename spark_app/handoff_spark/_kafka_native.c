@@ -8,12 +8,25 @@
  *
  * The librdkafka used is confluent-kafka's own (its wheel's bundled library, already loaded): `load(path)` opens
  * it and looks up the functions below, so the process has one librdkafka whatever this module was compiled
- * against (Debian's librdkafka-dev headers: only the types and the function signatures, stable across 2.x).
+ * against (Debian's librdkafka-dev headers). Compiled against one version and bound to another, the code is only
+ * right while the bound library's ABI is the one the headers declare: the functions' signatures, and the layout
+ * of the two structs it reads and writes itself (`rd_kafka_message_t`: err, payload, len, key, key_len, offset;
+ * `rd_kafka_topic_partition_list_t` and its `rd_kafka_topic_partition_t` elements: cnt, size, elems, topic,
+ * partition, offset). librdkafka keeps that ABI within a major version, but nothing enforced it here, and a
+ * wrong layout reads wrong memory silently. So nothing reads a record until Python has checked the binding
+ * (`kafka_native.module()`): `load` returns the bound library's `rd_kafka_version()` (compared with
+ * `HEADER_VERSION`, the headers' RD_KAFKA_VERSION) and the functions it lacks; `layout_problems()` has the bound
+ * library itself fill each struct (a partition list it allocates and sets; a message it makes, purges and
+ * delivers to a callback, with no broker) and compares every field read through this file's compiled layout
+ * with what was put in; `enable()` then lets Readers be made. On any mismatch Python uses confluent-kafka's
+ * reader instead.
  * The decisions (end of range, errors, transaction markers) stay in Python: `kafka_native.py`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <string.h>
 #include <librdkafka/rdkafka.h>
 
@@ -26,27 +39,201 @@
     X(rd_kafka_topic_partition_list_new) X(rd_kafka_topic_partition_list_add)                         \
     X(rd_kafka_topic_partition_list_destroy) X(rd_kafka_assign) X(rd_kafka_assignment)                \
     X(rd_kafka_position) X(rd_kafka_consumer_close) X(rd_kafka_topic_new) X(rd_kafka_topic_destroy)   \
-    X(rd_kafka_metadata) X(rd_kafka_metadata_destroy)
+    X(rd_kafka_metadata) X(rd_kafka_metadata_destroy)                                                  \
+    /* the layout probe's */                                                                          \
+    X(rd_kafka_topic_partition_list_set_offset) X(rd_kafka_conf_set_dr_msg_cb) X(rd_kafka_produce)    \
+    X(rd_kafka_purge) X(rd_kafka_poll)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
+static __typeof__(rd_kafka_version) *p_rd_kafka_version;
 
-static int loaded = 0;
+static void *lib = NULL;      /* the bound library, once load() has opened it */
+static PyObject *bound = NULL; /* load()'s result: (rd_kafka_version(), names of the functions it lacks) */
+static int functions_found = 0; /* every function in FUNCS was found */
+static int loaded = 0;          /* enable(): Python checked the binding; Readers may be made */
 
 /* By default at most this many key + value bytes per batch returned, so that Arrow's 32-bit binary offsets always
  * hold it; records past it stay pending for the next call. */
 #define MAX_BATCH_BYTES (256LL << 20)
 
+/* load(path) -> (rd_kafka_version(), (names of the functions it lacks, ...)): binds this module to the librdkafka
+ * at `path` (once per process; later calls return the first result). Reads nothing of its structs. */
 static PyObject *load(PyObject *Py_UNUSED(self), PyObject *args) {
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
-    if (loaded) Py_RETURN_NONE;
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (bound != NULL) return Py_NewRef(bound);
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) return PyErr_Format(PyExc_ImportError, "cannot open %s: %s", path, dlerror());
+    p_rd_kafka_version = (__typeof__(rd_kafka_version) *)dlsym(lib, "rd_kafka_version");
+    if (p_rd_kafka_version == NULL) {
+        dlclose(lib);
+        lib = NULL;
+        return PyErr_Format(PyExc_ImportError, "%s has no rd_kafka_version: not a librdkafka", path);
+    }
+    PyObject *missing = PyList_New(0);
+    if (missing == NULL) return NULL;
+    functions_found = 1;
 #define LOOKUP(name)                                                                                  \
     p_##name = (__typeof__(name) *)dlsym(lib, #name);                                                 \
-    if (p_##name == NULL) return PyErr_Format(PyExc_ImportError, "%s has no %s", path, #name);
+    if (p_##name == NULL) {                                                                           \
+        functions_found = 0;                                                                          \
+        PyObject *n = PyUnicode_FromString(#name);                                                    \
+        if (n == NULL || PyList_Append(missing, n) < 0) {                                             \
+            Py_XDECREF(n);                                                                            \
+            Py_DECREF(missing);                                                                       \
+            return NULL;                                                                              \
+        }                                                                                             \
+        Py_DECREF(n);                                                                                 \
+    }
     FUNCS(LOOKUP)
+    bound = Py_BuildValue("(iN)", p_rd_kafka_version(), PyList_AsTuple(missing));
+    Py_DECREF(missing);
+    return bound == NULL ? NULL : Py_NewRef(bound);
+}
+
+/* The layout probe's message: what the bound library handed its delivery callback, field by field as this file's
+ * compiled `rd_kafka_message_t` reads them (copied in the callback: the message lives only during it). */
+static struct {
+    int calls;
+    rd_kafka_resp_err_t err;
+    int32_t partition;
+    void *payload, *key, *private_;
+    size_t len, key_len;
+    int64_t offset;
+    char key_bytes[16];
+} probe_msg;
+
+static char probe_payload[] = "payload"; /* 7 bytes, produced without RD_KAFKA_MSG_F_COPY: the message points here */
+static char probe_key[] = "key-5";
+
+static void probe_delivered(rd_kafka_t *Py_UNUSED(rk), const rd_kafka_message_t *m, void *Py_UNUSED(opaque)) {
+    probe_msg.calls++;
+    probe_msg.err = m->err;
+    probe_msg.partition = m->partition;
+    probe_msg.payload = m->payload;
+    probe_msg.len = m->len;
+    probe_msg.key = m->key;
+    probe_msg.key_len = m->key_len;
+    probe_msg.offset = m->offset;
+    probe_msg.private_ = m->_private;
+    /* the key's bytes only where the fields before it read back right, so no wild pointer is followed */
+    if (m->payload == probe_payload && m->len == 7 && m->key != NULL && m->key_len == 5)
+        memcpy(probe_msg.key_bytes, m->key, m->key_len);
+}
+
+static int problem(PyObject *problems, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    PyObject *text = PyUnicode_FromFormatV(format, args);
+    va_end(args);
+    if (text == NULL) return -1;
+    int rc = PyList_Append(problems, text);
+    Py_DECREF(text);
+    return rc;
+}
+
+#define PROBE_TOPIC "handoff-layout-probe"
+
+/* rd_kafka_topic_partition_list_t and rd_kafka_topic_partition_t: a list the bound library allocates (room for 8)
+ * and fills (two elements, an offset set by its own function), read back through the compiled layout. Pointer
+ * facts are compared before anything is read through them. */
+static int probe_partition_list(PyObject *problems) {
+    rd_kafka_topic_partition_list_t *list = p_rd_kafka_topic_partition_list_new(8);
+    if (list == NULL) return problem(problems, "rd_kafka_topic_partition_list_new(8) returned NULL");
+    rd_kafka_topic_partition_t *a = p_rd_kafka_topic_partition_list_add(list, PROBE_TOPIC, 7);
+    rd_kafka_topic_partition_t *b = p_rd_kafka_topic_partition_list_add(list, PROBE_TOPIC, 8);
+    int rc = 0;
+    if (list->cnt != 2 || list->size < 2)
+        rc = problem(problems, "rd_kafka_topic_partition_list_t: cnt=%d size=%d after 2 adds (cnt, size moved)",
+                     list->cnt, list->size);
+    else if (list->elems != a || (char *)b - (char *)a != (ptrdiff_t)sizeof(rd_kafka_topic_partition_t))
+        rc = problem(problems, "rd_kafka_topic_partition_t: elements %zd bytes apart, compiled size %zu "
+                     "(elems or the element size moved)", (Py_ssize_t)((char *)b - (char *)a),
+                     sizeof(rd_kafka_topic_partition_t));
+    else if (a->partition != 7 || b->partition != 8)
+        rc = problem(problems, "rd_kafka_topic_partition_t.partition reads %d, %d for 7, 8", (int)a->partition,
+                     (int)b->partition);
+    else if (b->topic == NULL || strcmp(b->topic, PROBE_TOPIC) != 0)
+        rc = problem(problems, "rd_kafka_topic_partition_t.topic does not read back");
+    else if (p_rd_kafka_topic_partition_list_set_offset(list, PROBE_TOPIC, 8, 1234567890123LL) !=
+                 RD_KAFKA_RESP_ERR_NO_ERROR || b->offset != 1234567890123LL || a->offset != RD_KAFKA_OFFSET_INVALID)
+        rc = problem(problems, "rd_kafka_topic_partition_t.offset reads %lld, %lld for %lld, 1234567890123",
+                     (long long)a->offset, (long long)b->offset, (long long)RD_KAFKA_OFFSET_INVALID);
+    p_rd_kafka_topic_partition_list_destroy(list);
+    return rc;
+}
+
+/* rd_kafka_message_t: a message the bound library makes from known values (a producer with no broker: nothing
+ * leaves the process), purged from its queue and handed to the delivery callback, read back field by field. */
+static int probe_message(PyObject *problems) {
+    static int opaque_marker;
+    char errstr[512];
+    memset(&probe_msg, 0, sizeof probe_msg);
+    rd_kafka_conf_t *conf = p_rd_kafka_conf_new();
+    /* log_level 0: no "no bootstrap.servers" warning from a client that is never meant to connect */
+    if (p_rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof errstr) != RD_KAFKA_CONF_OK) {
+        p_rd_kafka_conf_destroy(conf);
+        return problem(problems, "the probe's producer: log_level: %s", errstr);
+    }
+    p_rd_kafka_conf_set_dr_msg_cb(conf, probe_delivered);
+    rd_kafka_t *rk = p_rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        p_rd_kafka_conf_destroy(conf);
+        return problem(problems, "the probe's producer: %s", errstr);
+    }
+    int rc = 0;
+    rd_kafka_topic_t *rkt = p_rd_kafka_topic_new(rk, PROBE_TOPIC, NULL);
+    if (rkt == NULL) {
+        rc = problem(problems, "the probe's producer: cannot make a topic handle");
+    } else if (p_rd_kafka_produce(rkt, 5, 0, probe_payload, 7, probe_key, 5, &opaque_marker) != 0) {
+        rc = problem(problems, "the probe's producer: rd_kafka_produce failed: %s",
+                     p_rd_kafka_err2str(p_rd_kafka_last_error()));
+    } else {
+        p_rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE);
+        for (int i = 0; i < 100 && probe_msg.calls == 0; i++) p_rd_kafka_poll(rk, 100);
+        if (probe_msg.calls != 1)
+            rc = problem(problems, "rd_kafka_message_t: the purged message was delivered %d times, not once",
+                         probe_msg.calls);
+        else if (probe_msg.err != RD_KAFKA_RESP_ERR__PURGE_QUEUE)
+            rc = problem(problems, "rd_kafka_message_t.err reads %d for %d", (int)probe_msg.err,
+                         (int)RD_KAFKA_RESP_ERR__PURGE_QUEUE);
+        else if (probe_msg.payload != probe_payload || probe_msg.len != 7)
+            rc = problem(problems, "rd_kafka_message_t.payload/len do not read back");
+        else if (probe_msg.key_len != 5 || probe_msg.key == NULL || memcmp(probe_msg.key_bytes, probe_key, 5) != 0)
+            rc = problem(problems, "rd_kafka_message_t.key/key_len do not read back");
+        else if (probe_msg.partition != 5 || probe_msg.offset != RD_KAFKA_OFFSET_INVALID ||
+                 probe_msg.private_ != &opaque_marker)
+            rc = problem(problems, "rd_kafka_message_t.partition/offset/_private read %d, %lld, %s",
+                         (int)probe_msg.partition, (long long)probe_msg.offset,
+                         probe_msg.private_ == &opaque_marker ? "right" : "wrong");
+    }
+    if (rkt != NULL) p_rd_kafka_topic_destroy(rkt);
+    Py_BEGIN_ALLOW_THREADS
+    p_rd_kafka_destroy(rk);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* layout_problems() -> [what does not read back, ...]: empty when the bound library's structs are laid out as
+ * this file was compiled to read them. */
+static PyObject *layout_problems(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(unused)) {
+    if (!functions_found) {
+        PyErr_SetString(PyExc_RuntimeError, "layout_problems() needs load() to have found every function");
+        return NULL;
+    }
+    PyObject *problems = PyList_New(0);
+    if (problems == NULL) return NULL;
+    if (probe_partition_list(problems) < 0 || probe_message(problems) < 0) Py_CLEAR(problems);
+    return problems;
+}
+
+/* enable(): Readers may be made (kafka_native.module() calls it once the binding passed its checks). */
+static PyObject *enable(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(unused)) {
+    if (!functions_found) {
+        PyErr_SetString(PyExc_RuntimeError, "enable() needs load() to have found every function");
+        return NULL;
+    }
     loaded = 1;
     Py_RETURN_NONE;
 }
@@ -92,7 +279,8 @@ static int reader_init(Reader *r, PyObject *args, PyObject *Py_UNUSED(kwds)) {
     r->max_bytes = MAX_BATCH_BYTES;
     if (!PyArg_ParseTuple(args, "O!|nL", &PyDict_Type, &conf_dict, &r->cap, &r->max_bytes)) return -1;
     if (!loaded) {
-        PyErr_SetString(PyExc_RuntimeError, "_kafka_native.load() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "the librdkafka binding was not checked: kafka_native.module() loads, "
+                                            "checks and enables it");
         return -1;
     }
     if (r->cap <= 0) r->cap = 10000;
@@ -414,7 +602,11 @@ static PyTypeObject ReaderType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"load", load, METH_VARARGS, "load(path): use the librdkafka at path (confluent-kafka's)"},
+    {"load", load, METH_VARARGS,
+     "load(path) -> (rd_kafka_version(), missing function names): bind to the librdkafka at path (confluent-kafka's)"},
+    {"layout_problems", layout_problems, METH_NOARGS,
+     "layout_problems() -> [str]: the structs this module reads, as the bound library fills them; [] when right"},
+    {"enable", enable, METH_NOARGS, "enable(): allow Readers (after kafka_native.module()'s checks passed)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -426,6 +618,10 @@ PyMODINIT_FUNC PyInit__kafka_native(void) {
     if (m == NULL) return NULL;
     KafkaError = PyErr_NewException("handoff_spark._kafka_native.KafkaError", NULL, NULL);
     if (KafkaError == NULL || PyModule_AddObjectRef(m, "KafkaError", KafkaError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "HEADER_VERSION", RD_KAFKA_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -10,44 +10,124 @@ the process), so both readers are the same client, with the same configuration k
 Which reader: `HANDOFF_KAFKA_READER=native` (the default; the package does not install without the extension) or
 `python` (confluent-kafka's `Consumer`: for comparison, and a way out should the native reader misbehave). A configuration with a value that is not a
 plain string, number or boolean (a callback, which only confluent-kafka's wrapper understands) always uses
-confluent-kafka's consumer. `native` where the extension cannot load is an error, not a silent fallback.
+confluent-kafka's consumer. `native` where the extension cannot load is an error, not a silent fallback: the
+package was installed without a working build of it.
+
+The librdkafka guard. The extension is compiled against one librdkafka's headers (Debian's librdkafka-dev) and bound
+at run time to another (the copy inside confluent-kafka's wheel), and it reads two of librdkafka's structs itself:
+a mismatch would read wrong memory silently. So `module()` checks the binding before the first Reader is made
+(`librdkafka_incompatibility`, a pure function of what it measured):
+* the bound library's `rd_kafka_version()` has the headers' major version and is not older than the headers
+  (librdkafka keeps its ABI backward compatible within a major version: a newer library serves code built against
+  older headers, never the reverse; an older one may lack what the headers declare);
+* it has every function the extension calls;
+* the structs read back right: the bound library fills a partition list and a message with known values, and
+  every field the extension reads is read through its compiled layout and compared (`_kafka_native.c`).
+Checked: Debian's librdkafka-dev 2.0.2 headers against confluent-kafka 2.16.1's bundled librdkafka 2.16.0 and
+Debian's own librdkafka 2.0.2 (tests/unit/test_kafka_native_guard.py; docs/design/data-plane-contract.md).
+On any mismatch the process reads with confluent-kafka's `Consumer`, the same results at more CPU, and logs one
+warning line naming both versions and the fix. `HANDOFF_KAFKA_READER=native` does not override that: the
+variable chooses between readers that work, and a mismatched native reader could only corrupt data; nor is it
+an error, because the Python reader is correct, and a confluent-kafka upgrade must not stop a hand-off.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 #: `HANDOFF_KAFKA_READER`: `native` (default) or `python`.
 READER_ENV = "HANDOFF_KAFKA_READER"
 
 _module: Any = None
 _load_error: str | None = None
+_mismatch: str | None = None
+
+
+def version_text(version: int) -> str:
+    """librdkafka's version integer (0xMMmmrrxx, xx 0xff for a release) as text: 0x020002ff -> 2.0.2."""
+    text = f"{version >> 24 & 0xFF}.{version >> 16 & 0xFF}.{version >> 8 & 0xFF}"
+    return text if version & 0xFF == 0xFF else f"{text}-pre{version & 0xFF}"
+
+
+def version_incompatibility(header: int, bound: int) -> str | None:
+    """Why a library of version `bound` cannot serve code compiled against headers of version `header` (None when
+    it can): another major version, or older than the headers (the module's docstring says why)."""
+    if bound >> 24 != header >> 24:
+        return "another major version"
+    if bound < header:
+        return "older than the headers"
+    return None
+
+
+def librdkafka_incompatibility(header: int, bound: int, problems: Sequence[str]) -> str | None:
+    """Whether the native reader may run: None, or why not. `header`: RD_KAFKA_VERSION of the headers the
+    extension was compiled with; `bound`: `rd_kafka_version()` of the library it is bound to; `problems`:
+    functions the bound library lacks and fields that did not read back (`_kafka_native.layout_problems()`)."""
+    reason = version_incompatibility(header, bound)
+    if reason is None and problems:
+        reason = "; ".join(problems)
+    return reason
+
+
+def mismatch_warning(header: int, bound: int, reason: str) -> str:
+    """The one line a process logs when it reads with the Python reader because of `reason`."""
+    return (f"native Kafka reader off, reading with confluent-kafka's Consumer (same results, more CPU): "
+            f"handoff_spark._kafka_native was compiled against librdkafka {version_text(header)} headers but "
+            f"confluent-kafka's librdkafka is {version_text(bound)}: {reason}. To read natively, reinstall "
+            f"handoff-operator with librdkafka {version_text(bound)}'s headers installed (the extension is "
+            f"compiled from them); to choose the Python reader and not see this, set {READER_ENV}=python")
+
+
+def _bind(native: Any, path: str) -> str | None:
+    """Bind `native` to the librdkafka at `path` and check it; enables it and returns None, or returns why not."""
+    bound, missing = native.load(path)
+    problems = [f"it has no {name}()" for name in missing]
+    if not problems and version_incompatibility(native.HEADER_VERSION, bound) is None:
+        problems = list(native.layout_problems())  # calls into the library: only once its version passed
+    reason = librdkafka_incompatibility(native.HEADER_VERSION, bound, problems)
+    if reason is None:
+        native.enable()
+    else:
+        log.warning(mismatch_warning(native.HEADER_VERSION, bound, reason))
+    return reason
 
 
 def module() -> Any:
-    """`_kafka_native`, bound to confluent-kafka's librdkafka; None when it cannot load (`load_error()` says why)."""
-    global _module, _load_error
-    if _module is None and _load_error is None:
+    """`_kafka_native`, bound to confluent-kafka's librdkafka and checked; None when it cannot load (`load_error()`
+    says why) or does not match that librdkafka (`mismatch()` says why; warned once)."""
+    global _module, _load_error, _mismatch
+    if _module is None and _load_error is None and _mismatch is None:
         try:
             from handoff_spark import _kafka_native
 
             from .confluent_kafka_private import librdkafka_path
 
-            _kafka_native.load(librdkafka_path())
-            _module = _kafka_native
+            _mismatch = _bind(_kafka_native, librdkafka_path())
+            if _mismatch is None:
+                _module = _kafka_native
         except ImportError as e:
             _load_error = str(e)
     return _module
 
 
 def load_error() -> str | None:
+    """Why the extension cannot load at all (a broken installation), or None."""
     module()
     return _load_error
+
+
+def mismatch() -> str | None:
+    """Why the extension does not match confluent-kafka's librdkafka (the process reads with Python), or None."""
+    module()
+    return _mismatch
 
 
 def native_conf(conf: Mapping[str, Any]) -> dict[str, str] | None:
@@ -73,6 +153,8 @@ def use_native(conf: Mapping[str, Any]) -> bool:
     if native_conf(conf) is None:
         return False
     if module() is None:
+        if _mismatch is not None:  # warned once when it was found; the Python reader is correct
+            return False
         raise RuntimeError(f"{READER_ENV}=native but handoff_spark._kafka_native cannot load ({_load_error}); "
                            f"reinstall the package with a C compiler and librdkafka's headers, or set "
                            f"{READER_ENV}=python")

@@ -34,7 +34,7 @@ def test_the_native_reader_is_the_default_and_drives_confluent_kafkas_own_librdk
     monkeypatch.delenv(kafka_native.READER_ENV, raising=False)
     topic = new_topic(kafka)
     opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap})
-    assert kafka_native.load_error() is None
+    assert kafka_native.load_error() is None and kafka_native.mismatch() is None
     assert kafka_native.consumer_factory(reader_conf(opts)) is kafka_native.NativeConsumer
     p = Producer({"bootstrap.servers": kafka.bootstrap})
     p.produce(topic, b"one")
