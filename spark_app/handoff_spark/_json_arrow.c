@@ -10,11 +10,12 @@
  * fields hold a JSON null or a value of the column's own JSON type (long: an integer that fits int64; double:
  * any number that is finite and in range; boolean: true/false; string: a string, escapes decoded, UTF-8
  * checked). Anything else -- a value that is not one object, a duplicate declared field, a field of another
- * type, an undeclared field when they are not ignored, an escape in a field name, nesting deeper than 64 --
- * makes it return None, and the caller decodes the batch as it did before (decode.py), which yields the same
- * rows, dead letters or errors as always. Required fields and type conversions (timestamps, dates) are the
- * caller's. `one_object_each` tells the caller whether pyarrow's newline-framed reader may have the batch then,
- * or only the per-record path. */
+ * type, an undeclared field when they are not ignored, an escape in a field name, nesting deeper than the
+ * caller's limit (`max_depth`: containers enclosing one another, the record's own object counting as 1, the same
+ * measure as decode.py's `schema.limits.maxDepth`, at most MAX_DEPTH) -- makes it return None, and the caller
+ * decodes the batch as it did before (decode.py), which yields the same rows, dead letters or errors as always.
+ * Required fields and type conversions (timestamps, dates) are the caller's. `one_object_each` tells the caller
+ * whether pyarrow's newline-framed reader may have the batch then, or only the per-record path. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -26,7 +27,8 @@
 
 enum { K_LONG = 0, K_DOUBLE = 1, K_STRING = 2, K_BOOL = 3 };
 #define MAX_COLUMNS 64
-#define MAX_DEPTH 64
+/* The deepest nesting a caller may allow: bounds skip()'s recursion (a few dozen bytes of stack a level). */
+#define MAX_DEPTH 512
 
 typedef struct {
     int kind;
@@ -41,6 +43,7 @@ typedef struct {
 
 typedef struct {
     const unsigned char *p, *end;
+    int max_depth; /* containers allowed to enclose one another, the record's own object included */
 } Cur;
 
 static locale_t c_locale;
@@ -322,11 +325,12 @@ static int string(Cur *c, Col *col) {
     return 0;
 }
 
-/* Any JSON value, checked and skipped (an undeclared field's). */
+/* Any JSON value, checked and skipped (an undeclared field's). `depth`: the containers enclosing it; a container
+ * opened here is at level depth + 1, declined past c->max_depth. */
 static int skip(Cur *c, int depth) {
     const unsigned char *s;
     int integral;
-    if (depth > MAX_DEPTH || c->p >= c->end)
+    if (c->p >= c->end)
         return 0;
     switch (*c->p) {
     case '"': return string(c, NULL);
@@ -335,6 +339,8 @@ static int skip(Cur *c, int depth) {
     case 'n': return lit(c, "null", 4);
     case '{':
     case '[': {
+        if (depth + 1 > c->max_depth)
+            return 0;
         unsigned char close = *c->p == '{' ? '}' : ']';
         c->p++;
         ws(c);
@@ -482,9 +488,9 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer offs, data;
     Py_ssize_t first, n;
     PyObject *names, *kinds;
-    int ignore_unknown;
-    if (!PyArg_ParseTuple(args, "y*y*nnO!O!p", &offs, &data, &first, &n, &PyTuple_Type, &names, &PyTuple_Type,
-                          &kinds, &ignore_unknown))
+    int ignore_unknown, max_depth;
+    if (!PyArg_ParseTuple(args, "y*y*nnO!O!pi", &offs, &data, &first, &n, &PyTuple_Type, &names, &PyTuple_Type,
+                          &kinds, &ignore_unknown, &max_depth))
         return NULL;
     PyObject *result = NULL;
     Col cols[MAX_COLUMNS];
@@ -492,8 +498,8 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t ncols = PyTuple_GET_SIZE(names);
     memset(cols, 0, sizeof cols);
     if (first < 0 || n < 0 || offs.len < (first + n + 1) * 4 || ncols > MAX_COLUMNS ||
-        ncols != PyTuple_GET_SIZE(kinds)) {
-        PyErr_SetString(PyExc_ValueError, "decode: offsets, rows or columns out of range");
+        ncols != PyTuple_GET_SIZE(kinds) || max_depth < 1 || max_depth > MAX_DEPTH) {
+        PyErr_SetString(PyExc_ValueError, "decode: offsets, rows, columns or max_depth out of range");
         goto done;
     }
     const int32_t *off = (const int32_t *)offs.buf + first;
@@ -531,7 +537,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     for (Py_ssize_t i = 0; i < n && ok; i++) {
         /* Offsets are checked row by row (a malformed array is declined, never read past its data). */
         ok = off[i] <= off[i + 1] && off[i + 1] <= off[n];
-        Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1]};
+        Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1], max_depth};
         ok = ok && row(&c, cols, (int)ncols, i, ignore_unknown);
     }
     Py_END_ALLOW_THREADS
@@ -570,17 +576,19 @@ done:
     return result;
 }
 
-/* one_object_each(offsets, data, first, rows) -> bool: whether every value is exactly one well-formed JSON object
- * (surrounding whitespace allowed). What makes newline framing safe for pyarrow's reader: a value holding two
- * objects and another holding none would otherwise shift fields into the wrong rows. */
+/* one_object_each(offsets, data, first, rows, max_depth) -> bool: whether every value is exactly one well-formed
+ * JSON object (surrounding whitespace allowed) nested no deeper than max_depth. What makes newline framing safe
+ * for pyarrow's reader: a value holding two objects and another holding none would otherwise shift fields into the
+ * wrong rows; and pyarrow's reader has no depth limit of its own. */
 static PyObject *one_object_each(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer offs, data;
     Py_ssize_t first, n;
-    if (!PyArg_ParseTuple(args, "y*y*nn", &offs, &data, &first, &n))
+    int max_depth;
+    if (!PyArg_ParseTuple(args, "y*y*nni", &offs, &data, &first, &n, &max_depth))
         return NULL;
     int ok = 1;
-    if (first < 0 || n < 0 || offs.len < (first + n + 1) * 4) {
-        PyErr_SetString(PyExc_ValueError, "one_object_each: offsets or rows out of range");
+    if (first < 0 || n < 0 || offs.len < (first + n + 1) * 4 || max_depth < 1 || max_depth > MAX_DEPTH) {
+        PyErr_SetString(PyExc_ValueError, "one_object_each: offsets, rows or max_depth out of range");
         ok = -1;
     } else {
         const int32_t *off = (const int32_t *)offs.buf + first;
@@ -594,7 +602,8 @@ static PyObject *one_object_each(PyObject *Py_UNUSED(self), PyObject *args) {
                     ok = 0;
                     break;
                 }
-                Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1]};
+                Cur c = {(const unsigned char *)data.buf + off[i], (const unsigned char *)data.buf + off[i + 1],
+                         max_depth};
                 ws(&c);
                 ok = c.p < c.end && *c.p == '{' && skip(&c, 0);
                 ws(&c);
@@ -610,10 +619,12 @@ static PyObject *one_object_each(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(offsets, data, first, rows, names, kinds, ignore_unknown) -> [(validity|None, values, data|None)] "
+     "decode(offsets, data, first, rows, names, kinds, ignore_unknown, max_depth) -> [(validity|None, values, "
+     "data|None)] "
      "per column, or None when a value is outside what this parser takes (the caller then decodes as before)."},
     {"one_object_each", one_object_each, METH_VARARGS,
-     "one_object_each(offsets, data, first, rows) -> whether every value is exactly one well-formed JSON object."},
+     "one_object_each(offsets, data, first, rows, max_depth) -> whether every value is exactly one well-formed JSON "
+     "object nested no deeper than max_depth."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_json_arrow", NULL, -1, methods};
@@ -624,6 +635,7 @@ PyMODINIT_FUNC PyInit__json_arrow(void) {
         return PyErr_NoMemory();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "LONG", K_LONG) || PyModule_AddIntConstant(m, "DOUBLE", K_DOUBLE) ||
+              PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) ||
               PyModule_AddIntConstant(m, "STRING", K_STRING) || PyModule_AddIntConstant(m, "BOOL", K_BOOL))) {
         Py_DECREF(m);
         return NULL;

@@ -34,6 +34,30 @@ class Column(_Model):
     doc: str | None = None
 
 
+#: Defaults of `RecordLimits` (the CR's `spec.schema.limits` repeats them).
+DEFAULT_MAX_DEPTH = 64
+DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
+#: The deepest nesting a limit may allow: Python's JSON parser recurses once a level within the interpreter's
+#: recursion limit (1,000 frames, a Spark worker already uses some), and the C decoder's bound is the same.
+MAX_DEPTH_LIMIT = 512
+MAX_VALUE_BYTES_LIMIT = 256 * 1024 * 1024
+
+
+class RecordLimits(_Model):
+    """What one record may be before it is a dead letter (reason `too-deep` / `too-large`), whatever it holds.
+
+    Why explicit limits: a single record must never stop a hand-off. Without them a value nested thousands of
+    levels deep exhausted the per-record parser's recursion and failed the whole batch on every restart. The
+    default value size keeps every row appendable to BigQuery (its Storage Write API takes at most 10 MB per
+    request)."""
+
+    max_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_DEPTH_LIMIT,
+                           description="Containers (objects, arrays) nested in one another, the value's own "
+                                       "object counting as 1.")
+    max_value_bytes: int = Field(default=DEFAULT_MAX_VALUE_BYTES, ge=1, le=MAX_VALUE_BYTES_LIMIT,
+                                 description="Bytes of one record's value.")
+
+
 class SchemaPolicy(_Model):
     """What to do when records or the table drift from the declared schema.
 
@@ -47,6 +71,7 @@ class SchemaPolicy(_Model):
     on_incompatible: Literal["halt", "deadLetter"] = "deadLetter"
     event_time_column: str | None = Field(
         default=None, description="Column holding the event time used for freshness; default: Kafka timestamp.")
+    limits: RecordLimits = Field(default_factory=RecordLimits)
 
 
 SourceFormat = Literal["json", "raw", "avro", "protobuf", "jsonSchema"]

@@ -8,8 +8,11 @@ silently" is easiest to guarantee in one place. Rules (docs/design/data-plane-co
   = ISO-8601 string (no zone ⇒ UTC) or integer epoch milliseconds; `date` = `YYYY-MM-DD`; `binary` =
   base64 string; `decimal(p,s)` = number or numeric string that fits; `float`/`double` accept integers.
 * A bad record (null value/tombstone, unparseable, not an object, required column missing/null, type
-  mismatch) becomes a dead letter under `onIncompatible=deadLetter`, or raises `SchemaIncompatible`
-  naming the column, topic/partition/offset and the fix under `halt`.
+  mismatch, over `schema.limits`: nested deeper than `maxDepth` or a value larger than `maxValueBytes`, a value
+  Arrow refuses, or anything else that fails while decoding that one record) becomes a dead letter under
+  `onIncompatible=deadLetter`, or raises `SchemaIncompatible` naming the column, topic/partition/offset and the
+  fix under `halt`. One rule: whatever a single record does, it never fails the batch (docs/design/
+  data-plane-contract.md, "One bad record").
 * Fields not declared: with `evolution=compatible` they become extra columns of the decoded table (JSON
   types: boolean, long, double, string; nested objects/arrays as their JSON text; a field mixing types
   becomes a JSON-text string column) so the sink can add them as optional table columns; fields that
@@ -33,7 +36,9 @@ import dataclasses
 import datetime as dt
 import decimal
 import json
+import math
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -44,16 +49,19 @@ import pyarrow.json as pj
 
 from . import _json_arrow
 from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
-from .config import Column, SchemaPolicy
+from .config import DEFAULT_MAX_DEPTH, Column, SchemaPolicy
 
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
 _KAFKA_SOURCE = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
                  "_kafka_timestamp": "timestamp"}
 
-Reason = Literal["null-value", "unparseable", "not-an-object", "missing-required", "type-mismatch"]
+Reason = Literal["null-value", "unparseable", "not-an-object", "missing-required", "type-mismatch", "too-large",
+                 "too-deep", "unconvertible", "record-error"]
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _INT32 = (-(2 ** 31), 2 ** 31 - 1)
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_FLOAT32_MAX = 3.4028234663852886e38
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -137,9 +145,17 @@ def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
                 raise _Mismatch(f"{v} does not fit {column_type}")
             return v
     elif column_type in ("float", "double"):
+        top = _FLOAT32_MAX if column_type == "float" else sys.float_info.max
+
         def conv(v: Any) -> Any:
             expect(isinstance(v, (int, float)) and not isinstance(v, bool), v, "number")
-            return float(v)
+            try:
+                out = float(v)
+            except OverflowError:
+                out = math.inf
+            if not -top <= out <= top:  # also NaN
+                raise _Mismatch(f"{str(v)[:60]} is out of range for {column_type}")
+            return out
     elif column_type == "boolean":
         def conv(v: Any) -> Any:
             expect(isinstance(v, bool), v, "boolean")
@@ -147,7 +163,10 @@ def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
     elif column_type in ("timestamp", "timestamptz"):
         def conv(v: Any) -> Any:
             if isinstance(v, int) and not isinstance(v, bool):
-                return dt.datetime.fromtimestamp(v / 1000, tz=dt.timezone.utc)
+                try:
+                    return _EPOCH + dt.timedelta(milliseconds=v)
+                except OverflowError:
+                    raise _Mismatch(f"{str(v)[:60]} epoch milliseconds is out of range (years 1-9999)") from None
             expect(isinstance(v, str), v, "ISO-8601 timestamp string or epoch milliseconds")
             try:
                 ts = dt.datetime.fromisoformat(v)
@@ -383,8 +402,8 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     if any(not isinstance(t, Primitive) or t.name not in _FAST_TYPES for t in (parse_type(c.type) for c in policy.columns)):
         return None  # base64/UUID/time decoding and nested values go value by value
     try:
-        lengths = pc.binary_length(values)
-        if pc.min(lengths).as_py() == 0:
+        shortest, longest = pc.min_max(pc.binary_length(values)).values()
+        if shortest.as_py() == 0 or longest.as_py() > policy.limits.max_value_bytes:
             return None
     except pa.ArrowNotImplementedError:
         return None
@@ -392,7 +411,7 @@ def _fast_path(raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     decoded = None if parsed is None else _finish(parsed, raw, policy)
     if decoded is not None:
         return decoded
-    if parsed is None and not _one_object_each(values):
+    if parsed is None and not _one_object_each(values, policy.limits.max_depth):
         return None  # newline framing could shift one record's fields into another's row
     parsed = _arrow_parse(values, policy)
     return None if parsed is None else _finish(parsed, raw, policy)
@@ -416,14 +435,15 @@ def _binary_chunks(values: pa.ChunkedArray | pa.Array) -> list[pa.Array] | None:
     return [c for c in chunks if len(c)]
 
 
-def _one_object_each(values: pa.ChunkedArray | pa.Array) -> bool:
-    """Whether every value is exactly one well-formed JSON object (`_json_arrow.one_object_each`)."""
+def _one_object_each(values: pa.ChunkedArray | pa.Array, max_depth: int = DEFAULT_MAX_DEPTH) -> bool:
+    """Whether every value is exactly one well-formed JSON object nested no deeper than `max_depth`
+    (`_json_arrow.one_object_each`)."""
     chunks = _binary_chunks(values)
     if chunks is None:
         return False
     for chunk in chunks:
         _, offsets, data = chunk.buffers()
-        if not _json_arrow.one_object_each(offsets, data or b"", chunk.offset, len(chunk)):
+        if not _json_arrow.one_object_each(offsets, data or b"", chunk.offset, len(chunk), max_depth):
             return False
     return True
 
@@ -443,7 +463,7 @@ def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> p
     for chunk in chunks:
         _, offsets, data = chunk.buffers()
         parts = _json_arrow.decode(offsets, data or b"", chunk.offset, len(chunk), names, kinds,
-                                   policy.evolution != "compatible")
+                                   policy.evolution != "compatible", policy.limits.max_depth)
         if parts is None:
             return None
         for out, kind, (valid, buf, text) in zip(columns, kinds, parts):
@@ -498,6 +518,26 @@ def _timestamps_from_text(arr: pa.ChunkedArray) -> pa.ChunkedArray | None:
 def _finish(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     """Parsed declared (and extra) columns → the decoded table; None when a required value is missing or a value
     does not convert, so that the per-record path finds and names the records."""
+    try:
+        return _finish_columns(parsed, raw, policy)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+        return None  # e.g. epoch milliseconds beyond the microsecond range: the per-record path names the record
+
+
+#: The instants and days every consumer of a row can hold (Python's datetime and date: years 1-9999); the
+#: per-record converters refuse others, so the fast tiers leave a batch holding any to them.
+_TS_RANGE = (pa.scalar(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc), pa.timestamp("us", tz="UTC")),
+             pa.scalar(dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc),
+                       pa.timestamp("us", tz="UTC")))
+_DATE_RANGE = (pa.scalar(dt.date(1, 1, 1), pa.date32()), pa.scalar(dt.date(9999, 12, 31), pa.date32()))
+
+
+def _within(arr: pa.ChunkedArray | pa.Array, bounds: tuple[pa.Scalar, pa.Scalar]) -> bool:
+    low, high = pc.min_max(arr).values()
+    return not low.is_valid or (pc.greater_equal(low, bounds[0]).as_py() and pc.less_equal(high, bounds[1]).as_py())
+
+
+def _finish_columns(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     declared = {c.name: c for c in policy.columns}
     columns: dict[str, Any] = {}
     for name, col in declared.items():
@@ -505,9 +545,8 @@ def _finish(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table |
         if col.required and arr.null_count:
             return None
         if col.type == "date":
-            try:
-                arr = arr.cast(pa.date32())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            arr = arr.cast(pa.date32())
+            if not _within(arr, _DATE_RANGE):
                 return None
         elif col.type in _TIMESTAMPS and pa.types.is_integer(arr.type):
             arr = arr.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
@@ -515,6 +554,10 @@ def _finish(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table |
             arr = _timestamps_from_text(arr)
             if arr is None:
                 return None
+        elif col.type in ("float", "double") and pc.all(pc.is_finite(arr)).as_py() is False:
+            return None  # out of range (an overflowing literal): the per-record path names the record
+        if col.type in _TIMESTAMPS and not _within(arr, _TS_RANGE):
+            return None
         columns[name] = arr
     extras: dict[str, Any] = {}
     for f in parsed.schema:
@@ -524,6 +567,8 @@ def _finish(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table |
             continue
         if f.type not in _FAST_EXTRA_TYPES:
             return None  # nested or inferred timestamp: the slow path keeps JSON text / strings
+        if f.type == pa.float64() and pc.all(pc.is_finite(parsed.column(f.name))).as_py() is False:
+            return None  # a number beyond a double's range: the per-record path names the record
         extras[f.name] = parsed.column(f.name)
     return _assemble(columns, policy, extras, raw, None)
 
@@ -541,7 +586,53 @@ def _utf8_text(doc: Any) -> bool:
         return False
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+#: RFC 8259 JSON: `json.loads` alone also takes NaN and Infinity, which neither C tier does.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _depth(doc: Any) -> int:
+    """Containers nested in one another (an object of scalars: 1), counted without recursion."""
+    deepest = 0
+    stack = [(doc, 1)]
+    while stack:
+        v, level = stack.pop()
+        deepest = max(deepest, level)
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
+
+
+def _parse_record(v: bytes, policy: SchemaPolicy) -> tuple[dict[str, Any] | None, Reason, str]:
+    """One value → its JSON object, or (None, reason, detail) saying why it is a dead letter."""
+    limits = policy.limits
+    if len(v) > limits.max_value_bytes:
+        return None, "too-large", (f"value is {len(v)} bytes, over schema.limits.maxValueBytes="
+                                   f"{limits.max_value_bytes}")
+    try:
+        doc = _STRICT_JSON.decode(v.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, "unparseable", f"not JSON text (not UTF-8): {exc}"
+    except RecursionError:
+        return None, "too-deep", f"nested deeper than schema.limits.maxDepth={limits.max_depth}"
+    except ValueError as exc:
+        return None, "unparseable", f"not JSON: {exc}"
+    if not isinstance(doc, dict):
+        return None, "not-an-object", f"JSON {_kind(doc)}, expected an object"
+    if _depth(doc) > limits.max_depth:
+        return None, "too-deep", f"nested deeper than schema.limits.maxDepth={limits.max_depth}"
+    if _SURROGATE_ESCAPE.search(v) and not _utf8_text(doc):
+        return None, "unparseable", ("not JSON text: an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), "
+                                     "which no UTF-8 string can hold")
+    return doc, "record-error", ""
+
+
 def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLetter]]:
+    """Record by record: the reference semantics, and where each bad record is found and named. Whatever one
+    record does here (an exception of any kind included) makes it a dead letter, never a failed batch."""
     values = raw.column("value").to_pylist()
     topics = raw.column("topic")
     partitions = raw.column("partition")
@@ -549,8 +640,8 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
     converters = [(c, _converter(c.type)) for c in policy.columns]
     declared = {c.name for c in policy.columns}
     compatible = policy.evolution == "compatible"
-    out: dict[str, list[Any]] = {c.name: [] for c in policy.columns}
-    extra_values: dict[str, dict[int, Any]] = {}
+    rows: list[list[Any]] = []
+    extras_of: list[dict[str, Any]] = []
     keep: list[int] = []
     dead: list[DeadLetter] = []
 
@@ -562,48 +653,104 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
             reject(i, "null-value", "record value is null (tombstone)")
             continue
         try:
-            doc = json.loads(v)
-        except (ValueError, UnicodeDecodeError) as exc:
-            reject(i, "unparseable", f"not JSON: {exc}")
-            continue
-        if not isinstance(doc, dict):
-            reject(i, "not-an-object", f"JSON {_kind(doc)}, expected an object")
-            continue
-        if _SURROGATE_ESCAPE.search(v) and not _utf8_text(doc):
-            reject(i, "unparseable", "not JSON text: an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), "
-                                     "which no UTF-8 string can hold")
-            continue
-        row: list[Any] = []
-        bad = False
-        for col, conv in converters:
-            x = doc.get(col.name)
-            if x is None:
-                if col.required:
-                    reject(i, "missing-required", f"{col.name}: required column is missing or null")
-                    bad = True
-                    break
-                row.append(None)
+            doc, reason, detail = _parse_record(v, policy)
+            if doc is None:
+                reject(i, reason, detail)
                 continue
-            try:
-                row.append(conv(x))
-            except _Mismatch as exc:
-                reject(i, "type-mismatch", f"{col.name}: {exc}")
-                bad = True
-                break
-        if bad:
+            row: list[Any] = []
+            for col, conv in converters:
+                x = doc.get(col.name)
+                if x is None:
+                    if col.required:
+                        raise _Rejected("missing-required", f"{col.name}: required column is missing or null")
+                    row.append(None)
+                    continue
+                try:
+                    row.append(conv(x))
+                except _Mismatch as exc:
+                    raise _Rejected("type-mismatch", f"{col.name}: {exc}") from None
+            extra = {k: x for k, x in doc.items() if k not in declared and x is not None} if compatible else {}
+        except _Rejected as exc:
+            reject(i, exc.reason, exc.detail)
             continue
-        n = len(keep)
+        except Exception as exc:  # noqa: BLE001 - one rule: whatever one record does, it is that record's
+            reject(i, "record-error", f"{type(exc).__name__}: {str(exc)[:300]}")
+            continue
         keep.append(i)
-        for col, x in zip(policy.columns, row):
-            out[col.name].append(x)
-        if compatible:
-            for k, x in doc.items():
-                if k not in declared and x is not None:
-                    extra_values.setdefault(k, {})[n] = x
-    columns = {c.name: pa.array(out[c.name], arrow_type(c.type)) for c in policy.columns}
-    extras = {name: _extra_array(vals, len(keep)) for name, vals in extra_values.items()}
-    keep_arr = pa.array(keep, pa.int64())
-    return _assemble(columns, policy, extras, raw, keep_arr), dead
+        rows.append(row)
+        extras_of.append(extra)
+    while True:
+        built = _build_columns(policy, rows, extras_of)
+        if isinstance(built, tuple):
+            columns, extras = built
+            break
+        for pos in sorted(built, reverse=True):  # rows Arrow refuses: dead letters, then the rest again
+            reject(keep[pos], "unconvertible", built[pos])
+            del keep[pos], rows[pos], extras_of[pos]
+    dead.sort(key=lambda d: d.index)
+    return _assemble(columns, policy, extras, raw, pa.array(keep, pa.int64())), dead
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _build_columns(policy: SchemaPolicy, rows: list[list[Any]], extras_of: list[dict[str, Any]]
+                   ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]] | dict[int, str]:
+    """The kept rows as Arrow columns; or, when Arrow refuses some values, {row position: why} for those rows."""
+    columns: dict[str, pa.Array] = {}
+    for j, c in enumerate(policy.columns):
+        values = [r[j] for r in rows]
+        arr = arrow_or_culprits(values, arrow_type(c.type), c.name)
+        if isinstance(arr, dict):
+            return arr
+        columns[c.name] = arr
+    extra_values: dict[str, dict[int, Any]] = {}
+    for n, extra in enumerate(extras_of):
+        for k, x in extra.items():
+            extra_values.setdefault(k, {})[n] = x
+    extras: dict[str, pa.Array] = {}
+    for name, vals in extra_values.items():
+        try:
+            extras[name] = _extra_array(vals, len(rows))
+        except Exception:  # noqa: BLE001 - find the rows whose value it is
+            culprits = {}
+            for n, x in vals.items():
+                try:
+                    _extra_array({0: x}, 1)
+                except Exception as exc:  # noqa: BLE001
+                    culprits[n] = f"{name}: {type(exc).__name__}: {str(exc)[:200]}"
+            if not culprits:
+                raise
+            return culprits
+    return columns, extras
+
+
+def arrow_or_culprits(values: list[Any], typ: pa.DataType, name: str) -> pa.Array | dict[int, str]:
+    """`pa.array(values, typ)`, or {position: why} for each value Arrow refuses on its own (one record's value
+    must never fail a batch). Shared by every per-record decoder."""
+    try:
+        return pa.array(values, typ)
+    except Exception:  # noqa: BLE001 - narrowed to the values below
+        culprits: dict[int, str] = {}
+        for n, x in enumerate(values):
+            try:
+                pa.array([x], typ)
+            except Exception as exc:  # noqa: BLE001
+                culprits[n] = f"{name}: Arrow cannot hold it as {typ}: {type(exc).__name__}: {str(exc)[:200]}"
+        if not culprits:
+            raise
+        return culprits
+
+
+def _finite(v: int | float) -> float:
+    """A JSON number as a double; one beyond its range (1e400, a 400-digit integer) is refused, never infinity."""
+    out = float(v)
+    if not math.isfinite(out):
+        raise OverflowError(f"{str(v)[:60]} is out of range for double")
+    return out
 
 
 def _extra_array(vals: dict[int, Any], n: int) -> pa.Array:
@@ -616,7 +763,7 @@ def _extra_array(vals: dict[int, Any], n: int) -> pa.Array:
         typ = pa.int64()
     elif kinds <= {"integer", "number"}:
         typ = pa.float64()
-        vals = {i: float(v) for i, v in vals.items()}
+        vals = {i: _finite(v) for i, v in vals.items()}
     elif kinds == {"string"}:
         typ = pa.string()
     else:

@@ -39,7 +39,7 @@ import pyarrow as pa
 from . import registry_schema as rs
 from .config import SchemaPolicy, SchemaRegistry
 from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
-from .decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_type
+from .decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
 
 MAGIC = 0
 
@@ -404,9 +404,13 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
         shapers[writer.schema_id] = shaping
         return None
 
+    max_bytes = policy.limits.max_value_bytes
     for i, value in enumerate(values):
         if value is None:
             reject(i, "null-value", "record value is null (tombstone)")
+            continue
+        if len(value) > max_bytes:
+            reject(i, "too-large", f"value is {len(value)} bytes, over schema.limits.maxValueBytes={max_bytes}")
             continue
         try:
             schema_id, pos = parse_frame(value)
@@ -429,6 +433,9 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             reject(i, "undecodable", f"payload does not decode with writer schema {schema_id}: "
                                      f"{type(exc).__name__}: {str(exc)[:200]}")
             continue
+        if not isinstance(record, dict):
+            reject(i, "undecodable", f"writer schema {schema_id}: the payload is not a record")
+            continue
         missing = next((c.name for c in required if record.get(c.name) is None), None)
         if missing is not None:
             reject(i, "missing-required", f"{missing}: required column is missing or null")
@@ -444,6 +451,22 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
         keep.append(i)
         records.append(record)
         used.setdefault(schema_id, writer)
+    batch_policy = policy.model_copy(update={"columns": [c.model_copy(update={"type": batch_types[c.name]})
+                                                         for c in policy.columns]})
+    wanted = [(c.name, c.type) for c in batch_policy.columns] + list(extra_types.items())
+    built: dict[str, pa.Array] = {}
+    while len(built) < len(wanted):  # nested values are assembled by Arrow from dicts and lists
+        name, typ = wanted[len(built)]
+        arr = arrow_or_culprits([r.get(name) for r in records], arrow_type(typ), name)
+        if isinstance(arr, pa.Array):
+            built[name] = arr
+            continue
+        for pos in sorted(arr, reverse=True):  # values Arrow refuses: their records are dead letters
+            dead.append(DeadLetter(keep[pos], topics[keep[pos]].as_py(), partitions[keep[pos]].as_py(),
+                                   offsets[keep[pos]].as_py(), "unconvertible", arr[pos]))
+            del keep[pos], records[pos]
+        built.clear()
+    dead.sort(key=lambda d: d.index)
     if dead and policy.on_incompatible == "halt":
         first = dead[0]
         raise SchemaIncompatible(
@@ -451,15 +474,8 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             f"{first.detail} ({len(dead)} such record(s) in this batch). schema.onIncompatible=halt stops the "
             f"hand-off instead of skipping it. Fix: correct the producer or the registry's schema, or set "
             f"spec.schema.onIncompatible=deadLetter with spec.deadLetter.topic to divert such records.")
-
-    def column(name: str, typ: str) -> pa.Array:
-        """One column over the kept records (nested values are assembled by Arrow from dicts and lists)."""
-        return pa.array([r.get(name) for r in records], arrow_type(typ))
-
-    batch_policy = policy.model_copy(update={"columns": [c.model_copy(update={"type": batch_types[c.name]})
-                                                         for c in policy.columns]})
-    columns = {c.name: column(c.name, c.type) for c in batch_policy.columns}
-    extras = {name: column(name, typ) for name, typ in extra_types.items()}
+    columns = {c.name: built[c.name] for c in batch_policy.columns}
+    extras = {name: built[name] for name in extra_types}
     table = _assemble(columns, batch_policy, extras, raw, pa.array(keep, pa.int64()))
     uses = [SchemaUse(sid, tuple(w.versions)) for sid, w in sorted(used.items())]
     return table, dead, uses

@@ -61,6 +61,19 @@ def test_good_batch_decodes_on_fast_path_with_declared_types_and_kafka_columns()
     (j({"id": 1, "ts": "yesterday"}), "type-mismatch", "ISO-8601"),
     (j({"id": 1, "ok": 1}), "type-mismatch", "boolean"),
     (b"\xff\xfe", "unparseable", "not JSON"),
+    # Poison pills: each once failed the whole batch (and so every restart of the driver).
+    (b'{"id": 1, "v": ' + b"[" * 5000 + b"]" * 5000 + b"}", "too-deep", "schema.limits.maxDepth=64"),
+    (b'{"id": 1, "v": ' + b"[" * 64 + b"]" * 64 + b"}", "too-deep", "maxDepth"),
+    (b'{"id": 1, "name": "' + b"x" * (8 * 1024 * 1024) + b'"}', "too-large", "schema.limits.maxValueBytes"),
+    (b'{"id": 1, "ts": 99999999999999999}', "type-mismatch", "out of range"),
+    (b'{"id": 1, "ts": -99999999999999999999999}', "type-mismatch", "out of range"),
+    (b'{"id": NaN}', "unparseable", "NaN"),
+    (b'{"id": 1, "f": Infinity}', "unparseable", "Infinity"),
+    (b'{"id": 1}{"id": 2}', "unparseable", "Extra data"),
+    (b"", "unparseable", "not JSON"),
+    (b'{"id": 1, "name": "a\x00b"}', "unparseable", "control character"),
+    (b'{"id": 1, "name": "\\ud800"}', "unparseable", "surrogate"),
+    (b'{"id": 1, "big": ' + b"9" * 400 + b"}", "unconvertible", "big"),
 ])
 def test_bad_records_become_dead_letters_and_good_ones_survive(value: bytes | None, reason: str, needle: str) -> None:
     batch = raw([j({"id": 1}), value, j({"id": 3})])
@@ -69,6 +82,32 @@ def test_bad_records_become_dead_letters_and_good_ones_survive(value: bytes | No
     assert table.column("_kafka_offset").to_pylist() == [100, 102]
     assert [(d.index, d.offset, d.reason) for d in dead] == [(1, 101, reason)]
     assert needle in dead[0].detail
+
+
+def test_a_value_just_inside_the_limits_is_a_row() -> None:
+    """The limits count as documented: the record's object is level 1; maxValueBytes is the value's length."""
+    at_depth = b'{"id": 1, "v": ' + b"[" * 63 + b"]" * 63 + b"}"
+    big = b'{"id": 2, "name": "' + b"x" * 1000 + b'"}'
+    tight = POLICY.model_copy(update={"limits": POLICY.limits.model_copy(update={"max_value_bytes": len(big)})})
+    table, dead = decode_batch(raw([at_depth, big, b'{"id": 3, "name": "' + b"x" * 1001 + b'"}']), tight)
+    assert table.column("id").to_pylist() == [1, 2]
+    assert [(d.offset, d.reason) for d in dead] == [(102, "too-large")]
+    assert f"value is {len(big) + 1} bytes, over schema.limits.maxValueBytes={len(big)}" in dead[0].detail
+
+
+def test_out_of_range_floats_are_dead_letters_on_every_tier() -> None:
+    policy = SchemaPolicy.model_validate({"columns": [{"name": "x", "type": "double"}, {"name": "y", "type": "float"}],
+                                          "evolution": "none", "onIncompatible": "deadLetter"})
+    table, dead = decode_batch(raw([b'{"x": 1e400}', b'{"y": 1e39}', b'{"x": 1.5, "y": 2.5}', b'{"x": -1e308}']),
+                               policy)
+    assert [(d.offset, d.reason) for d in dead] == [(100, "type-mismatch"), (101, "type-mismatch")]
+    assert table.column("x").to_pylist() == [1.5, -1e308] and table.column("y").to_pylist() == [2.5, None]
+
+
+def test_halt_names_the_partition_and_offset_of_a_poison_pill() -> None:
+    halt = POLICY.model_copy(update={"on_incompatible": "halt"})
+    with pytest.raises(SchemaIncompatible, match=r"t\[0\]@101 .*too-deep"):
+        decode_batch(raw([j({"id": 1}), b'{"id": 2, "v": ' + b"[" * 5000 + b"]" * 5000 + b"}"]), halt)
 
 
 def test_halt_raises_naming_column_topic_partition_offset_and_fix() -> None:

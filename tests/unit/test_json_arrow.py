@@ -147,12 +147,25 @@ def test_values_that_are_not_one_object_become_dead_letters(value: bytes) -> Non
     assert table.column("_kafka_offset").to_pylist() == [100, 102]
 
 
-def test_nesting_deeper_than_the_c_decoder_goes_takes_the_per_record_path() -> None:
+def test_nesting_past_the_limit_is_declined_by_the_c_tiers_and_a_dead_letter() -> None:
+    """71 levels (the record's object and 70 arrays): past the default limit of 64 a dead letter in every tier;
+    under a limit that allows it, a row, by the per-record path as by the C tiers."""
     deep = b'{"id": 1, "x": ' + b"[" * 70 + b"]" * 70 + b"}"
     batch = raw([b'{"id": 0}', deep])
     assert not decode._one_object_each(batch.column("value"))
+    assert decode._one_object_each(batch.column("value"), 71)
+    assert not decode._one_object_each(batch.column("value"), 70)
     table, dead = decode_batch(batch, IGNORE)
+    assert [(d.offset, d.reason) for d in dead] == [(101, "too-deep")]
+    assert "schema.limits.maxDepth=64" in dead[0].detail and table.column("id").to_pylist() == [0]
+    roomy = IGNORE.model_copy(update={"limits": IGNORE.limits.model_copy(update={"max_depth": 71})})
+    assert parsed_natively(batch, roomy)
+    table, dead = decode_batch(batch, roomy)
     assert dead == [] and table.column("id").to_pylist() == [0, 1]
+    assert decode._slow_path(batch, roomy)[0].column("id").to_pylist() == [0, 1]
+    tight = IGNORE.model_copy(update={"limits": IGNORE.limits.model_copy(update={"max_depth": 70})})
+    assert not parsed_natively(batch, tight)
+    assert [d.reason for d in decode_batch(batch, tight)[1]] == ["too-deep"]
 
 
 def test_an_unpaired_surrogate_escape_is_a_dead_letter_not_a_failed_batch() -> None:
@@ -214,7 +227,7 @@ def test_malformed_offsets_are_declined_never_read_past_the_data() -> None:
         rows = len(offsets) - 1
         if offsets[-1] > len(data):
             with pytest.raises(ValueError, match="outside the data"):
-                _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True)
+                _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True, 64)
             continue
-        assert _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True) is None
-        assert _json_arrow.one_object_each(buf, data, 0, rows) is False
+        assert _json_arrow.decode(buf, data, 0, rows, (b"id",), (_json_arrow.LONG,), True, 64) is None
+        assert _json_arrow.one_object_each(buf, data, 0, rows, 64) is False
