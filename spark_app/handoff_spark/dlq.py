@@ -6,9 +6,16 @@ again (at-least-once into the DLQ); the headers `handoff.source.topic/partition/
 the dedup key. The original key, value and headers are kept so a fixed record can be re-produced as is.
 
 Headers added (all UTF-8 strings): `handoff.reason` (null-value | unparseable | not-an-object |
-missing-required | type-mismatch; Schema Registry formats also no-schema-id | unknown-schema | undecodable), `handoff.error` (human detail), `handoff.source.topic`,
+missing-required | type-mismatch | too-deep | too-large | unconvertible | record-error; Schema Registry formats
+also no-schema-id | unknown-schema | undecodable), `handoff.error` (human detail), `handoff.source.topic`,
 `handoff.source.partition`, `handoff.source.offset`, `handoff.source.timestamp` (epoch ms, if any),
 `handoff.id`.
+
+A dead letter too large for the dead-letter topic (a `too-large` record, or any over the producer's
+`message.max.bytes` or the topic's `max.message.bytes`) is sent again with its key and value cut to their first
+`TRUNCATED_BYTES` and the header `handoff.truncated` = `key=<bytes>,value=<bytes>` (their full lengths), and,
+if even that is refused, cut to `LAST_RESORT_BYTES` and without its original headers (`handoff.headers.omitted`).
+The full record stays where the source headers say until the source topic's retention deletes it.
 """
 from __future__ import annotations
 
@@ -21,7 +28,14 @@ from .config import AppConfig
 from .decode import DeadLetter
 
 FLUSH_TIMEOUT_S = 60.0
+#: How much of an oversized dead letter's key and value is kept (well under Kafka's default 1 MB message limit).
+TRUNCATED_BYTES = 64 * 1024
+#: ... and of one the dead-letter topic still refuses (a topic whose max.message.bytes is set very low).
+LAST_RESORT_BYTES = 1024
 
+#: Kafka's MSG_SIZE_TOO_LARGE (librdkafka's own check against message.max.bytes, or the broker's against the
+#: topic's max.message.bytes) and RECORD_LIST_TOO_LARGE: the dead letter itself is too big.
+_TOO_LARGE = (10, 18)
 _producers: dict[tuple[tuple[str, str], ...], Any] = {}
 _lock = threading.Lock()
 
@@ -63,6 +77,23 @@ def dead_letter_headers(dl: DeadLetter, handoff_id: str, timestamp_ms: int | Non
     return headers
 
 
+def _shrunk(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], level: int
+            ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """A dead letter at shrink `level`: 0 as is; 1 key and value cut to `TRUNCATED_BYTES`, their full lengths in
+    `handoff.truncated`; 2 cut to `LAST_RESORT_BYTES` and without the original record's headers (Handoff's own are
+    kept)."""
+    if level == 0:
+        return key, value, headers
+    lengths = f"key={0 if key is None else len(key)},value={0 if value is None else len(value)}"
+    ours = [(k, v) for k, v in headers if k.startswith("handoff.")]
+    kept = ours if level == 2 else headers
+    extra = [("handoff.truncated", lengths.encode())]
+    if level == 2:
+        extra.append(("handoff.headers.omitted", str(len(headers) - len(ours)).encode()))
+    cut = TRUNCATED_BYTES if level == 1 else LAST_RESORT_BYTES
+    return None if key is None else key[:cut], None if value is None else value[:cut], kept + extra
+
+
 def send_dead_letters(cfg: AppConfig, raw: pa.Table | pa.RecordBatch, dead: Iterable[DeadLetter]) -> int:
     """Produce `dead` (rows of `raw`) to `cfg.dead_letter_topic`, flush, raise if any failed. Returns count."""
     dead = list(dead)
@@ -78,25 +109,46 @@ def send_dead_letters(cfg: AppConfig, raw: pa.Table | pa.RecordBatch, dead: Iter
     values = table.column("value").take(rows).to_pylist()
     orig_headers = table.column("headers").take(rows).to_pylist()
     ts = table.column("timestamp").take(rows).cast(pa.int64()).to_pylist()  # µs since epoch
+    from confluent_kafka import KafkaException
+
     producer = _producer(producer_conf(cfg))
-    errors: list[str] = []
+    pending = [(dl, key, value, [(h["key"], h["value"]) for h in (hdrs or [])]
+                + dead_letter_headers(dl, cfg.handoff_id, None if t_us is None else t_us // 1000))
+               for dl, key, value, hdrs, t_us in zip(dead, keys, values, orig_headers, ts)]
+    for shrink in range(3):  # as is; key and value cut; original headers left out too
+        too_large: list[int] = []
+        errors: list[str] = []
 
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
+        def on_delivery(index: int) -> Any:
+            def done(err: Any, _msg: Any) -> None:
+                if err is None:
+                    return
+                if err.code() in _TOO_LARGE and shrink < 2:
+                    too_large.append(index)
+                else:
+                    errors.append(str(err))
+            return done
 
-    for dl, key, value, hdrs, t_us in zip(dead, keys, values, orig_headers, ts):
-        headers = [(h["key"], h["value"]) for h in (hdrs or [])]
-        headers += dead_letter_headers(dl, cfg.handoff_id, None if t_us is None else t_us // 1000)
-        while True:
-            try:
-                producer.produce(cfg.dead_letter_topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    remaining = producer.flush(FLUSH_TIMEOUT_S)
-    if remaining or errors:
-        raise DeadLetterDeliveryError(
-            f"dead-letter topic {cfg.dead_letter_topic}: {remaining} undelivered after {FLUSH_TIMEOUT_S:.0f}s, "
-            f"{len(errors)} failed (first error: {errors[0] if errors else 'timeout'})")
+        for index, (dl, key, value, headers) in enumerate(pending):
+            key, value, headers = _shrunk(key, value, headers, shrink)
+            while True:
+                try:
+                    producer.produce(cfg.dead_letter_topic, value=value, key=key, headers=headers,
+                                     on_delivery=on_delivery(index))
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+                except KafkaException as exc:
+                    if exc.args[0].code() not in _TOO_LARGE or shrink == 2:
+                        raise
+                    too_large.append(index)
+                    break
+        remaining = producer.flush(FLUSH_TIMEOUT_S)
+        if remaining or errors:
+            raise DeadLetterDeliveryError(
+                f"dead-letter topic {cfg.dead_letter_topic}: {remaining} undelivered after {FLUSH_TIMEOUT_S:.0f}s, "
+                f"{len(errors)} failed (first error: {errors[0] if errors else 'timeout'})")
+        if not too_large:
+            break
+        pending = [pending[i] for i in sorted(too_large)]
     return len(dead)

@@ -158,3 +158,31 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
     assert len(lines) == 3 and all(" rows in " in line for line in lines)  # 200 + 200 + 100
     assert "SIGTERM: finishing the current micro-batch, then stopping" in text
     assert "stopped" in text.splitlines()
+
+
+def test_a_dead_letter_too_big_for_the_dlq_topic_is_sent_cut_never_fails_the_batch(kafka, tmp_path):
+    """The broker refuses (asynchronously) what its topic's max.message.bytes does not hold: cut to 64 KiB, and
+    for a topic smaller still, to 1 KiB without the original headers. Both with the full lengths in a header."""
+    from handoff_spark.dlq import LAST_RESORT_BYTES, TRUNCATED_BYTES
+
+    for limit, kept, omitted in ((200_000, TRUNCATED_BYTES, None), (20_000, LAST_RESORT_BYTES, b"1")):
+        topic = f"big-{uuid.uuid4().hex[:6]}"
+        kafka.create_topic(topic, partitions=1)
+        kafka.create_topic(f"{topic}-dlq", partitions=1, config={"max.message.bytes": str(limit)})
+        big = b'{"name": "' + b"x" * 500_000 + b'"}'
+        p = Producer({"bootstrap.servers": kafka.bootstrap})
+        p.produce(topic, big, key=b"k" * 100_000, headers=[("trace", b"t" * 30_000)])
+        p.produce(topic, b'{"id": 1}')
+        assert p.flush(30) == 0
+        cfg = app_config(kafka, topic, tmp_path)
+        opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap})
+        raw = pa.Table.from_batches(list(read_range(opts, OffsetRange(topic, 0, 0, 2))))
+        table, dead = decode_batch(raw, cfg.schema_)
+        assert table.column("id").to_pylist() == [1] and [d.reason for d in dead] == ["missing-required"]
+        assert send_dead_letters(cfg, raw, dead) == 1
+        (m,) = consume_all(kafka, f"{topic}-dlq", 1)
+        h = dict(m.headers())
+        assert h["handoff.reason"] == b"missing-required" and h["handoff.source.offset"] == b"0"
+        assert h["handoff.truncated"] == f"key=100000,value={len(big)}".encode()
+        assert len(m.value()) == kept and m.value() == big[:kept] and m.key() == b"k" * kept
+        assert h.get("handoff.headers.omitted") == omitted and ("trace" in h) == (omitted is None)
