@@ -214,3 +214,33 @@ def test_nested_columns_and_a_nested_field_added_mid_stream(kafka, tmp_path):
         columns[0], {"name": "addr", "type": "struct<city:long>"}])
     with pytest.raises(SchemaIncompatibleError, match="addr"):
         prepare(changed)
+
+
+def test_a_record_the_tables_columns_cannot_take_is_a_dead_letter_not_a_halt(kafka, tmp_path):
+    """`note` became a long column; one later record's string `note` used to make the whole batch's column a
+    string and stop the query on every restart. Under deadLetter it is a dead letter and its batch commits."""
+    topic = "sink-misfit-1"
+    kafka.create_topic(f"{topic}-dlq", partitions=1)
+    cfg = app_config(tmp_path, kafka.bootstrap, topic, columns=[{"name": "id", "type": "long", "required": True}],
+                     schema={"columns": [{"name": "id", "type": "long", "required": True}],
+                             "onIncompatible": "deadLetter"}, deadLetterTopic=f"{topic}-dlq")
+    prepare(cfg)
+    cp = tmp_path / "checkpoint"
+    write_offsets(cp, 0, {topic: {"0": 2}}, initial={topic: {"0": 0}})
+    commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 0, [b'{"id": 0, "note": 5}', b'{"id": 1}'])), 0)
+    assert open_table(cfg).schema().find_field("note").field_type == LongType()
+    write_offsets(cp, 1, {topic: {"0": 8}})
+    values = [b'{"id": 2, "note": 6}', b'{"id": 3, "note": "hi"}', b'{"id": 4}', b'{"id": 5, "note": 7}',
+              b'{"id": 6, "note": 2.5}', b'{"id": 7, "note": 8}']
+    msgs = _write(cfg, raw_batch(topic, 0, 2, values))
+    assert msgs[0].dlq_rows == 2 and msgs[0].rows == 4
+    commit_batch(cfg, msgs, 1)
+    table = open_table(cfg)
+    rows = {r["_kafka_offset"]: r["note"] for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {0: 5, 1: None, 2: 6, 4: None, 5: 7, 7: 8}
+    assert table.schema().find_field("note").field_type == LongType()
+    assert sorted(c.dlq_rows for c in ledger.list_commits(table)) == [0, 2]
+    # under halt the same batch still stops the query, naming the column
+    halt = cfg.model_copy(update={"schema_": cfg.schema_.model_copy(update={"on_incompatible": "halt"})})
+    with pytest.raises(SchemaIncompatibleError, match="note"):
+        _write(halt, raw_batch(topic, 0, 8, [b'{"id": 8, "note": "x"}']))

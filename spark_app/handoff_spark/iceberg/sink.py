@@ -23,7 +23,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
@@ -50,7 +50,9 @@ from ..checkpoint import read_last_commit
 from ..sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from ..source_decode import decode_while_reading
+from ..decode import DeadLetter
+from ..misfits import misfits
+from ..source_decode import decode_source, decode_while_reading
 
 from ..datasource_api import WriterCommitMessage
 from .stream import IcebergSinkDataSource, IcebergStreamWriter
@@ -206,6 +208,27 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
 
 
 
+def _dead_letter_misfits(cfg: AppConfig, raw: pa.Table, dead: list[DeadLetter], metadata: TableMetadata
+                         ) -> tuple[pa.Table, list[DeadLetter]]:
+    """The batch without the records whose values the table's columns cannot take (`misfits`), which join its
+    dead letters; decoded again from the records that remain."""
+    gone = {d.index for d in dead}
+    kept = [i for i in range(raw.num_rows) if i not in gone]
+
+    def conflict(rows: Sequence[int]) -> str | None:
+        sub = decode_source(raw.take(pa.array(rows, pa.int64())), cfg)[0]
+        plan = prepare_batch(sub, metadata, cfg.schema_.evolution)[2]
+        return "; ".join(plan.incompatible) or None
+
+    found = misfits(kept, conflict)
+    topics, partitions, offsets = raw.column("topic"), raw.column("partition"), raw.column("offset")
+    dead = sorted(dead + [DeadLetter(i, topics[i].as_py(), partitions[i].as_py(), offsets[i].as_py(),
+                                     "type-mismatch", f"the table cannot take it: {why}")
+                          for i, why in found.items()], key=lambda d: d.index)
+    rest = [i for i in kept if i not in found]
+    return decode_source(raw.take(pa.array(rest, pa.int64())), cfg)[0], dead
+
+
 def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: bool = True) -> IcebergCommitMessage:
     """A write task (executors): read/decode its records, write Parquet files for them (not yet table data).
 
@@ -228,6 +251,10 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     msg.dlq_rows = len(dead)
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
+    if plan.incompatible and cfg.schema_.on_incompatible == "deadLetter":
+        decoded, dead = _dead_letter_misfits(cfg, raw, dead, table.metadata)
+        msg.dlq_rows = len(dead)
+        shaped, meta, plan = prepare_batch(decoded, table.metadata, cfg.schema_.evolution)
     if plan.incompatible:
         # Column-level conflicts (the decoder already dead-lettered record-level ones): halt the query.
         raise SchemaIncompatibleError(
