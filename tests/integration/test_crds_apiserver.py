@@ -108,6 +108,13 @@ def test_defaults_are_applied(api: client.ApiClient, namespace: str) -> None:
     assert spec["source"]["startingOffsets"] == "earliest"
     assert spec["sink"]["iceberg"]["autoCreate"] is True
     assert spec["scaling"] == {"minExecutors": 1, "maxExecutors": 4, "targetCatchUp": "5m", "cooldown": "2m"}
+    limited = _create(api, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTableHandoff",
+        "metadata": {"name": "limited", "namespace": namespace},
+        "spec": {"source": {"bootstrapServers": "k:9092", "topics": ["t"]},
+                 "sink": {"iceberg": {"table": "db.t"}}, "schema": {"limits": {"maxDepth": 8}}},
+    })
+    assert limited["spec"]["schema"]["limits"] == {"maxDepth": 8, "maxValueBytes": 8 * 1024 * 1024}
 
 
 def _orders(namespace: str, name: str) -> dict[str, Any]:
@@ -170,6 +177,14 @@ def test_invalid_handoffs_are_rejected_with_the_rule_message(api: client.ApiClie
     table = _orders(namespace, "bad-table")
     table["spec"]["sink"]["iceberg"]["table"] = "orders"
     assert "spec.sink.iceberg.table" in _rejected(api, table)
+
+    depth = _orders(namespace, "too-deep-limit")
+    depth["spec"]["schema"]["limits"] = {"maxDepth": 513}
+    assert "spec.schema.limits.maxDepth" in _rejected(api, depth)
+
+    size = _orders(namespace, "no-value-room")
+    size["spec"]["schema"]["limits"] = {"maxValueBytes": 0}
+    assert "spec.schema.limits.maxValueBytes" in _rejected(api, size)
 
 
 def _get_json(api: client.ApiClient, path: str, accept: str = "application/json") -> dict[str, Any]:

@@ -241,6 +241,20 @@ def test_registry_formats_need_a_registry():
     assert problems and "schemaRegistry" in str(problems[0])
 
 
+def test_record_limits_reach_the_drivers_app_config():
+    """spec.schema.limits is what the decoder enforces (handoff_spark.decode); unset, the documented defaults."""
+    limits = _render().config.schema_.limits
+    assert (limits.max_depth, limits.max_value_bytes) == (64, 8 * 1024 * 1024)
+    tight = spec()
+    tight.setdefault("schema", {})["limits"] = {"maxDepth": 5, "maxValueBytes": 4096}
+    limits = _render(tight).config.schema_.limits
+    assert (limits.max_depth, limits.max_value_bytes) == (5, 4096)
+    bad = spec()
+    bad.setdefault("schema", {})["limits"] = {"maxDepth": 10_000}
+    _parsed, problems = parse_spec(body(bad)["spec"])
+    assert problems and any("limits.maxDepth" in str(p) for p in problems), problems
+
+
 def test_bootstrap_batch_is_on_unless_the_spec_turns_it_off():
     """spec.spark.driver.bootstrapBatch reaches the driver's app config (handoff_spark.bootstrap reads it)."""
     assert _render().config.bootstrap_batch is True

@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from handoff_spark.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
+from handoff_spark.config import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, MAX_VALUE_BYTES_LIMIT
 
 from .common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
                      MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
@@ -253,6 +254,20 @@ class ColumnSpec(SpecModel):
     doc: str | None = Field(default=None, max_length=1024, description="Column comment in the table.")
 
 
+class RecordLimitsSpec(SpecModel):
+    """What one record may be before it is a dead letter (or, under onIncompatible=halt, stops the hand-off naming
+    it): a single record must never fail a batch, so the decoder refuses what it cannot safely take."""
+
+    max_depth: int = Field(
+        default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_DEPTH_LIMIT,
+        description="Objects and arrays nested in one another, the record's own object counting as 1 "
+                    "(deeper: reason too-deep).")
+    max_value_bytes: int = Field(
+        default=DEFAULT_MAX_VALUE_BYTES, ge=1, le=MAX_VALUE_BYTES_LIMIT,
+        description="Bytes of one record's value (larger: reason too-large). The default, 8 MiB, keeps every "
+                    "row appendable to BigQuery (10 MB per Storage Write API request).")
+
+
 class SchemaSpec(SpecModel):
     """The declared columns and what happens when records or the table drift from them."""
 
@@ -275,6 +290,9 @@ class SchemaSpec(SpecModel):
     event_time_column: str | None = Field(
         default=None, pattern=IDENTIFIER_PATTERN, max_length=128,
         description="Timestamp column used to measure freshness; default: the Kafka record timestamp.")
+    limits: RecordLimitsSpec = Field(
+        default_factory=RecordLimitsSpec,
+        description="Limits on one record (nesting depth, value size); a record past them is a dead letter.")
 
     @model_validator(mode="after")
     def _check(self) -> "SchemaSpec":
