@@ -15,12 +15,10 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -83,18 +81,38 @@ def _manifest(path: str) -> dict[str, Any]:
     return manifests[0]
 
 
+#: `handoff run`'s app config is written to `<tmp>/handoff-run-<pid>-<random>/app.json` (`temp_dirs.own_temp_dir`):
+#: the pid is the driver's too (exec), so the next `handoff run` removes it once this one has exited or was killed.
+RUN_DIR_PREFIX = "handoff-run-"
+
+
+def _port(text: str) -> int:
+    """`--metrics-port`'s value: a TCP port, or 0 for any free one."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use 0..65535 (0: any free port)")
+    return port
+
+
 def _run(args: argparse.Namespace) -> int:
     text = local_config(_manifest(args.file), args.checkpoint, args.master)
-    if args.metrics_port is not None:
+    extra = ["--available-now"] if args.available_now else []
+    if args.metrics_port is not None:  # the port asked for, or a clear failure if it is taken
         doc = json.loads(text)
-        doc["metrics_port"] = args.metrics_port
+        doc["metricsPort"] = args.metrics_port
         text = json.dumps(doc, indent=2)
+    else:  # the rendered default (the pods' fixed port): taken by another local run, any free one, printed
+        extra.append("--metrics-port-fallback")
     if args.print_config:
         print(text)
         return 0
-    config = Path(tempfile.gettempdir()) / f"handoff-app-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    from handoff_spark.temp_dirs import own_temp_dir
+
+    config = Path(own_temp_dir(RUN_DIR_PREFIX)) / "app.json"
     config.write_text(text)
-    extra = ["--available-now"] if args.available_now else []
     sys.stdout.flush()
     # exec, not a child: signals reach the driver directly (SIGTERM/Ctrl-C stop it at a batch boundary) and
     # nothing is orphaned when this process is killed.
@@ -153,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--available-now", action="store_true",
                      help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--print-config", action="store_true", help="print the app config and exit")
-    run.add_argument("--metrics-port", type=int, default=None,
-                     help="serve Prometheus metrics on this port (0: any free port); default: none")
+    run.add_argument("--metrics-port", type=_port, default=None,
+                     help="serve Prometheus metrics on this port, or fail if it is taken (0: any free port); "
+                          "default: the operator's port, or any free one when another process holds it")
     run.set_defaults(func=_run)
     led = sub.add_parser("ledger", help="read a handoff's ledger from its table, or record an accepted change")
     led.add_argument("ledger_command", choices=["show", "accept-kafka"],

@@ -1,6 +1,7 @@
 """The driver entry points.
 
-- `python -m handoff_spark run --config app.json [--available-now] [--sink FORMAT]`: the handoff's stream;
+- `python -m handoff_spark run --config app.json [--available-now] [--sink FORMAT] [--metrics-port-fallback]`: the
+  handoff's stream;
 - `python -m handoff_spark backfill --config app.json --query NAME --from JSON --to JSON [--checkpoint DIR]`:
   re-read `[from, to)` (`{"topic": {"partition": offset}}`) into the table under its own ledger query NAME,
   without moving the stream's position; refused when the table already holds any of the range. Resumable: run
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--sink", default=None,
                      help="override the sink with a built-in Spark sink (noop, console): benchmarks/debugging only")
+    run.add_argument("--metrics-port-fallback", action="store_true",
+                     help="when the config's metricsPort is taken, serve metrics on a free port (printed) instead "
+                          "of refusing to start (`handoff run` without --metrics-port; the operator's drivers keep "
+                          "their fixed, scraped port)")
     back = sub.add_parser("backfill", help="re-read an offset range into the table under its own ledger query")
     back.add_argument("--config", required=True, help="the handoff's AppConfig JSON")
     back.add_argument("--query", required=True, help="ledger query name of this backfill, e.g. backfill-<request>")
@@ -68,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return refuse(f"backfill: {exc}")
     try:
         return run_app(cfg, available_now=available_now, sink_format=getattr(args, "sink", None),
-                       echo=lambda line: print(line, flush=True))
+                       echo=lambda line: print(line, flush=True),
+                       metrics_port_fallback=getattr(args, "metrics_port_fallback", False))
     except HandoffConfigError as exc:
         return refuse(str(exc))
 

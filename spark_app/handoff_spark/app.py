@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from . import bootstrap, faults, jvm_cds, session_warmup, sinks
 from .config import AppConfig
+from .errors import HandoffConfigError
 from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
 from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
@@ -31,7 +32,7 @@ from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, 
 from .executor_scaler import ExecutorScaler
 from .progress_publisher import ProgressPublisher
 from .resume import StartPlan, prepare_start
-from .temp_dirs import own_temp_dir
+from .temp_dirs import own_temp_dir, tempfile_dir_while
 
 log = logging.getLogger("handoff.app")
 
@@ -118,7 +119,8 @@ def build_session(cfg: AppConfig) -> Any:
             conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with tempfile_dir_while(LAUNCH_TMP_PREFIX):  # PySpark's launch files: removed by the next driver if killed now
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "WARN"))
     register_data_sources(spark, cfg)
     return spark
@@ -258,6 +260,8 @@ class ProgressReporter:
 STOP_DIR_PREFIX = "handoff-stop-"
 #: A local-mode driver's JVM temporary directory (`java.io.tmpdir`): `<tmp>/handoff-jvm-<pid>-<random>`.
 JVM_TMP_PREFIX = "handoff-jvm-"
+#: Python's `tempfile` directory while the driver starts its session (`temp_dirs.tempfile_dir_while`).
+LAUNCH_TMP_PREFIX = "handoff-launch-"
 
 
 def marker_dir() -> str:
@@ -285,8 +289,11 @@ def local_jvm_tmp_dir(conf: dict[str, str]) -> dict[str, str]:
 
 
 def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None = None,
-        echo: Callable[[str], None] = print) -> int:
-    """Run until AvailableNow drains, a stop signal arrives (exit 0), or the query fails (exit 1)."""
+        echo: Callable[[str], None] = print, metrics_port_fallback: bool = False) -> int:
+    """Run until AvailableNow drains, a stop signal arrives (exit 0), or the query fails (exit 1).
+
+    `metrics_port_fallback`: when `cfg.metrics_port` is taken, serve metrics on a free port (printed) instead of
+    refusing to start (`Metrics.serve`): a local `handoff run`'s default port."""
     from .registry_decode import registry_columns
 
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
@@ -308,8 +315,13 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
     metrics = Metrics(cfg.handoff_id)
     if cfg.metrics_port is not None:  # first: a busy port fails in a second
-        port = metrics.serve(cfg.metrics_port)
-        echo(f"metrics on :{port}/metrics")
+        try:
+            port = metrics.serve(cfg.metrics_port, any_if_taken=metrics_port_fallback)
+        except HandoffConfigError:
+            os.rmdir(markers)  # nothing left behind by a driver that refused to start
+            raise
+        taken = f" (port {cfg.metrics_port} is taken)" if cfg.metrics_port not in (0, port) else ""
+        echo(f"metrics on :{port}/metrics{taken}")
     faults.mark_driver_process()
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(

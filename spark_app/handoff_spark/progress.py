@@ -261,14 +261,21 @@ class Metrics:
             self._max_event_ms = report.max_event_time_ms
             self.max_event_time.labels(h).set(report.max_event_time_ms / 1000)
 
-    def serve(self, port: int) -> int:
-        """Start the HTTP endpoint; returns the bound port (0 → an ephemeral one)."""
+    def serve(self, port: int, *, any_if_taken: bool = False) -> int:
+        """Start the HTTP endpoint; returns the bound port (0 → an ephemeral one).
+
+        `any_if_taken`: a port another process holds gives an ephemeral one instead of the error. A local `handoff
+        run` without `--metrics-port` asks for that, so a second run beside a first one starts; a port the user
+        or the operator chose (the pod's fixed, scraped port) is that port or a clear failure."""
         from prometheus_client import start_http_server
 
         try:
             server, _thread = start_http_server(port, registry=self.registry)
         except OSError as exc:
             from .errors import HandoffConfigError
+
+            if any_if_taken and port != 0:
+                return self.serve(0)
 
             raise HandoffConfigError(
                 f"metrics port {port} cannot be used ({exc.strerror}): another process (an earlier driver?) holds "

@@ -2,7 +2,8 @@
 
 Why: a driver removes what it can when it stops, but one killed (kill -9, OOM) cannot, and a machine that restarts
 drivers in place (`handoff run`, tests, a VM, a pod whose /tmp is a volume) kept one per kill: stop markers, the
-local JVM's temporary directory, the warm-up queries' checkpoints."""
+local JVM's temporary directory, the warm-up queries' checkpoints, what libraries put in `tempfile`'s directory while
+the driver starts its JVM."""
 from __future__ import annotations
 
 import contextlib
@@ -43,3 +44,20 @@ def own_temp_dir_while(prefix: str) -> Iterator[str]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def tempfile_dir_while(prefix: str) -> Iterator[str]:
+    """Python's `tempfile` makes its files and directories in an `own_temp_dir_while(prefix)` directory during the
+    block (for every thread of the process), then where it did before.
+
+    Why: libraries that make temporary files of their own remove them only if the process lives to do so. PySpark's
+    JVM launch keeps its connection-info directory (`<tmp>/tmpXXXX`) until the JVM answers: a driver killed while
+    its JVM started left one in /tmp for good. Inside this block it is in a directory named by the driver's pid."""
+    with own_temp_dir_while(prefix) as path:
+        previous = tempfile.tempdir
+        tempfile.tempdir = path
+        try:
+            yield path
+        finally:
+            tempfile.tempdir = previous

@@ -99,3 +99,22 @@ def test_the_warm_up_queries_directories_are_the_drivers_own_and_go_when_done(tm
             assert Path(mine).name.startswith(f"{prefix}{os.getpid()}-") and Path(mine).is_dir()
             assert not left.exists()
         assert not Path(mine).exists()
+
+
+def test_temporary_files_made_while_the_session_starts_are_in_the_drivers_own_directory(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """PySpark's JVM launch keeps a `tempfile` directory until the JVM answers: a driver killed then left it in /tmp
+    for good. During the launch `tempfile` makes everything in a directory named by the driver's pid, which the
+    next driver removes, and it is gone once the launch is done."""
+    from handoff_spark import temp_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    left = tmp_path / f"{app.LAUNCH_TMP_PREFIX}{gone.pid}-abc123"
+    (left / "tmpconninfo").mkdir(parents=True)
+    with temp_dirs.tempfile_dir_while(app.LAUNCH_TMP_PREFIX) as mine:
+        made = Path(tempfile.mkdtemp())  # as pyspark.java_gateway.launch_gateway does
+        assert made.parent == Path(mine) and Path(mine).name.startswith(f"{app.LAUNCH_TMP_PREFIX}{os.getpid()}-")
+        assert not left.exists()
+    assert tempfile.gettempdir() == str(tmp_path) and not Path(mine).exists()
