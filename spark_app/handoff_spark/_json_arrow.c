@@ -9,7 +9,7 @@
  * The contract is "same result or decline": `decode` accepts only strict JSON (RFC 8259) objects whose declared
  * fields hold a JSON null or a value of the column's own JSON type (long: an integer that fits int64; double:
  * any number that is finite and in range; boolean: true/false; string: a string, escapes decoded, UTF-8
- * checked). Anything else -- a value that is not one object, a duplicate declared field, a field of another
+ * checked; text (decimal columns): a number, as its literal text, or a string, decoded). Anything else -- a value that is not one object, a duplicate declared field, a field of another
  * type, an undeclared field when they are not ignored, an escape in a field name, nesting deeper than the
  * caller's limit (`max_depth`: containers enclosing one another, the record's own object counting as 1, the same
  * measure as decode.py's `schema.limits.maxDepth`, at most MAX_DEPTH) -- makes it return None, and the caller
@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_LONG = 0, K_DOUBLE = 1, K_STRING = 2, K_BOOL = 3 };
+/* K_TEXT: a decimal column's value as its JSON text -- a number's literal spelling or a string's decoded content --
+ * which the caller converts exactly (decode.py: pyarrow's own JSON decimal conversion is not safe). */
+enum { K_LONG = 0, K_DOUBLE = 1, K_STRING = 2, K_BOOL = 3, K_TEXT = 4 };
+#define HAS_TEXT(kind) ((kind) == K_STRING || (kind) == K_TEXT)
 #define MAX_COLUMNS 64
 /* The deepest nesting a caller may allow: bounds skip()'s recursion (a few dozen bytes of stack a level). */
 #define MAX_DEPTH 512
@@ -147,7 +150,8 @@ static int parse_double(Cur *c, double *out) {
     if (fast && digits <= 15 && exp10 >= -22) {
         double v = (double)m;
         v = exp10 ? v / POW10[-exp10] : v;
-        *out = *s == '-' ? -v : v;
+        /* The integer -0 is 0 (JSON, and Python's int): +0.0, as the per-record path has it; -0.0 is -0.0. */
+        *out = *s == '-' && !(integral && m == 0) ? -v : v;
         return 1;
     }
     char buf[64];
@@ -389,7 +393,7 @@ static int field(Cur *c, Col *col, Py_ssize_t i) {
         if (!lit(c, "null", 4))
             return 0;
         set_null(col, i);
-        if (col->kind == K_STRING)
+        if (HAS_TEXT(col->kind))
             ((int32_t *)col->values)[i + 1] = (int32_t)col->slen;
         return 1;
     }
@@ -404,6 +408,20 @@ static int field(Cur *c, Col *col, Py_ssize_t i) {
             return 1;
         }
         return lit(c, "false", 5);
+    case K_TEXT:
+        if (c->p < c->end && *c->p != '"') {
+            const unsigned char *s;
+            int integral;
+            if (!number(c, &s, &integral) || !grow(col, (size_t)(c->p - s)))
+                return 0;
+            memcpy(col->sdata + col->slen, s, (size_t)(c->p - s));
+            col->slen += (size_t)(c->p - s);
+            if (col->slen > INT32_MAX)
+                return 0;
+            ((int32_t *)col->values)[i + 1] = (int32_t)col->slen;
+            return 1;
+        }
+        /* fall through: a string */
     default:
         if (c->p >= c->end || *c->p != '"' || !string(c, col) || col->slen > INT32_MAX)
             return 0;
@@ -478,7 +496,7 @@ static int row(Cur *c, Col *cols, int ncols, Py_ssize_t i, int ignore_unknown) {
     for (int t = 0; t < ncols; t++)
         if (!(seen & (1ull << t))) {
             set_null(&cols[t], i);
-            if (cols[t].kind == K_STRING)
+            if (HAS_TEXT(cols[t].kind))
                 ((int32_t *)cols[t].values)[i + 1] = (int32_t)cols[t].slen;
         }
     return 1;
@@ -517,12 +535,12 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         col->name = PyBytes_AS_STRING(name);
         col->name_len = PyBytes_GET_SIZE(name);
         col->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(kinds, t));
-        if (col->kind < K_LONG || col->kind > K_BOOL) {
+        if (col->kind < K_LONG || col->kind > K_TEXT) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "decode: unknown column kind");
             goto done;
         }
-        Py_ssize_t vsize = col->kind == K_STRING ? (n + 1) * 4 : col->kind == K_BOOL ? (n + 7) / 8 : n * 8;
+        Py_ssize_t vsize = HAS_TEXT(col->kind) ? (n + 1) * 4 : col->kind == K_BOOL ? (n + 7) / 8 : n * 8;
         valid[t] = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
         values[t] = PyBytes_FromStringAndSize(NULL, vsize);
         if (!valid[t] || !values[t])
@@ -550,7 +568,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         goto done;
     for (Py_ssize_t t = 0; t < ncols; t++) {
         PyObject *sdata = NULL;
-        if (cols[t].kind == K_STRING) {
+        if (HAS_TEXT(cols[t].kind)) {
             sdata = PyBytes_FromStringAndSize(cols[t].sdata ? cols[t].sdata : "", (Py_ssize_t)cols[t].slen);
             if (!sdata) {
                 Py_CLEAR(result);
@@ -636,7 +654,8 @@ PyMODINIT_FUNC PyInit__json_arrow(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "LONG", K_LONG) || PyModule_AddIntConstant(m, "DOUBLE", K_DOUBLE) ||
               PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) ||
-              PyModule_AddIntConstant(m, "STRING", K_STRING) || PyModule_AddIntConstant(m, "BOOL", K_BOOL))) {
+              PyModule_AddIntConstant(m, "STRING", K_STRING) || PyModule_AddIntConstant(m, "BOOL", K_BOOL) ||
+              PyModule_AddIntConstant(m, "TEXT", K_TEXT))) {
         Py_DECREF(m);
         return NULL;
     }

@@ -16,14 +16,16 @@ silently" is easiest to guarantee in one place. Rules (docs/design/data-plane-co
 * Fields not declared: with `evolution=compatible` they become extra columns of the decoded table (JSON
   types: boolean, long, double, string; nested objects/arrays as their JSON text; a field mixing types
   becomes a JSON-text string column) so the sink can add them as optional table columns; fields that
-  are null in every record of the batch are left out until a typed value appears. With `evolution=none`
+  are null in every record of the batch are left out until a typed value appears, and so is a field named like one
+  of the `_kafka_*` columns. With `evolution=none`
   they are ignored (the table keeps the declared schema; the record itself is kept) — producers adding
   fields ahead of the table is normal forward-compatible evolution, not an error.
 * `raw` format: `key`/`value` as binary columns, never a dead letter.
 
 Speed: a JSON batch first goes through `_json_arrow` (C), which parses flat objects straight from the values'
-buffers into Arrow columns (declared long/double/boolean/string/timestamp/date columns; it declines anything else,
-and declines rather than differ); then through `pyarrow.json.read_json` over the newline-joined values (C++), but
+buffers into Arrow columns (declared long/double/boolean/string/timestamp/date columns, and decimals as their text;
+it declines anything else, and declines rather than differ); then through `pyarrow.json.read_json` over the
+newline-joined values (C++; decimal columns still from `_json_arrow`'s text, never pyarrow's decimal conversion), but
 only when every value is exactly one JSON object, since newline framing could otherwise put one record's fields in
 another's row; only a batch in which both fail (some bad record, pretty-printed JSON, …) is decoded record by
 record in Python, which also pinpoints the bad records.
@@ -118,8 +120,23 @@ class _Mismatch(Exception):
     pass
 
 
+class _JsonNumber(float):
+    """A JSON number with a fraction or an exponent, as a float that keeps its spelling: a decimal column takes the
+    number exactly as written (`0.1234567890123456789`), never the nearest double's digits (`…68`), which silently
+    changed the value (the pyarrow tier reads it exactly). Only the decoder of a policy with a decimal column makes
+    them."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> _JsonNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def _kind(v: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object",
+    return {bool: "boolean", int: "integer", float: "number", _JsonNumber: "number", str: "string", dict: "object",
             list: "array"}.get(type(v), type(v).__name__)
 
 
@@ -172,7 +189,13 @@ def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
                 ts = dt.datetime.fromisoformat(v)
             except ValueError:
                 raise _Mismatch(f"not an ISO-8601 timestamp: {v[:60]!r}") from None
-            return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+            if not ts.tzinfo:
+                return ts.replace(tzinfo=dt.timezone.utc)
+            try:  # a zone can move the instant out of years 1-9999 (0001-01-01T00:00+01:00), where no reader goes
+                ts.astimezone(dt.timezone.utc)
+            except OverflowError:
+                raise _Mismatch(f"{v[:60]!r} is outside years 1-9999 in UTC") from None
+            return ts
     elif column_type == "date":
         def conv(v: Any) -> Any:
             expect(isinstance(v, str), v, "date string YYYY-MM-DD")
@@ -215,16 +238,23 @@ def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
             raise ValueError(f"unsupported column type {column_type!r}")
         precision, scale = int(m.group(1)), int(m.group(2))
         quantum = decimal.Decimal(1).scaleb(-scale)
+        # Quantizing in the default context (28 digits) raised InvalidOperation for any value of more digits, so a
+        # valid decimal(38,10) value was a dead letter; in a context of the column's precision it is exactly the
+        # values that do not fit that raise.
+        context = decimal.Context(prec=precision)
 
         def conv(v: Any) -> Any:
             expect(isinstance(v, (int, float, str)) and not isinstance(v, bool), v, f"number ({column_type})")
             try:
-                d = decimal.Decimal(str(v))
+                d = decimal.Decimal(v.text if isinstance(v, _JsonNumber) else str(v))
             except decimal.InvalidOperation:
                 raise _Mismatch(f"not a decimal: {str(v)[:60]!r}") from None
             if not d.is_finite():
                 raise _Mismatch(f"{v} is not finite")
-            q = d.quantize(quantum)
+            try:
+                q = d.quantize(quantum, context=context)
+            except decimal.InvalidOperation:
+                raise _Mismatch(f"{str(v)[:60]} does not fit {column_type}") from None
             if q != d:
                 raise _Mismatch(f"{v} has more than {scale} decimal places (would be rounded)")
             if len(q.as_tuple().digits) > precision and q != 0:
@@ -333,21 +363,33 @@ def _chunked(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLe
     whole batch takes the per-record path (which resolves the type across all records)."""
     parts: list[pa.Table] = []
     dead: list[DeadLetter] = []
+    slow: dict[int, tuple[pa.Table, list[DeadLetter]]] = {}  # part → its chunk and dead letters (per-record path)
     for start in range(0, raw.num_rows, CHUNK_ROWS):
         chunk = raw.slice(start, CHUNK_ROWS)
         decoded = _fast_path(chunk, policy)
         if decoded is None:
             decoded, chunk_dead = _slow_path(chunk, policy)
             dead += [dataclasses.replace(d, index=d.index + start) for d in chunk_dead]
+            slow[len(parts)] = (chunk, chunk_dead)
         parts.append(decoded)
     declared = {c.name for c in policy.columns}
     extras: dict[str, pa.DataType] = {}
-    for part in parts:
+    in_parts: dict[str, list[int]] = {}
+    for n, part in enumerate(parts):
         for f in part.schema:
             if f.name in declared or f.name in KAFKA_COLUMNS:
                 continue
             if extras.setdefault(f.name, f.type) != f.type:
                 return _slow_path(raw, policy)
+            in_parts.setdefault(f.name, []).append(n)
+    # A string column is the strings themselves, or JSON text where the field mixed types (or nested) in the
+    # records decoded together; the whole batch spells all its values as JSON text if any part did.
+    shared = {name for name, ns in in_parts.items() if len(ns) > 1 and extras[name] == pa.string()}
+    if shared and any(n in slow for name in shared for n in in_parts[name]):
+        texty = {n: _json_text_fields(*slow[n], policy, {name for name in shared if n in in_parts[name]})
+                 for n in slow}
+        if any(len({name in texty.get(n, ()) for n in in_parts[name]}) > 1 for name in shared):
+            return _slow_path(raw, policy)
     schema_fields = [f for f in parts[0].schema if f.name in declared]
     schema_fields += [pa.field(n, t) for n, t in extras.items()]
     schema_fields += [parts[0].schema.field(n) for n in KAFKA_COLUMNS]
@@ -355,6 +397,21 @@ def _chunked(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[DeadLe
     aligned = [pa.Table.from_arrays([p.column(f.name) if f.name in p.column_names else pa.nulls(p.num_rows, f.type)
                                      for f in schema], schema=schema) for p in parts]
     return pa.concat_tables(aligned), dead
+
+
+def _json_text_fields(chunk: pa.Table, chunk_dead: list[DeadLetter], policy: SchemaPolicy,
+                      names: set[str]) -> set[str]:
+    """Which of `names` (string extra columns `_slow_path` made for the chunk) hold JSON text: some record it kept
+    has a value of another type there (`_extra_array`)."""
+    gone = {d.index for d in chunk_dead}
+    texty: set[str] = set()
+    for i, v in enumerate(chunk.column("value").to_pylist()):
+        if i in gone or texty == names:
+            continue
+        doc, _, _ = _parse_record(v, policy)
+        if doc is not None:
+            texty.update(name for name in names if not isinstance(doc.get(name, ""), (str, type(None))))
+    return texty
 
 
 def _empty(policy: SchemaPolicy, raw: pa.Table) -> pa.Table:
@@ -366,6 +423,10 @@ def _empty(policy: SchemaPolicy, raw: pa.Table) -> pa.Table:
 
 def _assemble(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[str, pa.Array],
               raw: pa.Table, keep: pa.Array | None) -> pa.Table:
+    """The decoded table: declared columns, extra columns, then the Kafka columns. An undeclared field named like
+    a Kafka column (`_kafka_offset`, …) is not stored: those names are each row's coordinates, which the sinks'
+    ledgers read by name, and a second column of the name made the table ambiguous (the chunked path failed the
+    whole batch on it)."""
     schema = declared_arrow_schema(policy)
     arrays: list[Any] = []
     fields: list[pa.Field] = []
@@ -373,6 +434,8 @@ def _assemble(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[s
         arrays.append(columns[f.name])
         fields.append(f)
     for name, arr in extras.items():
+        if name in _KAFKA_SOURCE:
+            continue
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
     for name, col in _kafka_columns(raw, keep).items():
@@ -423,7 +486,7 @@ _NATIVE_KINDS = {"long": _json_arrow.LONG, "double": _json_arrow.DOUBLE, "boolea
                  "string": _json_arrow.STRING, "timestamp": _json_arrow.STRING, "timestamptz": _json_arrow.STRING,
                  "date": _json_arrow.STRING}
 _NATIVE_TYPES = {_json_arrow.LONG: pa.int64(), _json_arrow.DOUBLE: pa.float64(), _json_arrow.BOOL: pa.bool_(),
-                 _json_arrow.STRING: pa.string()}
+                 _json_arrow.STRING: pa.string(), _json_arrow.TEXT: pa.string()}
 
 
 def _binary_chunks(values: pa.ChunkedArray | pa.Array) -> list[pa.Array] | None:
@@ -452,18 +515,24 @@ def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> p
     """The declared columns parsed by `_json_arrow` from each chunk's own buffers (no joined copy); None when a
     column type or a value is outside what it takes. Undeclared fields: ignored under `evolution=none`; under
     `compatible` any makes it decline, as pyarrow's reader then finds the extra columns."""
-    kinds = tuple(_NATIVE_KINDS.get(c.type, -1) for c in policy.columns)
+    return _native_columns(values, policy.columns, policy.evolution != "compatible", policy.limits.max_depth)
+
+
+def _native_columns(values: pa.ChunkedArray | pa.Array, declared: list[Column], ignore_unknown: bool,
+                    max_depth: int) -> pa.Table | None:
+    kinds = tuple(_json_arrow.TEXT if c.type.startswith("decimal(") else _NATIVE_KINDS.get(c.type, -1)
+                  for c in declared)
     if -1 in kinds:
         return None
-    names = tuple(c.name.encode() for c in policy.columns)
+    names = tuple(c.name.encode() for c in declared)
     chunks = _binary_chunks(values)
     if chunks is None:
         return None
     columns: list[list[pa.Array]] = [[] for _ in kinds]
     for chunk in chunks:
         _, offsets, data = chunk.buffers()
-        parts = _json_arrow.decode(offsets, data or b"", chunk.offset, len(chunk), names, kinds,
-                                   policy.evolution != "compatible", policy.limits.max_depth)
+        parts = _json_arrow.decode(offsets, data or b"", chunk.offset, len(chunk), names, kinds, ignore_unknown,
+                                   max_depth)
         if parts is None:
             return None
         for out, kind, (valid, buf, text) in zip(columns, kinds, parts):
@@ -472,12 +541,22 @@ def _native_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> p
                 buffers.append(pa.py_buffer(text))
             out.append(pa.Array.from_buffers(_NATIVE_TYPES[kind], len(chunk), buffers))
     return pa.table({c.name: pa.chunked_array(parts, _NATIVE_TYPES[kind])
-                     for c, kind, parts in zip(policy.columns, kinds, columns)})
+                     for c, kind, parts in zip(declared, kinds, columns)})
 
 
 def _arrow_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa.Table | None:
     """pyarrow's JSON reader over the newline-joined values; None when it fails or the framing is not one value
-    per line."""
+    per line.
+
+    Decimal columns never reach its decimal conversion (pyarrow 26.0.1), which crashes the process on
+    `1e-2147483647` (SIGSEGV: one record would kill the executor on every retry), makes `1e-44` 0.00000 in a
+    decimal(20,5) column, wraps integers past 128 bits into other values, and skips the precision check (`1` into
+    decimal(3,3) was 1.000). `_json_arrow` reads them as their text instead (`_decimals_from_text` converts it), or
+    the batch is the per-record path's."""
+    decimals = [c for c in policy.columns if c.type.startswith("decimal(")]
+    texts = _native_columns(values, decimals, True, policy.limits.max_depth) if decimals else None
+    if decimals and texts is None:
+        return None
     # Dates parse from strings after the fact (the JSON reader has no string→date32 conversion).
     # Timestamps: ISO-8601 strings first; a batch of epoch-millisecond integers gets a second try.
     has_ts = any(c.type in _TIMESTAMPS for c in policy.columns)
@@ -487,9 +566,13 @@ def _arrow_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa
     if blob.to_pybytes().count(b"\n") != len(values) - 1:
         return None
     for ts_as_millis in ((False, True) if has_ts else (False,)):
+        # `float` columns parse as doubles, range-checked and narrowed by `_finish_columns` as the per-record
+        # converter does: the reader's own float32 parse rounds 3.4028235e38 to FLT_MAX, a value the converter
+        # refuses, and rounds some literals directly where the converter rounds via the double.
         parse_schema = pa.schema([pa.field(c.name, pa.string() if c.type == "date" else
                                            pa.int64() if c.type in _TIMESTAMPS and ts_as_millis else
-                                           arrow_type(c.type)) for c in policy.columns])
+                                           pa.float64() if c.type == "float" else
+                                           arrow_type(c.type)) for c in policy.columns if c not in decimals])
         try:
             parsed = pj.read_json(pa.BufferReader(blob),
                                   read_options=pj.ReadOptions(block_size=max(1 << 20, len(blob) + 1)),
@@ -499,8 +582,23 @@ def _arrow_parse(values: pa.ChunkedArray | pa.Array, policy: SchemaPolicy) -> pa
                                       else "ignore"))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
-        return parsed if parsed.num_rows == len(values) else None
+        if texts is not None:  # a decimal field it inferred (evolution=compatible) gives way to the text
+            parsed = parsed.drop_columns([c.name for c in decimals if c.name in parsed.column_names])
+            for c in decimals:
+                parsed = parsed.append_column(c.name, texts.column(c.name))
+        return parsed if parsed.num_rows == len(values) and not _negative_zero(parsed) else None
     return None
+
+
+def _negative_zero(parsed: pa.Table) -> bool:
+    """Whether a floating column holds -0.0. The reader reads the integer `-0` as -0.0, where JSON (and the
+    per-record path) has the integer 0, so 0.0; a written `-0.0` is -0.0 in both. The two cannot be told apart
+    after parsing, so a batch holding either is left to the per-record path (rare in data)."""
+    for col in parsed.columns:
+        if pa.types.is_floating(col.type) and \
+                pc.any(pc.and_(pc.equal(col, 0), pc.less(pc.divide(1.0, col), 0))).as_py():
+            return True
+    return False
 
 
 def _timestamps_from_text(arr: pa.ChunkedArray) -> pa.ChunkedArray | None:
@@ -537,6 +635,23 @@ def _within(arr: pa.ChunkedArray | pa.Array, bounds: tuple[pa.Scalar, pa.Scalar]
     return not low.is_valid or (pc.greater_equal(low, bounds[0]).as_py() and pc.less_equal(high, bounds[1]).as_py())
 
 
+#: What a `float` column takes, as doubles (the per-record converter's range).
+_FLOAT32_RANGE = (pa.scalar(-_FLOAT32_MAX, pa.float64()), pa.scalar(_FLOAT32_MAX, pa.float64()))
+
+
+def _decimals_from_text(arr: pa.ChunkedArray | pa.Array, typ: pa.DataType) -> pa.ChunkedArray | pa.Array | None:
+    """A decimal column's values as `_json_arrow` copied them (a number's spelling, a string's content) → decimals;
+    None unless each is plainly within the type — an optional minus, integer digits without a leading zero that the
+    precision holds, at most `scale` fraction digits — which the per-record converter takes as the same value.
+    Exponents, whitespace, underscores and the rest are its to decide."""
+    whole = typ.precision - typ.scale
+    integer = "0" if whole == 0 else f"(0|[1-9][0-9]{{0,{whole - 1}}})"
+    fraction = f"(\\.[0-9]{{1,{typ.scale}}})?" if typ.scale else ""
+    if pc.all(pc.match_substring_regex(arr, f"^-?{integer}{fraction}$")).as_py() is False:
+        return None
+    return arr.cast(typ)
+
+
 def _finish_columns(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa.Table | None:
     declared = {c.name: c for c in policy.columns}
     columns: dict[str, Any] = {}
@@ -556,6 +671,14 @@ def _finish_columns(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa
                 return None
         elif col.type in ("float", "double") and pc.all(pc.is_finite(arr)).as_py() is False:
             return None  # out of range (an overflowing literal): the per-record path names the record
+        if col.type == "float" and arr.type == pa.float64():
+            if not _within(arr, _FLOAT32_RANGE):
+                return None
+            arr = arr.cast(pa.float32())
+        elif col.type.startswith("decimal(") and pa.types.is_string(arr.type):
+            arr = _decimals_from_text(arr, arrow_type(col.type))
+            if arr is None:
+                return None
         if col.type in _TIMESTAMPS and not _within(arr, _TS_RANGE):
             return None
         columns[name] = arr
@@ -570,7 +693,28 @@ def _finish_columns(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa
         if f.type == pa.float64() and pc.all(pc.is_finite(parsed.column(f.name))).as_py() is False:
             return None  # a number beyond a double's range: the per-record path names the record
         extras[f.name] = parsed.column(f.name)
-    return _assemble(columns, policy, extras, raw, None)
+    ordered = _in_reference_order(extras, raw)
+    return None if ordered is None else _assemble(columns, policy, ordered, raw, None)
+
+
+def _in_reference_order(extras: dict[str, Any], raw: pa.Table) -> dict[str, Any] | None:
+    """Extra columns in the per-record path's order: by the first record holding a value for the field, then by
+    that record's key order. pyarrow's reader orders them by the first record naming the field, a null too
+    (`{"b": null}` then `{"a": 1, "b": 2}` gave b, a where the reference has a, b). The records several columns
+    first have a value in are parsed for their key order; None when one does not parse as the reference would."""
+    if len(extras) < 2:
+        return extras
+    first = {name: pc.index(pc.is_valid(col), True).as_py() for name, col in extras.items()}
+    tied = {row for row in first.values() if list(first.values()).count(row) > 1}
+    key_order: dict[int, dict[str, int]] = {}
+    for row in tied:
+        try:
+            doc = _STRICT_JSON.decode(raw.column("value")[row].as_py().decode("utf-8"))
+        except (ValueError, RecursionError):
+            return None
+        key_order[row] = {k: i for i, k in enumerate(doc)} if isinstance(doc, dict) else {}
+    order = sorted(extras, key=lambda n: (first[n], key_order.get(first[n], {}).get(n, -1)))
+    return {name: extras[name] for name in order}
 
 
 #: A surrogate escape, paired or not; `json.loads` keeps an unpaired one in the str, and Arrow cannot encode it.
@@ -592,6 +736,8 @@ def _reject_constant(name: str) -> Any:
 
 #: RFC 8259 JSON: `json.loads` alone also takes NaN and Infinity, which neither C tier does.
 _STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+#: The same, keeping each fractional number's spelling for decimal columns (`_JsonNumber`).
+_STRICT_JSON_EXACT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_JsonNumber)
 
 
 def _depth(doc: Any) -> int:
@@ -612,8 +758,9 @@ def _parse_record(v: bytes, policy: SchemaPolicy) -> tuple[dict[str, Any] | None
     if len(v) > limits.max_value_bytes:
         return None, "too-large", (f"value is {len(v)} bytes, over schema.limits.maxValueBytes="
                                    f"{limits.max_value_bytes}")
+    exact = any("decimal" in c.type for c in policy.columns)
     try:
-        doc = _STRICT_JSON.decode(v.decode("utf-8"))
+        doc = (_STRICT_JSON_EXACT if exact else _STRICT_JSON).decode(v.decode("utf-8"))
     except UnicodeDecodeError as exc:
         return None, "unparseable", f"not JSON text (not UTF-8): {exc}"
     except RecursionError:
