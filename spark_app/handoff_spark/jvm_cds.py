@@ -176,12 +176,15 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--create":
         create(argv[1])
         return 0
+    if_missing = argv[:1] == ["--if-missing"]
+    argv = argv[1:] if if_missing else argv
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
-        print("usage: python -m handoff_spark.jvm_cds [ARCHIVE_PATH]  (default: this machine's cache)",
-              file=sys.stderr)
+        print("usage: python -m handoff_spark.jvm_cds [--if-missing] [ARCHIVE_PATH]  (default: this machine's cache; "
+              "--if-missing: keep an archive already there)", file=sys.stderr)
         return 2
     path = Path(argv[0]) if argv else cache_path()
-    build(path)
+    if not (if_missing and path.is_file()):
+        build(path)
     print(path)
     return 0
 
