@@ -15,6 +15,7 @@ from pathlib import Path
 from .paths import state_dir
 from .proc import stop_pid
 from .registry import COMPONENTS, component
+from .toolchains import kubectl_dir
 
 
 def _state_file():
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.components:
             for key, value in state[name]["env"].items():
                 print(f"export {key}={value}")
+        if "apiserver" in args.components:
+            # The test bed's kubectl (built with the apiserver, its release): `kubectl` in the shell that
+            # evals this, as the README shows, with no kubectl installed on the machine.
+            print(f'export PATH="{kubectl_dir()}:$PATH"')
         return 0
     if args.cmd == "status":
         print(json.dumps(_load(), indent=2))

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from .base import Component, StartupClock
-from .k8s_build import ControlPlaneBinaries, build_control_plane, kubernetes_version
+from .k8s_build import ControlPlaneBinaries, build_control_plane, build_kubectl, kubernetes_version
 from .k8s_pki import Pki, TokenUser, write_kubeconfig, write_pki, write_token_file
 from .proc import Service, free_port, wait_until
 
@@ -65,6 +65,8 @@ class ApiServer(Component):
 
     def build(self) -> None:
         self.bins = build_control_plane()
+        # The client the tests and `hack/testbed up apiserver`'s shell use (toolchains puts it on PATH).
+        build_kubectl()
 
     # -- start -------------------------------------------------------------------------------
 
