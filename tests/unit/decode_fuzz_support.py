@@ -143,7 +143,8 @@ EDGES: dict[str, tuple[bytes, ...]] = {
 
 #: Edges of one declared type, drawn as often as its family's (the family's list is long).
 TYPE_EDGES: dict[str, tuple[bytes, ...]] = {
-    "float": (b"3.4028234663852886e38", b"3.4028235e38", b"-3.4028235e38", b"3.40282356779733661637539395458142568448e38",
+    "float": (b"3.4028234663852886e38", b"3.4028235e38", b"-3.4028235e38",
+              b"3.40282356779733661637539395458142568448e38",
               b"3.4028236e38", b"-3.4028236e38", b"1e39", b"1e38", b"1.4e-45", b"1.401298464324817e-45", b"7e-46",
               b"1e-46", b"1.17549435e-38", b"1.00000005960464477539062500000001", b"16777217", b"-0", b"-0.0", b"0.1"),
     "int": (b"2147483647", b"-2147483648", b"2147483648", b"-2147483649", b"-0", b"1e9", b"2147483647.0"),
@@ -681,7 +682,8 @@ def _check(case: Case, tally: Tally) -> None:
                            f"values: {values!r}"[:6000]) from exc
     if sorted(kept + [d.offset for d in dead]) != list(range(FIRST_OFFSET, FIRST_OFFSET + len(values))):
         raise Disagreement(f"records not accounted for exactly once: rows {kept}, dead {dead}\nvalues: {values!r}")
-    if any(d.offset != FIRST_OFFSET + d.index for d in dead) or [d.index for d in dead] != sorted(d.index for d in dead):
+    indexes = [d.index for d in dead]
+    if any(d.offset != FIRST_OFFSET + d.index for d in dead) or indexes != sorted(indexes):
         raise Disagreement(f"dead letters out of order or misnumbered: {dead}")
     kept_set = set(kept)
     any_size = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_value_bytes": 1 << 28})})
