@@ -502,6 +502,13 @@ static int row(Cur *c, Col *cols, int ncols, Py_ssize_t i, int ignore_unknown) {
     return 1;
 }
 
+/* Whether an offsets buffer of `len` bytes holds the n + 1 offsets of rows first..first+n, computed without
+ * overflow: (first + n + 1) * 4 overflowed Py_ssize_t for a huge first or n (found by UBSan). */
+static int rows_fit(Py_ssize_t len, Py_ssize_t first, Py_ssize_t n) {
+    Py_ssize_t offsets = len / 4;
+    return first >= 0 && n >= 0 && first < offsets && n <= offsets - first - 1;
+}
+
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer offs, data;
     Py_ssize_t first, n;
@@ -515,7 +522,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *valid[MAX_COLUMNS] = {0}, *values[MAX_COLUMNS] = {0};
     Py_ssize_t ncols = PyTuple_GET_SIZE(names);
     memset(cols, 0, sizeof cols);
-    if (first < 0 || n < 0 || offs.len < (first + n + 1) * 4 || ncols > MAX_COLUMNS ||
+    if (!rows_fit(offs.len, first, n) || ncols > MAX_COLUMNS ||
         ncols != PyTuple_GET_SIZE(kinds) || max_depth < 1 || max_depth > MAX_DEPTH) {
         PyErr_SetString(PyExc_ValueError, "decode: offsets, rows, columns or max_depth out of range");
         goto done;
@@ -534,12 +541,13 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         col->name = PyBytes_AS_STRING(name);
         col->name_len = PyBytes_GET_SIZE(name);
-        col->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(kinds, t));
-        if (col->kind < K_LONG || col->kind > K_TEXT) {
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(kinds, t)); /* checked as a long: (int)2**40 was 0, LONG */
+        if (kind < K_LONG || kind > K_TEXT) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "decode: unknown column kind");
             goto done;
         }
+        col->kind = (int)kind;
         Py_ssize_t vsize = HAS_TEXT(col->kind) ? (n + 1) * 4 : col->kind == K_BOOL ? (n + 7) / 8 : n * 8;
         valid[t] = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
         values[t] = PyBytes_FromStringAndSize(NULL, vsize);
@@ -605,7 +613,7 @@ static PyObject *one_object_each(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*nni", &offs, &data, &first, &n, &max_depth))
         return NULL;
     int ok = 1;
-    if (first < 0 || n < 0 || offs.len < (first + n + 1) * 4 || max_depth < 1 || max_depth > MAX_DEPTH) {
+    if (!rows_fit(offs.len, first, n) || max_depth < 1 || max_depth > MAX_DEPTH) {
         PyErr_SetString(PyExc_ValueError, "one_object_each: offsets, rows or max_depth out of range");
         ok = -1;
     } else {

@@ -434,7 +434,11 @@ def tricky_document(draw: Any, policy: SchemaPolicy) -> bytes:
 
 
 _WHOLE_KINDS = st.sampled_from(["tombstone", "empty", "blank", "two", "array", "scalar", "deep", "deep-objects",
-                                "unclosed", "bom", "trailing", "truncated", "nan", "utf8", "big", "nested-top"])
+                                "unclosed", "bom", "trailing", "truncated", "truncated-token", "nan", "utf8", "big",
+                                "nested-top"])
+#: Where a value cut inside a token ends: escapes, surrogate pairs, numbers, literals, multi-byte UTF-8.
+_TOKENS = st.sampled_from([b'"\\u00e9\\ud83d\\ude00x"', b'"\\n"', b"-1.5e+10", b"true", b"false", b"null",
+                           '"é😀"'.encode(), b'"\\/"'])
 
 
 @st.composite
@@ -468,6 +472,9 @@ def whole_value(draw: Any, policy: SchemaPolicy, docs: CleanDocs) -> bytes | Non
         return doc + draw(st.sampled_from([b"x", b",", b"}", b"]", b"\x00", b"null", b"{}", b"//", b"\xff"]))
     if kind == "truncated":
         return doc[:draw(st.integers(0, max(0, len(doc) - 1)))]
+    if kind == "truncated-token":  # the value ends inside a token, one byte at a time
+        token = draw(_TOKENS)
+        return b'{"' + policy.columns[0].name.encode() + b'":' + token[:draw(st.integers(0, len(token) - 1))]
     if kind == "nan":
         name = policy.columns[0].name
         return _object([(name, draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity"])))])

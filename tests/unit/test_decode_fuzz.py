@@ -201,3 +201,20 @@ def test_found_extra_columns_are_ordered_by_the_first_record_with_a_value() -> N
     check_values(values, policy)
     assert decode._arrow_parse(raw(values).column("value"), policy) is not None
     assert decode_batch(raw(values), policy)[0].column_names[:4] == ["id", "a", "b", "c"]
+
+
+def test_found_by_ubsan_huge_rows_and_kinds_are_refused_not_wrapped() -> None:
+    """`_json_arrow` checked its arguments with (first + n + 1) * 4, which overflowed for a huge first or n (signed
+    overflow, UB: the optimized build wrapped it past the check and read far out of the buffer), and took a column
+    kind through (int), so 2**40 became 0, long. Both are refused now (test_c_sanitizers.py runs these too)."""
+    from handoff_spark import _json_arrow
+
+    offsets, data = pa.py_buffer(pa.array([0, 9, 18], pa.int32()).buffers()[1]), b'{"id": 1}{"id": 2}'
+    for first, rows in ((2 ** 62, 2 ** 62), (2 ** 63 - 1, 1), (1, 2 ** 63 - 2), (0, 3)):
+        with pytest.raises(ValueError, match="out of range"):
+            _json_arrow.decode(offsets, data, first, rows, (b"id",), (_json_arrow.LONG,), True, 64)
+        with pytest.raises(ValueError, match="out of range"):
+            _json_arrow.one_object_each(offsets, data, first, rows, 64)
+    with pytest.raises(ValueError, match="unknown column kind"):
+        _json_arrow.decode(offsets, data, 0, 2, (b"id",), (2 ** 40,), True, 64)
+    assert _json_arrow.decode(offsets, data, 0, 2, (b"id",), (_json_arrow.LONG,), True, 64) is not None

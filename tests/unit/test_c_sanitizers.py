@@ -1,0 +1,44 @@
+"""ASan + UBSan builds of the C extensions run the fuzzing corpus and a generated set (issue 33).
+
+`_json_arrow` here (tests/unit/json_arrow_sanitized_child.py says what the child runs); `_kafka_native` against the
+test bed's broker in tests/integration/test_kafka_native_sanitized.py. A build with a read planted one byte past the
+data fails this test (test_a_planted_overread_is_caught), so a clean run means something."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import sanitizers
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (hack/install-system-deps.sh)")
+
+#: Generated values the child checks (each also fed straight to the sanitized module alone and in a batch).
+GENERATED = 5_000
+SCRIPT = "import json_arrow_sanitized_child as child\nchild.main({count})\n"
+
+
+def test_json_arrow_under_asan_and_ubsan_runs_the_corpus_and_generated_values_cleanly(tmp_path: Path) -> None:
+    built = sanitizers.build("_json_arrow", sanitizers.PACKAGE / "_json_arrow.c", tmp_path)
+    proc = sanitizers.run(SCRIPT.format(count=GENERATED), {"_json_arrow": built})
+    assert proc.returncode == 0 and not sanitizers.findings(proc), (proc.returncode, proc.stderr[-6000:])
+    counts = re.search(r"(\d+) corpus values, (\d+) generated values, (\d+) direct calls", proc.stdout)
+    assert counts, proc.stdout
+    corpus, generated, calls = map(int, counts.groups())
+    assert corpus >= 70 and generated >= GENERATED and calls > 10 * generated
+
+
+def test_a_planted_overread_is_caught(tmp_path: Path) -> None:
+    """The same run against a scratch copy of _json_arrow.c whose whitespace skip reads the byte at the end of the
+    value (one past it): ASan reports a heap-buffer-overflow and the child fails."""
+    source = (sanitizers.PACKAGE / "_json_arrow.c").read_text()
+    planted = source.replace("while (c->p < c->end && (*c->p == ' '", "while (c->p <= c->end && (*c->p == ' '")
+    assert planted != source, "the line the plant changes moved; update the test"
+    scratch = tmp_path / "_json_arrow_planted.c"
+    scratch.write_text(planted)
+    built = sanitizers.build("_json_arrow", scratch, tmp_path)
+    proc = sanitizers.run(SCRIPT.format(count=100), {"_json_arrow": built})
+    assert proc.returncode != 0
+    assert any("heap-buffer-overflow" in line for line in sanitizers.findings(proc)), proc.stderr[-3000:]
