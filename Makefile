@@ -68,7 +68,7 @@ check-crds: venv
 ## PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 test: testbed-build check-crds
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest -m "not e2e" tests/unit $(PYTEST_ARGS)
