@@ -914,8 +914,10 @@ def _extra_array(vals: dict[int, Any], n: int) -> pa.Array:
     elif kinds == {"string"}:
         typ = pa.string()
     else:
+        # JSON text, strictly: a number past a double's range (1e400) is refused here as in a numeric column, never
+        # spelled `Infinity`; whether its record was a row must not depend on what other records put in the field.
         typ = pa.string()
-        vals = {i: json.dumps(v, separators=(",", ":")) for i, v in vals.items()}
+        vals = {i: json.dumps(v, separators=(",", ":"), allow_nan=False) for i, v in vals.items()}
     for i, v in vals.items():
         dense[i] = v
     return pa.array(dense, typ)

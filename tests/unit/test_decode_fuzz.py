@@ -218,3 +218,18 @@ def test_found_by_ubsan_huge_rows_and_kinds_are_refused_not_wrapped() -> None:
     with pytest.raises(ValueError, match="unknown column kind"):
         _json_arrow.decode(offsets, data, 0, 2, (b"id",), (2 ** 40,), True, 64)
     assert _json_arrow.decode(offsets, data, 0, 2, (b"id",), (_json_arrow.LONG,), True, 64) is not None
+
+
+def test_found_by_the_long_run_a_number_past_a_double_in_a_mixed_field_is_a_dead_letter_too() -> None:
+    """An undeclared field holding 1.7976931348623159e308 (a double's infinity): alone in its column the record was
+    an unconvertible dead letter, but beside a string in the same field the column became JSON text and the record a
+    row holding `Infinity` (not JSON). So the chunked path (the chunk without the string) and the reference (the
+    whole batch) disagreed. The record is a dead letter either way now, and so is `[1e400]`."""
+    policy = policy_of([("f", "long", False)], "compatible")
+    values = [b'{"f": 1, "ID": ""}', b'{"f": 2, "ID": 1.7976931348623159e308}', b'{"f": 3, "ID": [1e400]}',
+              b'{"f": 4, "ID": 5}']
+    check_values(values, policy)
+    fuzz.check(fuzz.Case(policy, values, chunk_rows=1))
+    table, dead = decode_batch(raw(values), policy)
+    assert [(d.index, d.reason) for d in dead] == [(1, "unconvertible"), (2, "unconvertible")]
+    assert table.column("ID").to_pylist() == ['""', "5"]
