@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +39,20 @@ def _netns() -> set[str]:
     return set(os.listdir(netns)) if netns.is_dir() else set()
 
 
-def test_a_pod_runs_and_the_host_is_restored(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A work directory with a short path: the kubelet binds Unix sockets under it (pod-resources/<n>), whose paths
+    must fit in 108 bytes, and pytest's own tmp_path under xdist (`…/popen-gw1/test_a_pod_runs_and_the_host_i0/`)
+    did not."""
+    path = Path(tempfile.mkdtemp(prefix="handoff-node-test-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_pod_runs_and_the_host_is_restored(short_tmp: Path) -> None:
+    tmp_path = short_tmp
     before = {"iptables": _iptables(), "sysctls": host_state.read_sysctls(), "mounts": host_state.mountpoints(),
               "netns": _netns()}
     api, node = ApiServer(), Node()
