@@ -44,7 +44,11 @@ def test_a_value_python_rejects_is_a_dead_letter_among_valid_records() -> None:
     """The issue's drill in one batch: each worst case among valid records is a dead letter with its reason, every
     valid record is a row."""
     policy = fuzz.CORPUS_POLICIES[0]
-    bad = {name: value for name, value in fuzz.corpus().items() if fuzz.strict_json_rejects(value)}
+    corpus = fuzz.corpus()
+    # Python 3.12+'s json parses a 5,000-deep array that 3.11's refuses: named here, so the batch holds them on every
+    # Python (schema.limits.maxDepth makes them dead letters either way).
+    deep = ("deep-arrays-5000.json", "deep-objects-5000.json")
+    bad = {name: corpus[name] for name in deep} | {n: v for n, v in corpus.items() if fuzz.strict_json_rejects(v)}
     assert {"deep-arrays-5000.json", "invalid-utf8-ff.bin", "nul-byte-in-string.bin", "nan.json", "two-objects.json",
             "empty.bin", "unclosed-5000.json"} <= set(bad)
     values = [v for value in bad.values() for v in (b'{"id": 1}', value)] + [b'{"id": 1}']
