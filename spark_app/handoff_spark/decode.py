@@ -404,11 +404,12 @@ def _json_text_fields(chunk: pa.Table, chunk_dead: list[DeadLetter], policy: Sch
     """Which of `names` (string extra columns `_slow_path` made for the chunk) hold JSON text: some record it kept
     has a value of another type there (`_extra_array`)."""
     gone = {d.index for d in chunk_dead}
+    decoder = _json_decoder(policy)
     texty: set[str] = set()
     for i, v in enumerate(chunk.column("value").to_pylist()):
         if i in gone or texty == names:
             continue
-        doc, _, _ = _parse_record(v, policy)
+        doc, _, _ = _parse_record(v, policy, decoder)
         if doc is not None:
             texty.update(name for name in names if not isinstance(doc.get(name, ""), (str, type(None))))
     return texty
@@ -752,15 +753,21 @@ def _depth(doc: Any) -> int:
     return deepest
 
 
-def _parse_record(v: bytes, policy: SchemaPolicy) -> tuple[dict[str, Any] | None, Reason, str]:
-    """One value → its JSON object, or (None, reason, detail) saying why it is a dead letter."""
+def _json_decoder(policy: SchemaPolicy) -> json.JSONDecoder:
+    """The strict parser for a policy: the one that keeps numbers' spelling only where a decimal column needs it."""
+    return _STRICT_JSON_EXACT if any("decimal" in c.type for c in policy.columns) else _STRICT_JSON
+
+
+def _parse_record(v: bytes, policy: SchemaPolicy, decoder: json.JSONDecoder
+                  ) -> tuple[dict[str, Any] | None, Reason, str]:
+    """One value → its JSON object, or (None, reason, detail) saying why it is a dead letter. `decoder`:
+    `_json_decoder(policy)`, chosen once per batch."""
     limits = policy.limits
     if len(v) > limits.max_value_bytes:
         return None, "too-large", (f"value is {len(v)} bytes, over schema.limits.maxValueBytes="
                                    f"{limits.max_value_bytes}")
-    exact = any("decimal" in c.type for c in policy.columns)
     try:
-        doc = (_STRICT_JSON_EXACT if exact else _STRICT_JSON).decode(v.decode("utf-8"))
+        doc = decoder.decode(v.decode("utf-8"))
     except UnicodeDecodeError as exc:
         return None, "unparseable", f"not JSON text (not UTF-8): {exc}"
     except RecursionError:
@@ -785,6 +792,7 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
     partitions = raw.column("partition")
     offsets = raw.column("offset")
     converters = [(c, _converter(c.type)) for c in policy.columns]
+    decoder = _json_decoder(policy)
     declared = {c.name for c in policy.columns}
     compatible = policy.evolution == "compatible"
     rows: list[list[Any]] = []
@@ -800,7 +808,7 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
             reject(i, "null-value", "record value is null (tombstone)")
             continue
         try:
-            doc, reason, detail = _parse_record(v, policy)
+            doc, reason, detail = _parse_record(v, policy, decoder)
             if doc is None:
                 reject(i, reason, detail)
                 continue

@@ -749,7 +749,7 @@ def _one_object(value: bytes, max_depth: int) -> bool:
 def _strictly_one_object(value: bytes, policy: SchemaPolicy) -> bool:
     """Whether the reference parses the value into one object within the policy's depth limit (its size is the
     fast path's to check, not `one_object_each`'s)."""
-    doc, _, _ = decode._parse_record(value, policy)
+    doc, _, _ = decode._parse_record(value, policy, decode._json_decoder(policy))
     return doc is not None
 
 
