@@ -292,7 +292,8 @@ class SchemaSpec(SpecModel):
         description="Timestamp column used to measure freshness; default: the Kafka record timestamp.")
     limits: RecordLimitsSpec = Field(
         default_factory=RecordLimitsSpec,
-        description="Limits on one record (nesting depth, value size); a record past them is a dead letter.")
+        description="Limits on one record (nesting depth, value size); a record past them is a dead letter "
+                    "(under onIncompatible=halt the handoff stops, naming it).")
 
     @model_validator(mode="after")
     def _check(self) -> "SchemaSpec":
