@@ -15,7 +15,6 @@ import sysconfig
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = REPO / "spark_app" / "handoff_spark"
 FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1",
          "-shared", "-fPIC", "-Wall"]
 #: What a sanitizer writes when it finds something (ASan: "ERROR: AddressSanitizer: heap-buffer-overflow ...",
@@ -28,34 +27,42 @@ def libasan() -> str:
                            text=True).stdout.strip()
 
 
-def build(module: str, source: Path, out_dir: Path, libraries: tuple[str, ...] = ()) -> Path:
-    """`source` compiled with the sanitizers into out_dir as the extension `module` (e.g. "_json_arrow")."""
-    target = out_dir / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["gcc", *FLAGS, f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(target),
+def source(module: str) -> Path:
+    """The C source of the extension `module` (a dotted name, e.g. "handoff_spark._json_arrow")."""
+    return REPO / "spark_app" / Path(*module.split(".")).with_suffix(".c")
+
+
+def build(module: str, out_dir: Path, libraries: tuple[str, ...] = (), src: Path | None = None) -> Path:
+    """The extension `module` (dotted) compiled with the sanitizers into out_dir, from its source or `src`."""
+    target = out_dir / f"{module.rsplit('.', 1)[-1]}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    src = src or source(module)
+    subprocess.run(["gcc", *FLAGS, f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(target),
                     *(f"-l{lib}" for lib in libraries)], check=True, capture_output=True, text=True)
     return target
 
 
 def preamble(extensions: dict[str, Path]) -> str:
-    """Child-script code that makes `handoff_spark.<name>` the sanitized build before anything imports it, and checks
-    that it is."""
+    """Child-script code that makes each extension (dotted name → sanitized build) the one imported, and checks that
+    it is."""
     lines = ["import importlib.util, sys",
              f"sys.path[:0] = [{str(REPO / 'tests' / 'unit')!r}, {str(REPO / 'tests')!r}]",
-             "import handoff_spark"]
-    for name, path in extensions.items():
-        lines += [f"_spec = importlib.util.spec_from_file_location('handoff_spark.{name}', {str(path)!r})",
+             "import importlib"]
+    for module, path in extensions.items():
+        parent, name = module.rsplit(".", 1)
+        lines += [f"_parent = importlib.import_module({parent!r})",
+                  f"_spec = importlib.util.spec_from_file_location({module!r}, {str(path)!r})",
                   "_mod = importlib.util.module_from_spec(_spec)",
                   "_spec.loader.exec_module(_mod)",
-                  f"sys.modules['handoff_spark.{name}'] = _mod",
-                  f"handoff_spark.{name} = _mod",
-                  f"from handoff_spark import {name} as _check",
+                  f"sys.modules[{module!r}] = _mod",
+                  f"setattr(_parent, {name!r}, _mod)",
+                  f"from {parent} import {name} as _check",
                   f"assert _check.__file__ == {str(path)!r}, _check.__file__"]
     return "\n".join(lines) + "\n"
 
 
 def run(script: str, extensions: dict[str, Path], env: dict[str, str] | None = None,
         timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """The script in a child Python under ASan + UBSan, with `extensions` (handoff_spark.<name> → sanitized .so)."""
+    """The script in a child Python under ASan + UBSan, with `extensions` (dotted name → sanitized .so)."""
     child_env = {**os.environ, **(env or {}), "LD_PRELOAD": libasan(),
                  "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1",
                  "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1", "PYTHONMALLOC": "malloc",

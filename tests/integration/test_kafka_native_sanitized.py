@@ -72,7 +72,7 @@ def test_the_native_reader_under_asan_and_ubsan_reads_every_record_shape(kafka: 
     del p
     # 400 records + marker, 30 aborted + marker, 20 records + marker: offsets 0..452
     args = {"topic": topic, "bootstrap": kafka.bootstrap, "ranges": [[0, 453], [100, 300], [3, 4], [399, 453]]}
-    built = sanitizers.build("_kafka_native", sanitizers.PACKAGE / "_kafka_native.c", tmp_path, libraries=("dl",))
-    proc = sanitizers.run(CHILD.format(args=json.dumps(args)), {"_kafka_native": built})
+    built = sanitizers.build("handoff_spark._kafka_native", tmp_path, libraries=("dl",))
+    proc = sanitizers.run(CHILD.format(args=json.dumps(args)), {"handoff_spark._kafka_native": built})
     assert proc.returncode == 0 and not sanitizers.findings(proc), (proc.returncode, proc.stderr[-6000:])
     assert proc.stdout.count("range ") == 4 and "range 0 453 420" in proc.stdout, proc.stdout
