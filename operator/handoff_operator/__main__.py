@@ -1,6 +1,6 @@
 """`python -m handoff_operator operator` (same as the `handoff` console script)."""
 import sys
 
-from .cli import main
+from handoff_operator.cli import main
 
 sys.exit(main())

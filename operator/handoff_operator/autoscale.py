@@ -24,13 +24,13 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark import lag
 
-from . import metrics
-from .conditions import DriverReport, ProgressFacts
-from .kube import Kube
-from .models import StreamTableHandoffSpec
-from .render import progress_configmap_name
-from .scaling import ScalingDecision, ScalingInput, decide
-from .status_decision import iso_ms
+from handoff_operator import metrics
+from handoff_operator.conditions import DriverReport, ProgressFacts
+from handoff_operator.kube import Kube
+from handoff_operator.models import StreamTableHandoffSpec
+from handoff_operator.render import progress_configmap_name
+from handoff_operator.scaling import ScalingDecision, ScalingInput, decide
+from handoff_operator.status_decision import iso_ms
 
 #: The annotation the driver polls (handoff_spark.executor_scaler.ANNOTATION).
 DESIRED_ANNOTATION = "handoff.io/desired-executors"

@@ -26,8 +26,8 @@ from typing import Any
 def _operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from . import handlers, metrics  # noqa: F401 - importing registers the handlers
-    from .settings import OperatorSettings
+    from handoff_operator import handlers, metrics  # noqa: F401 - importing registers the handlers
+    from handoff_operator.settings import OperatorSettings
 
     settings = OperatorSettings()
     if args.namespace:
@@ -48,8 +48,8 @@ def _operator(args: argparse.Namespace) -> int:
 
 def local_config(manifest: dict[str, Any], checkpoint: str | None, master: str) -> str:
     """The app config JSON for a local run of a StreamTableHandoff manifest."""
-    from .render import app_config
-    from .validation import parse_spec
+    from handoff_operator.render import app_config
+    from handoff_operator.validation import parse_spec
 
     meta = manifest.get("metadata") or {}
     name, namespace = meta.get("name", "handoff"), meta.get("namespace", "default")
@@ -141,7 +141,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     from handoff_spark.config import AppConfig
 
-    from .replay_local import replay
+    from handoff_operator.replay_local import replay
 
     cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
     try:

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from . import health
-from .apidoc import api_reference
-from .models import ALL_RESOURCES, CustomResource
+from handoff_operator import health
+from handoff_operator.apidoc import api_reference
+from handoff_operator.models import ALL_RESOURCES, CustomResource
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_DIRS = (Path("crds"), Path("charts/handoff-operator/crds"))

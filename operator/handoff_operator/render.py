@@ -47,9 +47,9 @@ from typing import Any
 
 from handoff_spark.config import AppConfig
 
-from .models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
+from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      quantity_to_bytes, spark_memory)
-from .models.common import PropertyFrom
+from handoff_operator.models.common import PropertyFrom
 
 KIND: str = StreamTableHandoff.model_fields["kind"].default
 PLURAL = StreamTableHandoff.plural

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kube import AppliedChildren, Kube
-from .models import StreamTableHandoffSpec
-from .render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
-from .validation import Problem, check, parse_spec
+from handoff_operator.kube import AppliedChildren, Kube
+from handoff_operator.models import StreamTableHandoffSpec
+from handoff_operator.render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
+from handoff_operator.validation import Problem, check, parse_spec
 
 
 @dataclass(frozen=True)

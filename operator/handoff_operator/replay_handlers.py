@@ -41,14 +41,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from . import handlers, metrics, replay_backfill, replay_plan, replay_table, rollback
-from .conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
-from .kube import Kube
-from .models import ReplayRequest, ReplayRequestSpec
-from .render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
+from handoff_operator import handlers, metrics, replay_backfill, replay_plan, replay_table, rollback
+from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
+from handoff_operator.kube import Kube
+from handoff_operator.models import ReplayRequest, ReplayRequestSpec
+from handoff_operator.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
-from .truth import kafka_offsets
-from .validation import check, parse_spec
+from handoff_operator.truth import kafka_offsets
+from handoff_operator.validation import check, parse_spec
 
 REPLAY_PLURAL = ReplayRequest.plural
 RESOURCE = dict(group=GROUP, version=VERSION, plural=REPLAY_PLURAL)

@@ -33,7 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .models import format_duration
+from handoff_operator.models import format_duration
 
 MARGIN_FRACTION = 0.1
 HOUR_MS = 3_600_000

@@ -24,12 +24,12 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
 
-from . import metrics, retention_kafka, retention_report, strimzi
-from .conditions import Condition, ProgressFacts, Transition
-from .models import StreamTableHandoffSpec
-from .retention import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
-from .retention_report import EnforceOutcome, RetentionCheck
-from .settings import OperatorSettings
+from handoff_operator import metrics, retention_kafka, retention_report, strimzi
+from handoff_operator.conditions import Condition, ProgressFacts, Transition
+from handoff_operator.models import StreamTableHandoffSpec
+from handoff_operator.retention import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
+from handoff_operator.retention_report import EnforceOutcome, RetentionCheck
+from handoff_operator.settings import OperatorSettings
 
 _last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}
 _last_lock = threading.Lock()

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .conditions import Condition, Evaluation, Transition, condition_events
-from .models.stream_table_handoff import RetentionStatus
-from .retention import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
+from handoff_operator.conditions import Condition, Evaluation, Transition, condition_events
+from handoff_operator.models.stream_table_handoff import RetentionStatus
+from handoff_operator.retention import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import driver_report, retention_report
-from .conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
+from handoff_operator import driver_report, retention_report
+from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
-from .models import StreamTableHandoffStatus, format_duration
-from .rollback import overlay
+from handoff_operator.models import StreamTableHandoffStatus, format_duration
+from handoff_operator.rollback import overlay
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .conditions import (CRASH_REASONS, DEGRADED, PROGRESSING, Condition, DriverFacts, DriverReport,
+from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, PROGRESSING, Condition, DriverFacts, DriverReport,
                          Evaluation)
-from .models import format_duration
+from handoff_operator.models import format_duration
 
 UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
 # The container waiting reason of a driver that crashed and is waiting to be restarted: transient once,

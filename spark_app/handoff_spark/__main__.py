@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from .config import AppConfig
+from handoff_spark.config import AppConfig
 
 #: Kubernetes' default terminationMessagePath: what a pod's `lastState.terminated.message` shows (the operator's
 #: status.app.lastFailure).
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         errors = getattr(exc, "errors", None)
         detail = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors()) if errors else exc
         return refuse(f"app config {args.config}: {detail}")
-    from .app import run as run_app
-    from .errors import HandoffConfigError
+    from handoff_spark.app import run as run_app
+    from handoff_spark.errors import HandoffConfigError
 
     available_now = args.available_now if args.command == "run" else True
     if args.command == "backfill":
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
     """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
-    from .checkpoint import local_path
-    from .config import BackfillRange
+    from handoff_spark.checkpoint import local_path
+    from handoff_spark.config import BackfillRange
 
     if query == cfg.query_name:
         raise ValueError(f"--query must differ from the stream's query {cfg.query_name!r}")

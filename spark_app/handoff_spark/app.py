@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from . import bootstrap, faults, jvm_cds, session_warmup, sinks
-from .config import AppConfig
-from .errors import HandoffConfigError
-from .kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
+from handoff_spark import bootstrap, faults, jvm_cds, session_warmup, sinks
+from handoff_spark.config import AppConfig
+from handoff_spark.errors import HandoffConfigError
+from handoff_spark.kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
-from .progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
+from handoff_spark.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
                        report_from_progress, write_progress_file)
-from .executor_scaler import ExecutorScaler
-from .progress_publisher import ProgressPublisher
-from .resume import StartPlan, prepare_start
-from .temp_dirs import own_temp_dir, tempfile_dir_while
+from handoff_spark.executor_scaler import ExecutorScaler
+from handoff_spark.progress_publisher import ProgressPublisher
+from handoff_spark.resume import StartPlan, prepare_start
+from handoff_spark.temp_dirs import own_temp_dir, tempfile_dir_while
 
 log = logging.getLogger("handoff.app")
 
@@ -294,7 +294,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
     `metrics_port_fallback`: when `cfg.metrics_port` is taken, serve metrics on a free port (printed) instead of
     refusing to start (`Metrics.serve`): a local `handoff run`'s default port."""
-    from .registry_decode import registry_columns
+    from handoff_spark.registry_decode import registry_columns
 
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()

@@ -42,9 +42,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import checkpoint as ckpt
-from . import faults
-from .config import AppConfig
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import faults
+from handoff_spark.config import AppConfig
 
 log = logging.getLogger("handoff.bootstrap")
 
@@ -105,7 +105,7 @@ class Outcome:
 def open_source(cfg: AppConfig) -> tuple[Any, Any]:
     """The source's options for `cfg` and one AdminClient for them (`kafka_source._Broker`), kept for every batch
     a Bootstrap plans: one client and its connections, not one per batch."""
-    from .kafka_source import SourceOptions, _Broker, source_options
+    from handoff_spark.kafka_source import SourceOptions, _Broker, source_options
 
     opts = SourceOptions.parse(source_options(cfg, None))
     return opts, _Broker(opts)
@@ -115,7 +115,7 @@ def plan(opts: Any, broker: Any, ledger: dict[TopicPartition, int], query_id: st
     """The batch to bootstrap from the ledger's end `ledger` (`opts`, `broker`: `open_source`), or (None, why
     not). Declines — leaving the range to Spark's source, which applies `onOffsetOutOfRange` and records gaps —
     when a start was deleted by retention."""
-    from .kafka_source import admit, plan_ranges
+    from handoff_spark.kafka_source import admit, plan_ranges
 
     tps = broker.partitions()
     known = {tp: off for tp, off in ledger.items() if tp in set(tps)}
@@ -140,8 +140,8 @@ def plan(opts: Any, broker: Any, ledger: dict[TopicPartition, int], query_id: st
 def run_batch(cfg: AppConfig, p: Plan, batch_id: int) -> Any:
     """Read, decode and write the plan's records with the Spark write task's own function, then commit them with
     the Spark commit's own function (ledger check included). Returns the sink's CommitResult."""
-    from .iceberg.sink import commit_ranges, write_task
-    from .kafka_source import plan_ranges, range_batch
+    from handoff_spark.iceberg.sink import commit_ranges, write_task
+    from handoff_spark.kafka_source import plan_ranges, range_batch
 
     starts = {tp: se[0] for tp, se in p.ranges.items()}
     ends = {tp: se[1] for tp, se in p.ranges.items()}

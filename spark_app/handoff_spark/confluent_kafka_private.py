@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from .private_api import attribute
+from handoff_spark.private_api import attribute
 
 FENCE = "handoff_spark/confluent_kafka_private.py"
 

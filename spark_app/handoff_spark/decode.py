@@ -49,9 +49,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from . import _json_arrow
-from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
-from .config import DEFAULT_MAX_DEPTH, Column, SchemaPolicy
+from handoff_spark import _json_arrow
+from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
+from handoff_spark.config import DEFAULT_MAX_DEPTH, Column, SchemaPolicy
 
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
 _KAFKA_SOURCE = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",

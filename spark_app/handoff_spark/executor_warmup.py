@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import pyspark_private
-from .datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from .temp_dirs import own_temp_dir_while
+from handoff_spark import pyspark_private
+from handoff_spark.datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from handoff_spark.temp_dirs import own_temp_dir_while
 
 log = logging.getLogger("handoff.executor_warmup")
 
@@ -137,7 +137,7 @@ def warm_task(cfg: Any, targets: Iterable[str]) -> Iterator[WarmUp]:
 
 def warm_write_path(cfg: Any) -> None:
     """The Kafka reader's and the sink's set-up, as a write task of `cfg` does it."""
-    from . import kafka_source, sinks
+    from handoff_spark import kafka_source, sinks
 
     kafka_source.warm_reader(kafka_source.SourceOptions.parse(kafka_source.source_options(cfg, None)))
     sinks.get(cfg.sink.kind).warm_up(cfg)
@@ -160,7 +160,7 @@ class WarmUpWriter(DataSourceArrowWriter):
         targets = [t for batch in iterator for t in batch.column(0).to_pylist()]
         cfg = None
         if self.config:
-            from .config import AppConfig
+            from handoff_spark.config import AppConfig
 
             cfg = AppConfig.model_validate_json(self.config)
         return WarmUpMessage(list(warm_task(cfg, targets)))

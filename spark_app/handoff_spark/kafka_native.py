@@ -108,7 +108,7 @@ def module() -> Any:
         try:
             from handoff_spark import _kafka_native
 
-            from .confluent_kafka_private import librdkafka_path
+            from handoff_spark.confluent_kafka_private import librdkafka_path
 
             _mismatch = _bind(_kafka_native, librdkafka_path())
             if _mismatch is None:

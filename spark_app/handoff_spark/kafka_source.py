@@ -56,11 +56,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from . import checkpoint as ckpt
-from . import kafka_native, kafka_readers
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import kafka_native, kafka_readers
 
 if TYPE_CHECKING:
-    from .config import AppConfig
+    from handoff_spark.config import AppConfig
 
 log = logging.getLogger("handoff.kafka_source")
 
@@ -621,7 +621,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     from confluent_kafka import KafkaError, KafkaException
 
-    from .confluent_kafka_private import AUTO_OFFSET_RESET, PARTITION_EOF
+    from handoff_spark.confluent_kafka_private import AUTO_OFFSET_RESET, PARTITION_EOF
 
     conf = reader_conf(opts)
     factory = kafka_native.consumer_factory(conf)

@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .iceberg import ledger
-from .config import AppConfig, IcebergSink
+from handoff_spark.iceberg import ledger
+from handoff_spark.config import AppConfig, IcebergSink
 
 
 def _table(cfg: AppConfig) -> Any:
     if not isinstance(cfg.sink, IcebergSink):
         raise SystemExit("handoff ledger accept-kafka: only Iceberg sinks record the Kafka cluster and topic ids "
                          "with their ledger; BigQuery's ledger index has none to accept")
-    from .iceberg.sink import open_table
+    from handoff_spark.iceberg.sink import open_table
 
     return open_table(cfg, create=False)
 
@@ -29,7 +29,7 @@ def _commits(cfg: AppConfig) -> list[Any]:
     """The handoff's ledger entries (all queries), newest first: Iceberg snapshots or BigQuery's ledger index."""
     if isinstance(cfg.sink, IcebergSink):
         return ledger.list_commits(_table(cfg), handoff_id=cfg.handoff_id)
-    from .bigquery import ledger as bigquery_ledger
+    from handoff_spark.bigquery import ledger as bigquery_ledger
 
     return bigquery_ledger.list_commits(cfg.sink, handoff_id=cfg.handoff_id)
 
@@ -64,7 +64,7 @@ def accept_kafka(cfg: AppConfig) -> dict[str, Any]:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    from .kafka_identity import admin_client, kafka_identity
+    from handoff_spark.kafka_identity import admin_client, kafka_identity
 
     table = _table(cfg)
     admin = admin_client(cfg)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import checkpoint as ckpt
-from .lag import lag_per_partition as _lag_per_partition
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.lag import lag_per_partition as _lag_per_partition
 
 
 def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:
@@ -272,7 +272,7 @@ class Metrics:
         try:
             server, _thread = start_http_server(port, registry=self.registry)
         except OSError as exc:
-            from .errors import HandoffConfigError
+            from handoff_spark.errors import HandoffConfigError
 
             if any_if_taken and port != 0:
                 return self.serve(0)

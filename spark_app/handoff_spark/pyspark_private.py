@@ -27,7 +27,7 @@ from __future__ import annotations
 from subprocess import Popen
 from typing import Any, Callable
 
-from .private_api import attribute
+from handoff_spark.private_api import attribute
 
 FENCE = "handoff_spark/pyspark_private.py"
 

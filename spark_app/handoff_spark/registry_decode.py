@@ -36,10 +36,10 @@ from typing import Any, Callable, cast
 
 import pyarrow as pa
 
-from . import registry_schema as rs
-from .config import SchemaPolicy, SchemaRegistry
-from .column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
-from .decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
+from handoff_spark import registry_schema as rs
+from handoff_spark.config import SchemaPolicy, SchemaRegistry
+from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
+from handoff_spark.decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
 
 MAGIC = 0
 
@@ -491,7 +491,7 @@ def registry_columns(cfg: Any) -> Any:
     """The AppConfig with `schema.columns` taken from the registry (latest version of `<topic>-value` of each
     topic, fields in order, first topic wins on a name clash) when the spec declares none; unchanged otherwise.
     Runs on the driver before the table is created, so the table starts with the registry's columns."""
-    from .config import Column
+    from handoff_spark.config import Column
 
     if cfg.source.format not in _WRITERS or cfg.schema_.columns:
         return cfg

@@ -18,9 +18,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import checkpoint as ckpt
-from .errors import HandoffConfigError
-from .ledger import identity_problems
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.errors import HandoffConfigError
+from handoff_spark.ledger import identity_problems
 
 log = logging.getLogger("handoff.resume")
 
@@ -87,7 +87,7 @@ class StartPlan:
 def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> StartPlan:
     """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the
     ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sinks.SinkBackend`)."""
-    from .kafka_identity import kafka_identity, list_earliest
+    from handoff_spark.kafka_identity import kafka_identity, list_earliest
 
     topics = set(cfg.source.topics)
     ledger = {tp: off for tp, off in sink.ledger_end(cfg).items() if tp[0] in topics}

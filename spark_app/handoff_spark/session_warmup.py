@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from .temp_dirs import own_temp_dir_while
+from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from handoff_spark.temp_dirs import own_temp_dir_while
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -83,18 +83,18 @@ class _Writer(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
         self.config = config
 
     def _cfg(self) -> Any:
-        from .config import AppConfig
+        from handoff_spark.config import AppConfig
 
         return AppConfig.model_validate_json(self.config)
 
     def write(self, iterator: Iterator[Any]) -> _Done:
-        from .executor_warmup import warm_task
+        from handoff_spark.executor_warmup import warm_task
 
         targets = [t for batch in iterator for t in batch.column(0).to_pylist()]
         return _Done([r.error for r in warm_task(self._cfg(), targets) if r.error])
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
-        from . import sinks
+        from handoff_spark import sinks
 
         for m in messages:
             for error in (m.errors if m is not None else []):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .config import AppConfig
+    from handoff_spark.config import AppConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ConfigOnDemand:
     @property
     def cfg(self) -> AppConfig:
         if self._cfg is None:
-            from .config import AppConfig
+            from handoff_spark.config import AppConfig
 
             self._cfg = AppConfig.model_validate_json(self.config_json)
         return self._cfg
@@ -111,7 +111,7 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
 def write_last_commit(checkpoint: str, result: Any) -> None:
     """Record a sink's CommitResult (a dataclass) for the driver's progress record. The commit runs in a Spark
     Python worker, not in the driver's Python process, hence a file in the checkpoint. Best effort."""
-    from . import checkpoint as ckpt
+    from handoff_spark import checkpoint as ckpt
 
     try:
         ckpt.write_last_commit(checkpoint, dataclasses.asdict(result))
@@ -126,7 +126,7 @@ def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     read here, in the write task, with the same reader and options as the `handoff-kafka` source — so records
     never cross Python → JVM → Python. Otherwise the batches already are records and pass through. Lazy, so
     a sink can append (BigQuery) while the rest of its ranges are still being read."""
-    from . import kafka_source  # pyspark-only module; the operator imports this one without pyspark
+    from handoff_spark import kafka_source  # pyspark-only module; the operator imports this one without pyspark
 
     it = iter(batches)
     for first in it:

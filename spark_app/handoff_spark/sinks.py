@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .errors import HandoffConfigError
+from handoff_spark.errors import HandoffConfigError
 
 _MODULES = {
     "iceberg": "handoff_spark.iceberg.sink",

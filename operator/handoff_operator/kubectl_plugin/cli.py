@@ -20,9 +20,9 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from ..kube import Kube
-from ..render import GROUP, PLURAL, VERSION
-from . import replay, status
+from handoff_operator.kube import Kube
+from handoff_operator.render import GROUP, PLURAL, VERSION
+from handoff_operator.kubectl_plugin import replay, status
 
 REPLAY_PLURAL = "replayrequests"
 
@@ -71,7 +71,7 @@ def _status(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
 def _ledger(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
     from handoff_spark.ledger_cli import format_entries
 
-    from .ledger import LedgerError, entries
+    from handoff_operator.kubectl_plugin.ledger import LedgerError, entries
 
     overrides = {}
     for item in args.catalog_property:

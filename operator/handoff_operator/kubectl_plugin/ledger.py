@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..kube import Kube
-from ..render import Resolved, app_config, referenced_secrets, resolve
-from ..validation import parse_spec
+from handoff_operator.kube import Kube
+from handoff_operator.render import Resolved, app_config, referenced_secrets, resolve
+from handoff_operator.validation import parse_spec
 
 
 class LedgerError(Exception):

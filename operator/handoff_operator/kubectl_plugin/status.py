@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import driver_report
-from ..models.common import format_duration
-from ..validation import parse_spec
+from handoff_operator import driver_report
+from handoff_operator.models.common import format_duration
+from handoff_operator.validation import parse_spec
 
 
 def lag_per_partition(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -1,17 +1,17 @@
 """Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
 from these (`python -m handoff_operator.crdgen`), so the models are the single source of truth for the
 API: field docs, defaults and validation live here."""
-from .common import (GROUP, VERSION, Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
+from handoff_operator.models.common import (GROUP, VERSION, Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
                      format_duration, parse_duration, quantity_to_bytes, spark_memory)
-from .replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayRequest, ReplayRequestSpec,
+from handoff_operator.models.replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayRequest, ReplayRequestSpec,
                              ReplayRequestStatus, ReplayTarget)
-from .stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, ColumnSpec,
+from handoff_operator.models.stream_table_handoff import (AppStatus, BigQuerySinkSpec, CheckpointSpec, ColumnSpec,
                                    CommittedStatus, DeadLetterSpec, ExecutorsStatus, FreshnessSpec,
                                    IcebergCatalogSpec, IcebergSinkSpec, KafkaSourceSpec, LastBatchStatus,
                                    ReplaySpec, DriverSpec, ExecutorSpec, RetentionSpec, ScalingSpec, SchemaSpec, SinkSpec,
                                    SparkSpec, StreamTableHandoff, StreamTableHandoffSpec,
                                    StreamTableHandoffStatus, UpgradeSpec, UpgradeStatus)
-from .stream_table_handoff import MAX_NAME_LENGTH, NAME_PATTERN
+from handoff_operator.models.stream_table_handoff import MAX_NAME_LENGTH, NAME_PATTERN
 
 ALL_RESOURCES: tuple[type[CustomResource], ...] = (StreamTableHandoff, ReplayRequest)
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, ObjectName,
+from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, ObjectName,
                      OffsetsMap, SnapshotId, SpecModel, StatusModel)
 
 ReplayMode = Literal["RollbackAndReplay", "Backfill", "Rollback"]

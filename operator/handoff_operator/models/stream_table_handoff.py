@@ -17,7 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from handoff_spark.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
 from handoff_spark.config import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, MAX_VALUE_BYTES_LIMIT
 
-from .common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
+from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
                      MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
                      TopicName, parse_duration)
 

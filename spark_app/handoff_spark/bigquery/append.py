@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from .schema import Rejected
+from handoff_spark.bigquery.schema import Rejected
 
 # gRPC status codes (numeric, as they appear in AppendRowsResponse.error.code).
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 0, 1, 2, 3, 4, 5, 6

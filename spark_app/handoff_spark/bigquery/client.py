@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any, Callable, Literal
 
-from ..config import BigQuerySink
+from handoff_spark.config import BigQuerySink
 
 _lock = threading.Lock()
 _rest: dict[tuple[Any, ...], Any] = {}
@@ -54,7 +54,7 @@ def credential_choice(sink: BigQuerySink, key_json: str | None, file_exists: boo
 def credentials(sink: BigQuerySink, key_json: str | None = None, choice: CredentialChoice | None = None) -> Any:
     """Credentials for the sink (the one path: driver, executors and operator). A missing credential is a
     `HandoffConfigError` naming the field or Secret that provides it, not a traceback."""
-    from ..errors import HandoffConfigError
+    from handoff_spark.errors import HandoffConfigError
 
     where = f"BigQuery sink {sink.project}.{sink.dataset}.{sink.table}"
     if choice is None:

@@ -19,10 +19,10 @@ import json
 import logging
 from typing import Any
 
-from . import client as bigquery_client
-from .schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field
-from ..config import AppConfig, BigQuerySink
-from ..ledger import BATCH, GAP, Commit, Offsets
+from handoff_spark.bigquery import client as bigquery_client
+from handoff_spark.bigquery.schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field
+from handoff_spark.config import AppConfig, BigQuerySink
+from handoff_spark.ledger import BATCH, GAP, Commit, Offsets
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _ensure_ledger(client: Any, sink: BigQuerySink) -> None:
     have = {f.name.lower() for f in table.schema}
     missing = [Field(n, t, m) for n, t, m in _LEDGER_FIELDS if n not in have]
     if missing:  # a ledger made by an older Handoff: grow it (NULLABLE columns only), no migration step
-        from .sink import add_columns
+        from handoff_spark.bigquery.sink import add_columns
 
         add_columns(client, ref, missing)
 
@@ -83,7 +83,7 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
     batch's rows, {"<schema id>": ["<subject>:<version>", ...]} (Iceberg's `handoff.schemas`)."""
     import pyarrow as pa
 
-    from .append import RetryPolicy, StreamWriter
+    from handoff_spark.bigquery.append import RetryPolicy, StreamWriter
 
     sink = cfg.sink
     assert isinstance(sink, BigQuerySink)

@@ -16,8 +16,8 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
-from ..config import Column
+from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
+from handoff_spark.config import Column
 
 # Metadata columns every handoff table carries: the Kafka coordinates make the table its own offset ledger
 # (see docs/bigquery-exactly-once.md); `_handoff_batch_id` says which micro-batch committed the row.

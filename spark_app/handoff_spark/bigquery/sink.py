@@ -30,22 +30,22 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from .. import checkpoint as ckpt
-from . import client as bigquery_client, ledger as bigquery_ledger
-from .. import faults
-from .append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
-from .schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
+from handoff_spark import faults
+from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
+from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
-from ..ledger import contiguity_problems
-from ..config import AppConfig, BigQuerySink
-from ..decode import DeadLetter
-from ..source_decode import decode_source
-from ..kafka_offsets import commit_group_offsets
-from ..checkpoint import read_last_commit
-from ..sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.ledger import contiguity_problems
+from handoff_spark.config import AppConfig, BigQuerySink
+from handoff_spark.decode import DeadLetter
+from handoff_spark.source_decode import decode_source
+from handoff_spark.kafka_offsets import commit_group_offsets
+from handoff_spark.checkpoint import read_last_commit
+from handoff_spark.sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from ..datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class _DeadLetters:
     def send(self, cfg: AppConfig) -> None:
         if not self.count:
             return
-        from .. import dlq
+        from handoff_spark import dlq
 
         for raw, dead in self.by_raw:
             dlq.send_dead_letters(cfg, raw, dead)
@@ -318,7 +318,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
 
 
 def _add_discovered(cfg: AppConfig, decoded: pa.Table, names: list[str]) -> list[Field]:
-    from .schema import canonical_type
+    from handoff_spark.bigquery.schema import canonical_type
 
     arrow_to_bq = {pa.string(): "STRING", pa.int64(): "INT64", pa.int32(): "INT64", pa.float64(): "FLOAT64",
                    pa.float32(): "FLOAT64", pa.bool_(): "BOOL", pa.binary(): "BYTES", pa.date32(): "DATE"}
@@ -477,7 +477,7 @@ def _finalize_all(write_client: Any, streams: list[StreamResult], retry: RetryPo
                 resp = write_client.finalize_write_stream(name=s.name)
                 break
             except Exception as exc:  # noqa: BLE001
-                from .append import Action, classify, exception_code
+                from handoff_spark.bigquery.append import Action, classify, exception_code
 
                 code, message = exception_code(exc)
                 if classify(code, message, False, 0, False) is not Action.RETRY or attempt + 1 == retry.max_attempts:

@@ -38,7 +38,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 from pyiceberg.utils.datetime import datetime_to_millis
 
-from .pyiceberg_private import TableMetadataUpdateContext, apply_table_update, update_table_metadata_log
+from handoff_spark.iceberg.pyiceberg_private import TableMetadataUpdateContext, apply_table_update, update_table_metadata_log
 
 #: Parsed metadata versions kept per catalog (a driver needs one or two per table; the operator reads a few
 #: tables). An entry shares unchanged snapshots with its neighbours, so it costs little beyond the first.

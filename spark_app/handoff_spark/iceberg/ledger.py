@@ -28,10 +28,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from .table import load_table as _load_table
+from handoff_spark.iceberg.table import load_table as _load_table
 # The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger`); the kinds and
 # `Commit` are re-exported so `ledger.BATCH` etc. read the same for Iceberg callers.
-from ..ledger import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
+from handoff_spark.ledger import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"

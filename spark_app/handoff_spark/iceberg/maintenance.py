@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 
-from . import ledger
+from handoff_spark.iceberg import ledger
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def compact(table: Table, small_bytes: int = 8 * 1024 * 1024, min_files: int = 8
     """Rewrite small files partition by partition. Returns the number of files replaced (0 on conflict)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from .parquet_writer import data_files
+    from handoff_spark.iceberg.parquet_writer import data_files
     import pyarrow.parquet as pq
 
     groups = plan_compaction(live_data_files(table), small_bytes, min_files)[:max_groups]

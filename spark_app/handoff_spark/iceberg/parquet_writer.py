@@ -24,7 +24,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 
-from .pyiceberg_private import dataframe_to_data_files, replace_file_format_model
+from handoff_spark.iceberg.pyiceberg_private import dataframe_to_data_files, replace_file_format_model
 
 #: Rows of the first page when the table does not say: PyIceberg's `write.parquet.page-row-limit` default.
 FIRST_PAGE_ROWS = TableProperties.PARQUET_PAGE_ROW_LIMIT_DEFAULT

@@ -34,28 +34,28 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType
 
-from .. import checkpoint as ckpt
-from .. import faults
-from . import ledger
-from ..config import AppConfig, IcebergSink
-from ..ledger import contiguity_problems, overlap_problems
-from .catalog import apply_updates
-from .parquet_writer import data_files
-from .pyiceberg_private import transaction_state
-from .table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import faults
+from handoff_spark.iceberg import ledger
+from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.ledger import contiguity_problems, overlap_problems
+from handoff_spark.iceberg.catalog import apply_updates
+from handoff_spark.iceberg.parquet_writer import data_files
+from handoff_spark.iceberg.pyiceberg_private import transaction_state
+from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
                             dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
-from ..kafka_offsets import commit_group_offsets
-from ..checkpoint import read_last_commit
-from ..sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.kafka_offsets import commit_group_offsets
+from handoff_spark.checkpoint import read_last_commit
+from handoff_spark.sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from ..decode import DeadLetter
-from ..misfits import misfits
-from ..source_decode import decode_source, decode_while_reading
+from handoff_spark.decode import DeadLetter
+from handoff_spark.misfits import misfits
+from handoff_spark.source_decode import decode_source, decode_while_reading
 
-from ..datasource_api import WriterCommitMessage
-from .stream import IcebergSinkDataSource, IcebergStreamWriter
+from handoff_spark.datasource_api import WriterCommitMessage
+from handoff_spark.iceberg.stream import IcebergSinkDataSource, IcebergStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
     if not dead:
         return
     try:
-        from .. import dlq  # type: ignore[attr-defined]
+        from handoff_spark import dlq  # type: ignore[attr-defined]
     except ImportError as exc:
         raise RuntimeError(f"{len(dead)} dead letters but handoff_spark.dlq is not available") from exc
     dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]
@@ -382,7 +382,7 @@ def _drop_replay_files(table: Table, snapshot_id: int, msgs: list[IcebergCommitM
     paths = [f.file_path for m in msgs for f in m.files]
     if not paths:
         return
-    from . import maintenance
+    from handoff_spark.iceberg import maintenance
     committed = maintenance.files_in_snapshot(table, snapshot_id)
     delete_files(table.io, [p for p in paths if p not in committed])
 
@@ -526,7 +526,7 @@ def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: in
                                    for k in ("read", "decode", "open_table", "write", "dlq")})
     write_last_commit(cfg.checkpoint_location, result)
     if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
-        from . import maintenance
+        from handoff_spark.iceberg import maintenance
         maintenance.after_commit(tc.table, cfg, batch_id)
     return result
 
@@ -567,7 +567,7 @@ def prepare(cfg: AppConfig) -> Table:
     if plan.changes_table:
         apply_schema_plan(table, plan)
         table = catalog.load_table(sink.table)
-    from . import maintenance
+    from handoff_spark.iceberg import maintenance
     maintenance.remove_orphan_files(table, older_than_seconds=cfg.maintenance.orphan_min_age_seconds)
     return table
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..datasource_api import DataSource, DataSourceStreamArrowWriter
-from ..sink_common import ConfigOnDemand
+from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter
+from handoff_spark.sink_common import ConfigOnDemand
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .sink import IcebergCommitMessage
+    from handoff_spark.iceberg.sink import IcebergCommitMessage
 
 FORMAT = "handoff-iceberg"
 
@@ -28,17 +28,17 @@ class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type:
     """Write tasks (executors) write Parquet files; the commit (driver side) makes them one snapshot."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
-        from .sink import write_task
+        from handoff_spark.iceberg.sink import write_task
 
         return write_task(self.cfg, iterator)
 
     def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        from .sink import commit_batch
+        from handoff_spark.iceberg.sink import commit_batch
 
         commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
 
     def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        from .sink import abort_batch
+        from handoff_spark.iceberg.sink import abort_batch
 
         abort_batch(self.cfg, [m for m in messages if m is not None], batchId)
 

@@ -25,7 +25,7 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
                              IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StringType,
                              StructType, TimestampType, TimestamptzType, TimeType, UUIDType)
 
-from ..column_types import ColumnType, ListOf, MapOf, Struct, parse_type
+from handoff_spark.column_types import ColumnType, ListOf, MapOf, Struct, parse_type
 
 #: Metadata columns every Handoff table carries: where each row came from (the exactly-once audit trail).
 KAFKA_COLUMNS: tuple[tuple[str, IcebergType], ...] = (
@@ -75,7 +75,7 @@ def load_catalog_cached(catalog_name: str, catalog_properties: dict[str, str]) -
     with _catalog_lock:
         cat = _catalogs.get(key)
         if cat is None:
-            from .catalog import wrap_sql_catalog
+            from handoff_spark.iceberg.catalog import wrap_sql_catalog
             cat = wrap_sql_catalog(load_catalog(catalog_name, **catalog_properties))
             _catalogs[key] = cat
         return cat
