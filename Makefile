@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*.c) requirements.lock
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*/*.c) requirements.lock
 	@# Python with venv and headers; setup.py's C extensions (the native Kafka reader, the JSON decoder) need gcc
 	@# and librdkafka's headers. Quick when everything is there.
 	@PYTHON=$(PYTHON) bash hack/install-system-deps.sh demo

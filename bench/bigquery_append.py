@@ -68,7 +68,7 @@ def _decoded_batches(bootstrap: str, topic: str, partitions: int, records: int, 
     import pyarrow as pa
 
     from handoff_spark.decode import decode_batch
-    from handoff_spark.kafka_source import ARROW_SCHEMA
+    from handoff_spark.kafka.source import ARROW_SCHEMA
 
     c = _consumer(bootstrap, topic, partitions)
     rows = 0

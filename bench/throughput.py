@@ -119,7 +119,7 @@ def _consumer(bootstrap: str, topic: str, partitions: int, tuned: bool = True) -
 
     # The ceiling's consumer gets the fetch sizes the handoff source reads with (librdkafka's 1 MiB per
     # partition per fetch halves a backlog read); `raw-consume (librdkafka defaults)` shows the untuned figure.
-    from handoff_spark.kafka_source import READ_FETCH_DEFAULTS
+    from handoff_spark.kafka.source import READ_FETCH_DEFAULTS
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 TARGET_UTILIZATION = 0.7
 #: At most this share of the executors goes in one scale-down step (at least one executor).
 MAX_DOWN_FRACTION = 0.5
-#: Must equal handoff_spark.kafka_source.MIN_SPLIT_OFFSETS: the source never cuts a range finer than this.
+#: Must equal handoff_spark.kafka.source.MIN_SPLIT_OFFSETS: the source never cuts a range finer than this.
 MIN_SPLIT_OFFSETS = 10_000
 
 

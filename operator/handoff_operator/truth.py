@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
 from handoff_spark.ledger import Commit
-from handoff_spark.kafka_offsets import committed_group_offsets
+from handoff_spark.kafka.offsets import committed_group_offsets
 
 from handoff_operator import metrics
 from handoff_operator.bigquery_truth import BoundedCache

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from handoff_spark import bootstrap, faults, jvm_cds, session_warmup, sinks
 from handoff_spark.config import AppConfig
 from handoff_spark.errors import HandoffConfigError
-from handoff_spark.kafka_source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
+from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
 from handoff_spark.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
                        report_from_progress, write_progress_file)

@@ -105,7 +105,7 @@ class Outcome:
 def open_source(cfg: AppConfig) -> tuple[Any, Any]:
     """The source's options for `cfg` and one AdminClient for them (`kafka_source._Broker`), kept for every batch
     a Bootstrap plans: one client and its connections, not one per batch."""
-    from handoff_spark.kafka_source import SourceOptions, _Broker, source_options
+    from handoff_spark.kafka.source import SourceOptions, _Broker, source_options
 
     opts = SourceOptions.parse(source_options(cfg, None))
     return opts, _Broker(opts)
@@ -115,7 +115,7 @@ def plan(opts: Any, broker: Any, ledger: dict[TopicPartition, int], query_id: st
     """The batch to bootstrap from the ledger's end `ledger` (`opts`, `broker`: `open_source`), or (None, why
     not). Declines — leaving the range to Spark's source, which applies `onOffsetOutOfRange` and records gaps —
     when a start was deleted by retention."""
-    from handoff_spark.kafka_source import admit, plan_ranges
+    from handoff_spark.kafka.source import admit, plan_ranges
 
     tps = broker.partitions()
     known = {tp: off for tp, off in ledger.items() if tp in set(tps)}
@@ -141,7 +141,7 @@ def run_batch(cfg: AppConfig, p: Plan, batch_id: int) -> Any:
     """Read, decode and write the plan's records with the Spark write task's own function, then commit them with
     the Spark commit's own function (ledger check included). Returns the sink's CommitResult."""
     from handoff_spark.iceberg.sink import commit_ranges, write_task
-    from handoff_spark.kafka_source import plan_ranges, range_batch
+    from handoff_spark.kafka.source import plan_ranges, range_batch
 
     starts = {tp: se[0] for tp, se in p.ranges.items()}
     ends = {tp: se[1] for tp, se in p.ranges.items()}

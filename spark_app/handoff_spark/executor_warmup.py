@@ -137,7 +137,8 @@ def warm_task(cfg: Any, targets: Iterable[str]) -> Iterator[WarmUp]:
 
 def warm_write_path(cfg: Any) -> None:
     """The Kafka reader's and the sink's set-up, as a write task of `cfg` does it."""
-    from handoff_spark import kafka_source, sinks
+    from handoff_spark import sinks
+    from handoff_spark.kafka import source as kafka_source
 
     kafka_source.warm_reader(kafka_source.SourceOptions.parse(kafka_source.source_options(cfg, None)))
     sinks.get(cfg.sink.kind).warm_up(cfg)

@@ -64,7 +64,7 @@ def accept_kafka(cfg: AppConfig) -> dict[str, Any]:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    from handoff_spark.kafka_identity import admin_client, kafka_identity
+    from handoff_spark.kafka.identity import admin_client, kafka_identity
 
     table = _table(cfg)
     admin = admin_client(cfg)

@@ -126,7 +126,7 @@ def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     read here, in the write task, with the same reader and options as the `handoff-kafka` source — so records
     never cross Python → JVM → Python. Otherwise the batches already are records and pass through. Lazy, so
     a sink can append (BigQuery) while the rest of its ranges are still being read."""
-    from handoff_spark import kafka_source  # pyspark-only module; the operator imports this one without pyspark
+    from handoff_spark.kafka import source as kafka_source  # pyspark-only module; the operator imports this one without pyspark
 
     it = iter(batches)
     for first in it:

@@ -52,7 +52,7 @@ PRELOAD = (
     "pydantic",
     "handoff_spark.config",
     "handoff_spark.decode",
-    "handoff_spark.kafka_source",
+    "handoff_spark.kafka.source",
     "handoff_spark.iceberg.sink",
 )
 

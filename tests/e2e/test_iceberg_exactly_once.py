@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from handoff_spark.iceberg import ledger
-from handoff_spark.kafka_offsets import committed_group_offsets
+from handoff_spark.kafka.offsets import committed_group_offsets
 
 from iceberg_drill_support import (assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion)

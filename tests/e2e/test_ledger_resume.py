@@ -173,7 +173,7 @@ def test_gap_keeps_the_stream_going_and_backfill_fills_it_once(kafka, tmp_path):
     """A rollback that must not bring the data back records a gap; the stream goes on where it was (its
     checkpoint agrees with the ledger again); a Backfill of the gap writes it once, under its own query, and
     the stream's position and consumer group do not move. A backfill over what the table holds is refused."""
-    from handoff_spark.kafka_offsets import committed_group_offsets
+    from handoff_spark.kafka.offsets import committed_group_offsets
 
     topic = "resume-gap-backfill"
     kafka.create_topic(topic, partitions=1)

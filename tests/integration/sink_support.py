@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from handoff_spark.config import AppConfig
-from handoff_spark.kafka_source import ARROW_SCHEMA
+from handoff_spark.kafka.source import ARROW_SCHEMA
 
 
 def app_config(tmp_path: Path, bootstrap: str, topic: str = "events", catalog_uri: str | None = None,

@@ -10,7 +10,7 @@ from handoff_spark import ledger_cli
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
 from handoff_spark.bigquery.schema import canonical_type
-from handoff_spark.kafka_offsets import committed_group_offsets
+from handoff_spark.kafka.offsets import committed_group_offsets
 
 from bq_common import limited_emulator, read_dead_letters, table_counts
 from bq_support import bq_config

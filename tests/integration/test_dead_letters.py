@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 from handoff_spark.config import AppConfig
 from handoff_spark.decode import decode_batch
 from handoff_spark.dlq import send_dead_letters
-from handoff_spark.kafka_source import OffsetRange, SourceOptions, read_range
+from handoff_spark.kafka.source import OffsetRange, SourceOptions, read_range
 
 pytestmark = [pytest.mark.kafka]
 
@@ -85,7 +85,7 @@ def test_halt_policy_fails_the_streaming_query_with_the_record_and_the_fix(kafka
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from handoff_spark.kafka_source import HandoffKafkaDataSource
+    from handoff_spark.kafka.source import HandoffKafkaDataSource
 
     topic = f"halt-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=1)

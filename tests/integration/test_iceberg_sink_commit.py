@@ -9,7 +9,7 @@ from pyiceberg.types import DoubleType, ListType, LongType, MapType, StringType
 from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.iceberg.sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
                                         abort_batch, commit_batch, open_table, prepare)
-from handoff_spark.kafka_offsets import committed_group_offsets
+from handoff_spark.kafka.offsets import committed_group_offsets
 
 from sink_support import app_config, raw_batch, record, write_offsets
 

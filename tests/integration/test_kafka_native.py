@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from handoff_spark import kafka_native, kafka_readers
-from handoff_spark.kafka_source import (ARROW_SCHEMA, OffsetOutOfRange, OffsetRange, SourceOptions, read_range,
+from handoff_spark.kafka import native as kafka_native
+from handoff_spark.kafka import readers as kafka_readers
+from handoff_spark.kafka.source import (ARROW_SCHEMA, OffsetOutOfRange, OffsetRange, SourceOptions, read_range,
                                         reader_conf)
 
 pytestmark = [pytest.mark.kafka]

@@ -1,7 +1,7 @@
 """An ASan + UBSan build of `_kafka_native` reads the test bed's Kafka (issue 33): the native reader, sanitized, gives
 the same batches as confluent-kafka's Consumer for every record shape a topic holds, with no sanitizer report.
 
-The child process (tests/sanitizers.py) loads the sanitized module as `handoff_spark._kafka_native`, so
+The child process (tests/sanitizers.py) loads the sanitized module as `handoff_spark.kafka._kafka_native`, so
 `kafka_native.module()` runs its librdkafka checks (version, functions, struct layouts) against the sanitized code
 too before any read."""
 from __future__ import annotations
@@ -25,13 +25,13 @@ CHILD = """
 import json, sys
 import pyarrow as pa
 from handoff_spark import kafka_native
-from handoff_spark.kafka_source import ARROW_SCHEMA, OffsetRange, SourceOptions, read_range
+from handoff_spark.kafka.source import ARROW_SCHEMA, OffsetRange, SourceOptions, read_range
 assert kafka_native.module() is not None, kafka_native.load_error()
 args = json.loads(sys.argv[1] if len(sys.argv) > 1 else {args!r})
 opts = SourceOptions.parse({{"subscribe": args["topic"], "kafka.bootstrap.servers": args["bootstrap"],
                              "consumeBatch": "64"}})
 import os
-from handoff_spark.kafka_source import reader_conf
+from handoff_spark.kafka.source import reader_conf
 os.environ[kafka_native.READER_ENV] = "native"
 assert kafka_native.consumer_factory(reader_conf(opts)) is kafka_native.NativeConsumer
 for start, end in args["ranges"]:
@@ -72,7 +72,7 @@ def test_the_native_reader_under_asan_and_ubsan_reads_every_record_shape(kafka: 
     del p
     # 400 records + marker, 30 aborted + marker, 20 records + marker: offsets 0..452
     args = {"topic": topic, "bootstrap": kafka.bootstrap, "ranges": [[0, 453], [100, 300], [3, 4], [399, 453]]}
-    built = sanitizers.build("handoff_spark._kafka_native", tmp_path, libraries=("dl",))
-    proc = sanitizers.run(CHILD.format(args=json.dumps(args)), {"handoff_spark._kafka_native": built})
+    built = sanitizers.build("handoff_spark.kafka._kafka_native", tmp_path, libraries=("dl",))
+    proc = sanitizers.run(CHILD.format(args=json.dumps(args)), {"handoff_spark.kafka._kafka_native": built})
     assert proc.returncode == 0 and not sanitizers.findings(proc), (proc.returncode, proc.stderr[-6000:])
     assert proc.stdout.count("range ") == 4 and "range 0 453 420" in proc.stdout, proc.stdout

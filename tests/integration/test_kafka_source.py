@@ -25,7 +25,7 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from handoff_spark.kafka_source import HandoffKafkaDataSource
+    from handoff_spark.kafka.source import HandoffKafkaDataSource
 
     session = (SparkSession.builder.master("local[2]").appName("test-kafka-source")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -245,7 +245,7 @@ def test_segments_deleted_by_the_brokers_retention_fail_clearly_or_skip_when_tol
 def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_range(kafka, tmp_path):
     """Spark does not persist a Python source's initial offsets: with startingOffsets=latest a crash during
     batch 0 would otherwise replay a different range. No Spark needed: the reader's driver-side methods."""
-    from handoff_spark.kafka_source import KafkaStreamReader, OffsetRange, ReadAllAvailable, SourceOptions
+    from handoff_spark.kafka.source import KafkaStreamReader, OffsetRange, ReadAllAvailable, SourceOptions
 
     topic = new_topic(kafka, partitions=2)
     produce(kafka, topic, [b"old-0", b"old-1"], partition=0)
@@ -267,7 +267,7 @@ def test_initial_offsets_are_persisted_so_a_replayed_batch_zero_reads_the_same_r
 def test_compaction_gaps_end_the_range_by_position_not_by_count(kafka):
     """After compaction a range [0, 100) holds fewer than 100 records; the reader must still finish (it stops
     when its position reaches the end, not after N records) and return the survivors in offset order."""
-    from handoff_spark.kafka_source import OffsetRange, SourceOptions, read_range
+    from handoff_spark.kafka.source import OffsetRange, SourceOptions, read_range
 
     topic = new_topic(kafka, config={"cleanup.policy": "compact", "segment.ms": "100",
                                      "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0",
@@ -300,8 +300,8 @@ def test_reading_a_range_pauses_the_cyclic_collector_and_restores_it(kafka, monk
     all there, and the collector is enabled again after the read — also when the read fails."""
     import gc
 
-    from handoff_spark import kafka_native
-    from handoff_spark.kafka_source import OffsetOutOfRange, OffsetRange, SourceOptions, read_range
+    from handoff_spark.kafka import native as kafka_native
+    from handoff_spark.kafka.source import OffsetOutOfRange, OffsetRange, SourceOptions, read_range
 
     monkeypatch.setenv(kafka_native.READER_ENV, "python")  # the native reader makes no Python object per record
     topic = new_topic(kafka)
@@ -333,8 +333,9 @@ def test_a_range_reader_keeps_its_consumer_for_the_next_range_and_reads_only_tha
     arenas per task); whatever it had fetched past its last range never shows up in the next one. A read that
     fails or is abandoned closes its consumer instead; a forked child does not get the parent's. With either
     reader (kafka_native)."""
-    from handoff_spark import kafka_native, kafka_readers
-    from handoff_spark.kafka_source import (OffsetOutOfRange, OffsetRange, SourceOptions, read_range, reader_conf,
+    from handoff_spark.kafka import native as kafka_native
+    from handoff_spark.kafka import readers as kafka_readers
+    from handoff_spark.kafka.source import (OffsetOutOfRange, OffsetRange, SourceOptions, read_range, reader_conf,
                                             warm_reader)
 
     topic = new_topic(kafka, partitions=2)

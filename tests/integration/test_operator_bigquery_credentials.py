@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from handoff_spark.bigquery import ledger as bigquery_ledger
-from handoff_spark.kafka_offsets import commit_group_offsets
+from handoff_spark.kafka.offsets import commit_group_offsets
 
 from bq_support import bq_config
 from operator_support import Cluster, Operator, base_spec, eventually

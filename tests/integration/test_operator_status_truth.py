@@ -95,7 +95,7 @@ def _bq_sink(bigquery, dataset: str, table: str) -> dict:
 def test_bigquery_sink_lag_from_the_consumer_group(cluster: Cluster, kafka, bigquery) -> None:
     """While a BigQuery table has no ledger yet (here: not even its dataset), committed offsets are the
     consumer group's, which the data plane commits only after the table commit is durable."""
-    from handoff_spark.kafka_offsets import commit_group_offsets
+    from handoff_spark.kafka.offsets import commit_group_offsets
 
     bootstrap = kafka.bootstrap
     topic = f"clicks-{uuid.uuid4().hex[:6]}"
@@ -127,7 +127,7 @@ def test_bigquery_sink_status_from_the_table_ledger(cluster: Cluster, kafka, big
     batch, commit time and freshness are the ledger's, not the consumer group's (committed differently here
     to tell the two apart)."""
     from handoff_spark.bigquery import ledger as bigquery_ledger
-    from handoff_spark.kafka_offsets import commit_group_offsets
+    from handoff_spark.kafka.offsets import commit_group_offsets
 
     from bq_support import bq_config
 

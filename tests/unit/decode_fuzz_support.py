@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from handoff_spark import decode
 from handoff_spark.config import SchemaPolicy
 from handoff_spark.decode import SchemaIncompatible
-from handoff_spark.kafka_source import ARROW_SCHEMA
+from handoff_spark.kafka.source import ARROW_SCHEMA
 
 #: Where the seed corpus lives: one value per file, the bytes exactly as a Kafka record's value.
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "json_fuzz_corpus"

@@ -10,7 +10,7 @@ import pytest
 
 from handoff_spark.config import SchemaPolicy
 from handoff_spark.decode import SchemaIncompatible, decode_batch
-from handoff_spark.kafka_source import ARROW_SCHEMA
+from handoff_spark.kafka.source import ARROW_SCHEMA
 
 POLICY = SchemaPolicy.model_validate({
     "columns": [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},

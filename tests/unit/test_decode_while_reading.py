@@ -11,7 +11,7 @@ import pytest
 from handoff_spark import source_decode
 from handoff_spark.config import AppConfig
 from handoff_spark.source_decode import decode_source, decode_while_reading
-from handoff_spark.kafka_source import ARROW_SCHEMA
+from handoff_spark.kafka.source import ARROW_SCHEMA
 
 
 def cfg(on_incompatible: str = "deadLetter", fmt: str = "json") -> AppConfig:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from handoff_spark.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
                                            write_min_partitions)
 from handoff_spark.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
-from handoff_spark.kafka_source import OffsetRange, SourceOptions, pack_ranges, split_ranges
+from handoff_spark.kafka.source import OffsetRange, SourceOptions, pack_ranges, split_ranges
 
 
 def test_parse_desired_ignores_what_is_not_a_count():

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from handoff_spark.kafka_source import gc_paused
+from handoff_spark.kafka.source import gc_paused
 
 
 def test_the_collector_is_off_inside_and_back_on_after_also_after_an_error():

@@ -12,7 +12,7 @@ import pytest
 from handoff_spark import decode
 from handoff_spark.config import SchemaPolicy
 from handoff_spark.decode import decode_batch
-from handoff_spark.kafka_source import ARROW_SCHEMA
+from handoff_spark.kafka.source import ARROW_SCHEMA
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
            {"name": "ts", "type": "timestamp"}, {"name": "amount", "type": "double"},

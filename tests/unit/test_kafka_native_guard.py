@@ -16,8 +16,9 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from handoff_spark import _kafka_native, kafka_native
-from handoff_spark.confluent_kafka_private import librdkafka_path
+from handoff_spark.kafka import _kafka_native
+from handoff_spark.kafka import native as kafka_native
+from handoff_spark.kafka.confluent_kafka_private import librdkafka_path
 
 REPO = Path(__file__).resolve().parents[2]
 V2_0_2, V2_16_0, V1_9_2, V3_0_0 = 0x020002FF, 0x021000FF, 0x010902FF, 0x030000FF
@@ -91,19 +92,19 @@ def _compile_against(tmp_path: Path, old: str, new: str) -> Path:
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     assert shutil.which(cc), f"{cc}: the extension's compiler"
     subprocess.run([cc, "-shared", "-fPIC", "-O2", f"-I{tmp_path / 'include'}",
-                    f"-I{sysconfig.get_paths()['include']}", str(REPO / "spark_app/handoff_spark/_kafka_native.c"),
+                    f"-I{sysconfig.get_paths()['include']}", str(REPO / "spark_app/handoff_spark/kafka/_kafka_native.c"),
                     "-ldl", "-o", str(out)], check=True, capture_output=True)
     return out
 
 
-# The extension compiled against a layout the bound library does not have, loaded as `handoff_spark._kafka_native`
+# The extension compiled against a layout the bound library does not have, loaded as `handoff_spark.kafka._kafka_native`
 # in a fresh process with the native reader asked for explicitly: asked twice which reader to use.
 _FALLBACK = """
 import importlib.util, logging, os, sys
-spec = importlib.util.spec_from_file_location("handoff_spark._kafka_native", sys.argv[1])
+spec = importlib.util.spec_from_file_location("handoff_spark.kafka._kafka_native", sys.argv[1])
 native = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(native)
-sys.modules["handoff_spark._kafka_native"] = native
+sys.modules["handoff_spark.kafka._kafka_native"] = native
 os.environ["HANDOFF_KAFKA_READER"] = "native"
 from handoff_spark import kafka_native
 conf = {"bootstrap.servers": "127.0.0.1:9"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from handoff_spark.kafka_source import (ARROW_SCHEMA, CONSUME_WAIT_S, SPARK_SCHEMA, OffsetRange, SourceOptions,
+from handoff_spark.kafka.source import (ARROW_SCHEMA, CONSUME_WAIT_S, SPARK_SCHEMA, OffsetRange, SourceOptions,
                                         add_new_partitions, admit, from_offsets, plan_ranges, reader_conf,
                                         split_ranges, to_offsets)
 

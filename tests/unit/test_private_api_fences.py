@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from handoff_spark import confluent_kafka_private, private_api, pyspark_private
+from handoff_spark import private_api, pyspark_private
+from handoff_spark.kafka import confluent_kafka_private
 from handoff_spark.iceberg import pyiceberg_private
 
 REPO = Path(__file__).resolve().parents[2]

@@ -40,7 +40,7 @@ from handoff_spark.ledger import contiguity_problems
 from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.decode import DeadLetter
 from handoff_spark.source_decode import decode_source
-from handoff_spark.kafka_offsets import commit_group_offsets
+from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)

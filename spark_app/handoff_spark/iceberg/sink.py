@@ -45,7 +45,7 @@ from handoff_spark.iceberg.pyiceberg_private import transaction_state
 from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declared_schema, ensure_history_bounded, ensure_table,
                             dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
-from handoff_spark.kafka_offsets import commit_group_offsets
+from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)

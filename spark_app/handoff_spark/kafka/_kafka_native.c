@@ -1,4 +1,4 @@
-/* handoff_spark._kafka_native: a range reader's Kafka fetches straight into Arrow-layout buffers.
+/* handoff_spark.kafka._kafka_native: a range reader's Kafka fetches straight into Arrow-layout buffers.
  *
  * Why (docs/benchmarks.md "Throughput"): confluent-kafka's `consume()` builds a Python `Message` per record, and
  * the reader then called five methods per record to build its columns. For 1M records that was ~1.2-1.7 s of a
@@ -591,7 +591,7 @@ static PyMethodDef reader_methods[] = {
 
 static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "handoff_spark._kafka_native.Reader",
+    .tp_name = "handoff_spark.kafka._kafka_native.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Reader(conf: dict[str, str], max_messages=10000, max_bytes=256 MiB): one assign-only librdkafka consumer",
@@ -616,7 +616,7 @@ PyMODINIT_FUNC PyInit__kafka_native(void) {
     if (PyType_Ready(&ReaderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    KafkaError = PyErr_NewException("handoff_spark._kafka_native.KafkaError", NULL, NULL);
+    KafkaError = PyErr_NewException("handoff_spark.kafka._kafka_native.KafkaError", NULL, NULL);
     if (KafkaError == NULL || PyModule_AddObjectRef(m, "KafkaError", KafkaError) < 0) {
         Py_DECREF(m);
         return NULL;

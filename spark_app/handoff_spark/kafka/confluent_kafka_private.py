@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError
 
 from handoff_spark.private_api import attribute
 
-FENCE = "handoff_spark/confluent_kafka_private.py"
+FENCE = "handoff_spark/kafka/confluent_kafka_private.py"
 
 PRIVATE_APIS = (
     "confluent_kafka.KafkaError._PARTITION_EOF",

@@ -80,7 +80,7 @@ def librdkafka_incompatibility(header: int, bound: int, problems: Sequence[str])
 def mismatch_warning(header: int, bound: int, reason: str) -> str:
     """The one line a process logs when it reads with the Python reader because of `reason`."""
     return (f"native Kafka reader off, reading with confluent-kafka's Consumer (same results, more CPU): "
-            f"handoff_spark._kafka_native was compiled against librdkafka {version_text(header)} headers but "
+            f"handoff_spark.kafka._kafka_native was compiled against librdkafka {version_text(header)} headers but "
             f"confluent-kafka's librdkafka is {version_text(bound)}: {reason}. To read natively, reinstall "
             f"handoff-operator with librdkafka {version_text(bound)}'s headers installed (the extension is "
             f"compiled from them); to choose the Python reader and not see this, set {READER_ENV}=python")
@@ -106,9 +106,9 @@ def module() -> Any:
     global _module, _load_error, _mismatch
     if _module is None and _load_error is None and _mismatch is None:
         try:
-            from handoff_spark import _kafka_native
+            from handoff_spark.kafka import _kafka_native
 
-            from handoff_spark.confluent_kafka_private import librdkafka_path
+            from handoff_spark.kafka.confluent_kafka_private import librdkafka_path
 
             _mismatch = _bind(_kafka_native, librdkafka_path())
             if _mismatch is None:
@@ -155,7 +155,7 @@ def use_native(conf: Mapping[str, Any]) -> bool:
     if module() is None:
         if _mismatch is not None:  # warned once when it was found; the Python reader is correct
             return False
-        raise RuntimeError(f"{READER_ENV}=native but handoff_spark._kafka_native cannot load ({_load_error}); "
+        raise RuntimeError(f"{READER_ENV}=native but handoff_spark.kafka._kafka_native cannot load ({_load_error}); "
                            f"reinstall the package with a C compiler and librdkafka's headers, or set "
                            f"{READER_ENV}=python")
     return True

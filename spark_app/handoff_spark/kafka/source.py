@@ -57,7 +57,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark import kafka_native, kafka_readers
+from handoff_spark.kafka import native as kafka_native
+from handoff_spark.kafka import readers as kafka_readers
 
 if TYPE_CHECKING:
     from handoff_spark.config import AppConfig
@@ -621,7 +622,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     from confluent_kafka import KafkaError, KafkaException
 
-    from handoff_spark.confluent_kafka_private import AUTO_OFFSET_RESET, PARTITION_EOF
+    from handoff_spark.kafka.confluent_kafka_private import AUTO_OFFSET_RESET, PARTITION_EOF
 
     conf = reader_conf(opts)
     factory = kafka_native.consumer_factory(conf)
