@@ -63,7 +63,7 @@ RUN build_pkgs="gcc libc6-dev librdkafka-dev" \
  && apt-get update && apt-get install -y --no-install-recommends $build_pkgs \
  && pip install $PIP_OPTIONS --no-deps . && rm -rf build ./*.egg-info \
  && apt-get purge -y --auto-remove $build_pkgs && rm -rf /var/lib/apt/lists/* \
- && python -c "import handoff_spark._json_arrow; from handoff_spark.kafka import native; assert native.load_error() is None, native.load_error()"
+ && python -c "import handoff_spark.decode._json_arrow; from handoff_spark.kafka import native; assert native.load_error() is None, native.load_error()"
 
 COPY docker/entrypoint.sh /usr/local/bin/handoff-entrypoint
 

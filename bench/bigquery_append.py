@@ -67,7 +67,7 @@ def _decoded_batches(bootstrap: str, topic: str, partitions: int, records: int, 
     """Consume and decode `size` records at a time (what a hand-written consumer does before each insert)."""
     import pyarrow as pa
 
-    from handoff_spark.decode import decode_batch
+    from handoff_spark.decode.records import decode_batch
     from handoff_spark.kafka.source import ARROW_SCHEMA
 
     c = _consumer(bootstrap, topic, partitions)

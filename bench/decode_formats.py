@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
     from handoff_spark.config import Column, SchemaPolicy, SchemaRegistry
-    from handoff_spark.decode import decode_batch
-    from handoff_spark.registry_decode import decode_registry_batch
+    from handoff_spark.decode.records import decode_batch
+    from handoff_spark.decode.registry import decode_registry_batch
     from handoff_testbed.schema_registry import SchemaRegistry as Registry
 
     registry = Registry()

@@ -181,7 +181,7 @@ def naive_pyiceberg(bootstrap: str, topic: str, records: int, partitions: int, t
     import pyarrow.json as pj
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from handoff_spark.decode import declared_arrow_schema
+    from handoff_spark.decode.records import declared_arrow_schema
     from handoff_spark.config import SchemaPolicy
 
     catalog = SqlCatalog("naive", uri=f"sqlite:///{tmp}/naive.db", warehouse=f"file://{tmp}/naive-wh")

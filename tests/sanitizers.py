@@ -28,7 +28,7 @@ def libasan() -> str:
 
 
 def source(module: str) -> Path:
-    """The C source of the extension `module` (a dotted name, e.g. "handoff_spark._json_arrow")."""
+    """The C source of the extension `module` (a dotted name, e.g. "handoff_spark.decode._json_arrow")."""
     return REPO / "spark_app" / Path(*module.split(".")).with_suffix(".c")
 
 

@@ -294,7 +294,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
     `metrics_port_fallback`: when `cfg.metrics_port` is taken, serve metrics on a free port (printed) instead of
     refusing to start (`Metrics.serve`): a local `handoff run`'s default port."""
-    from handoff_spark.registry_decode import registry_columns
+    from handoff_spark.decode.registry import registry_columns
 
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()

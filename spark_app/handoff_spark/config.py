@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from handoff_spark.column_types import canonical
+from handoff_spark.decode.column_types import canonical
 
 
 class _Model(BaseModel):

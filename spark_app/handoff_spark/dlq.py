@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 
 from handoff_spark.config import AppConfig
-from handoff_spark.decode import DeadLetter
+from handoff_spark.decode.records import DeadLetter
 
 FLUSH_TIMEOUT_S = 60.0
 #: How much of an oversized dead letter's key and value is kept (well under Kafka's default 1 MB message limit).

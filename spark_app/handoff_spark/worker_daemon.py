@@ -51,7 +51,7 @@ PRELOAD = (
     "confluent_kafka",
     "pydantic",
     "handoff_spark.config",
-    "handoff_spark.decode",
+    "handoff_spark.decode.records",
     "handoff_spark.kafka.source",
     "handoff_spark.iceberg.sink",
 )

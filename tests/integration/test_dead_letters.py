@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from handoff_spark.config import AppConfig
-from handoff_spark.decode import decode_batch
+from handoff_spark.decode.records import decode_batch
 from handoff_spark.dlq import send_dead_letters
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, read_range
 

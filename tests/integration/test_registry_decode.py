@@ -15,8 +15,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import timestamp_pb2
 
 from handoff_spark.config import Column, SchemaPolicy, SchemaRegistry
-from handoff_spark.decode import SchemaIncompatible
-from handoff_spark.registry_decode import decode_registry_batch
+from handoff_spark.decode.records import SchemaIncompatible
+from handoff_spark.decode.registry import decode_registry_batch
 
 pytestmark = [pytest.mark.kafka]
 
@@ -122,7 +122,7 @@ def test_avro_nested_values_and_logical_types_decode_into_nested_arrow_and_v2_gr
     values = [AvroSerializer(client, json.dumps(v1))(one, ctx), AvroSerializer(client, json.dumps(v2))(two, ctx)]
     registry = SchemaRegistry(url=schema_registry.url)
     # the declared columns are what the driver derives from the registry's v1 (registry_columns)
-    from handoff_spark import registry_schema as rs
+    from handoff_spark.decode import registry_schema as rs
 
     policy = SchemaPolicy(columns=[Column(name=f.name, type=f.type) for f in rs.avro_fields(v1)])
     table, dead, _ = decode_registry_batch(_raw(topic, values), policy, "avro", registry)

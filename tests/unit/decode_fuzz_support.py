@@ -34,9 +34,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from handoff_spark import decode
+from handoff_spark.decode import records as decode
 from handoff_spark.config import SchemaPolicy
-from handoff_spark.decode import SchemaIncompatible
+from handoff_spark.decode.records import SchemaIncompatible
 from handoff_spark.kafka.source import ARROW_SCHEMA
 
 #: Where the seed corpus lives: one value per file, the bytes exactly as a Kafka record's value.

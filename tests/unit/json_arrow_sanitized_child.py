@@ -1,5 +1,5 @@
 """What test_c_sanitizers.py runs in a child Python against an ASan + UBSan build of `_json_arrow` (tests/sanitizers.py
-puts it in place as `handoff_spark._json_arrow` first).
+puts it in place as `handoff_spark.decode._json_arrow` first).
 
 Three parts: the seed corpus and a generated set through the whole differential check (decode_fuzz_support.check:
 every tier, `_json_arrow` being the sanitized one); each of those values also straight into `_json_arrow.decode` and
@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 import decode_fuzz_support as fuzz
-from handoff_spark import _json_arrow
+from handoff_spark.decode import _json_arrow
 from handoff_spark.config import SchemaPolicy
 
 KINDS = {"long": _json_arrow.LONG, "int": _json_arrow.LONG, "double": _json_arrow.DOUBLE, "float": _json_arrow.DOUBLE,

@@ -21,8 +21,8 @@ SCRIPT = "import json_arrow_sanitized_child as child\nchild.main({count})\n"
 
 
 def test_json_arrow_under_asan_and_ubsan_runs_the_corpus_and_generated_values_cleanly(tmp_path: Path) -> None:
-    built = sanitizers.build("handoff_spark._json_arrow", tmp_path)
-    proc = sanitizers.run(SCRIPT.format(count=GENERATED), {"handoff_spark._json_arrow": built})
+    built = sanitizers.build("handoff_spark.decode._json_arrow", tmp_path)
+    proc = sanitizers.run(SCRIPT.format(count=GENERATED), {"handoff_spark.decode._json_arrow": built})
     assert proc.returncode == 0 and not sanitizers.findings(proc), (proc.returncode, proc.stderr[-6000:])
     counts = re.search(r"(\d+) corpus values, (\d+) generated values, (\d+) direct calls", proc.stdout)
     assert counts, proc.stdout
@@ -33,12 +33,12 @@ def test_json_arrow_under_asan_and_ubsan_runs_the_corpus_and_generated_values_cl
 def test_a_planted_overread_is_caught(tmp_path: Path) -> None:
     """The same run against a scratch copy of _json_arrow.c whose whitespace skip reads the byte at the end of the
     value (one past it): ASan reports a heap-buffer-overflow and the child fails."""
-    source = sanitizers.source("handoff_spark._json_arrow").read_text()
+    source = sanitizers.source("handoff_spark.decode._json_arrow").read_text()
     planted = source.replace("while (c->p < c->end && (*c->p == ' '", "while (c->p <= c->end && (*c->p == ' '")
     assert planted != source, "the line the plant changes moved; update the test"
     scratch = tmp_path / "_json_arrow_planted.c"
     scratch.write_text(planted)
-    built = sanitizers.build("handoff_spark._json_arrow", tmp_path, src=scratch)
-    proc = sanitizers.run(SCRIPT.format(count=100), {"handoff_spark._json_arrow": built})
+    built = sanitizers.build("handoff_spark.decode._json_arrow", tmp_path, src=scratch)
+    proc = sanitizers.run(SCRIPT.format(count=100), {"handoff_spark.decode._json_arrow": built})
     assert proc.returncode != 0
     assert any("heap-buffer-overflow" in line for line in sanitizers.findings(proc)), proc.stderr[-3000:]

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from handoff_spark.bigquery.schema import declared_fields, plan_schema
-from handoff_spark.column_types import PATTERN, ListOf, MapOf, Primitive, Struct, StructField, canonical, parse_type
+from handoff_spark.decode.column_types import PATTERN, ListOf, MapOf, Primitive, Struct, StructField, canonical, parse_type
 from handoff_spark.config import Column, SchemaPolicy
-from handoff_spark.decode import arrow_type, decode_batch
+from handoff_spark.decode.records import arrow_type, decode_batch
 from handoff_spark.iceberg.table import declared_schema, iceberg_type_of_arrow, plan_schema_changes
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from handoff_spark.config import SchemaPolicy
-from handoff_spark.decode import SchemaIncompatible, decode_batch
+from handoff_spark.decode.records import SchemaIncompatible, decode_batch
 from handoff_spark.kafka.source import ARROW_SCHEMA
 
 POLICY = SchemaPolicy.model_validate({
@@ -162,7 +162,7 @@ def test_raw_format_keeps_bytes() -> None:
 
 
 def test_epoch_millis_batches_take_the_fast_path_and_match_the_slow_one() -> None:
-    from handoff_spark.decode import _fast_path
+    from handoff_spark.decode.records import _fast_path
 
     docs = [{"id": i, "ts": 1_700_000_000_000 + i} for i in range(20)]
     batch = raw([j(d) for d in docs])
@@ -174,7 +174,7 @@ def test_epoch_millis_batches_take_the_fast_path_and_match_the_slow_one() -> Non
 
 @pytest.mark.parametrize("mixed_types_across_chunks", [False, True])
 def test_large_batch_with_a_few_bad_records_decodes_like_the_per_record_path(mixed_types_across_chunks: bool) -> None:
-    from handoff_spark.decode import _slow_path
+    from handoff_spark.decode.records import _slow_path
 
     def score(i: int) -> float:
         return i + 0.5 if mixed_types_across_chunks and i >= 3000 else i

@@ -16,8 +16,8 @@ import pytest
 
 import decode_fuzz_support as fuzz
 from decode_fuzz_support import check_values, policy_of, raw
-from handoff_spark import decode
-from handoff_spark.decode import decode_batch
+from handoff_spark.decode import records as decode
+from handoff_spark.decode.records import decode_batch
 
 
 def test_the_three_tiers_agree_on_generated_and_mutated_values(record_property: pytest.RecordProperty) -> None:
@@ -211,7 +211,7 @@ def test_found_by_ubsan_huge_rows_and_kinds_are_refused_not_wrapped() -> None:
     """`_json_arrow` checked its arguments with (first + n + 1) * 4, which overflowed for a huge first or n (signed
     overflow, UB: the optimized build wrapped it past the check and read far out of the buffer), and took a column
     kind through (int), so 2**40 became 0, long. Both are refused now (test_c_sanitizers.py runs these too)."""
-    from handoff_spark import _json_arrow
+    from handoff_spark.decode import _json_arrow
 
     offsets, data = pa.py_buffer(pa.array([0, 9, 18], pa.int32()).buffers()[1]), b'{"id": 1}{"id": 2}'
     for first, rows in ((2 ** 62, 2 ** 62), (2 ** 63 - 1, 1), (1, 2 ** 63 - 2), (0, 3)):

@@ -8,9 +8,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from handoff_spark import source_decode
+from handoff_spark.decode import batch as source_decode
 from handoff_spark.config import AppConfig
-from handoff_spark.source_decode import decode_source, decode_while_reading
+from handoff_spark.decode.batch import decode_source, decode_while_reading
 from handoff_spark.kafka.source import ARROW_SCHEMA
 
 

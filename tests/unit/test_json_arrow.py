@@ -9,9 +9,9 @@ from unittest import mock
 import pyarrow as pa
 import pytest
 
-from handoff_spark import decode
+from handoff_spark.decode import records as decode
 from handoff_spark.config import SchemaPolicy
-from handoff_spark.decode import decode_batch
+from handoff_spark.decode.records import decode_batch
 from handoff_spark.kafka.source import ARROW_SCHEMA
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
@@ -219,7 +219,7 @@ def test_empty_chunks_are_skipped() -> None:
 
 def test_malformed_offsets_are_declined_never_read_past_the_data() -> None:
     """pyarrow does not validate `from_buffers`; the C side checks each row's offsets against the data."""
-    from handoff_spark import _json_arrow
+    from handoff_spark.decode import _json_arrow
 
     data = pa.py_buffer(b'{"id": 1}{"id": 2}')
     for offsets in ([0, 9, 4, 18], [0, 9, 1_000_000, 18], [0, 9, 18, 1_000_000]):

@@ -242,7 +242,7 @@ def test_registry_formats_need_a_registry():
 
 
 def test_record_limits_reach_the_drivers_app_config():
-    """spec.schema.limits is what the decoder enforces (handoff_spark.decode); unset, the documented defaults."""
+    """spec.schema.limits is what the decoder enforces (handoff_spark.decode.records); unset, the documented defaults."""
     limits = _render().config.schema_.limits
     assert (limits.max_depth, limits.max_value_bytes) == (64, 8 * 1024 * 1024)
     tight = spec()

@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from decode_fuzz_support import EDGES, INTERESTING_BYTES, mutate
-from handoff_spark import registry_schema as rs
+from handoff_spark.decode import registry_schema as rs
 from handoff_spark.config import Column, SchemaPolicy, SchemaRegistry
-from handoff_spark.decode import SchemaIncompatible
-from handoff_spark.registry_decode import _WRITERS, UnknownSchema, WriterSchema, decode_registry_batch
+from handoff_spark.decode.records import SchemaIncompatible
+from handoff_spark.decode.registry import _WRITERS, UnknownSchema, WriterSchema, decode_registry_batch
 
 BATCH = 40
 EXAMPLES = 500  # per format: 20,000 values each

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
 
-from handoff_spark import registry_schema as rs
-from handoff_spark.registry_decode import FrameError, parse_frame, protobuf_message_indexes
+from handoff_spark.decode import registry_schema as rs
+from handoff_spark.decode.registry import FrameError, parse_frame, protobuf_message_indexes
 
 
 def test_frame_gives_schema_id_and_payload_start() -> None:
@@ -129,8 +129,8 @@ def test_decoded_values_are_shaped_for_their_column() -> None:
     """JSON-text positions, UUIDs (bytes for a uuid column, text for a string one) and map keys (text)."""
     import uuid
 
-    from handoff_spark.column_types import parse_type
-    from handoff_spark.registry_decode import _shaper
+    from handoff_spark.decode.column_types import parse_type
+    from handoff_spark.decode.registry import _shaper
 
     u = uuid.UUID("12345678-1234-5678-1234-567812345678")
     writer = rs.Field("x", "struct<id:uuid,either:string,counts:map<string,long>>", (("either",),))

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from handoff_spark.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
+from handoff_spark.decode.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
 from handoff_spark.config import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, MAX_VALUE_BYTES_LIMIT
 
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
@@ -22,7 +22,7 @@ from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA,
                      TopicName, parse_duration)
 
 
-# The column-type grammar lives in the data plane (`handoff_spark.column_types`) so the CRD can never drift
+# The column-type grammar lives in the data plane (`handoff_spark.decode.column_types`) so the CRD can never drift
 # from it. A structural schema cannot express the nested grammar, so the CRD checks the words (a regular
 # over-approximation, `column_types.PATTERN`, in the CRD only) and the validator parses (a bad type is refused
 # with one line naming the position and the fix).

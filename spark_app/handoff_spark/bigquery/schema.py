@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
+from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
 from handoff_spark.config import Column
 
 # Metadata columns every handoff table carries: the Kafka coordinates make the table its own offset ledger

@@ -38,8 +38,8 @@ from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITI
                               arrow_schema, conform, declared_fields, plan_schema)
 from handoff_spark.ledger import contiguity_problems
 from handoff_spark.config import AppConfig, BigQuerySink
-from handoff_spark.decode import DeadLetter
-from handoff_spark.source_decode import decode_source
+from handoff_spark.decode.records import DeadLetter
+from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,

@@ -50,9 +50,9 @@ from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from handoff_spark.decode import DeadLetter
+from handoff_spark.decode.records import DeadLetter
 from handoff_spark.misfits import misfits
-from handoff_spark.source_decode import decode_source, decode_while_reading
+from handoff_spark.decode.batch import decode_source, decode_while_reading
 
 from handoff_spark.datasource_api import WriterCommitMessage
 from handoff_spark.iceberg.stream import IcebergSinkDataSource, IcebergStreamWriter

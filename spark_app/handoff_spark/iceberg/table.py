@@ -25,7 +25,7 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
                              IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StringType,
                              StructType, TimestampType, TimestamptzType, TimeType, UUIDType)
 
-from handoff_spark.column_types import ColumnType, ListOf, MapOf, Struct, parse_type
+from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Struct, parse_type
 
 #: Metadata columns every Handoff table carries: where each row came from (the exactly-once audit trail).
 KAFKA_COLUMNS: tuple[tuple[str, IcebergType], ...] = (

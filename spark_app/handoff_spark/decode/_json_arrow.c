@@ -1,4 +1,4 @@
-/* handoff_spark._json_arrow: flat JSON objects (one per Kafka value) straight into Arrow column buffers.
+/* handoff_spark.decode._json_arrow: flat JSON objects (one per Kafka value) straight into Arrow column buffers.
  *
  * Why: pyarrow's JSON reader needs the values joined by newlines (a copy, and a count of newlines to be sure no
  * value holds one), then parses at ~125 MB/s here, most of a write task's CPU (docs/benchmarks.md, "Throughput").

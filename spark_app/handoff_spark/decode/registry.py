@@ -36,10 +36,10 @@ from typing import Any, Callable, cast
 
 import pyarrow as pa
 
-from handoff_spark import registry_schema as rs
+from handoff_spark.decode import registry_schema as rs
 from handoff_spark.config import SchemaPolicy, SchemaRegistry
-from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
-from handoff_spark.decode import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
+from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
+from handoff_spark.decode.records import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
 
 MAGIC = 0
 

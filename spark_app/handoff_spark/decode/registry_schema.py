@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, StructField, parse_type
+from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, StructField, parse_type
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

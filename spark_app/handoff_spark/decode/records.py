@@ -49,8 +49,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from handoff_spark import _json_arrow
-from handoff_spark.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
+from handoff_spark.decode import _json_arrow
+from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
 from handoff_spark.config import DEFAULT_MAX_DEPTH, Column, SchemaPolicy
 
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")

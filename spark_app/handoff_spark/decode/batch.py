@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from handoff_spark.config import REGISTRY_FORMATS, AppConfig
-from handoff_spark.decode import DeadLetter, decode_batch
+from handoff_spark.decode.records import DeadLetter, decode_batch
 
 
 def decode_source(raw: pa.Table, cfg: AppConfig) -> tuple[pa.Table, list[DeadLetter], dict[str, list[str]]]:
@@ -19,7 +19,7 @@ def decode_source(raw: pa.Table, cfg: AppConfig) -> tuple[pa.Table, list[DeadLet
     if fmt not in REGISTRY_FORMATS:
         table, dead = decode_batch(raw, cfg.schema_, fmt)  # type: ignore[arg-type]
         return table, dead, {}
-    from handoff_spark.registry_decode import decode_registry_batch
+    from handoff_spark.decode.registry import decode_registry_batch
 
     assert cfg.source.schema_registry is not None
     table, dead, uses = decode_registry_batch(raw, cfg.schema_, fmt, cfg.source.schema_registry)
