@@ -154,7 +154,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
 
 def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int,
             label: str = "") -> dict[str, Any]:
-    from handoff_spark import sinks
+    from handoff_spark.sink import registry as sinks
     from handoff_spark.app import ProgressReporter, start_query
 
     name = f"{label}{fmt}-{size}"  # own checkpoint and table per run

@@ -366,7 +366,7 @@ def jvm_driver(app_json: str) -> int:
 
     from throughput import _jvm_query, spark_kafka_jars
 
-    from handoff_spark import sinks
+    from handoff_spark.sink import registry as sinks
     from handoff_spark.app import ProgressReporter, build_session, wait
     from handoff_spark.config import AppConfig
 

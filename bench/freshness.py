@@ -85,7 +85,7 @@ def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, stop:
 def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds: float, tmp: Path,
                 producer_kind: str = "plain", pipeline: str = "handoff") -> dict[str, Any]:
     from handoff_spark.iceberg import ledger
-    from handoff_spark import sinks
+    from handoff_spark.sink import registry as sinks
     from handoff_spark.app import start_query
     from handoff_spark.config import AppConfig
 

@@ -264,7 +264,7 @@ def await_query(query: Any, reporter: Any, t0: float) -> float:
 
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
             value_bytes: int, partitions: int = 3) -> dict[str, Any]:
-    from handoff_spark import sinks
+    from handoff_spark.sink import registry as sinks
     from handoff_spark.app import ProgressReporter, start_query
     from handoff_spark.config import AppConfig
 

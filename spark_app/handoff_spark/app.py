@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from handoff_spark import bootstrap, faults, jvm_cds, session_warmup, sinks
+from handoff_spark import bootstrap, faults, jvm_cds, session_warmup
+from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from handoff_spark import pyspark_private
-from handoff_spark.datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from handoff_spark.sink.datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from handoff_spark.temp_dirs import own_temp_dir_while
 
 log = logging.getLogger("handoff.executor_warmup")
@@ -137,7 +137,7 @@ def warm_task(cfg: Any, targets: Iterable[str]) -> Iterator[WarmUp]:
 
 def warm_write_path(cfg: Any) -> None:
     """The Kafka reader's and the sink's set-up, as a write task of `cfg` does it."""
-    from handoff_spark import sinks
+    from handoff_spark.sink import registry as sinks
     from handoff_spark.kafka import source as kafka_source
 
     kafka_source.warm_reader(kafka_source.SourceOptions.parse(kafka_source.source_options(cfg, None)))

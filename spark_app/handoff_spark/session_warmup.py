@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from handoff_spark.temp_dirs import own_temp_dir_while
 
 try:
@@ -94,7 +94,7 @@ class _Writer(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
         return _Done([r.error for r in warm_task(self._cfg(), targets) if r.error])
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
-        from handoff_spark import sinks
+        from handoff_spark.sink import registry as sinks
 
         for m in messages:
             for error in (m.errors if m is not None else []):

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer
 
 from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.bigquery import ledger as bigquery_ledger
-from handoff_spark.dlq import TRUNCATED_BYTES
+from handoff_spark.sink.dead_letters import TRUNCATED_BYTES
 from handoff_spark.iceberg import ledger
 
 from bq_drill_support import assert_exactly_once as assert_bq_exactly_once, bq_drill_config, run_bq_to_completion

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer
 
 from handoff_spark.config import AppConfig
 from handoff_spark.decode.records import decode_batch
-from handoff_spark.dlq import send_dead_letters
+from handoff_spark.sink.dead_letters import send_dead_letters
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, read_range
 
 pytestmark = [pytest.mark.kafka]
@@ -163,7 +163,7 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
 def test_a_dead_letter_too_big_for_the_dlq_topic_is_sent_cut_never_fails_the_batch(kafka, tmp_path):
     """The broker refuses (asynchronously) what its topic's max.message.bytes does not hold: cut to 64 KiB, and
     for a topic smaller still, to 1 KiB without the original headers. Both with the full lengths in a header."""
-    from handoff_spark.dlq import LAST_RESORT_BYTES, TRUNCATED_BYTES
+    from handoff_spark.sink.dead_letters import LAST_RESORT_BYTES, TRUNCATED_BYTES
 
     for limit, kept, omitted in ((200_000, TRUNCATED_BYTES, None), (20_000, LAST_RESORT_BYTES, b"1")):
         topic = f"big-{uuid.uuid4().hex[:6]}"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from handoff_spark import sinks
+from handoff_spark.sink import registry as sinks
 from handoff_spark.executor_scaler import SparkExecutors
 from handoff_spark.executor_warmup import JOB_GROUP, Executor, located_frame, run_warmup
 from sink_support import app_config

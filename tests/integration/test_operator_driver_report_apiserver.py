@@ -24,7 +24,7 @@ from handoff_spark.bigquery.append import AppendStats
 from handoff_spark.bigquery.sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
 from handoff_spark.progress_publisher import ProgressPublisher
-from handoff_spark.sink_common import write_last_commit
+from handoff_spark.sink.common import write_last_commit
 from operator_support import Cluster, base_spec, driver_kubeconfig, eventually, operator_running
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]

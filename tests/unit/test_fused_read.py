@@ -7,7 +7,7 @@ import pytest
 from handoff_spark.app import uses_fused_read
 from handoff_spark.config import AppConfig
 from handoff_spark.kafka.source import ARROW_SCHEMA
-from handoff_spark.sink_common import task_records
+from handoff_spark.sink.common import task_records
 
 ICEBERG = {"kind": "iceberg", "table": "db.t"}
 BIGQUERY = {"kind": "bigquery", "project": "p", "dataset": "d", "table": "t"}

@@ -175,7 +175,7 @@ def test_compaction_keeps_rows_and_ledger_and_loses_races_safely(tmp_path):
 
 def test_max_event_time_handles_sub_millisecond_timestamps():
     import datetime as dt
-    from handoff_spark.sink_common import max_event_time_ms as _max_event_time_ms  # both sinks use it
+    from handoff_spark.sink.common import max_event_time_ms as _max_event_time_ms  # both sinks use it
     ts = [dt.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=dt.timezone.utc), None]
     tbl = pa.table({"ts": pa.array(ts, pa.timestamp("us", "UTC")),
                     "_kafka_timestamp": pa.array([None, None], pa.timestamp("ms", "UTC"))})

@@ -14,7 +14,7 @@ import sys
 
 from pyspark import cloudpickle
 
-from handoff_spark import sinks
+from handoff_spark.sink import registry as sinks
 from handoff_spark.iceberg import sink as iceberg_sink
 
 HEAVY = ("pyarrow", "pyiceberg", "sqlalchemy", "pydantic", "handoff_spark.iceberg.sink", "handoff_spark.config")

@@ -2,5 +2,5 @@
 schema and its evolution (`schema`), pipelined Arrow appends with retries (`append`), the ledger kept in
 the data table and its index (`ledger`), and the streaming writer and its commit (`sink`).
 
-Nothing is imported here: `handoff_spark.sinks` imports `bigquery.sink` on first use.
+Nothing is imported here: `handoff_spark.sink.registry` imports `bigquery.sink` on first use.
 """

@@ -42,10 +42,10 @@ from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
-from handoff_spark.sink_common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
-from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class _DeadLetters:
     def send(self, cfg: AppConfig) -> None:
         if not self.count:
             return
-        from handoff_spark import dlq
+        from handoff_spark.sink import dead_letters as dlq
 
         for raw, dead in self.by_raw:
             dlq.send_dead_letters(cfg, raw, dead)

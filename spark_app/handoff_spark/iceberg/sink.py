@@ -47,14 +47,14 @@ from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declare
                             plan_schema_changes)
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
-from handoff_spark.sink_common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.sink.common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.misfits import misfits
 from handoff_spark.decode.batch import decode_source, decode_while_reading
 
-from handoff_spark.datasource_api import WriterCommitMessage
+from handoff_spark.sink.datasource_api import WriterCommitMessage
 from handoff_spark.iceberg.stream import IcebergSinkDataSource, IcebergStreamWriter
 
 log = logging.getLogger(__name__)
@@ -201,9 +201,9 @@ def _send_dead_letters(cfg: AppConfig, raw: pa.Table, dead: list[Any]) -> None:
     if not dead:
         return
     try:
-        from handoff_spark import dlq  # type: ignore[attr-defined]
+        from handoff_spark.sink import dead_letters as dlq  # type: ignore[attr-defined]
     except ImportError as exc:
-        raise RuntimeError(f"{len(dead)} dead letters but handoff_spark.dlq is not available") from exc
+        raise RuntimeError(f"{len(dead)} dead letters but handoff_spark.sink.dead_letters is not available") from exc
     dlq.send_dead_letters(cfg, raw, dead)  # type: ignore[attr-defined]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from handoff_spark.datasource_api import DataSource, DataSourceStreamArrowWriter
-from handoff_spark.sink_common import ConfigOnDemand
+from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter
+from handoff_spark.sink.common import ConfigOnDemand
 
 if TYPE_CHECKING:
     import pyarrow as pa
