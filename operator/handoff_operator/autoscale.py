@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from handoff_spark import lag
+from handoff_spark.ledger import lag
 
 from handoff_operator import metrics
 from handoff_operator.conditions import DriverReport, ProgressFacts
@@ -76,7 +76,7 @@ def forget(namespace: str, name: str) -> None:
 
 
 def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
-    """`handoff_spark.lag.lag_per_partition` keyed `topic/partition`, as the scaling decision takes it."""
+    """`handoff_spark.ledger.lag.lag_per_partition` keyed `topic/partition`, as the scaling decision takes it."""
     per = lag.lag_per_partition(lag.flat(progress.committed_offsets), lag.flat(progress.end_offsets))
     return {f"{t}/{p}": n for (t, p), n in per.items()}
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Generic, TypeVar
 # One credentials path for the driver and the operator (google imports there are deferred).
 from handoff_spark.bigquery.client import CredentialChoice, credential_choice, credentials
 from handoff_spark.config import AppConfig, BigQuerySink
-from handoff_spark.ledger import Commit
+from handoff_spark.ledger.record import Commit
 
 LEDGER_RECHECK_SECONDS = 300.0
 CACHE_SIZE = 1024

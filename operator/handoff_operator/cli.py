@@ -10,7 +10,7 @@
   (`exec python -m handoff_spark run --config ...`: one process, so a `kill -9` or a closed terminal leaves no
   driver behind that keeps writing).
 - `handoff ledger show|accept-kafka -f handoff.yaml`: the handoff's ledger, read from its table; record that a
-  recreated topic/cluster is accepted (see handoff_spark.ledger_cli).
+  recreated topic/cluster is accepted (see handoff_spark.ledger.cli).
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from handoff_spark import ledger_cli
+    from handoff_spark.ledger import cli as ledger_cli
     from handoff_spark.config import AppConfig
 
     cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))

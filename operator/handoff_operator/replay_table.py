@@ -12,7 +12,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
 from handoff_spark.iceberg import ledger
-from handoff_spark.ledger import BATCH, Commit
+from handoff_spark.ledger.record import BATCH, Commit
 from handoff_spark.config import AppConfig, IcebergSink
 
 from handoff_operator.replay_plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts

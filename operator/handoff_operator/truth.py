@@ -18,7 +18,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
-from handoff_spark.ledger import Commit
+from handoff_spark.ledger.record import Commit
 from handoff_spark.kafka.offsets import committed_group_offsets
 
 from handoff_operator import metrics

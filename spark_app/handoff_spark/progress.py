@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark.lag import lag_per_partition as _lag_per_partition
+from handoff_spark.ledger.lag import lag_per_partition as _lag_per_partition
 
 
 def _parse_offsets(text: Any) -> dict[tuple[str, int], int]:

@@ -10,7 +10,7 @@ The Kafka cluster id and topic ids recorded in the ledger are checked first: off
 topic (or of another cluster) mean nothing for the new one, so the driver refuses to start rather than re-read
 or skip records silently, and says how to proceed.
 
-`checkpoint_problems` and `ledger.identity_problems` (handoff_spark.ledger) are the pure decisions; `prepare_start` does the I/O.
+`checkpoint_problems` and `ledger.identity_problems` (handoff_spark.ledger.record) are the pure decisions; `prepare_start` does the I/O.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.errors import HandoffConfigError
-from handoff_spark.ledger import identity_problems
+from handoff_spark.ledger.record import identity_problems
 
 log = logging.getLogger("handoff.resume")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from google.cloud import bigquery as bq
 
-from handoff_spark import ledger_cli
+from handoff_spark.ledger import cli as ledger_cli
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
 from handoff_spark.bigquery.schema import canonical_type

@@ -37,7 +37,7 @@ def config_for(kube: Kube, obj: Mapping[str, Any], overrides: Mapping[str, str])
 
 def entries(kube: Kube, obj: Mapping[str, Any], overrides: Mapping[str, str], limit: int | None
             ) -> list[dict[str, Any]]:
-    from handoff_spark import ledger_cli
+    from handoff_spark.ledger import cli as ledger_cli
 
     cfg = config_for(kube, obj, overrides)
     try:

@@ -22,7 +22,7 @@ from typing import Any
 from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.bigquery.schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field
 from handoff_spark.config import AppConfig, BigQuerySink
-from handoff_spark.ledger import BATCH, GAP, Commit, Offsets
+from handoff_spark.ledger.record import BATCH, GAP, Commit, Offsets
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from handoff_spark import faults
 from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
-from handoff_spark.ledger import contiguity_problems
+from handoff_spark.ledger.record import contiguity_problems
 from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source

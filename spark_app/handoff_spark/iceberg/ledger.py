@@ -14,10 +14,10 @@ Besides micro-batches (`kind` batch) the ledger holds markers, snapshots without
 ledger end on purpose: a `gap` (offsets deliberately not in the table, e.g. a Rollback that must not bring
 discarded data back) and an `epoch` (a recreated topic or cluster accepted by the user: its partitions start
 again at the marker's offsets). The ledger end of a partition is the end of the newest entry that names it;
-a batch may commit only if it starts there (`handoff_spark.ledger.contiguity_problems`).
+a batch may commit only if it starts there (`handoff_spark.ledger.record.contiguity_problems`).
 
 Each entry also records the Kafka cluster id and the topic ids it read (`handoff.kafka`), so a topic or cluster
-recreated under the same name is detected instead of silently re-read or skipped (`handoff_spark.ledger.identity_problems`).
+recreated under the same name is detected instead of silently re-read or skipped (`handoff_spark.ledger.record.identity_problems`).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from handoff_spark.iceberg.table import load_table as _load_table
-# The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger`); the kinds and
+# The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger.record`); the kinds and
 # `Commit` are re-exported so `ledger.BATCH` etc. read the same for Iceberg callers.
-from handoff_spark.ledger import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
+from handoff_spark.ledger.record import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"

@@ -38,7 +38,7 @@ from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
-from handoff_spark.ledger import contiguity_problems, overlap_problems
+from handoff_spark.ledger.record import contiguity_problems, overlap_problems
 from handoff_spark.iceberg.catalog import apply_updates
 from handoff_spark.iceberg.parquet_writer import data_files
 from handoff_spark.iceberg.pyiceberg_private import transaction_state
@@ -389,7 +389,7 @@ def _drop_replay_files(table: Table, snapshot_id: int, msgs: list[IcebergCommitM
 
 def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.OffsetRange) -> None:
     """The one check that keeps duplicates out whatever happens to checkpoints or to a second (zombie) driver:
-    every partition's range must start where the table's ledger ends (see `handoff_spark.ledger.contiguity_problems`)."""
+    every partition's range must start where the table's ledger ends (see `handoff_spark.ledger.record.contiguity_problems`)."""
     moving = {tp for tp, (start, end) in ranges.items() if end > start}
     problems = contiguity_problems(ranges, ledger.ledger_end(table, cfg.handoff_id, cfg.query_name, moving))
     if problems:
