@@ -155,7 +155,7 @@ def naive(args: Any, bootstrap: str, topic: str, tmp: Path, mode: str, size: int
 def handoff(spark: Any, args: Any, bootstrap: str, topic: str, tmp: Path, fmt: str, size: int,
             label: str = "") -> dict[str, Any]:
     from handoff_spark.sink import registry as sinks
-    from handoff_spark.app import ProgressReporter, start_query
+    from handoff_spark.driver.app import ProgressReporter, start_query
 
     name = f"{label}{fmt}-{size}"  # own checkpoint and table per run
     cfg = _cfg(args, bootstrap, topic, tmp, name, _sink(args, f"bench_{uuid.uuid4().hex[:6]}", f"h_{fmt}_{size}",
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in [m for m in args.naive.split(",") if m]:
             results[f"naive-{mode}-500"] = naive(args, bootstrap, topic, tmp, mode)
             print(f"naive-{mode} done: {results[f'naive-{mode}-500']['seconds']:.1f}s", flush=True)
-        from handoff_spark.app import build_session
+        from handoff_spark.driver.app import build_session
         from handoff_spark.config import AppConfig
 
         cfg = AppConfig.model_validate({"handoffId": "bench/x", "source": {"bootstrapServers": bootstrap, "topics": [topic]},

@@ -360,14 +360,14 @@ def run_pipeline(pipeline: str, bootstrap: str, tmp: Path, n: int, extra_conf: d
 
 def jvm_driver(app_json: str) -> int:
     """The baseline's driver: Spark's JVM Kafka source → handoff-iceberg, the same session/sink/trigger/reporting
-    as `handoff_spark.app.run` (session start logged the same way)."""
+    as `handoff_spark.driver.app.run` (session start logged the same way)."""
     import logging
     import threading as th
 
     from throughput import _jvm_query, spark_kafka_jars
 
     from handoff_spark.sink import registry as sinks
-    from handoff_spark.app import ProgressReporter, build_session, wait
+    from handoff_spark.driver.app import ProgressReporter, build_session, wait
     from handoff_spark.config import AppConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

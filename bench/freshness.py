@@ -86,7 +86,7 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
                 producer_kind: str = "plain", pipeline: str = "handoff") -> dict[str, Any]:
     from handoff_spark.iceberg import ledger
     from handoff_spark.sink import registry as sinks
-    from handoff_spark.app import start_query
+    from handoff_spark.driver.app import start_query
     from handoff_spark.config import AppConfig
 
     topic = f"fresh-{uuid.uuid4().hex[:6]}"
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
     results = []
     try:
-        from handoff_spark.app import build_session
+        from handoff_spark.driver.app import build_session
         from handoff_spark.config import AppConfig
 
         pipelines = [p for p in args.pipelines.split(",") if p]

@@ -224,8 +224,8 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
                trigger_s: float | None = None) -> Any:
     """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones);
     AvailableNow, or a processing-time trigger of `trigger_s` seconds."""
-    from handoff_spark.app import MIN_PARTITIONS_PER_CORE
-    from handoff_spark.checkpoint import INITIAL_OFFSETS_FILE
+    from handoff_spark.driver.app import MIN_PARTITIONS_PER_CORE
+    from handoff_spark.driver.checkpoint import INITIAL_OFFSETS_FILE
 
     ck = Path(cfg.checkpoint_location)
     # The sink takes batch 0's start from the source's initial-offsets file; the JVM source does not write it.
@@ -265,7 +265,7 @@ def await_query(query: Any, reporter: Any, t0: float) -> float:
 def handoff(spark: Any, bootstrap: str, topic: str, tmp: Path, pipe: str, max_records: int,
             value_bytes: int, partitions: int = 3) -> dict[str, Any]:
     from handoff_spark.sink import registry as sinks
-    from handoff_spark.app import ProgressReporter, start_query
+    from handoff_spark.driver.app import ProgressReporter, start_query
     from handoff_spark.config import AppConfig
 
     sink = pipe.split("-", 1)[1]
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             results["naive-pyiceberg"] = best_of(passes)
         spark_pipes = [p for p in pipelines if p.startswith(("handoff-", "jvm-"))]
         if spark_pipes:
-            from handoff_spark.app import build_session
+            from handoff_spark.driver.app import build_session
             from handoff_spark.config import AppConfig
 
             jars = {"spark.jars": ",".join(spark_kafka_jars())} if any(p.startswith("jvm-") for p in spark_pipes) \

@@ -10,7 +10,7 @@ has measured again, never guesses.
 
 Act: `status.executors.{desired,lastScaleTime,reason,message}`, an Event per change, the gauges, and the
 annotation `handoff.io/desired-executors` on the ConfigMap `<name>-progress`, which the driver polls and
-applies live (handoff_spark.executor_scaler).
+applies live (handoff_spark.driver.executor_scaler).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from handoff_operator.render import progress_configmap_name
 from handoff_operator.scaling import ScalingDecision, ScalingInput, decide
 from handoff_operator.status_decision import iso_ms
 
-#: The annotation the driver polls (handoff_spark.executor_scaler.ANNOTATION).
+#: The annotation the driver polls (handoff_spark.driver.executor_scaler.ANNOTATION).
 DESIRED_ANNOTATION = "handoff.io/desired-executors"
 #: A batch smaller than this says more about fixed costs than about an executor's capacity.
 MIN_BUSY_ROWS = 1000

@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(text)
         return 0
-    from handoff_spark.temp_dirs import own_temp_dir
+    from handoff_spark.driver.temp_dirs import own_temp_dir
 
     config = Path(own_temp_dir(RUN_DIR_PREFIX)) / "app.json"
     config.write_text(text)

@@ -1,7 +1,7 @@
 """The driver's published progress record (ConfigMap `<name>-progress`, key `progress.json`) → facts and
 the `status.lastBatch` block (pure; no I/O).
 
-The driver writes it (handoff_spark.progress_publisher); the document is the progress record of
+The driver writes it (handoff_spark.driver.publisher); the document is the progress record of
 docs/design/data-plane-contract.md plus `driverPod` and `publishedAtMs`. Anything unreadable counts as no
 report: a malformed record must not break the status of the handoff, it only loses the driver's view.
 """

@@ -9,7 +9,7 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - ServiceAccount + Role + RoleBinding `<name>-driver`: exactly what a client-mode Spark driver needs to
   run its executors (pods, services, configmaps, persistentvolumeclaims in its own namespace);
 - ConfigMap `<name>-progress`: created empty (no `data`); the driver publishes its latest progress record
-  into `data["progress.json"]` (handoff_spark.progress_publisher), which the operator reads for the
+  into `data["progress.json"]` (handoff_spark.driver.publisher), which the operator reads for the
   Degraded condition. The operator's server-side apply never sets `data`, so the two never fight;
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
@@ -277,7 +277,7 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.kubernetes.executor.request.cores": str(ex.cores),
         "spark.kubernetes.executor.limit.cores": str(ex.cores),
         # The operator scales on Kafka lag and the driver applies its count live (handoff.io/desired-executors
-        # on the progress ConfigMap; handoff_spark.executor_scaler): Spark's own allocation stays off.
+        # on the progress ConfigMap; handoff_spark.driver.executor_scaler): Spark's own allocation stays off.
         "spark.dynamicAllocation.enabled": "false",
         LIVE_EXECUTORS_KEY: str(spec.scaling.min_executors),
         # Spark stops the application after max(3, 2 × spark.executor.instances) executor failures, pod
@@ -431,7 +431,7 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         # time left for Spark to shut down, so the kubelet's SIGKILL never cuts the graceful stop short.
         {"name": "HANDOFF_STOP_GRACE_SECONDS", "value": str(stop_grace_seconds(grace_seconds))},
         {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
-        # Where the driver publishes its progress record for the operator (handoff_spark.progress_publisher).
+        # Where the driver publishes its progress record for the operator (handoff_spark.driver.publisher).
         {"name": "HANDOFF_PROGRESS_CONFIGMAP", "value": progress_configmap_name(name)},
         {"name": "HANDOFF_PROGRESS_NAMESPACE", "value": namespace},
     ]

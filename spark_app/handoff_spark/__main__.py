@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         errors = getattr(exc, "errors", None)
         detail = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors()) if errors else exc
         return refuse(f"app config {args.config}: {detail}")
-    from handoff_spark.app import run as run_app
+    from handoff_spark.driver.app import run as run_app
     from handoff_spark.errors import HandoffConfigError
 
     available_now = args.available_now if args.command == "run" else True
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
     """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
-    from handoff_spark.checkpoint import local_path
+    from handoff_spark.driver.checkpoint import local_path
     from handoff_spark.config import BackfillRange
 
     if query == cfg.query_name:

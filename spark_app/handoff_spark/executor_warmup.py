@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from handoff_spark import pyspark_private
 from handoff_spark.sink.datasource_api import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from handoff_spark.temp_dirs import own_temp_dir_while
+from handoff_spark.driver.temp_dirs import own_temp_dir_while
 
 log = logging.getLogger("handoff.executor_warmup")
 

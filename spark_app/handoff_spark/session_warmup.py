@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from handoff_spark.temp_dirs import own_temp_dir_while
+from handoff_spark.driver.temp_dirs import own_temp_dir_while
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition

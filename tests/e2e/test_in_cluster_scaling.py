@@ -43,7 +43,7 @@ WARMUP = 6000
 WARMUP_BURSTS = 4
 SPIKE = 150_000
 SPARK_UI = 4040
-#: The driver logs this once per query start (handoff_spark.app); the run id changes on every start.
+#: The driver logs this once per query start (handoff_spark.driver.app); the run id changes on every start.
 QUERY_STARTED = r"^query (\S+) started \(run (\S+)\)$"
 
 

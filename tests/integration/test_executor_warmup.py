@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from handoff_spark.sink import registry as sinks
-from handoff_spark.executor_scaler import SparkExecutors
+from handoff_spark.driver.executor_scaler import SparkExecutors
 from handoff_spark.executor_warmup import JOB_GROUP, Executor, located_frame, run_warmup
 from sink_support import app_config
 
@@ -39,7 +39,7 @@ def in_thread(fn: Any, *args: Any) -> Any:
 
 
 def test_warm_up_tasks_prefer_their_executor_and_set_up_the_write_path(kafka, tmp_path: Any, caplog) -> None:
-    from handoff_spark.app import build_session
+    from handoff_spark.driver.app import build_session
 
     kafka.create_topic("warm", partitions=1)
     cfg = app_config(tmp_path, kafka.bootstrap, "warm", sparkConf={"spark.master": "local[2]"})
@@ -91,7 +91,7 @@ def test_the_next_python_data_source_write_task_reuses_the_warm_worker(tmp_path:
     under a second daemon, Spark keeping one per worker environment, and warmed nothing the stream used.)"""
     from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
 
-    from handoff_spark.app import build_session
+    from handoff_spark.driver.app import build_session
     from handoff_spark.config import AppConfig
 
     out = tmp_path / "worker"

@@ -107,7 +107,7 @@ def test_handoff_run_available_now_drains_into_iceberg_and_exits_zero(kafka, tmp
 HANDOFF = str(Path(sys.executable).with_name("handoff"))  # the console script a user types
 DEFAULT_METRICS_PORT = 9090  # the operator's (render.METRICS_PORT), which `handoff run` renders too
 #: What a driver may leave in its temp dir when killed: directories named by its pid, which the next one removes
-#: (handoff_spark.temp_dirs): stop markers, its JVM's java.io.tmpdir, its session launch's temporary files, warm-up
+#: (handoff_spark.driver.temp_dirs): stop markers, its JVM's java.io.tmpdir, its session launch's temporary files, warm-up
 #: queries, `handoff run`'s config.
 OWNED = re.compile(r"^handoff-(stop|jvm|launch|warmup|run)-(\d+)-")
 

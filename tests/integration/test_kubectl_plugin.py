@@ -19,8 +19,8 @@ from confluent_kafka import Producer
 from prometheus_client import REGISTRY
 
 from handoff_operator.kubectl_plugin.cli import main
-from handoff_spark.progress import BatchReport
-from handoff_spark.progress_publisher import ProgressPublisher
+from handoff_spark.driver.progress import BatchReport
+from handoff_spark.driver.publisher import ProgressPublisher
 from operator_support import (Cluster, Operator, base_spec, eventually, ledger_commit, operator_running,
                               sqlite_ledger_table)
 

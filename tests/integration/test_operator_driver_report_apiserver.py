@@ -19,11 +19,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from handoff_spark.app import ProgressReporter
+from handoff_spark.driver.app import ProgressReporter
 from handoff_spark.bigquery.append import AppendStats
 from handoff_spark.bigquery.sink import CommitResult, degraded_reason
 from handoff_spark.config import AppConfig
-from handoff_spark.progress_publisher import ProgressPublisher
+from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.sink.common import write_last_commit
 from operator_support import Cluster, base_spec, driver_kubeconfig, eventually, operator_running
 

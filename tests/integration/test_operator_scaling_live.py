@@ -33,8 +33,8 @@ pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.e2e]
 DRIVER = textwrap.dedent("""
     import json, sys, time
     from pyspark.sql import SparkSession
-    from handoff_spark.executor_scaler import ExecutorScaler, SparkExecutors
-    from handoff_spark.progress_publisher import ProgressPublisher
+    from handoff_spark.driver.executor_scaler import ExecutorScaler, SparkExecutors
+    from handoff_spark.driver.publisher import ProgressPublisher
     conf, min_partitions_file = json.loads(sys.argv[1]), sys.argv[2]
     builder = SparkSession.builder.appName("handoff-scaling-probe")
     for key, value in conf.items():

@@ -14,7 +14,7 @@ reads to decide (the pod's container status and config-hash annotation) is exact
 cluster.
 
 The second test (readiness timeout, operator restart) needs no Spark: generation 1's driver is played by the
-driver's real progress publisher (`handoff_spark.progress_publisher`, as the driver pod, with its
+driver's real progress publisher (`handoff_spark.driver.publisher`, as the driver pod, with its
 ServiceAccount's token) publishing a progress record that names a committed snapshot; the record's numbers
 are the test's, not a table's."""
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from handoff_spark.progress_publisher import ProgressPublisher
+from handoff_spark.driver.publisher import ProgressPublisher
 from kubernetes import config as kube_config
 from operator_support import REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, operator_running
 

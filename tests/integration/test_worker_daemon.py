@@ -14,7 +14,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from handoff_spark import app, worker_daemon
+from handoff_spark import worker_daemon
+from handoff_spark.driver import app
 from handoff_spark.config import AppConfig
 
 
@@ -78,7 +79,7 @@ def test_archives_without_python_leave_the_path_and_the_finder_cache(tmp_path: A
 
 @pytest.mark.e2e
 def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
-    from handoff_spark.app import C1_ONLY_OPTION, build_session
+    from handoff_spark.driver.app import C1_ONLY_OPTION, build_session
 
     cfg = AppConfig.model_validate({
         "handoffId": "test/daemon", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},

@@ -112,7 +112,7 @@ def test_percentile_and_degraded_reason():
 def test_progress_record_and_metrics_carry_the_sinks_request_trouble():
     """The BigQuery sink's commit record → the same progress record and metrics as the Iceberg sink, plus the
     Degraded reason and refused/retried requests by code."""
-    from handoff_spark.progress import Metrics, report_from_progress
+    from handoff_spark.driver.progress import Metrics, report_from_progress
 
     progress = {"batchId": 3, "numInputRows": 10, "durationMs": {"triggerExecution": 100},
                 "sources": [{"startOffset": '{"t": {"0": 0}}', "endOffset": '{"t": {"0": 10}}'}]}

@@ -35,7 +35,7 @@ def test_the_app_config_turns_it_off_and_other_paths_never_use_it(monkeypatch):
 
 def test_the_bootstrap_batch_is_reported_like_any_batch():
     """progress.report_from_commit: the console line, lag and record come from the commit result alone."""
-    from handoff_spark.progress import report_from_commit
+    from handoff_spark.driver.progress import report_from_commit
 
     commit = {"batch_id": 0, "snapshot_id": 42, "skipped": False, "rows": 9, "dlq_rows": 1, "records": 10,
               "commit_latency_ms": 12.0, "max_event_time_ms": 1_000}

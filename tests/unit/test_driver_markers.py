@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from handoff_spark import app
+from handoff_spark.driver import app
 
 
 def test_a_new_driver_removes_the_marker_directories_of_drivers_that_are_gone(tmp_path, monkeypatch):
@@ -87,7 +87,8 @@ def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:
 def test_the_warm_up_queries_directories_are_the_drivers_own_and_go_when_done(tmp_path: Path, monkeypatch) -> None:
     """A driver killed in a warm-up left its query's checkpoint in /tmp for good (tempfile's directories carry no
     owner); now the next driver removes it (temp_dirs)."""
-    from handoff_spark import executor_warmup, session_warmup, temp_dirs
+    from handoff_spark import executor_warmup, session_warmup
+    from handoff_spark.driver import temp_dirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen(["true"])
@@ -106,7 +107,7 @@ def test_temporary_files_made_while_the_session_starts_are_in_the_drivers_own_di
     """PySpark's JVM launch keeps a `tempfile` directory until the JVM answers: a driver killed then left it in /tmp
     for good. During the launch `tempfile` makes everything in a directory named by the driver's pid, which the
     next driver removes, and it is gone once the launch is done."""
-    from handoff_spark import temp_dirs
+    from handoff_spark.driver import temp_dirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen(["true"])

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from handoff_spark.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
+from handoff_spark.driver.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
                                            write_min_partitions)
 from handoff_spark.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, pack_ranges, split_ranges
@@ -197,7 +197,7 @@ def test_an_executor_whose_warm_up_keeps_failing_counts_after_three_tries(tmp_pa
 
 
 def test_an_executor_whose_warm_up_hangs_counts_after_the_timeout(tmp_path, monkeypatch):
-    from handoff_spark import executor_scaler
+    from handoff_spark.driver import executor_scaler
 
     path = tmp_path / "min-partitions"
     executors = _Executors()

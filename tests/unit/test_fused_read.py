@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from handoff_spark.app import uses_fused_read
+from handoff_spark.driver.app import uses_fused_read
 from handoff_spark.config import AppConfig
 from handoff_spark.kafka.source import ARROW_SCHEMA
 from handoff_spark.sink.common import task_records

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from handoff_spark.app import C1_ONLY_OPTION, jit_options
+from handoff_spark.driver.app import C1_ONLY_OPTION, jit_options
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import time
 
 from prometheus_client import generate_latest
 
-from handoff_spark.progress import Metrics, lag_per_partition, report_from_progress
+from handoff_spark.driver.progress import Metrics, lag_per_partition, report_from_progress
 
 
 def progress(batch_id: int, start: dict | None, end: dict, latest: dict, rows: int = 10) -> dict:
@@ -83,7 +83,7 @@ def test_work_is_add_batch_minus_the_table_commit() -> None:
 def test_an_idle_progress_is_not_reported_and_does_not_hide_the_batch_that_runs_next(tmp_path) -> None:
     """Spark adds a progress every 10 s while a query waits for data, carrying the id of the batch that runs
     next. The reporter skips it: the real batch with that id (rows, its range) is the one reported."""
-    from handoff_spark.app import ProgressReporter, idle_progress
+    from handoff_spark.driver.app import ProgressReporter, idle_progress
     from handoff_spark.config import AppConfig
 
     cfg = AppConfig.model_validate({"handoffId": "ns/x", "source": {"bootstrapServers": "b:9092", "topics": ["t"]},

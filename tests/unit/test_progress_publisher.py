@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from handoff_spark.progress_publisher import ProgressPublisher, document, publish_due, state_key
+from handoff_spark.driver.publisher import ProgressPublisher, document, publish_due, state_key
 
 
 def test_first_record_and_state_changes_go_out_at_once() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from handoff_spark import checkpoint as ckpt
+from handoff_spark.driver import checkpoint as ckpt
 from handoff_spark.ledger.record import contiguity_problems, identity_problems
-from handoff_spark.resume import checkpoint_problems
+from handoff_spark.driver.resume import checkpoint_problems
 
 T0, T1 = ("t", 0), ("t", 1)
 

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from handoff_spark import checkpoint as ckpt
+from handoff_spark.driver import checkpoint as ckpt
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark import faults
 from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
@@ -41,7 +41,7 @@ from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
-from handoff_spark.checkpoint import read_last_commit
+from handoff_spark.driver.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 

@@ -34,7 +34,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType
 
-from handoff_spark import checkpoint as ckpt
+from handoff_spark.driver import checkpoint as ckpt
 from handoff_spark import faults
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
@@ -46,7 +46,7 @@ from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declare
                             dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from handoff_spark.kafka.offsets import commit_group_offsets
-from handoff_spark.checkpoint import read_last_commit
+from handoff_spark.driver.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 

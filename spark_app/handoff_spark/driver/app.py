@@ -28,12 +28,12 @@ from handoff_spark.config import AppConfig
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
-from handoff_spark.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
+from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
                        report_from_progress, write_progress_file)
-from handoff_spark.executor_scaler import ExecutorScaler
-from handoff_spark.progress_publisher import ProgressPublisher
-from handoff_spark.resume import StartPlan, prepare_start
-from handoff_spark.temp_dirs import own_temp_dir, tempfile_dir_while
+from handoff_spark.driver.executor_scaler import ExecutorScaler
+from handoff_spark.driver.publisher import ProgressPublisher
+from handoff_spark.driver.resume import StartPlan, prepare_start
+from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 
 log = logging.getLogger("handoff.app")
 
