@@ -46,10 +46,10 @@ venv: $(VENV)/.compiled
 testbed-build: venv
 	PYTHON=$(PYTHON) bash hack/install-system-deps.sh test
 	$(TESTBED) build kafka apiserver postgres s3 bigquery node schema-registry
-	@# A class-data-sharing archive of Spark's classes for this machine's JDK and Spark (handoff_spark.jvm_cds, ~30 s
+	@# A class-data-sharing archive of Spark's classes for this machine's JDK and Spark (handoff_spark.startup.jvm_cds, ~30 s
 	@# once, kept in the cache): every local driver the tests start maps them instead of loading thousands of classes
 	@# again (a local session's start, 7.6-8.7 s -> 4.5-4.9 s here under the tests' JVM options).
-	$(PY) -m handoff_spark.jvm_cds --if-missing
+	$(PY) -m handoff_spark.startup.jvm_cds --if-missing
 
 ## The project's image (Dockerfile) built here on a debootstrapped Debian base; a no-op when the inputs
 ## are unchanged (cached by their hash). Prints the image reference.

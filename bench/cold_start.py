@@ -225,7 +225,7 @@ class Driver:
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
 PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
                                          "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"},
-                                         # the driver's bootstrap batch off (handoff_spark.bootstrap): Spark's path only
+                                         # the driver's bootstrap batch off (handoff_spark.startup.bootstrap): Spark's path only
                                          "handoff-nobootstrap": {"HANDOFF_BOOTSTRAP_BATCH": "0"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}

@@ -1,4 +1,4 @@
-"""What a class-data-sharing archive of Spark's classes saves a starting JVM (`handoff_spark.jvm_cds`).
+"""What a class-data-sharing archive of Spark's classes saves a starting JVM (`handoff_spark.startup.jvm_cds`).
 
 Writes an archive (a local session + one query under `-XX:ArchiveClassesAtExit`), then alternates `--pairs`
 runs without and with it; each run is a fresh process: a local[1] session start and one tiny query, reporting
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     archive = Path(tempfile.mkdtemp(prefix="bench-cds-")) / "spark.jsa"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "spark_app")}
-    subprocess.run([sys.executable, "-m", "handoff_spark.jvm_cds", str(archive)], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "handoff_spark.startup.jvm_cds", str(archive)], env=env, check=True,
                    capture_output=True)
     load = [os.getloadavg()]
     runs: dict[str, list[dict]] = {"without": [], "with": []}

@@ -244,7 +244,7 @@ STRAGGLER_CONF = {
     # Judge by duration only: a cold task is late because of start-up time, not because it reads slowly.
     "spark.speculation.efficiency.enabled": "false",
     # A batch of one task per core has no finished tasks to compare with (the quantile rule never fires): while
-    # a new executor warms up, batches are one task per warm core (handoff_spark.executor_warmup). Spark then
+    # a new executor warms up, batches are one task per warm core (handoff_spark.startup.executor_warmup). Spark then
     # copies a task that runs longer than this. Longer than an executor's warm-up job takes on a small CPU share
     # (17.5-18.5 s per task at 0.2 core, measured), so that the job's own tasks are not copied to another executor.
     # Executors of ~0.1 core need a higher value (docs/operator.md).

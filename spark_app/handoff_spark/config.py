@@ -176,7 +176,7 @@ class AppConfig(_Model):
     backfill: BackfillRange | None = Field(default=None, description="set for a Backfill run (its own query)")
     bootstrap_batch: bool = Field(
         default=True, description="At start, the driver commits batches itself, in its own process, while Spark "
-                                  "starts (handoff_spark.bootstrap); false: Spark's path only.")
+                                  "starts (handoff_spark.startup.bootstrap); false: Spark's path only.")
 
     @model_validator(mode="after")
     def _registry_needed(self) -> "AppConfig":

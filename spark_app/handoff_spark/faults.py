@@ -4,7 +4,7 @@
 equivalent of `kill -9` on the whole app: driver, JVM and Python workers) when the sink reaches `<point>`
 for batch N. Points: `crash-after-table-commit` (the table holds the batch, Spark's commit log does not),
 `crash-before-table-commit`, `catalog-outage` (the commit attempt fails as if the catalog were unreachable),
-the same three prefixed `bootstrap-` for the driver's bootstrap batch (`handoff_spark.bootstrap`; batch = the
+the same three prefixed `bootstrap-` for the driver's bootstrap batch (`handoff_spark.startup.bootstrap`; batch = the
 bootstrap's batch id, 0),
 `crash-mid-write` (an executor dies after writing its data files, before the
 task reports), `fail-task` (a write task raises; with `local[N,F]` Spark retries it), `stall-task` (the

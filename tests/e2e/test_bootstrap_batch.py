@@ -1,4 +1,4 @@
-"""The driver's bootstrap batch (handoff_spark.bootstrap): a (re)started driver commits the backlog's first batch
+"""The driver's bootstrap batch (handoff_spark.startup.bootstrap): a (re)started driver commits the backlog's first batch
 in its own process, through the Spark write task's and commit's own functions, then Spark resumes from the
 table's ledger. Real Kafka, a real SQLite Iceberg catalog and the real driver process (`python -m handoff_spark
 run --available-now`); each drill ends with rows == distinct (partition, offset) == produced.
@@ -88,7 +88,7 @@ def _wait_for(what: str, check, timeout: float, log) -> None:
 def test_a_running_stream_keeps_committing_while_spark_starts_then_hands_over(kafka, tmp_path):
     """A running stream (no AvailableNow): the driver's bootstrap batches follow each other — back to back while
     the backlog exceeds a batch, then at the trigger interval — while the Spark session starts and runs its warm-up
-    query (handoff_spark.session_warmup), and stop at a batch boundary when Spark's query takes over from the
+    query (handoff_spark.startup.session_warmup), and stop at a batch boundary when Spark's query takes over from the
     ledger's end. Records keep arriving all along; SIGTERM then stops the stream at a batch boundary."""
     topic = "bootstrap-stream"
     kafka.create_topic(topic, partitions=2)

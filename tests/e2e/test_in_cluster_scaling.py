@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from handoff_spark.executor_warmup import JOB_DESCRIPTION
-from handoff_spark.session_warmup import QUERY_NAME as WARMUP_QUERY
+from handoff_spark.startup.executor_warmup import JOB_DESCRIPTION
+from handoff_spark.startup.session_warmup import QUERY_NAME as WARMUP_QUERY
 from handoff_spark.iceberg import ledger
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.pytest_plugin import LOG_ROOT
@@ -258,7 +258,7 @@ def test_a_batch_with_a_hung_task_commits_through_a_speculative_copy_exactly_onc
     try:
         eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the first records in the table",
                    timeout=600, interval=2)
-        # The driver's bootstrap batches (handoff_spark.bootstrap) may have committed those before Spark's query
+        # The driver's bootstrap batches (handoff_spark.startup.bootstrap) may have committed those before Spark's query
         # started: the second burst comes once it runs, so Spark's batches, with their stalled tasks, carry it.
         eventually(lambda: any(re.search(QUERY_STARTED, cluster.kubectl("logs", "-n", ns, p["metadata"]["name"]), re.M)
                                for p in pods(cluster, ns, selector) if running(p)),

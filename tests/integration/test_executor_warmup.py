@@ -1,4 +1,4 @@
-"""The warm-up job a driver runs on a newly registered executor (handoff_spark.executor_warmup), on a real
+"""The warm-up job a driver runs on a newly registered executor (handoff_spark.startup.executor_warmup), on a real
 local Spark with a real broker and an Iceberg table in a SQLite catalog: a Python data source write whose
 rows carry the executor's preferred location; its writer runs a write task's set-up in a Python worker of the
 stream's worker daemon (decode, Parquet, the Kafka reader's metadata, the sink's catalog and table), reports
@@ -13,7 +13,7 @@ import pytest
 
 from handoff_spark.sink import registry as sinks
 from handoff_spark.driver.executor_scaler import SparkExecutors
-from handoff_spark.executor_warmup import JOB_GROUP, Executor, located_frame, run_warmup
+from handoff_spark.startup.executor_warmup import JOB_GROUP, Executor, located_frame, run_warmup
 from sink_support import app_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]

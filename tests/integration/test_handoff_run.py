@@ -70,7 +70,7 @@ def test_handoff_run_available_now_drains_into_iceberg_and_exits_zero(kafka, tmp
                           "--checkpoint", str(tmp_path / "ck")], capture_output=True, text=True, timeout=600)
     out = run.stdout
     assert run.returncode == 0, (out + run.stderr)[-4000:]
-    # the driver's bootstrap batch first (handoff_spark.bootstrap), then Spark's batches
+    # the driver's bootstrap batch first (handoff_spark.startup.bootstrap), then Spark's batches
     batch_lines = [line for line in out.splitlines() if line.startswith(("batch ", "bootstrap batch 0: "))]
     assert batch_lines[0].startswith("bootstrap batch 0: "), out
     assert len(batch_lines) >= 3 and all("snapshot " in line for line in batch_lines), out

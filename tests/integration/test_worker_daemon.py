@@ -1,7 +1,7 @@
 """Spark's Python workers fork from Handoff's daemon, with the sink's heavy modules already imported.
 
 Why it matters: a worker that imports pyarrow/PyIceberg/SQLAlchemy itself spends 1–2 s of CPU before
-its first record, on every restart and every added executor (see handoff_spark.worker_daemon).
+its first record, on every restart and every added executor (see handoff_spark.startup.worker_daemon).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from handoff_spark import worker_daemon
+from handoff_spark.startup import worker_daemon
 from handoff_spark.driver import app
 from handoff_spark.config import AppConfig
 
@@ -112,7 +112,7 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     fresh_jvm = SparkContext._gateway is None
     spark = build_session(cfg)
     try:
-        assert spark.conf.get("spark.python.daemon.module") == "handoff_spark.worker_daemon"
+        assert spark.conf.get("spark.python.daemon.module") == "handoff_spark.startup.worker_daemon"
         # and its JVMs compile with C1 only (app.jit_options)
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             assert C1_ONLY_OPTION in spark.conf.get(key).split(), (key, spark.conf.get(key))

@@ -1,9 +1,9 @@
-"""When the driver runs its bootstrap batch (handoff_spark.bootstrap.off_reason): pure, no Kafka needed."""
+"""When the driver runs its bootstrap batch (handoff_spark.startup.bootstrap.off_reason): pure, no Kafka needed."""
 from __future__ import annotations
 
 import pytest
 
-from handoff_spark import bootstrap
+from handoff_spark.startup import bootstrap
 from handoff_spark.config import AppConfig
 
 

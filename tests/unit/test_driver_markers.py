@@ -87,7 +87,8 @@ def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:
 def test_the_warm_up_queries_directories_are_the_drivers_own_and_go_when_done(tmp_path: Path, monkeypatch) -> None:
     """A driver killed in a warm-up left its query's checkpoint in /tmp for good (tempfile's directories carry no
     owner); now the next driver removes it (temp_dirs)."""
-    from handoff_spark import executor_warmup, session_warmup
+    from handoff_spark.startup import executor_warmup
+    from handoff_spark.startup import session_warmup
     from handoff_spark.driver import temp_dirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

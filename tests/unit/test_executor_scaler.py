@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from handoff_spark.driver.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
                                            write_min_partitions)
-from handoff_spark.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
+from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, pack_ranges, split_ranges
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from handoff_spark import jvm_cds
+from handoff_spark.startup import jvm_cds
 
 
 @pytest.fixture(autouse=True)

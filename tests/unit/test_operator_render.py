@@ -256,7 +256,7 @@ def test_record_limits_reach_the_drivers_app_config():
 
 
 def test_bootstrap_batch_is_on_unless_the_spec_turns_it_off():
-    """spec.spark.driver.bootstrapBatch reaches the driver's app config (handoff_spark.bootstrap reads it)."""
+    """spec.spark.driver.bootstrapBatch reaches the driver's app config (handoff_spark.startup.bootstrap reads it)."""
     assert _render().config.bootstrap_batch is True
     off = spec()
     off["spark"].setdefault("driver", {})["bootstrapBatch"] = False

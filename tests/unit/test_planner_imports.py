@@ -45,9 +45,9 @@ def test_the_iceberg_stream_writer_unpickles_without_the_sinks_machinery():
 
 
 def test_the_session_warmups_classes_unpickle_without_the_sinks_machinery():
-    """The session warm-up (handoff_spark.session_warmup) runs before every running stream's query: its source,
+    """The session warm-up (handoff_spark.startup.session_warmup) runs before every running stream's query: its source,
     reader and writer are unpickled in the same fresh planner interpreters and must stay as light."""
-    from handoff_spark import session_warmup
+    from handoff_spark.startup import session_warmup
 
     source = session_warmup.SessionWarmUpDataSource(options={"config": "{}", "rows": "2"})
     reader, writer = source.streamReader(None), source.streamWriter(None, False)

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from handoff_spark import bootstrap, faults, jvm_cds, session_warmup
+from handoff_spark import faults
+from handoff_spark.startup import bootstrap
+from handoff_spark.startup import jvm_cds
+from handoff_spark.startup import session_warmup
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
 from handoff_spark.errors import HandoffConfigError
@@ -106,7 +109,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf = jit_options(conf)
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
-    conf.setdefault("spark.python.daemon.module", "handoff_spark.worker_daemon")
+    conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
     master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
@@ -234,7 +237,7 @@ class ProgressReporter:
         self._emit(report, {"firstOfDriver": first})
 
     def report_bootstrap(self, outcome: bootstrap.Outcome) -> None:
-        """The driver's bootstrap batch (`handoff_spark.bootstrap`), reported like any batch: console line,
+        """The driver's bootstrap batch (`handoff_spark.startup.bootstrap`), reported like any batch: console line,
         metrics, progress record (marked `bootstrap`; it ran no executor, so it rates none)."""
         report = report_from_commit(outcome.commit_record(), outcome.plan.ranges, outcome.plan.latest,
                                     outcome.duration_ms, self.max_event_time_ms)
@@ -341,7 +344,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             reporter.checkpoint_discarded = start.discarded
             log.info("table prepared, start planned")
             off = bootstrap.off_reason(cfg, sink_format)
-            if off is None:  # the driver's own batches, beside the JVM's start (handoff_spark.bootstrap)
+            if off is None:  # the driver's own batches, beside the JVM's start (handoff_spark.startup.bootstrap)
                 boot = bootstrap.Bootstrap(cfg, start.ledger, echo, on_commit=reporter.report_bootstrap,
                                            keep_going=not available_now).start()
             else:
@@ -351,7 +354,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if boot is not None and start is not None:
             if boot.keep_going and session_warmup.enabled():
                 # Spark's first batch would start its Python daemons and workers on the stream's path; start them
-                # now, while the bootstrap batches keep the table fresh (handoff_spark.session_warmup).
+                # now, while the bootstrap batches keep the table fresh (handoff_spark.startup.session_warmup).
                 echo(session_warmup.run(spark, cfg, lambda: "stop requested" if stop_requested.is_set()
                                         else "the bootstrap batches failed" if boot.failed() else None))
             try:

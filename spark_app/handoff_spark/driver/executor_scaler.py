@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from handoff_spark import pyspark_private
-from handoff_spark.executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
+from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
 from handoff_spark.driver.publisher import ENV_CONFIGMAP, ENV_NAMESPACE, REQUEST_TIMEOUT, api_client
 
 ANNOTATION = "handoff.io/desired-executors"

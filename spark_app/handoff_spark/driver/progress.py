@@ -159,7 +159,7 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
 def report_from_commit(commit: Mapping[str, Any], ranges: Mapping[tuple[str, int], tuple[int, int]],
                        latest: Mapping[tuple[str, int], int], duration_ms: int,
                        prev_max_event_time_ms: int | None) -> BatchReport:
-    """A batch Spark did not run (the driver's bootstrap batch, `handoff_spark.bootstrap`) from the sink's commit
+    """A batch Spark did not run (the driver's bootstrap batch, `handoff_spark.startup.bootstrap`) from the sink's commit
     record alone, reported like any batch."""
     start = {tp: se[0] for tp, se in ranges.items()}
     end = {tp: se[1] for tp, se in ranges.items()}

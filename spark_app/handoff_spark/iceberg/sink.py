@@ -232,7 +232,7 @@ def _dead_letter_misfits(cfg: AppConfig, raw: pa.Table, dead: list[DeadLetter], 
 def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: bool = True) -> IcebergCommitMessage:
     """A write task (executors): read/decode its records, write Parquet files for them (not yet table data).
 
-    `in_spark=False`: the driver's bootstrap batch (`handoff_spark.bootstrap`) runs this same function in its
+    `in_spark=False`: the driver's bootstrap batch (`handoff_spark.startup.bootstrap`) runs this same function in its
     own process; there is no Spark task, so the Spark-task fault hooks (keyed on Spark's batch id) stay off."""
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
@@ -504,7 +504,7 @@ def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: in
                   query_id: str | None, fault_prefix: str = "") -> CommitResult:
     """Commit one batch of `ranges` (the table commit with its ledger check, then — only after it is durable —
     the consumer-group offsets, the progress record and periodic upkeep). Spark's commit (`commit_batch`) and
-    the driver's bootstrap batch (`handoff_spark.bootstrap`) both come through here, so both get the same
+    the driver's bootstrap batch (`handoff_spark.startup.bootstrap`) both come through here, so both get the same
     ledger check, the same skip of a batch already in the table and the same upkeep."""
     t0 = time.monotonic()
     offsets_json = ckpt.to_json_ranges(ranges)

@@ -9,9 +9,9 @@ An archive is only valid for the JDK and the Spark jars it was made from, so it 
 - an image can build one at build time and name it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH` (the project's
   Dockerfile does not yet: docs/benchmarks.md, "Cold start", has the two lines and why they wait);
 - a machine without that variable uses its own cache's archive, `${XDG_CACHE_HOME:-~/.cache}/handoff/spark-cds/
-  <key>.jsa` (key: the JDK and the Spark jars), once `python -m handoff_spark.jvm_cds` has built it there;
+  <key>.jsa` (key: the JDK and the Spark jars), once `python -m handoff_spark.startup.jvm_cds` has built it there;
 - `HANDOFF_SPARK_CDS_ARCHIVE=off` (or empty) turns it off.
-`python -m handoff_spark.jvm_cds [PATH]` writes an archive (Java 17's dynamic archive, `-XX:ArchiveClassesAtExit`)
+`python -m handoff_spark.startup.jvm_cds [PATH]` writes an archive (Java 17's dynamic archive, `-XX:ArchiveClassesAtExit`)
 from a local session that runs a batch query and a one-batch streaming query through a Python data source and a
 Python sink, i.e. the classes a Handoff driver loads. `app.build_session` starts the driver's and executors'
 JVMs with the archive; `-Xshare:auto` makes a stale, foreign or missing archive a silent fallback to ordinary
@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-if not __package__:  # a plain script (`python .../handoff_spark/jvm_cds.py`): its package is the folder it is in
+if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): its package is the folder it is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ENV = "HANDOFF_SPARK_CDS_ARCHIVE"
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
     if_missing = argv[:1] == ["--if-missing"]
     argv = argv[1:] if if_missing else argv
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
-        print("usage: python -m handoff_spark.jvm_cds [--if-missing] [ARCHIVE_PATH]  (default: this machine's cache; "
+        print("usage: python -m handoff_spark.startup.jvm_cds [--if-missing] [ARCHIVE_PATH]  (default: this machine's cache; "
               "--if-missing: keep an archive already there)", file=sys.stderr)
         return 2
     path = Path(argv[0]) if argv else cache_path()

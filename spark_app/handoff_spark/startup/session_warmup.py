@@ -7,7 +7,7 @@ runner) and forks from it — and its forked workers import what they run: the c
 and opens the catalog. Measured on the 2-core test machine (docs/benchmarks.md, "Cold start"): Spark's first batch
 7.4–7.9 s against 0.75–0.86 s warm for the same 30,000 rows, of which ~2 s the worker daemon's start, ~1 s the
 planner daemons, ~3 s the commit runner's start and imports. The driver's bootstrap batches
-(`handoff_spark.bootstrap`) keep the table fresh meanwhile; this moves that one-time cost off the stream.
+(`handoff_spark.startup.bootstrap`) keep the table fresh meanwhile; this moves that one-time cost off the stream.
 
 How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint) whose source yields one row per
 core and whose sink is an Arrow stream writer like the table sinks'. So it takes the same JVM and Python paths
@@ -88,7 +88,7 @@ class _Writer(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
         return AppConfig.model_validate_json(self.config)
 
     def write(self, iterator: Iterator[Any]) -> _Done:
-        from handoff_spark.executor_warmup import warm_task
+        from handoff_spark.startup.executor_warmup import warm_task
 
         targets = [t for batch in iterator for t in batch.column(0).to_pylist()]
         return _Done([r.error for r in warm_task(self._cfg(), targets) if r.error])
