@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handoff_spark.misfits import misfits
+from handoff_spark.iceberg.misfits import misfits
 
 
 def test_each_conflicting_row_is_found_alone_and_good_rows_are_not() -> None:

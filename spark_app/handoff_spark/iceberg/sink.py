@@ -51,7 +51,7 @@ from handoff_spark.sink.common import (CommitResult as SinkCommitResult, SchemaI
                            task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.decode.records import DeadLetter
-from handoff_spark.misfits import misfits
+from handoff_spark.iceberg.misfits import misfits
 from handoff_spark.decode.batch import decode_source, decode_while_reading
 
 from handoff_spark.sink.datasource_api import WriterCommitMessage
