@@ -58,10 +58,10 @@ image: venv
 	PYTHONPATH=hack $(PY) -m handoff_testbed.image
 
 crds: venv
-	$(PY) -m handoff_operator.crdgen
+	$(PY) -m handoff_operator.crd.generate
 
 check-crds: venv
-	$(PY) -m handoff_operator.crdgen --check
+	$(PY) -m handoff_operator.crd.generate --check
 
 ## Two pytest-xdist workers (tests/conftest.py: each starts its own test bed; the real node's tests share one):
 ## the suite waits on Kafka, Spark and the API server about a third of its time on one worker.

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from handoff_operator import crdgen
+from handoff_operator.crd import generate as crdgen
 from handoff_operator.models import ALL_RESOURCES, ReplayRequest, StreamTableHandoff
 from handoff_operator.models.common import CustomResource
 

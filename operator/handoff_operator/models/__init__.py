@@ -1,5 +1,5 @@
 """Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
-from these (`python -m handoff_operator.crdgen`), so the models are the single source of truth for the
+from these (`python -m handoff_operator.crd.generate`), so the models are the single source of truth for the
 API: field docs, defaults and validation live here."""
 from handoff_operator.models.common import (GROUP, VERSION, Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
                      format_duration, parse_duration, quantity_to_bytes, spark_memory)

@@ -279,7 +279,7 @@ AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metad
 
 class CustomResource(BaseModel):
     """A whole custom resource (apiVersion, kind, metadata, spec, status). Subclasses set the CRD
-    identity in class variables; `handoff_operator.crdgen` turns any subclass into a CRD."""
+    identity in class variables; `handoff_operator.crd.generate` turns any subclass into a CRD."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 

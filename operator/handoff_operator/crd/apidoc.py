@@ -1,5 +1,5 @@
 """The API reference (docs/api-reference.md), written from the generated CRD schemas by
-`python -m handoff_operator.crdgen`, so the page users read says exactly what the API server enforces
+`python -m handoff_operator.crd.generate`, so the page users read says exactly what the API server enforces
 (same descriptions, defaults, limits and validation messages) and cannot go stale unnoticed
 (`crdgen --check` covers it)."""
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _section(title: str, node: dict[str, Any], operator_checks: list[str] = ()) 
 def api_reference(crds: list[dict[str, Any]], operator_checks: dict[str, list[str]] | None = None) -> str:
     lines = ["# API reference", "",
              "Generated from the CRDs (themselves generated from `operator/handoff_operator/models/`) by "
-             "`python -m handoff_operator.crdgen`; do not edit.", ""]
+             "`python -m handoff_operator.crd.generate`; do not edit.", ""]
     for crd in crds:
         names = crd["spec"]["names"]
         version = crd["spec"]["versions"][0]
