@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "operator"), str(ROOT / "spark_app")]
 
 from confluent_kafka import Producer  # noqa: E402
-from handoff_operator.render import STRAGGLER_CONF  # noqa: E402
+from handoff_operator.spec.render import STRAGGLER_CONF  # noqa: E402
 
 from in_cluster_support import (Cluster, install_operator, kafka_for_pods, lake_handoff, pod_proxy_json,  # noqa: E402
                                 pods, provide_checkpoint_volume, remove, running, testbed_cluster)

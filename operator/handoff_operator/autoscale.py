@@ -28,7 +28,7 @@ from handoff_operator import metrics
 from handoff_operator.conditions import DriverReport, ProgressFacts
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.render import progress_configmap_name
+from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling import ScalingDecision, ScalingInput, decide
 from handoff_operator.status_decision import iso_ms
 

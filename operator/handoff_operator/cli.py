@@ -48,8 +48,8 @@ def _operator(args: argparse.Namespace) -> int:
 
 def local_config(manifest: dict[str, Any], checkpoint: str | None, master: str) -> str:
     """The app config JSON for a local run of a StreamTableHandoff manifest."""
-    from handoff_operator.render import app_config
-    from handoff_operator.validation import parse_spec
+    from handoff_operator.spec.render import app_config
+    from handoff_operator.spec.validation import parse_spec
 
     meta = manifest.get("metadata") or {}
     name, namespace = meta.get("name", "handoff"), meta.get("namespace", "default")

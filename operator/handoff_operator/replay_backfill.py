@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from handoff_operator.render import CHECKPOINT_DIR, COMPONENT_LABEL, CONFIG_FILE, GROUP, MANAGED_BY, NAME_LABEL, VERSION
+from handoff_operator.spec.render import CHECKPOINT_DIR, COMPONENT_LABEL, CONFIG_FILE, GROUP, MANAGED_BY, NAME_LABEL, VERSION
 
 BACKFILL_COMPONENT = "backfill"
 REQUEST_LABEL = "handoff.io/replay-request"

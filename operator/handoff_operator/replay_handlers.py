@@ -45,10 +45,10 @@ from handoff_operator import handlers, metrics, replay_backfill, replay_plan, re
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from handoff_operator.kube import Kube
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
-from handoff_operator.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
+from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
 from handoff_operator.truth import kafka_offsets
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.validation import check, parse_spec
 
 REPLAY_PLURAL = ReplayRequest.plural
 RESOURCE = dict(group=GROUP, version=VERSION, plural=REPLAY_PLURAL)

@@ -25,10 +25,10 @@ from handoff_operator import metrics
 from handoff_operator.conditions import DriverFacts, DriverReport, ProgressFacts
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
+from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
 from handoff_operator.settings import OperatorSettings
 from handoff_operator.upgrade import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, decide, overlay
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.validation import check, parse_spec
 
 SPEC_KEY = "spec.json"
 __all__ = ["Step", "held_spec", "last_good_configmap_name", "overlay", "render_spec", "step"]

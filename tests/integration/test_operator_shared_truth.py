@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer
 
 from handoff_operator import metrics, truth
-from handoff_operator.render import app_config
-from handoff_operator.validation import parse_spec
+from handoff_operator.spec.render import app_config
+from handoff_operator.spec.validation import parse_spec
 from operator_support import base_spec, ledger_commit, sqlite_ledger_table
 
 pytestmark = [pytest.mark.kafka]

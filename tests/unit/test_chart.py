@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.render import rbac
+from handoff_operator.spec.render import rbac
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "handoff-operator"
 KUBE_VERSIONS = ("1.29", "1.35")

@@ -14,7 +14,7 @@ import kubernetes_validate
 import promql_parser
 import pytest
 
-from handoff_operator.render import METRICS_PORT, NAME_LABEL, labels
+from handoff_operator.spec.render import METRICS_PORT, NAME_LABEL, labels
 from monitoring_support import (CHART, MONITORING_ON, chart_metrics, dashboard, dashboard_queries, grafana_to_promql,
                                 render, rules, selected_metrics)
 

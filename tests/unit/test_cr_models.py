@@ -183,7 +183,7 @@ def test_status_round_trip_keeps_snapshot_ids_exact() -> None:
 
 
 def test_resource_name_rule_matches_the_renderer() -> None:
-    from handoff_operator import render
+    from handoff_operator.spec import render
     from handoff_operator.models import stream_table_handoff as sth
 
     assert sth.MAX_NAME_LENGTH == render.MAX_NAME_LENGTH

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from handoff_spark.bigquery.client import credential_choice
 from handoff_operator.bigquery_truth import (BoundedCache, CachedLedger, TableSignature,
                                              needs_query, rest_client, service_account_key)
-from handoff_operator.validation import parse_spec
+from handoff_operator.spec.validation import parse_spec
 from handoff_spark.config import BigQuerySink
 
 from operator_spec_support import spec

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from handoff_operator.render import (CONFIG_HASH_ANNOTATION, executor_pod_prefix, partition_source_column,
+from handoff_operator.spec.render import (CONFIG_HASH_ANNOTATION, executor_pod_prefix, partition_source_column,
                                      render)
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.validation import check, parse_spec
 from handoff_spark.config import AppConfig
 
 from operator_spec_support import SECRETS, body, spec

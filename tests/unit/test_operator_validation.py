@@ -1,7 +1,7 @@
 """validation: specs the CRD allows but that cannot work → InvalidSpec naming the field and the fix."""
 from __future__ import annotations
 
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.validation import check, parse_spec
 
 from operator_spec_support import SECRETS, spec
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from handoff_operator import rendering
+from handoff_operator.spec import rendered as rendering
 from handoff_operator.kube import Kube, driver_facts, executors_running
-from handoff_operator.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
+from handoff_operator.spec.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
 from handoff_operator.watched import Seen, Views, _slim_deployment, _slim_pod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -198,7 +198,7 @@ def test_a_starting_driver_is_taken_from_the_index_while_the_handoff_is_not_read
 
 def test_a_body_is_a_merge_base_when_only_kopfs_own_metadata_moved_on() -> None:
     """handlers._handoff_under_lock takes a handler's or index's body instead of a GET when current_enough."""
-    from handoff_operator.render import REPLAY_ANNOTATION
+    from handoff_operator.spec.render import REPLAY_ANNOTATION
     from handoff_operator.watched import UNKNOWN, current_enough, reconciled_view
 
     written = {"metadata": {"name": "o", "uid": "u1", "generation": 2, "resourceVersion": "10",

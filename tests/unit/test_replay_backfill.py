@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from handoff_operator.render import CHECKPOINT_DIR, CONFIG_FILE, render, selector_labels
+from handoff_operator.spec.render import CHECKPOINT_DIR, CONFIG_FILE, render, selector_labels
 from handoff_operator.replay_backfill import (BACKOFF_LIMIT, CHECKPOINT_MOUNT, JobState, backfill_job, job_name,
                                               job_state, next_step)
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.validation import check, parse_spec
 
 from operator_spec_support import SECRETS, body, spec
 

@@ -3,8 +3,8 @@ replicas (same config, so no restart is counted), the replay annotation makes th
 from __future__ import annotations
 
 from handoff_operator.conditions import DriverFacts, Facts, evaluate
-from handoff_operator.render import REPLAY_HOLD_ANNOTATION, render
-from handoff_operator.validation import check, parse_spec
+from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, render
+from handoff_operator.spec.validation import check, parse_spec
 
 from operator_spec_support import SECRETS, body
 

@@ -21,7 +21,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.kube import Kube
-from handoff_operator.render import GROUP, PLURAL, VERSION
+from handoff_operator.spec.render import GROUP, PLURAL, VERSION
 from handoff_operator.kubectl_plugin import replay, status
 
 REPLAY_PLURAL = "replayrequests"

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from handoff_operator.kube import Kube
-from handoff_operator.render import Resolved, app_config, referenced_secrets, resolve
-from handoff_operator.validation import parse_spec
+from handoff_operator.spec.render import Resolved, app_config, referenced_secrets, resolve
+from handoff_operator.spec.validation import parse_spec
 
 
 class LedgerError(Exception):

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from handoff_operator.render import GROUP, VERSION
+from handoff_operator.spec.render import GROUP, VERSION
 
 FINAL = ("Succeeded", "Failed")
 

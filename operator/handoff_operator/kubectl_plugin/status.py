@@ -12,7 +12,7 @@ from typing import Any
 
 from handoff_operator import driver_report
 from handoff_operator.models.common import format_duration
-from handoff_operator.validation import parse_spec
+from handoff_operator.spec.validation import parse_spec
 
 
 def lag_per_partition(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ Why: the progress file and the Prometheus endpoint live inside the driver pod, w
 see them. The operator turns the record's `degradedReason` (quota / transient trouble the sink met) into
 its Degraded condition, so the driver hands the record over through the API server it already talks to.
 
-Contract with the operator (operator/handoff_operator/render.py and conditions.py):
+Contract with the operator (operator/handoff_operator/spec/render.py and conditions.py):
 - the operator creates the ConfigMap `<handoff>-progress` (owned, no `data`) and tells the driver where it
   is: `HANDOFF_PROGRESS_CONFIGMAP` and `HANDOFF_PROGRESS_NAMESPACE`. Without them (local `handoff run`)
   nothing is published;

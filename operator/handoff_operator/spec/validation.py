@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from handoff_spark.config import REGISTRY_FORMATS
 
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
+from handoff_operator.spec.render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
 #: Spark's checkpoint and the source's side files (initial offsets, retention gaps) are read and written as

@@ -20,8 +20,8 @@ from typing import Any
 
 from handoff_operator.kube import AppliedChildren, Kube
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
-from handoff_operator.validation import Problem, check, parse_spec
+from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
+from handoff_operator.spec.validation import Problem, check, parse_spec
 
 
 @dataclass(frozen=True)
