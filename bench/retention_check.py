@@ -47,7 +47,7 @@ def measure(bootstrap: str, partitions: int, records: int, runs: int) -> dict[st
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from handoff_operator.retention_kafka import topic_facts
-    from handoff_operator.truth import kafka_offsets
+    from handoff_operator.truth.reading import kafka_offsets
     from handoff_spark.config import AppConfig
 
     topic = f"bench-ret-{uuid.uuid4().hex[:6]}"

@@ -32,9 +32,10 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import autoscale, driver_report, metrics, retention_check, rollback
+from handoff_operator import autoscale, metrics, retention_check, rollback
+from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering
-from handoff_operator.bigquery_truth import service_account_key
+from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
 from handoff_operator.diffbase import SlimAnnotationsDiffBaseStorage
 from handoff_operator.kube import Kube, in_cluster_server, new_api_client
@@ -44,9 +45,9 @@ from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LAB
 from handoff_operator.retention_report import RetentionCheck
 from handoff_operator.settings import OperatorSettings
 from handoff_operator.status_decision import Decision, Observed, decide, status_progress, worth_writing
-from handoff_operator.truth import offsets_max_age, read_progress
+from handoff_operator.truth.reading import offsets_max_age, read_progress
 from handoff_operator.spec.validation import Problem, check
-from handoff_operator.watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
+from handoff_operator.truth.watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
 
 SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"

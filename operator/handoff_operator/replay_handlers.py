@@ -47,7 +47,7 @@ from handoff_operator.kube import Kube
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
-from handoff_operator.truth import kafka_offsets
+from handoff_operator.truth.reading import kafka_offsets
 from handoff_operator.spec.validation import check, parse_spec
 
 REPLAY_PLURAL = ReplayRequest.plural

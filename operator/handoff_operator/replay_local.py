@@ -17,7 +17,7 @@ from handoff_spark.config import AppConfig, IcebergSink
 
 from handoff_operator import replay_plan, replay_table
 from handoff_operator.models import ReplayRequestSpec
-from handoff_operator.truth import kafka_offsets
+from handoff_operator.truth.reading import kafka_offsets
 
 
 def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], None] = print) -> int:

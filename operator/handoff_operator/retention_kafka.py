@@ -27,7 +27,7 @@ from handoff_spark.config import AppConfig
 
 from handoff_operator import metrics
 from handoff_operator.retention import PartitionFacts, TopicFacts
-from handoff_operator.truth import _admin
+from handoff_operator.truth.reading import _admin
 
 RATE_WINDOW_MS = 15 * 60 * 1000
 _SAMPLE_RECORDS = 50     # per partition, for the average record size

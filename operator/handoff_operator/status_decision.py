@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_operator import driver_report, retention_report
+from handoff_operator import retention_report
+from handoff_operator.truth import driver_report
 from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
 from handoff_operator.models import StreamTableHandoffStatus, format_duration

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from handoff_operator.bigquery_truth import BoundedCache, ledger_commit
+from handoff_operator.truth.bigquery import BoundedCache, ledger_commit
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 
 from bq_support import bq_config

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from handoff_spark.bigquery.client import credential_choice
-from handoff_operator.bigquery_truth import (BoundedCache, CachedLedger, TableSignature,
+from handoff_operator.truth.bigquery import (BoundedCache, CachedLedger, TableSignature,
                                              needs_query, rest_client, service_account_key)
 from handoff_operator.spec.validation import parse_spec
 from handoff_spark.config import BigQuerySink
@@ -105,7 +105,7 @@ def test_signature_from_a_tables_get_answer():
     """The fields BigQuery sends (strings of ms / counts), including the streaming buffer Write API rows sit in."""
     from google.cloud import bigquery
 
-    from handoff_operator.bigquery_truth import signature
+    from handoff_operator.truth.bigquery import signature
 
     ref = {"projectId": "p1", "datasetId": "d", "tableId": "t__handoff_ledger"}
     table = bigquery.Table.from_api_repr({

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from handoff_operator.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report
-from handoff_operator.driver_report import last_batch_status, parse
+from handoff_operator.truth.driver_report import last_batch_status, parse
 
 NOW = 1_700_000_000_000
 RUNNING = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="d-1",

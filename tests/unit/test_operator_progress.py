@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from handoff_operator.progress import lag_per_partition, progress_facts
+from handoff_operator.truth.progress import lag_per_partition, progress_facts
 
 
 def test_lag_per_partition_counts_unseen_partitions_from_earliest():

@@ -186,7 +186,7 @@ def test_a_reused_offsets_snapshot_is_no_new_measurement():
 
 
 def test_the_shared_offsets_are_younger_than_half_a_short_status_interval():
-    from handoff_operator.truth import OFFSETS_MAX_AGE, offsets_max_age
+    from handoff_operator.truth.reading import OFFSETS_MAX_AGE, offsets_max_age
 
     assert offsets_max_age(15.0) == OFFSETS_MAX_AGE == 5.0   # the default interval: as before
     assert offsets_max_age(3.0) == 1.5                        # every 3 s refresh reads a newer snapshot
@@ -239,7 +239,7 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
 def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_it():
     from handoff_operator.autoscale import batch_rate
     from handoff_operator.conditions import DriverReport
-    from handoff_operator.driver_report import parse
+    from handoff_operator.truth.driver_report import parse
 
     report = parse('{"publishedAtMs": 1, "batchId": 9, "rows": 5000, "durationMs": 800, "workMs": 400, '
                    '"inputRowsPerSecond": 6250.0}')
@@ -253,7 +253,7 @@ def test_a_drivers_first_batch_is_not_a_capacity_measurement():
     """Measured on the real node: a restarted driver's first batch (fresh Python workers, first connections)
     ran 20,000 rows in ~13 s, one executor 'did' 1,500/s, and the operator scaled 1 → 3 on a quiet topic."""
     from handoff_operator.autoscale import _Memory, _observe
-    from handoff_operator.driver_report import parse
+    from handoff_operator.truth.driver_report import parse
 
     memory = _Memory()
     cold = parse('{"publishedAtMs": 1, "batchId": 0, "rows": 20000, "durationMs": 13000, "workMs": 12500, '

@@ -16,7 +16,7 @@ from kubernetes import client
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.kube import Kube, driver_facts, executors_running
 from handoff_operator.spec.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
-from handoff_operator.watched import Seen, Views, _slim_deployment, _slim_pod
+from handoff_operator.truth.watched import Seen, Views, _slim_deployment, _slim_pod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from operator_support import base_spec  # noqa: E402
@@ -152,7 +152,7 @@ def test_only_a_settled_driver_is_taken_from_the_index() -> None:
 
 
 def test_an_unsettled_driver_is_taken_from_the_index_once_its_objects_were_quiet() -> None:
-    from handoff_operator.watched import QUIET_SECONDS, quiet
+    from handoff_operator.truth.watched import QUIET_SECONDS, quiet
 
     settled = {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "observedGeneration": 3}}
     unready = pod("d-1", "2026-01-01T00:00:00Z")
@@ -199,7 +199,7 @@ def test_a_starting_driver_is_taken_from_the_index_while_the_handoff_is_not_read
 def test_a_body_is_a_merge_base_when_only_kopfs_own_metadata_moved_on() -> None:
     """handlers._handoff_under_lock takes a handler's or index's body instead of a GET when current_enough."""
     from handoff_operator.spec.render import REPLAY_ANNOTATION
-    from handoff_operator.watched import UNKNOWN, current_enough, reconciled_view
+    from handoff_operator.truth.watched import UNKNOWN, current_enough, reconciled_view
 
     written = {"metadata": {"name": "o", "uid": "u1", "generation": 2, "resourceVersion": "10",
                             "finalizers": ["handoff.io/finalizer"], "annotations": {"note": "x"}},

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from handoff_operator import driver_report
+from handoff_operator.truth import driver_report
 from handoff_operator.models.common import format_duration
 from handoff_operator.spec.validation import parse_spec
 

@@ -22,9 +22,9 @@ from handoff_spark.ledger.record import Commit
 from handoff_spark.kafka.offsets import committed_group_offsets
 
 from handoff_operator import metrics
-from handoff_operator.bigquery_truth import BoundedCache
+from handoff_operator.truth.bigquery import BoundedCache
 from handoff_operator.conditions import ProgressFacts
-from handoff_operator.progress import progress_facts
+from handoff_operator.truth.progress import progress_facts
 
 _admins: dict[tuple[str, tuple[tuple[str, str], ...]], AdminClient] = {}
 _admins_lock = threading.Lock()
@@ -245,7 +245,7 @@ def bigquery_commit(config: AppConfig, key_json: str | None = None) -> Commit | 
     `key_json`: the service-account key from the sink's `credentialsFrom` Secret (the operator's pod does
     not mount it). Without one, a sink whose `credentialsFile` this pod lacks gives None too (the group's
     offsets are read then). The SELECT runs only when the ledger table changed (see bigquery_truth)."""
-    from handoff_operator.bigquery_truth import ledger_commit  # google-cloud imports deferred: only for BigQuery sinks
+    from handoff_operator.truth.bigquery import ledger_commit  # google-cloud imports deferred: only for BigQuery sinks
 
     return ledger_commit(config, key_json)
 
