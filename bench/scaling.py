@@ -1,6 +1,6 @@
 """Scaling on lag vs fixed executor counts, for a producer that steps its rate up 4× and back — a MODEL run.
 
-What this measures: the operator's rule (`handoff_operator.scaling.decide`, the code the operator runs) driving
+What this measures: the operator's rule (`handoff_operator.scaling.rule.decide`, the code the operator runs) driving
 a simple plant: Kafka receives `rate(t)` records/s, each executor processes `--per-executor` records/s, the
 decision runs every `--refresh` seconds and an executor added by the decision starts processing
 `--startup` seconds later (a stand-in for pod start + registration; removal is immediate). Same input, same
@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from handoff_operator.scaling import ScalingInput, decide  # noqa: E402
+from handoff_operator.scaling.rule import ScalingInput, decide  # noqa: E402
 
 PARTITIONS = 12
 

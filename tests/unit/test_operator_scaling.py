@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from handoff_operator.scaling import (MIN_SPLIT_OFFSETS, TARGET_UTILIZATION, ScalingDecision, ScalingInput,
+from handoff_operator.scaling.rule import (MIN_SPLIT_OFFSETS, TARGET_UTILIZATION, ScalingDecision, ScalingInput,
                                       decide, feedable_executors)
 
 PER_EXECUTOR = 1000.0
@@ -145,7 +145,7 @@ def test_refreshes_much_faster_than_the_window_still_scale_down_after_one_window
 
 
 def test_measurements_from_consecutive_refreshes():
-    from handoff_operator.autoscale import _Memory, _observe, lag_per_partition
+    from handoff_operator.scaling.step import _Memory, _observe, lag_per_partition
     from handoff_operator.conditions import DriverReport, ProgressFacts
 
     def progress(end: int, committed: int | None) -> ProgressFacts:
@@ -169,7 +169,7 @@ def test_measurements_from_consecutive_refreshes():
 def test_a_reused_offsets_snapshot_is_no_new_measurement():
     """A status refresh may reuse the cluster's shared offsets snapshot (truth.ClusterOffsets): the rate is
     measured between the snapshots' own read times, so a reused one neither reads 0/s nor doubles the next."""
-    from handoff_operator.autoscale import _Memory, _observe
+    from handoff_operator.scaling.step import _Memory, _observe
     from handoff_operator.conditions import ProgressFacts
 
     def read(end: int, at_ms: int) -> ProgressFacts:
@@ -216,7 +216,7 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
     of fixed costs with three executors as with one, so the latest batch said each executor did 1,000/s and
     the 1,500/s input alone 'needed' all three, for good. The best rate of the window remembers what one
     executor did, so the count comes back down; a measurement older than the window is forgotten."""
-    from handoff_operator.autoscale import RATE_WINDOW_MS, _Memory, _observe
+    from handoff_operator.scaling.step import RATE_WINDOW_MS, _Memory, _observe
     from handoff_operator.conditions import DriverReport
 
     memory = _Memory()
@@ -237,7 +237,7 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
 
 
 def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_it():
-    from handoff_operator.autoscale import batch_rate
+    from handoff_operator.scaling.step import batch_rate
     from handoff_operator.conditions import DriverReport
     from handoff_operator.truth.driver_report import parse
 
@@ -252,7 +252,7 @@ def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_i
 def test_a_drivers_first_batch_is_not_a_capacity_measurement():
     """Measured on the real node: a restarted driver's first batch (fresh Python workers, first connections)
     ran 20,000 rows in ~13 s, one executor 'did' 1,500/s, and the operator scaled 1 → 3 on a quiet topic."""
-    from handoff_operator.autoscale import _Memory, _observe
+    from handoff_operator.scaling.step import _Memory, _observe
     from handoff_operator.truth.driver_report import parse
 
     memory = _Memory()
@@ -295,7 +295,7 @@ def test_a_batch_that_kept_up_holds_the_count_whatever_the_estimate_says():
 
 
 def test_only_a_recent_batch_that_is_not_the_drivers_first_says_whether_it_keeps_up():
-    from handoff_operator.autoscale import BATCH_MAX_AGE_MS, recent_batch
+    from handoff_operator.scaling.step import BATCH_MAX_AGE_MS, recent_batch
     from handoff_operator.conditions import DriverReport
 
     done = DriverReport(published_at_ms=1, batch_id=5, rows=6000, duration_ms=1500, timestamp_ms=100_000)
@@ -310,7 +310,7 @@ def test_only_a_recent_batch_that_is_not_the_drivers_first_says_whether_it_keeps
 def test_a_change_handler_keeps_the_refreshs_decision_unless_the_bounds_moved_past_it():
     """Without lag and rates (a child event, a spec change) the last decision stands, only `current` is new; a
     bound that excludes it is applied by the rule at once (None here)."""
-    from handoff_operator.autoscale import held_without_truth
+    from handoff_operator.scaling.step import held_without_truth
 
     last = {"current": 2, "desired": 3, "reason": "ScaleUp", "message": "2 → 3 executors: ...",
             "lastScaleTime": "2026-11-23T12:00:00Z"}

@@ -1,10 +1,10 @@
 """Apply the operator's desired executor count to the running driver, live (I/O; driver only).
 
 Why live: a restart to rescale costs a JVM start, a checkpoint read and a batch; the operator decides on lag
-(operator/handoff_operator/scaling.py) and the driver changes its executors between batches, with the same
+(operator/handoff_operator/scaling/rule.py) and the driver changes its executors between batches, with the same
 pod, the same SparkContext and the same query id.
 
-Contract with the operator (handoff_operator.autoscale):
+Contract with the operator (handoff_operator.scaling.step):
 - the operator writes the desired count into the annotation `handoff.io/desired-executors` of the ConfigMap
   `<handoff>-progress` (the one this driver already publishes its progress into, and may `get`);
 - the driver polls it every `HANDOFF_SCALE_POLL_SECONDS` (default 5) and asks Spark's scheduler backend for

@@ -29,7 +29,7 @@ from handoff_operator.conditions import DriverReport, ProgressFacts
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
-from handoff_operator.scaling import ScalingDecision, ScalingInput, decide
+from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide
 from handoff_operator.status_decision import iso_ms
 
 #: The annotation the driver polls (handoff_spark.driver.executor_scaler.ANNOTATION).
