@@ -32,7 +32,8 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import metrics, retention_check, rollback
+from handoff_operator import metrics, retention_check
+from handoff_operator.upgrade import step as rollback
 from handoff_operator.scaling import step as autoscale
 from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering

@@ -41,7 +41,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from handoff_operator import handlers, metrics, replay_backfill, replay_plan, replay_table, rollback
+from handoff_operator import handlers, metrics, replay_backfill, replay_plan, replay_table
+from handoff_operator.upgrade import step as rollback
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from handoff_operator.kube import Kube
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec

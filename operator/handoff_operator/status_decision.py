@@ -17,7 +17,7 @@ from handoff_operator.truth import driver_report
 from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
 from handoff_operator.models import StreamTableHandoffStatus, format_duration
-from handoff_operator.rollback import overlay
+from handoff_operator.upgrade.step import overlay
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from handoff_operator.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate
-from handoff_operator.rollback import state_from_status, status_from_state
-from handoff_operator.upgrade import UpgradeFacts, UpgradeState, decide, overlay
+from handoff_operator.upgrade.step import state_from_status, status_from_state
+from handoff_operator.upgrade.rule import UpgradeFacts, UpgradeState, decide, overlay
 
 NOW = 1_800_000_000_000
 MIN = 60_000
