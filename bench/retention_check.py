@@ -46,7 +46,7 @@ def measure(bootstrap: str, partitions: int, records: int, runs: int) -> dict[st
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from handoff_operator.retention_kafka import topic_facts
+    from handoff_operator.retention.kafka import topic_facts
     from handoff_operator.truth.reading import kafka_offsets
     from handoff_spark.config import AppConfig
 

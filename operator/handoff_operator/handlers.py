@@ -32,7 +32,8 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import metrics, retention_check
+from handoff_operator import metrics
+from handoff_operator.retention import step as retention_check
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.scaling import step as autoscale
 from handoff_operator.truth import driver_report
@@ -44,7 +45,7 @@ from handoff_operator.kube import Kube, in_cluster_server, new_api_client
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
-from handoff_operator.retention_report import RetentionCheck
+from handoff_operator.retention.report import RetentionCheck
 from handoff_operator.settings import OperatorSettings
 from handoff_operator.status_decision import Decision, Observed, decide, status_progress, worth_writing
 from handoff_operator.truth.reading import offsets_max_age, read_progress

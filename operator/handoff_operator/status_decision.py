@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_operator import retention_report
+from handoff_operator.retention import report as retention_report
 from handoff_operator.truth import driver_report
 from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)

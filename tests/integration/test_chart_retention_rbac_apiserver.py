@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import strimzi
+from handoff_operator.retention import strimzi
 from operator_support import delete_cluster_rbac, eventually, install_chart_rbac, token_client
 
 pytestmark = pytest.mark.apiserver

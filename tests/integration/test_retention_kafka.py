@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from handoff_operator.retention import Requirement, verdict
-from handoff_operator.retention_kafka import describe_topics, raise_retention_ms, topic_facts
+from handoff_operator.retention.rule import Requirement, verdict
+from handoff_operator.retention.kafka import describe_topics, raise_retention_ms, topic_facts
 from operator_support import eventually
 from sink_support import app_config
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from handoff_operator.retention import (MARGIN_FRACTION, PartitionFacts, Requirement, TopicFacts, lag_age_seconds,
+from handoff_operator.retention.rule import (MARGIN_FRACTION, PartitionFacts, Requirement, TopicFacts, lag_age_seconds,
                                         lost_from_offsets, lost_ranges, may_raise, verdict)
-from handoff_operator.retention_report import (EnforceOutcome, RetentionCheck, conditions, events,
+from handoff_operator.retention.report import (EnforceOutcome, RetentionCheck, conditions, events,
                                                retention_condition, status)
 
 H = 3600.0
@@ -180,7 +180,7 @@ def test_gauges_per_topic_and_removed_with_the_handoff():
 
 def test_data_loss_makes_the_handoff_degraded_unless_already_degraded():
     from handoff_operator.conditions import Condition, Evaluation
-    from handoff_operator.retention_report import degrade_on_data_loss
+    from handoff_operator.retention.report import degrade_on_data_loss
 
     running = Evaluation("Running", (Condition("Ready", "True", "Running", "ok"),
                                      Condition("Degraded", "False", "AsExpected", "ok")))

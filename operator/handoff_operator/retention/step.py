@@ -24,11 +24,14 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
 
-from handoff_operator import metrics, retention_kafka, retention_report, strimzi
+from handoff_operator import metrics
+from handoff_operator.retention import kafka as retention_kafka
+from handoff_operator.retention import report as retention_report
+from handoff_operator.retention import strimzi
 from handoff_operator.conditions import Condition, ProgressFacts, Transition
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.retention import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
-from handoff_operator.retention_report import EnforceOutcome, RetentionCheck
+from handoff_operator.retention.rule import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
+from handoff_operator.retention.report import EnforceOutcome, RetentionCheck
 from handoff_operator.settings import OperatorSettings
 
 _last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}

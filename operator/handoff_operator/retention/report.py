@@ -21,7 +21,7 @@ from typing import Any
 
 from handoff_operator.conditions import Condition, Evaluation, Transition, condition_events
 from handoff_operator.models.stream_table_handoff import RetentionStatus
-from handoff_operator.retention import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
+from handoff_operator.retention.rule import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
 
 
 @dataclass(frozen=True)
