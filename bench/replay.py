@@ -4,7 +4,7 @@ Setup: a seed of `--seed` records is committed first (snapshot S0), then `--reco
   * baseline, `consume once`: the Handoff app (`python -m handoff_spark run --config app.json --available-now`,
     Spark local mode, SQLite catalog) reads the N records after S0 into the table, from its checkpoint;
   * `rollback + replay`: a RollbackAndReplay to S0 (the operator's own plan and table steps, through
-    `handoff_operator.replay_local`: plan, undo tag, rollback) and the same app started again, which finds its
+    `handoff_operator.replay.local`: plan, undo tag, rollback) and the same app started again, which finds its
     checkpoint disagreeing with the ledger, resumes from the ledger and re-reads the same N records.
 Both runs pay one Spark start-up; the ratio is replay / once (the goal: ≤ 1.5). The table is checked after the
 replay: rows == distinct (partition, offset) == seed + N.
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     with broker(args.bootstrap) as (bootstrap, kafka):
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        from handoff_operator.replay_local import replay
+        from handoff_operator.replay.local import replay
         from handoff_spark.iceberg import ledger
         from handoff_spark.config import AppConfig
 

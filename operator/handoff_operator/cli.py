@@ -141,7 +141,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     from handoff_spark.config import AppConfig
 
-    from handoff_operator.replay_local import replay
+    from handoff_operator.replay.local import replay
 
     cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
     try:

@@ -508,4 +508,4 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     _known.pop((namespace, name), None)
 
 
-from handoff_operator import replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these
+from handoff_operator.replay import handlers as replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these

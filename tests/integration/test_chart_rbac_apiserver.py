@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from handoff_operator.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import Resolved, render
-from handoff_operator.replay_backfill import backfill_job
+from handoff_operator.replay.backfill import backfill_job
 from operator_support import delete_cluster_rbac, install_chart_rbac, token_client, token_kubeconfig
 
 pytestmark = pytest.mark.apiserver

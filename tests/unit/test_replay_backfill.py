@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from handoff_operator.spec.render import CHECKPOINT_DIR, CONFIG_FILE, render, selector_labels
-from handoff_operator.replay_backfill import (BACKOFF_LIMIT, CHECKPOINT_MOUNT, JobState, backfill_job, job_name,
+from handoff_operator.replay.backfill import (BACKOFF_LIMIT, CHECKPOINT_MOUNT, JobState, backfill_job, job_name,
                                               job_state, next_step)
 from handoff_operator.spec.validation import check, parse_spec
 

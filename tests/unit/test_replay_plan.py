@@ -1,7 +1,7 @@
 """ReplayRequest planning (pure): targets, ranges, and every reason a plan is refused before anything changes."""
 from __future__ import annotations
 
-from handoff_operator.replay_plan import (Failure, KafkaFacts, LedgerEntry, Plan, Request, SnapshotInfo,
+from handoff_operator.replay.plan import (Failure, KafkaFacts, LedgerEntry, Plan, Request, SnapshotInfo,
                                           TableFacts, plan, progress, wire)
 
 HID, Q, T = "shop/orders", "handoff", "orders"

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from handoff_spark.config import AppConfig, IcebergSink
 
-from handoff_operator import replay_plan, replay_table
+from handoff_operator.replay import plan as replay_plan
+from handoff_operator.replay import table as replay_table
 from handoff_operator.models import ReplayRequestSpec
 from handoff_operator.truth.reading import kafka_offsets
 

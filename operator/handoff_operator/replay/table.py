@@ -15,7 +15,7 @@ from handoff_spark.iceberg import ledger
 from handoff_spark.ledger.record import BATCH, Commit
 from handoff_spark.config import AppConfig, IcebergSink
 
-from handoff_operator.replay_plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts
+from handoff_operator.replay.plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts
 
 UNDO_TAG_PREFIX = "handoff-undo-"
 
