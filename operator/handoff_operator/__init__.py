@@ -8,4 +8,4 @@ Kubernetes client and Kafka.
 import sys
 
 if "kopf" in sys.modules:
-    from handoff_operator import handlers  # noqa: F401  (registers the handlers)
+    from handoff_operator.handoff import handlers  # noqa: F401  (registers the handlers)

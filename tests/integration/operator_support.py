@@ -20,7 +20,7 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-import handoff_operator.handlers as handlers
+import handoff_operator.handoff.handlers as handlers
 from handoff_operator.settings import OperatorSettings
 
 T = TypeVar("T")

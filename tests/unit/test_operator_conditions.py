@@ -1,7 +1,7 @@
 """conditions: Ready/Progressing/Degraded from observed facts; transitions → Events."""
 from __future__ import annotations
 
-from handoff_operator.conditions import (DriverFacts, Facts, ProgressFacts, evaluate, merge_conditions,
+from handoff_operator.handoff.conditions import (DriverFacts, Facts, ProgressFacts, evaluate, merge_conditions,
                                          transitions)
 
 
@@ -146,7 +146,7 @@ def test_restart_stays_restarting_until_the_new_driver_runs():
 def test_unreadable_truth_does_not_flap_on_a_child_triggered_reconcile():
     """A refresh found Kafka unreachable (Degraded=True StatusUnavailable); the driver pod then changes and a
     reconcile without a refresh runs from the status: Degraded must stay True until a refresh reads the truth."""
-    from handoff_operator.status_decision import status_progress as _status_progress
+    from handoff_operator.handoff.status import status_progress as _status_progress
 
     status = {"lag": 5, "conditions": [
         {"type": "Degraded", "status": "True", "reason": "StatusUnavailable", "message": "kafka: timed out"}]}

@@ -5,7 +5,7 @@ import copy
 
 import kopf
 
-from handoff_operator.diffbase import SlimAnnotationsDiffBaseStorage, slim_body
+from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage, slim_body
 
 BODY = {
     "apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",

@@ -65,7 +65,7 @@ def test_in_cluster_server_comes_from_the_service_environment_not_dns() -> None:
 
 
 def test_the_first_status_refresh_comes_at_once_and_later_ones_are_spread() -> None:
-    from handoff_operator.handlers import refresh_wait
+    from handoff_operator.handoff.handlers import refresh_wait
 
     assert refresh_wait(15.0, after_first=True, draw=0.0) == 15.0
     assert refresh_wait(15.0, after_first=True, draw=0.999) < 25.0

@@ -6,8 +6,8 @@ import datetime as dt
 import pytest
 from pydantic import ValidationError
 
-from handoff_operator.conditions import DriverFacts, Facts, ProgressFacts
-from handoff_operator.status_decision import Observed, decide, differs
+from handoff_operator.handoff.conditions import DriverFacts, Facts, ProgressFacts
+from handoff_operator.handoff.status import Observed, decide, differs
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.timezone.utc)
 RUNNING = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="h-driver-0",
@@ -67,7 +67,7 @@ def test_a_status_the_crd_would_refuse_fails_in_the_decision() -> None:
 
 
 def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -> None:
-    from handoff_operator.status_decision import worth_writing
+    from handoff_operator.handoff.status import worth_writing
 
     stored = {"lag": 0, "freshness": "16m40s", "freshnessSeconds": 1000.0}
     assert not worth_writing(stored, {"lag": 0, "freshness": "18m", "freshnessSeconds": 1080.0})
@@ -83,7 +83,7 @@ def test_a_freshness_that_only_grew_a_little_is_not_written_anything_else_is() -
 def test_a_change_handler_after_a_refresh_writes_nothing_when_nothing_changed() -> None:
     """A driver pod's event reconciles without reading the truth: it must keep what the refresh wrote (the commit
     time included), or every child event costs two status writes, its own and the next refresh's (issue 16)."""
-    from handoff_operator.status_decision import status_progress, worth_writing
+    from handoff_operator.handoff.status import status_progress, worth_writing
 
     progress = ProgressFacts(committed_snapshot=42, committed_batch=7, committed_at_ms=int(NOW.timestamp() * 1000),
                              committed_offsets={"orders": {"0": 10}}, end_offsets={"orders": {"0": 15}}, lag=5,

@@ -14,7 +14,7 @@ from typing import Any
 
 from handoff_operator.retention import report as retention_report
 from handoff_operator.truth import driver_report
-from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
+from handoff_operator.handoff.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
                          transitions)
 from handoff_operator.models import StreamTableHandoffStatus, format_duration
 from handoff_operator.upgrade.step import overlay
