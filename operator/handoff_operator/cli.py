@@ -26,9 +26,9 @@ from typing import Any
 def _operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from handoff_operator import metrics
+    from handoff_operator.runtime import metrics
     from handoff_operator.handoff import handlers  # noqa: F401 - importing registers the handlers
-    from handoff_operator.settings import OperatorSettings
+    from handoff_operator.runtime.settings import OperatorSettings
 
     settings = OperatorSettings()
     if args.namespace:

@@ -21,7 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 import handoff_operator.handoff.handlers as handlers
-from handoff_operator.settings import OperatorSettings
+from handoff_operator.runtime.settings import OperatorSettings
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from handoff_operator.kube import Kube
+from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import Resolved, render
 from handoff_operator.replay.backfill import backfill_job

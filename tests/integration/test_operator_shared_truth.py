@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.truth import reading as truth
 from handoff_operator.spec.render import app_config
 from handoff_operator.spec.validation import parse_spec

@@ -86,7 +86,7 @@ def test_topic_configs_are_described_once_per_interval(kafka, tmp_path) -> None:
 
 
 def _kafka_requests() -> dict[str, float]:
-    from handoff_operator import metrics
+    from handoff_operator.runtime import metrics
 
     return {s.labels["api"]: s.value for m in metrics.KAFKA_REQUESTS.collect() for s in m.samples
             if s.name.endswith("_total")}

@@ -2,7 +2,7 @@
 it was forgotten (its Deployment changed, its handoff was deleted)."""
 from __future__ import annotations
 
-from handoff_operator.kube import AppliedChildren
+from handoff_operator.runtime.kube import AppliedChildren
 
 
 def child(kind: str, name: str, data: str = "a") -> dict:

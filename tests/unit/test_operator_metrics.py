@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 
 
 def _value(metric: str, **labels: str) -> float | None:

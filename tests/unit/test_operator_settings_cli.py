@@ -6,7 +6,7 @@ import json
 import yaml
 
 from handoff_operator.cli import local_config
-from handoff_operator.settings import OperatorSettings
+from handoff_operator.runtime.settings import OperatorSettings
 
 from operator_spec_support import body
 
@@ -55,7 +55,7 @@ def test_kopf_run_module_import_registers_the_handlers():
 
 
 def test_in_cluster_server_comes_from_the_service_environment_not_dns() -> None:
-    from handoff_operator.kube import in_cluster_server
+    from handoff_operator.runtime.kube import in_cluster_server
 
     assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}) \
         == "https://10.96.0.1:443"

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from handoff_operator.spec import rendered as rendering
-from handoff_operator.kube import Kube, driver_facts, executors_running
+from handoff_operator.runtime.kube import Kube, driver_facts, executors_running
 from handoff_operator.spec.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
 from handoff_operator.truth.watched import Seen, Views, _slim_deployment, _slim_pod
 
@@ -170,7 +170,7 @@ def test_an_unsettled_driver_is_taken_from_the_index_once_its_objects_were_quiet
 def test_a_deployment_event_of_our_own_apply_is_not_drift_but_somebody_elses_edit_is() -> None:
     """on_driver_deployment forgets an applied Deployment (apply it again) when its spec changed: not when the
     generation is the one our own apply produced (at creation that re-applied every Deployment twice more)."""
-    from handoff_operator.kube import AppliedChildren
+    from handoff_operator.runtime.kube import AppliedChildren
 
     applied = AppliedChildren(resync=600)
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"namespace": "ns", "name": "o-driver"}}

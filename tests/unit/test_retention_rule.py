@@ -160,7 +160,7 @@ def test_status_headroom_is_the_smallest_over_topics():
 def test_gauges_per_topic_and_removed_with_the_handoff():
     from prometheus_client import REGISTRY
 
-    from handoff_operator import metrics
+    from handoff_operator.runtime import metrics
 
     short = verdict(topic(retention_ms=12 * 3_600_000), NEED, NOW)
     lost = lost_from_offsets({"orders": {"0": 10}}, {"orders": {"0": 15}})

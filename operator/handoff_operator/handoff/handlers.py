@@ -32,7 +32,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.retention import step as retention_check
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.scaling import step as autoscale
@@ -41,12 +41,12 @@ from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.handoff.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
-from handoff_operator.kube import Kube, in_cluster_server, new_api_client
+from handoff_operator.runtime.kube import Kube, in_cluster_server, new_api_client
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
 from handoff_operator.retention.report import RetentionCheck
-from handoff_operator.settings import OperatorSettings
+from handoff_operator.runtime.settings import OperatorSettings
 from handoff_operator.handoff.status import Decision, Observed, decide, status_progress, worth_writing
 from handoff_operator.truth.reading import offsets_max_age, read_progress
 from handoff_operator.spec.validation import Problem, check

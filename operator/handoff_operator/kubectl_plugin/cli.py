@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from handoff_operator.kube import Kube
+from handoff_operator.runtime.kube import Kube
 from handoff_operator.spec.render import GROUP, PLURAL, VERSION
 from handoff_operator.kubectl_plugin import replay, status
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from handoff_operator.kube import Kube
+from handoff_operator.runtime.kube import Kube
 from handoff_operator.spec.render import Resolved, app_config, referenced_secrets, resolve
 from handoff_operator.spec.validation import parse_spec
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from handoff_spark.config import AppConfig
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.retention.rule import PartitionFacts, TopicFacts
 from handoff_operator.truth.reading import _admin
 

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.retention import kafka as retention_kafka
 from handoff_operator.retention import report as retention_report
 from handoff_operator.retention import strimzi
@@ -32,7 +32,7 @@ from handoff_operator.handoff.conditions import Condition, ProgressFacts, Transi
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.retention.rule import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
 from handoff_operator.retention.report import EnforceOutcome, RetentionCheck
-from handoff_operator.settings import OperatorSettings
+from handoff_operator.runtime.settings import OperatorSettings
 
 _last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}
 _last_lock = threading.Lock()

@@ -24,9 +24,9 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark.ledger import lag
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.handoff.conditions import DriverReport, ProgressFacts
-from handoff_operator.kube import Kube
+from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_operator.kube import AppliedChildren, Kube
+from handoff_operator.runtime.kube import AppliedChildren, Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
 from handoff_operator.spec.validation import Problem, check, parse_spec

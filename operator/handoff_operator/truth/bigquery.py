@@ -180,7 +180,7 @@ def ledger_commit(config: AppConfig, key_json: str | None = None,
         return cached.commit
     # The signature is taken before the SELECT: a row landing in between makes the next refresh query
     # again, never hides behind an older answer.
-    from handoff_operator import metrics
+    from handoff_operator.runtime import metrics
 
     metrics.CATALOG_READS.labels(kind="bigquery_ledger_query").inc()
     commit = bigquery_ledger.latest_commit(sink, config.handoff_id, client=client)

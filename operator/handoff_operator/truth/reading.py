@@ -21,7 +21,7 @@ from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
 from handoff_spark.ledger.record import Commit
 from handoff_spark.kafka.offsets import committed_group_offsets
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.truth.bigquery import BoundedCache
 from handoff_operator.handoff.conditions import ProgressFacts
 from handoff_operator.truth.progress import progress_facts

@@ -21,12 +21,12 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from handoff_operator import metrics
+from handoff_operator.runtime import metrics
 from handoff_operator.handoff.conditions import DriverFacts, DriverReport, ProgressFacts
-from handoff_operator.kube import Kube
+from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
-from handoff_operator.settings import OperatorSettings
+from handoff_operator.runtime.settings import OperatorSettings
 from handoff_operator.upgrade.rule import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, decide, overlay
 from handoff_operator.spec.validation import check, parse_spec
 
