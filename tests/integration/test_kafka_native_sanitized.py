@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.kafka,
 CHILD = """
 import json, sys
 import pyarrow as pa
-from handoff_spark import kafka_native
+from handoff_spark.kafka import native as kafka_native
 from handoff_spark.kafka.source import ARROW_SCHEMA, OffsetRange, SourceOptions, read_range
 assert kafka_native.module() is not None, kafka_native.load_error()
 args = json.loads(sys.argv[1] if len(sys.argv) > 1 else {args!r})

@@ -36,7 +36,7 @@ def test_preload_skips_a_module_that_cannot_be_imported() -> None:
 #: kernel merged with its neighbour).
 _BIG_BLOCK = """
 import ctypes
-from handoff_spark import worker_daemon
+from handoff_spark.startup import worker_daemon
 kept = worker_daemon.keep_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

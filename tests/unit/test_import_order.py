@@ -12,10 +12,10 @@ import handoff_operator
 import handoff_spark
 
 MODULES = sorted(
-    f"{pkg.__name__}.{info.name}"
+    info.name
     for pkg in (handoff_spark, handoff_operator)
-    for info in pkgutil.walk_packages(pkg.__path__, onerror=lambda _name: None)
-    if not info.name.startswith("__main__"))
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}.", onerror=lambda _name: None)
+    if not info.name.endswith("__main__"))
 
 
 def _import_first(name: str) -> tuple[str, int, str]:

@@ -73,7 +73,7 @@ def test_debians_own_librdkafka_passes_the_check_too():
     """The library the headers came with (Debian's librdkafka1), bound in a fresh process: the second version the
     layouts were checked against."""
     run = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        from handoff_spark import _kafka_native
+        from handoff_spark.kafka import _kafka_native
         bound, missing = _kafka_native.load("librdkafka.so.1")
         print(hex(bound), missing, _kafka_native.layout_problems())
     """)], capture_output=True, text=True, timeout=120)
@@ -106,7 +106,7 @@ native = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(native)
 sys.modules["handoff_spark.kafka._kafka_native"] = native
 os.environ["HANDOFF_KAFKA_READER"] = "native"
-from handoff_spark import kafka_native
+from handoff_spark.kafka import native as kafka_native
 conf = {"bootstrap.servers": "127.0.0.1:9"}
 print(kafka_native.use_native(conf), kafka_native.use_native(conf), kafka_native.consumer_factory(conf))
 try:

@@ -34,7 +34,7 @@ from handoff_operator import health
 from handoff_operator.crd.apidoc import api_reference
 from handoff_operator.models import ALL_RESOURCES, CustomResource
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 OUTPUT_DIRS = (Path("crds"), Path("charts/handoff-operator/crds"))
 CHART_FILES_DIR = Path("charts/handoff-operator/files")
 API_REFERENCE = Path("docs/api-reference.md")

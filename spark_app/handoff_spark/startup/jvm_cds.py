@@ -30,8 +30,8 @@ import shutil
 import sys
 from pathlib import Path
 
-if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): its package is the folder it is in
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): spark_app/ goes on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 ENV = "HANDOFF_SPARK_CDS_ARCHIVE"
 OFF = ("", "0", "off", "none", "false")
