@@ -1,1 +1,6 @@
-"""TODO"""
+"""Topic retention that covers the replay window plus an outage: the rule (`rule`, pure), Kafka's retention read
+and raised (`kafka`), Strimzi-managed topics (`strimzi`), the check as the status refresh runs it (`step`) and
+the report into conditions, status and Events (`report`, pure).
+
+Imports `models`, `runtime`, the data plane's `config`; imported by `handoff`.
+"""

@@ -1,1 +1,5 @@
-"""TODO"""
+"""What every controller shares at run time: Kubernetes API access (`kube`), the operator's Prometheus metrics
+(`metrics`) and settings from the environment (`settings`).
+
+Imports `models` only; imported by every controller.
+"""

@@ -1,1 +1,7 @@
-"""TODO"""
+"""The sink contract: the registry of table sinks and what the driver needs of each (`registry`), what both
+sinks share (`common`: fused read, event time, the commit record), PySpark's data source base classes
+(`datasource_api`) and dead letters sent to the DLQ topic before a task reports success (`dead_letters`).
+
+May import: `config`, `decode`, `kafka`, `ledger`, `driver.checkpoint` (the last-commit side file). Imported by
+`iceberg`, `bigquery` and `driver`; never by the operator.
+"""
