@@ -35,7 +35,7 @@ _CLIENT_ONLY_PREFIXES = ("fetch.", "max.poll", "session.timeout", "auto.", "enab
                          "isolation.", "group.", "acks", "linger", "batch.", "compression.")
 
 
-def _admin(config: AppConfig) -> AdminClient:
+def admin_client(config: AppConfig) -> AdminClient:
     """One AdminClient per Kafka cluster (bootstrap servers + client properties), shared by every handoff
     reading it: librdkafka keeps a connection and a thread per broker per client."""
     key = _cluster_key(config)
@@ -169,7 +169,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0)
 
 def kafka_offsets_read(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0) -> OffsetsRead:
     """kafka_offsets, with when they were read."""
-    admin = _admin(config)
+    admin = admin_client(config)
     topics = list(config.source.topics)
     if max_age <= 0:
         at_ms = int(time.time() * 1000)
