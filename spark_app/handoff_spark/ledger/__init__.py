@@ -8,6 +8,10 @@ backend imported only when called (so readers never import pyspark or a backend 
 
 Everything the operator and the kubectl plugin need of the ledger is re-exported here, and they import it from
 here only; the data plane's own modules import `record` and `lag` directly.
+
+May import: `config`, `iceberg`, `bigquery` and `kafka.offsets` (the last three in `backends` only, inside the
+functions that read them). `record` and `lag` import nothing of the package.
+Imported by the sinks, `driver`, `entry`, and the operator (its public face for the ledger).
 """
 from typing import TYPE_CHECKING
 
