@@ -10,7 +10,7 @@
   (`exec python -m handoff_spark run --config ...`: one process, so a `kill -9` or a closed terminal leaves no
   driver behind that keeps writing).
 - `handoff ledger show|accept-kafka -f handoff.yaml`: the handoff's ledger, read from its table; record that a
-  recreated topic/cluster is accepted (see handoff_spark.ledger.cli).
+  recreated topic/cluster is accepted (see handoff_spark.entry).
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(text)
         return 0
-    from handoff_spark.driver.temp_dirs import own_temp_dir
+    from handoff_spark.entry import own_temp_dir
 
     config = Path(own_temp_dir(RUN_DIR_PREFIX)) / "app.json"
     config.write_text(text)
@@ -122,14 +122,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from handoff_spark.ledger import cli as ledger_cli
     from handoff_spark.config import AppConfig
+    from handoff_spark.entry import accept_kafka, ledger_show
 
     cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
     if args.ledger_command == "show":
-        print(ledger_cli.main_show(cfg, args.output, args.limit))
+        print(ledger_show(cfg, args.output, args.limit))
         return 0
-    result = ledger_cli.accept_kafka(cfg)
+    result = accept_kafka(cfg)
     if not result["recorded"]:
         print("the ledger already matches Kafka's cluster and topic ids: nothing recorded")
     else:

@@ -12,7 +12,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from handoff_spark.decode.column_types import canonical
+# The column-type grammar, as the CRD's models need it too (`handoff_operator.models` validates `spec.schema` with
+# the decoder's own grammar, through this module rather than the decoder's): its pattern for the CRD schema, and
+# the canonical spelling a declared type is stored in.
+from handoff_spark.decode.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
 
 
 class _Model(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from google.cloud import bigquery as bq
 
-from handoff_spark.ledger import cli as ledger_cli
+from handoff_spark import ledger as ledger_face
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
 from handoff_spark.bigquery.schema import canonical_type
@@ -70,10 +70,10 @@ def test_commit_is_atomic_replay_is_skipped_and_ledger_readable(bigquery, kafka,
     assert bigquery_ledger.latest_commit(cfg.sink).batch_id == 1
     assert bigquery_ledger.resume_offsets(cfg.sink) == {topic: {0: 60, 1: 30}}
     # `handoff ledger show` / `kubectl handoff ledger`: the same timeline, newest first
-    shown = ledger_cli.entries(cfg)
+    shown = ledger_face.entries(cfg)
     assert [(e["batch"], e["rows"]) for e in shown] == [(1, 10), (0, 80)]
     assert shown[0]["offsets"][topic]["0"] == [50, 60] and shown[1]["offsets"] == {topic: {"0": [0, 50], "1": [0, 30]}}
-    assert "batch 1" in ledger_cli.format_entries(shown).splitlines()[0]
+    assert "batch 1" in ledger_face.format_entries(shown).splitlines()[0]
     assert committed_group_offsets(kafka.bootstrap, cfg.consumer_group, [(topic, 0), (topic, 1)]) == {topic: {0: 60, 1: 30}}
     # the progress hand-over the app reads (same file and keys as the Iceberg sink)
     last = sink.read_last_commit(cfg.checkpoint_location)

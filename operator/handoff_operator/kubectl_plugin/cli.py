@@ -69,7 +69,7 @@ def _status(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
 
 
 def _ledger(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
-    from handoff_spark.ledger.cli import format_entries
+    from handoff_spark.ledger import format_entries
 
     from handoff_operator.kubectl_plugin.ledger import LedgerError, entries
 

@@ -37,10 +37,6 @@ def config_for(kube: Kube, obj: Mapping[str, Any], overrides: Mapping[str, str])
 
 def entries(kube: Kube, obj: Mapping[str, Any], overrides: Mapping[str, str], limit: int | None
             ) -> list[dict[str, Any]]:
-    from handoff_spark.ledger import cli as ledger_cli
+    from handoff_spark.ledger import entries as ledger_entries
 
-    cfg = config_for(kube, obj, overrides)
-    try:
-        return ledger_cli.entries(cfg, limit)
-    except SystemExit as exc:  # ledger_cli's one-line refusals
-        raise LedgerError(str(exc.code)) from None
+    return ledger_entries(config_for(kube, obj, overrides), limit)

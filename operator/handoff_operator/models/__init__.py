@@ -1,6 +1,11 @@
 """Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
 from these (`python -m handoff_operator.crd.generate`), so the models are the single source of truth for the
-API: field docs, defaults and validation live here."""
+API: field docs, defaults and validation live here.
+
+May import: `handoff_spark.config` (the column-type grammar and the record limits: the CRD checks what the decoder
+takes). Nothing else of either package, so the models and the CRD generator import without kopf, Kubernetes or Kafka.
+Imported by every other folder of the operator.
+"""
 from handoff_operator.models.common import (GROUP, VERSION, Condition, CustomResource, PropertyFrom, SecretKeyRef, SecretRef, find_condition,
                      format_duration, parse_duration, quantity_to_bytes, spark_memory)
 from handoff_operator.models.replay_request import (HandoffRef, ReplayPlan, ReplayProgress, ReplayRequest, ReplayRequestSpec,

@@ -14,18 +14,18 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from handoff_spark.decode.column_types import PATTERN as COLUMN_TYPE_PATTERN, canonical
-from handoff_spark.config import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, MAX_VALUE_BYTES_LIMIT
+from handoff_spark.config import (COLUMN_TYPE_PATTERN, DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT,
+                                  MAX_VALUE_BYTES_LIMIT, canonical)
 
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
                      MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
                      TopicName, parse_duration)
 
 
-# The column-type grammar lives in the data plane (`handoff_spark.decode.column_types`) so the CRD can never drift
-# from it. A structural schema cannot express the nested grammar, so the CRD checks the words (a regular
-# over-approximation, `column_types.PATTERN`, in the CRD only) and the validator parses (a bad type is refused
-# with one line naming the position and the fix).
+# The column-type grammar lives in the data plane (`handoff_spark.decode.column_types`, re-exported by its public
+# `handoff_spark.config`) so the CRD can never drift from it. A structural schema cannot express the nested grammar,
+# so the CRD checks the words (a regular over-approximation, `COLUMN_TYPE_PATTERN`, in the CRD only) and the
+# validator parses (a bad type is refused with one line naming the position and the fix).
 ColumnType = Annotated[str, Field(max_length=4096, json_schema_extra={"pattern": COLUMN_TYPE_PATTERN},
                                   examples=["string", "long", "timestamptz", "decimal(10,2)", "fixed[16]",
                                             "struct<city:string,zip:string>", "list<long>", "map<string,double>"]),

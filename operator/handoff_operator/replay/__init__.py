@@ -2,6 +2,9 @@
 as a Kubernetes Job (`backfill`, pure), the kopf daemon that runs a request one idempotent step at a time
 (`handlers`) and `handoff replay` for a handoff run locally (`local`).
 
-Imports `models`, `spec`, `truth`, `runtime` and the data plane's `config` and `ledger`; imported by `cli` (and
-registered with kopf by the operator's entry point).
+May import: `models`, `spec`, `truth`, `upgrade`, `conditions`, `runtime`, `handoff_spark.config`,
+`handoff_spark.ledger`, `handoff_spark.contract` and `handoff_spark.switches` (the data plane's public face: the
+table's ledger, what the Backfill Job's driver is given). It never imports the StreamTableHandoff controller (`handoff`): it asks for a
+handoff's reconcile through `runtime.controllers`.
+Imported by `cli` (`local`) and registered with kopf by `handoff_operator.register_handlers`.
 """

@@ -22,7 +22,7 @@ Mode = Literal["RollbackAndReplay", "Rollback", "Backfill"]
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """The ledger record of one snapshot (`handoff_spark.ledger.record.Commit`, reduced to what planning needs).
+    """The ledger record of one snapshot (`handoff_spark.ledger.Commit`, reduced to what planning needs).
     `gap`: a ledger marker (a gap recorded by a Rollback, or an epoch), which holds no data."""
 
     handoff_id: str

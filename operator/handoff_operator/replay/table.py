@@ -11,9 +11,9 @@ from __future__ import annotations
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
-from handoff_spark.iceberg import ledger
-from handoff_spark.ledger.record import BATCH, Commit
 from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.ledger import (BATCH, Commit, iceberg_ancestry, iceberg_record_gap, iceberg_resume_offsets,
+                                  iceberg_table)
 
 from handoff_operator.replay.plan import LedgerEntry, Offsets, Ranges, SnapshotInfo, TableFacts
 
@@ -30,7 +30,7 @@ def load(config: AppConfig) -> Table | None:
     sink = config.sink
     assert isinstance(sink, IcebergSink)
     try:
-        return ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
+        return iceberg_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
     except Exception as exc:
         if type(exc).__name__ == "NoSuchTableError":
             return None
@@ -45,8 +45,8 @@ def _entry(commit: Commit | None) -> LedgerEntry | None:
 
 def table_facts(table: Table) -> TableFacts:
     metadata = table.metadata
-    ancestry = tuple(SnapshotInfo(s.snapshot_id, s.timestamp_ms, _entry(ledger.commit_of(s)))
-                     for s in ledger.ancestry(metadata))
+    ancestry = tuple(SnapshotInfo(s.snapshot_id, s.timestamp_ms, _entry(commit))
+                     for s, commit in iceberg_ancestry(metadata))
     tags = {name: ref.snapshot_id for name, ref in metadata.refs.items()
             if ref.snapshot_ref_type == SnapshotRefType.TAG}
     return TableFacts(ancestry, frozenset(s.snapshot_id for s in metadata.snapshots), tags)
@@ -78,11 +78,11 @@ def rollback(table: Table, target: int) -> None:
 
 def stream_offsets(table: Table, handoff_id: str, query: str) -> Offsets:
     """Where the handoff's stream (its ledger query) stands now: next offset per partition."""
-    return ledger.resume_offsets(table, handoff_id=handoff_id, query=query)
+    return iceberg_resume_offsets(table, handoff_id, query)
 
 
 def record_gap(table: Table, handoff_id: str, query: str, gap: Ranges, reason: str) -> int:
     """Record `gap` as deliberately skipped in the ledger (a marker snapshot without data), so the stream goes
     on after it and a restart never re-reads it."""
     ranges = {t: {str(p): [s, e] for p, (s, e) in parts.items()} for t, parts in gap.items()}
-    return ledger.record_gap(table, handoff_id, query, ranges, reason)
+    return iceberg_record_gap(table, handoff_id, query, ranges, reason)

@@ -2,5 +2,7 @@
 and raised (`kafka`), Strimzi-managed topics (`strimzi`), the check as the status refresh runs it (`step`) and
 the report into conditions, status and Events (`report`, pure).
 
-Imports `models`, `runtime`, the data plane's `config`; imported by `handoff`.
+May import: `models`, `conditions`, `runtime`, `truth` (the per-cluster Kafka client and offsets) and
+`handoff_spark.config`.
+Imported by `handoff`.
 """

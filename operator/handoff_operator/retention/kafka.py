@@ -6,7 +6,7 @@ for earliest, latest and "first offset at now − RATE_WINDOW" (the write rate),
 partition to read two record timestamps Kafka has no offset→timestamp lookup for: the oldest record not
 yet committed (the lag age) and the record that starts the rate window (its real age; a young or idle
 topic would otherwise look slower than it is). The fetched records' sizes give the average record size
-for the `retention.bytes` estimate. The AdminClient is the operator's per-cluster one (`truth._admin`).
+for the `retention.bytes` estimate. The AdminClient is the operator's per-cluster one (`truth.reading.admin_client`).
 
 Shared across handoffs (issue 16: a thousand handoffs each created a consumer and asked for the same offsets):
 the earliest and latest offsets come from the status refresh's own batched read when it has them
@@ -27,7 +27,7 @@ from handoff_spark.config import AppConfig
 
 from handoff_operator.runtime import metrics
 from handoff_operator.retention.rule import PartitionFacts, TopicFacts
-from handoff_operator.truth.reading import _admin
+from handoff_operator.truth.reading import admin_client
 
 RATE_WINDOW_MS = 15 * 60 * 1000
 _SAMPLE_RECORDS = 50     # per partition, for the average record size
@@ -69,7 +69,7 @@ def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0,
     if not missing:
         return out
     metrics.KAFKA_REQUESTS.labels(api="describe_configs").inc()
-    futures = _admin(config).describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in missing],
+    futures = admin_client(config).describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in missing],
                                               request_timeout=timeout)
     for resource, future in futures.items():
         entries = future.result(timeout=timeout)
@@ -148,7 +148,7 @@ def _window_start(config: AppConfig, tps: list[TopicPartition], now_ms: int, tim
                 out[(tp.topic, tp.partition)] = cached[1]
     missing = [tp for tp in tps if (tp.topic, tp.partition) not in out]
     if missing:
-        read = _offsets(_admin(config), {tp: OffsetSpec.for_timestamp(now_ms - RATE_WINDOW_MS) for tp in missing},
+        read = _offsets(admin_client(config), {tp: OffsetSpec.for_timestamp(now_ms - RATE_WINDOW_MS) for tp in missing},
                         timeout)
         with _cache_lock:
             for (topic, partition), offset in read.items():
@@ -192,7 +192,7 @@ def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | 
     configs = describe_topics(config, topics, timeout, config_max_age)
     latest, earliest = _flat(end or {}, topics), _flat(earliest_offsets or {}, topics)
     if latest is None or earliest is None or set(latest) != set(earliest):
-        admin = _admin(config)
+        admin = admin_client(config)
         metadata = admin.list_topics(timeout=timeout)
         metrics.KAFKA_REQUESTS.labels(api="list_topics").inc()
         tps = []
@@ -235,7 +235,7 @@ def topic_facts(config: AppConfig, committed: Mapping[str, Mapping[str, int]] | 
 def raise_retention_ms(config: AppConfig, topic: str, target_ms: int, timeout: float = 10.0) -> None:
     """Set the topic's retention.ms (IncrementalAlterConfigs: only this key changes). The caller has
     checked that this raises it. Raises RetentionRefused when the broker says no for permissions."""
-    admin = _admin(config)
+    admin = admin_client(config)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", str(target_ms), incremental_operation=AlterConfigOpType.SET)])
     with _configs_lock:

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from handoff_spark.ledger import lag
+from handoff_spark import ledger
 
 from handoff_operator.runtime import metrics
 from handoff_operator.handoff.conditions import DriverReport, ProgressFacts
@@ -76,8 +76,8 @@ def forget(namespace: str, name: str) -> None:
 
 
 def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
-    """`handoff_spark.ledger.lag.lag_per_partition` keyed `topic/partition`, as the scaling decision takes it."""
-    per = lag.lag_per_partition(lag.flat(progress.committed_offsets), lag.flat(progress.end_offsets))
+    """`handoff_spark.ledger.lag_per_partition` keyed `topic/partition`, as the scaling decision takes it."""
+    per = ledger.lag_per_partition(ledger.flat(progress.committed_offsets), ledger.flat(progress.end_offsets))
     return {f"{t}/{p}": n for (t, p), n in per.items()}
 
 

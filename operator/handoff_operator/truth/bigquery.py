@@ -15,7 +15,7 @@ offsets. The handlers read that Secret anyway (to validate and render), so they 
 JSON here and the client is built from it (google.oauth2.service_account); without one the client is
 anonymous for an emulator endpoint, else application default credentials (Workload Identity).
 
-The decisions (`needs_query`, `service_account_key`; `credential_choice` is the data plane's) are pure functions over plain data;
+The decisions (`needs_query`, `service_account_key`; `bigquery_credential_choice` is the data plane's) are pure functions over plain data;
 the rest is I/O and two bounded per-process caches (clients, ledger answers).
 """
 from __future__ import annotations
@@ -27,12 +27,15 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
-# One credentials path for the driver and the operator (google imports there are deferred).
-from handoff_spark.bigquery.client import CredentialChoice, credential_choice, credentials
 from handoff_spark.config import AppConfig, BigQuerySink
-from handoff_spark.ledger.record import Commit
+# One credentials path for the driver and the operator (google imports there are deferred).
+from handoff_spark.ledger import (Commit, bigquery_credential_choice, bigquery_credentials, bigquery_latest_commit,
+                                  bigquery_ledger_ref)
+
+if TYPE_CHECKING:
+    from handoff_spark.ledger import CredentialChoice
 
 LEDGER_RECHECK_SECONDS = 300.0
 CACHE_SIZE = 1024
@@ -132,7 +135,7 @@ def rest_client(sink: BigQuerySink, choice: CredentialChoice, key_json: str | No
         from google.cloud import bigquery
 
         options = ClientOptions(api_endpoint=sink.rest_endpoint) if sink.rest_endpoint else None
-        client = bigquery.Client(project=sink.project, credentials=credentials(sink, key_json, choice),
+        client = bigquery.Client(project=sink.project, credentials=bigquery_credentials(sink, key_json, choice),
                                  client_options=options)
         _CLIENTS.put(cache_key, client)
     return client
@@ -156,16 +159,14 @@ def ledger_commit(config: AppConfig, key_json: str | None = None,
     Raises on other BigQuery errors (the status reports them)."""
     from google.api_core.exceptions import NotFound
 
-    from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
-
     sink = config.sink
     if not isinstance(sink, BigQuerySink):
         return None
-    choice = credential_choice(sink, key_json, bool(sink.credentials_file) and os.path.exists(sink.credentials_file or ""))
+    choice = bigquery_credential_choice(sink, key_json, bool(sink.credentials_file) and os.path.exists(sink.credentials_file or ""))
     if choice == "unavailable":
         return None
     client = rest_client(sink, choice, key_json)
-    ref = bigquery_client.table_ref(sink, bigquery_ledger.ledger_table(sink))
+    ref = bigquery_ledger_ref(sink)
     key = (config.handoff_id, sink.project, sink.rest_endpoint or "", ref)
     try:
         table = client.get_table(ref, retry=None)
@@ -183,7 +184,7 @@ def ledger_commit(config: AppConfig, key_json: str | None = None,
     from handoff_operator.runtime import metrics
 
     metrics.CATALOG_READS.labels(kind="bigquery_ledger_query").inc()
-    commit = bigquery_ledger.latest_commit(sink, config.handoff_id, client=client)
+    commit = bigquery_latest_commit(sink, config.handoff_id, client=client)
     cache.put(key, CachedLedger(sig, commit, now))
     return commit
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from handoff_spark.ledger import lag
+from handoff_spark import ledger
 
 from handoff_operator.handoff.conditions import ProgressFacts
 
@@ -18,13 +18,13 @@ Offsets = Mapping[str, Mapping[int, int]]
 
 def lag_per_partition(committed: Offsets, end: Offsets, earliest: Offsets | None = None
                       ) -> dict[str, dict[int, int]]:
-    """`handoff_spark.ledger.lag.lag_per_partition` over the status's `{topic: {partition: offset}}` shape."""
-    return lag.nested(lag.lag_per_partition(lag.flat(committed), lag.flat(end), lag.flat(earliest)))
+    """`handoff_spark.ledger.lag_per_partition` over the status's `{topic: {partition: offset}}` shape."""
+    return ledger.nested(ledger.lag_per_partition(ledger.flat(committed), ledger.flat(end), ledger.flat(earliest)))
 
 
 def progress_facts(commit: object | None, end: Offsets | None, earliest: Offsets | None,
                    now_ms: int, errors: list[str], end_read_at_ms: int | None = None) -> ProgressFacts:
-    """`commit` is a handoff_spark.ledger.record.Commit (either backend; or None: nothing committed yet);
+    """`commit` is a handoff_spark.ledger.Commit (either backend; or None: nothing committed yet);
     `end_read_at_ms`: when `end` was read (the refresh's time when not given)."""
     committed: dict[str, dict[int, int]] = {}
     snapshot = batch = at_ms = event_ms = None

@@ -18,8 +18,8 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from handoff_spark.config import AppConfig, BigQuerySink, IcebergSink
-from handoff_spark.ledger.record import Commit
-from handoff_spark.kafka.offsets import committed_group_offsets
+from handoff_spark.ledger import (Commit, committed_group_offsets, forget_iceberg_catalog, iceberg_catalog,
+                                  iceberg_latest_commit)
 
 from handoff_operator.runtime import metrics
 from handoff_operator.truth.bigquery import BoundedCache
@@ -35,7 +35,7 @@ _CLIENT_ONLY_PREFIXES = ("fetch.", "max.poll", "session.timeout", "auto.", "enab
                          "isolation.", "group.", "acks", "linger", "batch.", "compression.")
 
 
-def _admin(config: AppConfig) -> AdminClient:
+def admin_client(config: AppConfig) -> AdminClient:
     """One AdminClient per Kafka cluster (bootstrap servers + client properties), shared by every handoff
     reading it: librdkafka keeps a connection and a thread per broker per client."""
     key = _cluster_key(config)
@@ -169,7 +169,7 @@ def kafka_offsets(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0)
 
 def kafka_offsets_read(config: AppConfig, timeout: float = 5.0, max_age: float = 0.0) -> OffsetsRead:
     """kafka_offsets, with when they were read."""
-    admin = _admin(config)
+    admin = admin_client(config)
     topics = list(config.source.topics)
     if max_age <= 0:
         at_ms = int(time.time() * 1000)
@@ -210,16 +210,13 @@ def latest_commit(config: AppConfig) -> Commit | None:
 
     The table (metadata file, snapshot scan) is read only when its metadata pointer moved since the last read:
     a table nobody commits to costs one indexed SELECT per refresh. For BigQuery see `bigquery_commit`."""
-    from handoff_spark.iceberg import ledger  # pyiceberg import deferred: only needed for Iceberg sinks
-    from handoff_spark.iceberg.table import forget_catalog, load_catalog_cached
-
     sink = config.sink
     if not isinstance(sink, IcebergSink):
         return None
     props = dict(sink.catalog_properties)
     key = (config.handoff_id, sink.catalog_name, tuple(sorted(props.items())), sink.table)
     try:
-        catalog = load_catalog_cached(sink.catalog_name, props)
+        catalog = iceberg_catalog(sink.catalog_name, props)  # pyiceberg imported here: Iceberg sinks only
         known, location = _pointer(catalog, sink.table)
         if known and location is None:
             _LEDGER.pop(key)
@@ -232,9 +229,9 @@ def latest_commit(config: AppConfig) -> Commit | None:
     except Exception as exc:
         if type(exc).__name__ == "NoSuchTableError":
             return None  # created by the driver's first batch
-        forget_catalog(sink.catalog_name, props)  # reconnect next time
+        forget_iceberg_catalog(sink.catalog_name, props)  # reconnect next time
         raise
-    commit = ledger.latest_commit(table, config.handoff_id)
+    commit = iceberg_latest_commit(table, config.handoff_id)
     _LEDGER.put(key, (table.metadata_location, commit))
     return commit
 

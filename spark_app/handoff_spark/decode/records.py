@@ -140,7 +140,9 @@ def _kind(v: Any) -> str:
             list: "array"}.get(type(v), type(v).__name__)
 
 
-def _converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
+def value_converter(column_type: str | ColumnType) -> Callable[[Any], Any]:
+    """The per-record converter of a declared column type (a decoded value → the column's Python value; a value
+    that does not fit raises). Public: the Schema Registry decoder (`registry`) converts with the same rules."""
     t = parse_type(column_type) if isinstance(column_type, str) else column_type
     if is_nested(t):
         return _nested_converter(t)
@@ -267,7 +269,7 @@ def _nested_converter(t: ColumnType) -> Callable[[Any], Any]:
     """struct ← JSON object (fields by name, each optional, undeclared keys ignored), list ← JSON array, map ←
     JSON object (any keys). Nulls inside are kept as nulls; a bad value anywhere names its path."""
     if isinstance(t, Struct):
-        fields = [(f.name, _converter(f.type)) for f in t.fields]
+        fields = [(f.name, value_converter(f.type)) for f in t.fields]
 
         def conv(v: Any) -> Any:
             if not isinstance(v, dict):
@@ -278,7 +280,7 @@ def _nested_converter(t: ColumnType) -> Callable[[Any], Any]:
                 out[name] = None if x is None else _at(name, sub, x)
             return out
     elif isinstance(t, ListOf):
-        element = _converter(t.element)
+        element = value_converter(t.element)
 
         def conv(v: Any) -> Any:
             if not isinstance(v, list):
@@ -286,7 +288,7 @@ def _nested_converter(t: ColumnType) -> Callable[[Any], Any]:
             return [None if x is None else _at(f"[{i}]", element, x) for i, x in enumerate(v)]
     else:
         assert isinstance(t, MapOf)
-        value = _converter(t.value)
+        value = value_converter(t.value)
 
         def conv(v: Any) -> Any:
             if not isinstance(v, dict):
@@ -422,12 +424,12 @@ def _empty(policy: SchemaPolicy, raw: pa.Table) -> pa.Table:
     return pa.table(cols)
 
 
-def _assemble(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[str, pa.Array],
-              raw: pa.Table, keep: pa.Array | None) -> pa.Table:
+def assemble_table(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: dict[str, pa.Array],
+                   raw: pa.Table, keep: pa.Array | None) -> pa.Table:
     """The decoded table: declared columns, extra columns, then the Kafka columns. An undeclared field named like
     a Kafka column (`_kafka_offset`, …) is not stored: those names are each row's coordinates, which the sinks'
     ledgers read by name, and a second column of the name made the table ambiguous (the chunked path failed the
-    whole batch on it)."""
+    whole batch on it). Public: the Schema Registry decoder (`registry`) assembles its tables the same way."""
     schema = declared_arrow_schema(policy)
     arrays: list[Any] = []
     fields: list[pa.Field] = []
@@ -695,7 +697,7 @@ def _finish_columns(parsed: pa.Table, raw: pa.Table, policy: SchemaPolicy) -> pa
             return None  # a number beyond a double's range: the per-record path names the record
         extras[f.name] = parsed.column(f.name)
     ordered = _in_reference_order(extras, raw)
-    return None if ordered is None else _assemble(columns, policy, ordered, raw, None)
+    return None if ordered is None else assemble_table(columns, policy, ordered, raw, None)
 
 
 def _in_reference_order(extras: dict[str, Any], raw: pa.Table) -> dict[str, Any] | None:
@@ -791,7 +793,7 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
     topics = raw.column("topic")
     partitions = raw.column("partition")
     offsets = raw.column("offset")
-    converters = [(c, _converter(c.type)) for c in policy.columns]
+    converters = [(c, value_converter(c.type)) for c in policy.columns]
     decoder = _json_decoder(policy)
     declared = {c.name for c in policy.columns}
     compatible = policy.evolution == "compatible"
@@ -843,7 +845,7 @@ def _slow_path(raw: pa.Table, policy: SchemaPolicy) -> tuple[pa.Table, list[Dead
             reject(keep[pos], "unconvertible", built[pos])
             del keep[pos], rows[pos], extras_of[pos]
     dead.sort(key=lambda d: d.index)
-    return _assemble(columns, policy, extras, raw, pa.array(keep, pa.int64())), dead
+    return assemble_table(columns, policy, extras, raw, pa.array(keep, pa.int64())), dead
 
 
 class _Rejected(Exception):

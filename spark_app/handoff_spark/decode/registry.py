@@ -39,7 +39,8 @@ import pyarrow as pa
 from handoff_spark.decode import registry_schema as rs
 from handoff_spark.config import SchemaPolicy, SchemaRegistry
 from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type, walk
-from handoff_spark.decode.records import DeadLetter, Reason, SchemaIncompatible, _assemble, _converter, arrow_or_culprits, arrow_type
+from handoff_spark.decode.records import (DeadLetter, Reason, SchemaIncompatible, arrow_or_culprits, arrow_type,
+                                          assemble_table, value_converter)
 
 MAGIC = 0
 
@@ -156,7 +157,7 @@ def _shaper(target: ColumnType, writer: rs.Field, native: bool) -> Callable[[Any
     shape = build(target, ())
     if native:
         return shape
-    convert = _converter(target)
+    convert = value_converter(target)
     return convert if shape is None else lambda v: convert(shape(v))
 
 
@@ -476,7 +477,7 @@ def decode_registry_batch(raw: pa.Table, policy: SchemaPolicy, fmt: str, registr
             f"spec.schema.onIncompatible=deadLetter with spec.deadLetter.topic to divert such records.")
     columns = {c.name: built[c.name] for c in batch_policy.columns}
     extras = {name: built[name] for name in extra_types}
-    table = _assemble(columns, batch_policy, extras, raw, pa.array(keep, pa.int64()))
+    table = assemble_table(columns, batch_policy, extras, raw, pa.array(keep, pa.int64()))
     uses = [SchemaUse(sid, tuple(w.versions)) for sid, w in sorted(used.items())]
     return table, dead, uses
 

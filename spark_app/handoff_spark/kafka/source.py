@@ -368,8 +368,9 @@ def source_options(cfg: "AppConfig", stop_marker: str | None,
 # ------------------------------------------------------------------------------------------------
 # Broker queries (driver side)
 # ------------------------------------------------------------------------------------------------
-class _Broker:
-    """Metadata and ListOffsets through one AdminClient (one round trip per query for all partitions)."""
+class Broker:
+    """Metadata and ListOffsets through one AdminClient (one round trip per query for all partitions). Public: the
+    driver's bootstrap batches (`startup.bootstrap`) plan with one kept for all of them."""
 
     def __init__(self, opts: SourceOptions) -> None:
         from confluent_kafka.admin import AdminClient
@@ -430,7 +431,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._broker: _Broker | None = None
+        self._broker: Broker | None = None
         self._target: dict[tuple[str, int], int] | None = None  # AvailableNow
         self._latest: dict[tuple[str, int], int] = {}
 
@@ -438,9 +439,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"opts": self.opts, "_broker": None, "_target": None, "_latest": {}}
 
     @property
-    def broker(self) -> _Broker:
+    def broker(self) -> Broker:
         if self._broker is None:
-            self._broker = _Broker(self.opts)
+            self._broker = Broker(self.opts)
         return self._broker
 
     # -- offsets -------------------------------------------------------------------------------

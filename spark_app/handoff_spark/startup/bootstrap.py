@@ -103,12 +103,12 @@ class Outcome:
 
 
 def open_source(cfg: AppConfig) -> tuple[Any, Any]:
-    """The source's options for `cfg` and one AdminClient for them (`kafka_source._Broker`), kept for every batch
+    """The source's options for `cfg` and one AdminClient for them (`kafka_source.Broker`), kept for every batch
     a Bootstrap plans: one client and its connections, not one per batch."""
-    from handoff_spark.kafka.source import SourceOptions, _Broker, source_options
+    from handoff_spark.kafka.source import Broker, SourceOptions, source_options
 
     opts = SourceOptions.parse(source_options(cfg, None))
-    return opts, _Broker(opts)
+    return opts, Broker(opts)
 
 
 def plan(opts: Any, broker: Any, ledger: dict[TopicPartition, int], query_id: str) -> tuple[Plan | None, str]:
