@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,6 +24,7 @@ from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import Resolved, render
 from handoff_operator.replay.backfill import backfill_job
+from handoff_testbed.eventually import eventually
 from operator_support import delete_cluster_rbac, install_chart_rbac, token_client, token_kubeconfig
 
 pytestmark = pytest.mark.apiserver
@@ -44,11 +44,9 @@ def _apply_crds(admin: client.ApiClient) -> None:
                 raise
     for path in sorted((REPO / "crds").glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        deadline = time.monotonic() + 60
-        while not any(c.type == "Established" and c.status == "True"
-                      for c in ext.read_custom_resource_definition(name).status.conditions or []):
-            assert time.monotonic() < deadline, f"CRD {name} never became Established"
-            time.sleep(0.2)
+        eventually(lambda: any(c.type == "Established" and c.status == "True"
+                               for c in ext.read_custom_resource_definition(name).status.conditions or []),
+                   f"CRD {name} Established", timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +166,7 @@ def test_operator_runs_with_only_the_chart_rbac(setup: dict[str, Any], tmp_path:
             status = obj.get("status") or {}
             return obj if status.get("observedGeneration") == 1 and status.get("conditions") else None
 
-        obj = _eventually(reconciled, proc, log_path, "the operator (as its ServiceAccount) wrote status")
+        obj = _while_running(reconciled, proc, log_path, "the operator (as its ServiceAccount) wrote status")
         assert "handoff.io/finalizer" in obj["metadata"].get("finalizers", [])
         apps = client.AppsV1Api(admin)
         assert apps.read_namespaced_deployment("as-sa-driver", ns) is not None
@@ -182,7 +180,7 @@ def test_operator_runs_with_only_the_chart_rbac(setup: dict[str, Any], tmp_path:
             except ApiException as err:
                 return err.status == 404
 
-        _eventually(gone, proc, log_path, "the operator released its finalizer")
+        _while_running(gone, proc, log_path, "the operator released its finalizer")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -194,13 +192,8 @@ def test_operator_runs_with_only_the_chart_rbac(setup: dict[str, Any], tmp_path:
     assert "Forbidden" not in log_text and " 403" not in log_text, log_text[-5000:]
 
 
-def _eventually(probe: Any, proc: subprocess.Popen, log_path: Path, what: str, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}\n--- operator log ---\n"
-                                 f"{log_path.read_text()[-5000:]}")
-        time.sleep(0.5)
+def _while_running(probe: Any, proc: subprocess.Popen, log_path: Path, what: str) -> Any:
+    """`eventually`, giving up as soon as the operator has exited, and showing its log on failure."""
+    return eventually(probe, what, timeout=120, interval=0.5,
+                      give_up=lambda: None if proc.poll() is None else f"the operator exited with {proc.returncode}",
+                      context=lambda: f"--- operator log ---\n{log_path.read_text()[-5000:]}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from handoff_operator.models import (CommittedStatus, Condition, ExecutorsStatus, ReplayRequestStatus,
                                      StreamTableHandoffStatus)
+from handoff_testbed.eventually import eventually
 
 pytestmark = pytest.mark.apiserver
 
@@ -36,13 +36,10 @@ def _apply_crd(ext: client.ApiextensionsV1Api, crd: dict[str, Any]) -> None:
         crd = copy.deepcopy(crd)
         crd["metadata"]["resourceVersion"] = current.metadata.resource_version
         ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        conds = ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {crd['metadata']['name']} never became Established: {conds}")
+    name = crd["metadata"]["name"]
+    eventually(lambda: any(c.type == "Established" and c.status == "True"
+                           for c in ext.read_custom_resource_definition(name).status.conditions or []),
+               f"CRD {name} Established", timeout=60)
 
 
 @pytest.fixture(scope="module")

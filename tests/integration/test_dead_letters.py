@@ -21,6 +21,7 @@ from handoff_spark.config import AppConfig
 from handoff_spark.decode.records import decode_batch
 from handoff_spark.sink.dead_letters import send_dead_letters
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, read_range
+from handoff_testbed.eventually import eventually
 
 pytestmark = [pytest.mark.kafka]
 
@@ -135,12 +136,10 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
         proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(config), "--sink", "noop"],
                                 stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if progress.exists() and json.loads(progress.read_text())["lagTotal"] == 0:
-                    break
-                assert proc.poll() is None, log.read_text()[-3000:]
-                time.sleep(0.5)
+            eventually(lambda: progress.exists() and json.loads(progress.read_text())["lagTotal"] == 0,
+                       "the driver's progress at lag 0", timeout=300, interval=0.5,
+                       give_up=lambda: None if proc.poll() is None else f"the driver exited with {proc.returncode}",
+                       context=lambda: log.read_text()[-3000:])
             record = json.loads(progress.read_text())
             assert record["offsets"] == {topic: {"0": 250, "1": 250}} and record["lagTotal"] == 0
             port = next(int(line.split(":")[1].split("/")[0]) for line in log.read_text().splitlines()

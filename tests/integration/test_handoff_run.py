@@ -9,19 +9,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+from handoff_testbed.eventually import eventually
 
-T = TypeVar("T")
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 MANIFEST = """\
 apiVersion: handoff.io/v1alpha1
@@ -116,18 +113,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
-
-
-def _until(probe: Callable[[], T | None], what: str, timeout: float = 300.0) -> T:
-    """`probe()`'s first truthy result, polled; fails naming `what` if none comes before `timeout` (a bound on a
-    hang, not a measurement)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
 
 
 def _metrics_line(log: Path, proc: subprocess.Popen[bytes]) -> str | None:
@@ -225,25 +210,28 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
             pass
         port_a = _free_port()
         a = start("a", "a", "--metrics-port", str(port_a))
-        assert _until(lambda: _metrics_line(logs["a"], a), "run a's metrics line") == f"metrics on :{port_a}/metrics"
+        line_a = eventually(lambda: _metrics_line(logs["a"], a), "run a's metrics line", timeout=300, interval=0.5)
+        assert line_a == f"metrics on :{port_a}/metrics"
         b = start("b", "b")
-        line_b = _until(lambda: _metrics_line(logs["b"], b), "run b's metrics line")
+        line_b = eventually(lambda: _metrics_line(logs["b"], b), "run b's metrics line", timeout=300,
+                            interval=0.5)
         match = re.fullmatch(rf"metrics on :(\d+)/metrics \(port {DEFAULT_METRICS_PORT} is taken\)", line_b)
         assert match, line_b
         port_b = int(match.group(1))
         assert port_b not in (port_a, DEFAULT_METRICS_PORT)
         # both work: every record committed by each, as its own metrics say, and Spark's query started in each
         for name, proc, port in (("a", a, port_a), ("b", b, port_b)):
-            _until(lambda n=name, p=proc, port=port: _rows_committed(port, f"web/clicks-{n}") == 100
-                   and p.poll() is None, f"run {name}'s 100 rows")
-            _until(lambda n=name, p=proc: p.poll() is None
-                   and re.search(r"^query \S+ started", logs[n].read_text(), re.M), f"run {name}'s query")
+            eventually(lambda n=name, p=proc, port=port: _rows_committed(port, f"web/clicks-{n}") == 100
+                       and p.poll() is None, f"run {name}'s 100 rows", timeout=300, interval=0.5)
+            eventually(lambda n=name, p=proc: p.poll() is None
+                       and re.search(r"^query \S+ started", logs[n].read_text(), re.M), f"run {name}'s query",
+                       timeout=300, interval=0.5)
 
         tree_a = _process_tree(a.pid)
         assert len(tree_a) > 1  # the driver and its JVM at least
         a.send_signal(signal.SIGKILL)
         a.wait()
-        _until(lambda: not _running(tree_a), "run a's JVM and Python workers gone", 120)
+        eventually(lambda: not _running(tree_a), "run a's JVM and Python workers gone", timeout=120, interval=0.5)
         assert _scrape(port_b) and b.poll() is None  # the other run is untouched
         left = _owners(tmp)
         assert {owner for owner in left.values()} <= {a.pid, b.pid}, left
@@ -265,7 +253,7 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
         tree_b = _process_tree(b.pid)
         b.send_signal(signal.SIGKILL)
         b.wait()
-        _until(lambda: not _running(tree_b), "run b's JVM and Python workers gone", 120)
+        eventually(lambda: not _running(tree_b), "run b's JVM and Python workers gone", timeout=120, interval=0.5)
         assert {owner for owner in _owners(tmp).values()} <= {b.pid, d.pid}
     finally:
         default_port.close()

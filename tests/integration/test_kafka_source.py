@@ -17,6 +17,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions, OffsetSpec
 
+from handoff_testbed.eventually import eventually
+
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 
@@ -152,16 +154,16 @@ def test_partition_added_mid_stream_is_read(spark, kafka, tmp_path):
         assert sorted(v for _, _, v in sink.rows) == [b"p0-a", b"p0-b"]
         admin = kafka.admin()  # keep a reference: a collected client cancels its futures
         admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
-        deadline = time.monotonic() + 60
-        while len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        eventually(lambda: len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) == 2,
+                   "the broker's metadata shows the second partition", timeout=60)
         produce(kafka, topic, [b"p1-a", b"p1-b", b"p1-c"], partition=1)
         produce(kafka, topic, [b"p0-c"], partition=0)
-        deadline = time.monotonic() + 120
-        while len(sink.rows) < 6 and time.monotonic() < deadline:
+
+        def six_rows() -> bool:
             query.processAllAvailable()
-            time.sleep(0.5)
+            return len(sink.rows) >= 6
+
+        eventually(six_rows, "the query reads the new partition's records", timeout=120, interval=0.5)
     finally:
         query.stop()
     assert sorted((p, v) for p, _, v in sink.rows) == [(0, b"p0-a"), (0, b"p0-b"), (0, b"p0-c"),
@@ -234,10 +236,8 @@ def test_segments_deleted_by_the_brokers_retention_fail_clearly_or_skip_when_tol
     for fut in admin.incremental_alter_configs([resource]).values():
         fut.result(30)
     tp = TopicPartition(topic, 0)
-    deadline = time.monotonic() + 60
-    while admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset != 20:
-        assert time.monotonic() < deadline, "the broker never deleted the old segment"
-        time.sleep(0.5)
+    eventually(lambda: admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset == 20,
+               "the broker deletes the old segment", timeout=60, interval=0.5)
     rows = fails_then_skips(spark, kafka, topic, tmp_path / "ck", lost=(10, 20))
     assert rows == [(20 + i, f"new-{i}".encode()) for i in range(10)]
 
@@ -280,13 +280,12 @@ def test_compaction_gaps_end_the_range_by_position_not_by_count(kafka):
         time.sleep(0.2)  # let segments roll so the cleaner has closed segments to compact
     opts = SourceOptions.parse({"subscribe": topic, "kafka.bootstrap.servers": kafka.bootstrap,
                                 "readTimeoutSeconds": "60"})
-    deadline = time.monotonic() + 120
-    while True:
+
+    def compacted() -> list[dict] | None:
         rows = [r for b in read_range(opts, OffsetRange(topic, 0, 0, 100)) for r in b.to_pylist()]
-        if len(rows) < 100 or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert len(rows) < 100, "the broker never compacted the topic"
+        return rows if len(rows) < 100 else None
+
+    rows = eventually(compacted, "the broker compacts the topic", timeout=120, interval=2)
     offsets = [r["offset"] for r in rows]
     assert offsets == sorted(set(offsets)) and offsets[-1] == 99
     latest = {r["key"]: r["value"] for r in rows}

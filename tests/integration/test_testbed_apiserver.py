@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Iterator
 
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from handoff_testbed.eventually import eventually
+
 pytestmark = pytest.mark.apiserver
 
-T = TypeVar("T")
+#: How long a check waits for the controllers, which act asynchronously (a bound on a hang, no measurement).
+CONTROLLERS_S = 90.0
 
 GROUP, VERSION, PLURAL = "testbed.handoff.dev", "v1", "widgets"
 
@@ -54,18 +56,6 @@ WIDGET_CRD: dict[str, Any] = {
 }
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 90.0) -> T:
-    """Poll until `probe` returns something truthy; controllers act asynchronously."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def api(apiserver) -> Iterator[client.ApiClient]:
     api_client = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
@@ -95,7 +85,7 @@ def widgets(api: client.ApiClient) -> client.CustomObjectsApi:
         crd = ext.read_custom_resource_definition(WIDGET_CRD["metadata"]["name"])
         return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
-    eventually(established, "CRD Established")
+    eventually(established, "CRD Established", timeout=CONTROLLERS_S)
     return client.CustomObjectsApi(api)
 
 
@@ -185,7 +175,7 @@ def test_rbac_is_enforced_for_service_account_tokens(apiserver, api: client.ApiC
                 raise
             return True
 
-        eventually(allowed, "RoleBinding grants list configmaps")
+        eventually(allowed, "RoleBinding grants list configmaps", timeout=CONTROLLERS_S)
         with pytest.raises(ApiException) as still_denied:
             as_reader.list_namespaced_secret(namespace)
         assert still_denied.value.status == 403
@@ -210,7 +200,7 @@ def test_garbage_collector_deletes_children_of_a_deleted_owner(api: client.ApiCl
             raise
         return False
 
-    eventually(child_gone, "child ConfigMap garbage-collected")
+    eventually(child_gone, "child ConfigMap garbage-collected", timeout=CONTROLLERS_S)
     assert core.read_namespaced_config_map("bystander", namespace).metadata.name == "bystander"
 
 
@@ -226,14 +216,14 @@ def test_deployment_controllers_create_replicaset_and_pods(apiserver, api: clien
                 spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="registry.invalid/none:0")])))))
 
     replicasets = eventually(lambda: apps.list_namespaced_replica_set(namespace, label_selector="app=smoke").items,
-                             "ReplicaSet created")
+                             "ReplicaSet created", timeout=CONTROLLERS_S)
     assert [r.uid for r in replicasets[0].metadata.owner_references] == [deployment.metadata.uid]
 
     def two_pods() -> list[client.V1Pod] | None:
         pods = core.list_namespaced_pod(namespace, label_selector="app=smoke").items
         return pods if len(pods) == 2 else None
 
-    pods = eventually(two_pods, "2 Pods created")
+    pods = eventually(two_pods, "2 Pods created", timeout=CONTROLLERS_S)
     for pod in pods:
         assert pod.metadata.owner_references[0].uid == replicasets[0].metadata.uid
         # ServiceAccount admission ran: the bound token volume is projected into every pod.
@@ -247,7 +237,7 @@ def test_deployment_controllers_create_replicaset_and_pods(apiserver, api: clien
     # Deployment controller counts them available — the signal an operator waits for.
     available = eventually(
         lambda: apps.read_namespaced_deployment_status("smoke", namespace).status.available_replicas == 2,
-        "Deployment has 2 available replicas")
+        "Deployment has 2 available replicas", timeout=CONTROLLERS_S)
     assert available
     running = core.list_namespaced_pod(namespace, label_selector="app=smoke").items
     assert {pod.status.phase for pod in running} == {"Running"}

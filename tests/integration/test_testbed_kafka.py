@@ -17,6 +17,8 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from handoff_testbed.eventually import eventually
+
 pytestmark = pytest.mark.kafka
 
 
@@ -97,11 +99,8 @@ def test_retention_deletes_closed_segments(kafka):
     _produce(kafka.bootstrap, topic, [b"new-2"], partition=0)
     tp = TopicPartition(topic, 0)
     admin = kafka.admin()
-    deadline = time.monotonic() + 60
-    earliest = 0
-    while time.monotonic() < deadline and earliest == 0:
-        earliest = admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset
-        time.sleep(0.5)
+    earliest = eventually(lambda: admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset,
+                          "the broker deletes the closed segment", timeout=60, interval=0.5)
     assert earliest == 2  # the closed segment (offsets 0-1) is gone, the fresh record stays
 
 

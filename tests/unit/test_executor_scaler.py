@@ -11,6 +11,7 @@ from handoff_spark.driver.executor_scaler import (ANNOTATION, ExecutorScaler, pa
                                            write_min_partitions)
 from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, pack_ranges, split_ranges
+from handoff_testbed.eventually import eventually
 
 
 def test_parse_desired_ignores_what_is_not_a_count():
@@ -123,6 +124,16 @@ class _Executors:
         return sum(e.cores for e in self.list)
 
 
+def _follow_until(scaler: ExecutorScaler, until: Callable[[], bool]) -> None:
+    """Let `scaler` follow its executors until `until()` holds: their warm-ups run in threads of their own."""
+
+    def held() -> bool:
+        scaler.follow_executors()
+        return until()
+
+    eventually(held, "the scaler's executors settle", timeout=10, interval=0.01)
+
+
 def test_a_new_executor_counts_for_batches_only_after_its_warm_up(tmp_path):
     path = tmp_path / "min-partitions"
     executors = _Executors()
@@ -141,11 +152,7 @@ def test_a_new_executor_counts_for_batches_only_after_its_warm_up(tmp_path):
                             warmup=warmup, echo=lambda _line: None)
 
     def settle(until: Callable[[], bool] = lambda: True) -> None:
-        deadline = time.monotonic() + 10
-        scaler.follow_executors()
-        while not until() and time.monotonic() < deadline:
-            time.sleep(0.01)
-            scaler.follow_executors()
+        _follow_until(scaler, until)
         scaler.follow_executors()  # once more: a warm-up thread may have finished after the last write
 
     settle(lambda: scaler.warm == {"1"})
@@ -187,10 +194,7 @@ def test_an_executor_whose_warm_up_keeps_failing_counts_after_three_tries(tmp_pa
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)
     executors.list.append(Executor("2", "10.0.0.2", 1))
-    deadline = time.monotonic() + 10
-    while scaler.warm != {"1", "2"} and time.monotonic() < deadline:
-        scaler.follow_executors()
-        time.sleep(0.01)
+    _follow_until(scaler, lambda: scaler.warm == {"1", "2"})
     assert tries.count("2") == 3 and scaler.warm == {"1", "2"}
     scaler.follow_executors()
     assert path.read_text() == "6"
@@ -210,10 +214,7 @@ def test_an_executor_whose_warm_up_hangs_counts_after_the_timeout(tmp_path, monk
 
     scaler = ExecutorScaler("ns", "cm", executors, min_partitions_file=str(path), partitions_per_core=3,  # type: ignore[arg-type]
                             warmup=warmup, echo=lambda _line: None)
-    deadline = time.monotonic() + 10
-    while scaler.warm != {"1"} and time.monotonic() < deadline:
-        scaler.follow_executors()
-        time.sleep(0.01)
+    _follow_until(scaler, lambda: scaler.warm == {"1"})
     executors.list.append(Executor("2", "10.0.0.2", 1))
     scaler.follow_executors()
     scaler.follow_executors()
