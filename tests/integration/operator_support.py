@@ -28,6 +28,9 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "handoff.io", "v1alpha1", "streamtablehandoffs"
 IMAGE = "registry.test/handoff-spark:test"
+#: A copy of Strimzi's KafkaTopic CRD, for retention through a KafkaTopic (the operator's and the chart's RBAC tests
+#: of it).
+STRIMZI_KAFKATOPIC_CRD = Path(__file__).resolve().parent / "data" / "strimzi-kafkatopic-crd.yaml"
 
 
 #: What "not yet" looks like through the API: the object is not created yet (404), a field of its status is not

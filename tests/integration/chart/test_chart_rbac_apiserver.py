@@ -29,7 +29,7 @@ from operator_support import delete_cluster_rbac, install_chart_rbac, token_clie
 
 pytestmark = pytest.mark.apiserver
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GROUP, VERSION = "handoff.io", "v1alpha1"
 
 

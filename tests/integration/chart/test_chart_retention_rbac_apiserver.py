@@ -14,11 +14,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.retention import strimzi
-from operator_support import delete_cluster_rbac, eventually, install_chart_rbac, token_client
+from operator_support import (STRIMZI_KAFKATOPIC_CRD, delete_cluster_rbac, eventually, install_chart_rbac,
+                              token_client)
 
 pytestmark = pytest.mark.apiserver
-
-CRD = Path(__file__).parent / "data" / "strimzi-kafkatopic-crd.yaml"
 
 
 def _install(admin: client.ApiClient, apiserver: Any, release_ns: str, values: dict[str, Any]
@@ -37,7 +36,7 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
     for ns in (release_ns, kafka_ns, other_ns):
         core.create_namespace({"metadata": {"name": ns}})
     try:
-        ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
+        ext.create_custom_resource_definition(yaml.safe_load(STRIMZI_KAFKATOPIC_CRD.read_text()))
     except ApiException as err:
         if err.status != 409:
             raise

@@ -1,8 +1,8 @@
 """ASan + UBSan builds of the C extensions run the fuzzing corpus and a generated set (issue 33).
 
-`_json_arrow` here (tests/unit/json_arrow_sanitized_child.py says what the child runs); `_kafka_native` against the
-test bed's broker in tests/integration/test_kafka_native_sanitized.py. A build with a read planted one byte past the
-data fails this test (test_a_planted_overread_is_caught), so a clean run means something."""
+`_json_arrow` here (json_arrow_sanitized_child.py beside this file says what the child runs); `_kafka_native` against
+the test bed's broker in tests/integration/c_extensions/test_kafka_native_sanitized.py. A build with a read planted
+one byte past the data fails this test (test_a_planted_overread_is_caught), so a clean run means something."""
 from __future__ import annotations
 
 import re
@@ -17,7 +17,10 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (
 
 #: Generated values the child checks (each also fed straight to the sanitized module alone and in a batch).
 GENERATED = 5_000
-SCRIPT = "import json_arrow_sanitized_child as child\nchild.main({count})\n"
+#: The child's script: json_arrow_sanitized_child from beside this file (sanitizers.run puts tests/ and tests/unit
+#: on its path, for decode_fuzz_support).
+SCRIPT = (f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+          "import json_arrow_sanitized_child as child\nchild.main({count})\n")
 
 
 def test_json_arrow_under_asan_and_ubsan_runs_the_corpus_and_generated_values_cleanly(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import yaml
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import rbac
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "handoff-operator"
+CHART = Path(__file__).resolve().parents[3] / "charts" / "handoff-operator"
 KUBE_VERSIONS = ("1.29", "1.35")
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},

@@ -18,7 +18,7 @@ from handoff_operator.spec.render import METRICS_PORT, NAME_LABEL, labels
 from monitoring_support import (CHART, MONITORING_ON, chart_metrics, dashboard, dashboard_queries, grafana_to_promql,
                                 render, rules, selected_metrics)
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+RUNBOOKS = Path(__file__).resolve().parents[3] / "docs" / "runbooks.md"
 MONITORING_KINDS = {"PrometheusRule", "PodMonitor", "ServiceMonitor"}
 
 

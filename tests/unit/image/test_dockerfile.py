@@ -2,7 +2,7 @@
 runs it: tests/e2e/test_in_cluster.py):
 every COPY source exists and is not excluded by .dockerignore, the dependency step names only pinned
 packages, the entrypoint script is valid bash and routes to the handoff CLI, and the image runs as the
-uid the chart expects. tests/integration/test_image_entrypoint.py runs the executor branch for real."""
+uid the chart expects. tests/integration/image/test_image_entrypoint.py runs the executor branch for real."""
 from __future__ import annotations
 
 import fnmatch
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def instructions() -> list[tuple[str, str]]:

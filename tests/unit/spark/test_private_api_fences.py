@@ -18,7 +18,7 @@ from handoff_spark import private_api, pyspark_private
 from handoff_spark.kafka import confluent_kafka_private
 from handoff_spark.iceberg import pyiceberg_private
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FENCES = {"pyspark": pyspark_private, "confluent_kafka": confluent_kafka_private, "pyiceberg": pyiceberg_private}
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from handoff_testbed import xdist_private
 from handoff_testbed.xdist_private import NODE_SCOPE, NODE_TEST_FILES, NodeTestsTogether
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_private_method_it_overrides_still_exists() -> None:

@@ -21,7 +21,7 @@ from handoff_testbed.eventually import eventually
 
 pytestmark = pytest.mark.apiserver
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 GROUP, VERSION = "handoff.io", "v1alpha1"
 
 

@@ -17,7 +17,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import Cluster, base_spec, eventually, kubectl, ledger_commit, operator_running
+from operator_support import (STRIMZI_KAFKATOPIC_CRD, Cluster, base_spec, eventually, kubectl, ledger_commit,
+                              operator_running)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -25,7 +26,6 @@ HOUR_MS = 3_600_000
 # replay.window 2h + replay.maxOutage 1h + lag age 0 + 10% margin = 3h18m; enforce rounds up to whole hours
 NEED_MS = 11_880_000
 RAISED_MS = 4 * HOUR_MS
-DATA = Path(__file__).parent / "data"
 
 
 def _retention_ms(kafka: Any, topic: str) -> str:
@@ -136,7 +136,7 @@ def test_segments_deleted_past_the_ledger_position_are_data_loss_with_the_range(
 
 def test_topic_managed_by_strimzi_is_raised_in_its_kafkatopic(cluster: Cluster, kafka, tmp_path: Path) -> None:
     kubeconfig = cluster.kubeconfig
-    out = kubectl(kubeconfig, "apply", "--server-side", "-f", str(DATA / "strimzi-kafkatopic-crd.yaml"), check=False)
+    out = kubectl(kubeconfig, "apply", "--server-side", "-f", str(STRIMZI_KAFKATOPIC_CRD), check=False)
     assert out.returncode == 0, out.stderr
     eventually(lambda: kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=30s",
                                "crd/kafkatopics.kafka.strimzi.io", check=False).returncode == 0, "CRD Established")

@@ -1,5 +1,5 @@
 """crds/ is generated from the models and must not be stale; the generated schema is structural (checked
-here offline; tests/integration/test_crds_apiserver.py has a real kube-apiserver accept it); the examples
+here offline; tests/integration/operator/crd/test_crds_apiserver.py has a real kube-apiserver accept it); the examples
 validate against it."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from handoff_operator.crd import generate as crdgen
 from handoff_operator.models import ALL_RESOURCES, ReplayRequest, StreamTableHandoff
 from handoff_operator.models.common import CustomResource
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 

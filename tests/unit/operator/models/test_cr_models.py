@@ -1,5 +1,5 @@
 """The CR models: examples round-trip, defaults, helpers, and the validation rules (the same rules the
-CRD's CEL enforces at the API server; tests/integration/test_crds_apiserver.py checks that side)."""
+CRD's CEL enforces at the API server; tests/integration/operator/crd/test_crds_apiserver.py checks that side)."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +14,7 @@ from handoff_operator.models import (Condition, ReplayRequest, StreamTableHandof
                                      quantity_to_bytes, spark_memory)
 from handoff_operator.models.replay_request import ReplayRequestSpec
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 MINIMAL = {"source": {"bootstrapServers": "k:9092", "topics": ["orders"]},
            "sink": {"iceberg": {"table": "shop.orders"}}}
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -17,9 +15,7 @@ from handoff_operator.spec import rendered as rendering
 from handoff_operator.runtime.kube import Kube, driver_facts, executors_running
 from handoff_operator.spec.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
 from handoff_operator.truth.watched import Seen, Views, _slim_deployment, _slim_pod
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from operator_support import base_spec  # noqa: E402
+from operator_support import base_spec  # in tests/integration, which pyproject.toml puts on the path
 
 DEPLOYMENT = {"metadata": {"name": "orders-driver", "generation": 3, "labels": {"x": "y"}},
               "spec": {"replicas": 1, "template": {"spec": {"containers": []}}},

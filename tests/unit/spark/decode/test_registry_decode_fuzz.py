@@ -5,7 +5,7 @@ or a dead letter with a reason, and the table reads back.
 No registry is needed: `decode_registry_batch` takes the writer-schema cache as an argument, and the cache here holds
 writer schemas built by registry_decode's own builders (`_WRITERS`) from the schema text a registry returns (Avro
 and JSON Schema as JSON, Protobuf as the base64 FileDescriptorProto of `format=serialized`); only the HTTP fetch is
-left out, which tests/integration/test_registry_decode.py covers against the test bed's registry."""
+left out, which tests/integration/spark/decode/test_registry_decode.py covers against the test bed's registry."""
 from __future__ import annotations
 
 import base64

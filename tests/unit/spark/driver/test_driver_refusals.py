@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def _run(tmp_path: Path, doc: dict, *args: str) -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
 """progress_publisher: when to publish (pure), and that a local run (no operator env) publishes nothing.
-Publishing against a real API server: tests/integration/test_operator_driver_report.py."""
+Publishing against a real API server: tests/integration/operator/truth/test_operator_driver_report_apiserver.py."""
 from __future__ import annotations
 
 import json

@@ -20,7 +20,7 @@ from handoff_spark.kafka import _kafka_native
 from handoff_spark.kafka import native as kafka_native
 from handoff_spark.kafka.confluent_kafka_private import librdkafka_path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 V2_0_2, V2_16_0, V1_9_2, V3_0_0 = 0x020002FF, 0x021000FF, 0x010902FF, 0x030000FF
 HEADERS = Path("/usr/include/librdkafka/rdkafka.h")
 
