@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .eventually import eventually
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (the kernel picks it)."""
@@ -30,19 +32,19 @@ class StartupError(RuntimeError):
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: "Service | None" = None,
                interval: float = 0.1) -> None:
-    """Poll `check` until true; fail early with the log tail if the process died meanwhile."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise StartupError(f"{what}: process exited with {proc.popen.returncode if proc.popen else '?'}\n"
-                               f"{proc.log_tail()}")
-        try:
-            if check():
-                return
-        except Exception:  # readiness probes raise while the server is still coming up
-            pass
-        time.sleep(interval)
-    raise StartupError(f"{what}: not ready after {timeout:.0f}s\n{proc.log_tail() if proc else ''}")
+    """Poll `check` until true (handoff_testbed.eventually); fail early with the log tail if the process died
+    meanwhile. Any exception counts as "not yet": readiness probes raise while the server is still coming up."""
+
+    def exited() -> str | None:
+        if proc is None or proc.alive():
+            return None
+        return f"process exited with {proc.popen.returncode if proc.popen else '?'}"
+
+    try:
+        eventually(check, f"{what} ready", timeout=timeout, interval=interval, retry_on=(Exception,),
+                   give_up=exited, context=proc.log_tail if proc is not None else None)
+    except AssertionError as exc:
+        raise StartupError(str(exc)) from None
 
 
 @dataclass

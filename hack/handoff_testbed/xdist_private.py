@@ -7,14 +7,14 @@ workers start two real nodes on one machine (one kubelet, bridge and iptables ru
 This subclass of `LoadScopeScheduling` overrides its `_split_scope` (private: xdist documents only
 `pytest_xdist_make_scheduler`): the files that run the real node form one scope, which xdist runs on one worker
 in collection order; every other test is a scope of its own, distributed like `--dist load`.
-`tests/unit/test_xdist_scheduling.py` fails, naming the method, when an upgrade moves it."""
+`tests/unit/testbed/test_xdist_scheduling.py` fails, naming the method, when an upgrade moves it."""
 from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
 #: Test files whose tests start the real node (marker `node`); the unit test checks the marker and this list agree.
 NODE_TEST_FILES = ("tests/e2e/test_in_cluster.py", "tests/e2e/test_in_cluster_scaling.py",
-                   "tests/integration/test_testbed_node.py")
+                   "tests/integration/testbed/test_testbed_node.py")
 NODE_SCOPE = "the real node"
 
 

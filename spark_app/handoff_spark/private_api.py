@@ -3,7 +3,7 @@
 Why fences: Handoff uses a few private APIs of its libraries where no public one does the job (each fence says
 why, name by name). A library may move or drop a private name in any release, without a deprecation. Each
 library's private names are used through its one fence module only, so an upgrade is checked in one file, and
-tests/unit/test_private_api_fences.py resolves every name a fence lists against the installed version: an
+tests/unit/spark/test_private_api_fences.py resolves every name a fence lists against the installed version: an
 upgrade that moves one fails that test with the name, not a batch in production with an AttributeError. Names
 that only exist on live objects (set in `__init__`) are read through `attribute`, which fails the same way.
 """

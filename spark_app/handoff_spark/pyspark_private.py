@@ -19,7 +19,7 @@ equivalent (see the callers):
 
 Every import is inside its function: `worker_daemon` sets the Arrow memory pool before pyarrow (which pyspark
 imports) loads, and `jvm_cds` runs as a script before a session exists. `PRIVATE_APIS` lists the names that
-resolve without a live session; tests/unit/test_private_api_fences.py resolves them and calls every accessor on a
+resolve without a live session; tests/unit/spark/test_private_api_fences.py resolves them and calls every accessor on a
 real local session. Pinned: requirements.lock.
 """
 from __future__ import annotations

@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import helm_python as helm
 import yaml
 
+from handoff_testbed.eventually import eventually as _eventually
 from handoff_testbed.image import build_image
 from handoff_testbed.proc import Service
 from handoff_testbed.tcp_forward import start_relay
@@ -131,18 +131,10 @@ def cluster_from_environment(workdir: Path) -> contextlib.AbstractContextManager
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = 180.0, interval: float = 1.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
-        try:
-            result = probe()
-            if result:
-                return result
-        except (AssertionError, KeyError, subprocess.TimeoutExpired) as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened within {timeout:.0f}s: {what} (last: {last})")
-        time.sleep(interval)
+    """handoff_testbed.eventually for the in-cluster drills: a probe's own assertion, a status field not written
+    yet (KeyError) and a kubectl call that timed out mean "not yet"."""
+    return _eventually(probe, what, timeout=timeout, interval=interval,
+                       retry_on=(AssertionError, KeyError, subprocess.TimeoutExpired))
 
 
 # ------------------------------------------------------------------------------------ the operator

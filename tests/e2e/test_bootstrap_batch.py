@@ -17,6 +17,7 @@ import pytest
 
 from handoff_spark.iceberg import ledger
 from handoff_spark.iceberg.sink import open_table
+from handoff_testbed.eventually import eventually
 
 from iceberg_drill_support import (PY, REPO, assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion)
@@ -78,13 +79,6 @@ def test_restart_with_backlog_commits_the_bootstrap_batch_then_spark_continues(k
     assert len(table.scan().to_arrow()) == n
 
 
-def _wait_for(what: str, check, timeout: float, log) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s\n" + log.read_text()[-4000:]
-        time.sleep(0.3)
-
-
 def test_a_running_stream_keeps_committing_while_spark_starts_then_hands_over(kafka, tmp_path):
     """A running stream (no AvailableNow): the driver's bootstrap batches follow each other — back to back while
     the backlog exceeds a batch, then at the trigger interval — while the Spark session starts and runs its warm-up
@@ -112,11 +106,13 @@ def test_a_running_stream_keeps_committing_while_spark_starts_then_hands_over(ka
         proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
                                 stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
     try:
-        _wait_for("a batch of Spark's query", lambda: re.search(r"^batch \d+: ", log.read_text(), re.M), 300, log)
+        eventually(lambda: re.search(r"^batch \d+: ", log.read_text(), re.M), "a batch of Spark's query", timeout=300,
+                   interval=0.3, context=lambda: log.read_text()[-4000:])
         stop.set()
         feeder.join(timeout=30)
         rows = lambda: len(open_table(cfg, create=False).scan(selected_fields=("id",)).to_arrow())  # noqa: E731
-        _wait_for("every record committed", lambda: rows() == sum(produced), 120, log)
+        eventually(lambda: rows() == sum(produced), "every record committed", timeout=120, interval=0.3,
+                   context=lambda: log.read_text()[-4000:])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, log.read_text()[-4000:]
     finally:

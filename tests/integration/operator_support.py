@@ -22,26 +22,25 @@ from kubernetes.client.rest import ApiException
 
 import handoff_operator.handoff.handlers as handlers
 from handoff_operator.runtime.settings import OperatorSettings
+from handoff_testbed.eventually import eventually as _eventually
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "handoff.io", "v1alpha1", "streamtablehandoffs"
 IMAGE = "registry.test/handoff-spark:test"
+#: A copy of Strimzi's KafkaTopic CRD, for retention through a KafkaTopic (the operator's and the chart's RBAC tests
+#: of it).
+STRIMZI_KAFKATOPIC_CRD = Path(__file__).resolve().parent / "data" / "strimzi-kafkatopic-crd.yaml"
+
+
+#: What "not yet" looks like through the API: the object is not created yet (404), a field of its status is not
+#: written yet (KeyError).
+NOT_YET = (ApiException, KeyError)
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            result = probe()
-        except (ApiException, KeyError) as exc:  # the object, or a field of its status, may not exist yet
-            result, last = None, exc
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what} (last error: {last})")
-        time.sleep(0.2)
+    """handoff_testbed.eventually for the operator's tests: the API server's "not yet" retried."""
+    return _eventually(probe, what, timeout=timeout, retry_on=NOT_YET)
 
 
 def kubectl(kubeconfig: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

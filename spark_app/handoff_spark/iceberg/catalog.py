@@ -19,7 +19,7 @@ What changes, and why it is safe:
   * Updates are applied without the final defensive deep copy (`apply_updates`). PyIceberg's update
     functions never mutate a metadata object in place (each returns `model_copy(update=…)` with new lists),
     and neither does Handoff, so the new metadata may share unchanged snapshots with the old one.
-    `tests/unit/test_iceberg_catalog.py` pins the result to PyIceberg's own `update_table_metadata`.
+    `tests/unit/spark/iceberg/test_iceberg_catalog.py` pins the result to PyIceberg's own `update_table_metadata`.
 Only `SqlCatalog` (SQLite, PostgreSQL) is wrapped; other catalog types are used as PyIceberg ships them.
 """
 from __future__ import annotations

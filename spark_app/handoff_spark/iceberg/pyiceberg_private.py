@@ -13,9 +13,10 @@ Why private APIs at all (each was measured or has no public equivalent; see the 
 
 Not re-exported (overrides in a subclass cannot be): `iceberg.catalog.HandoffSqlCatalog` overrides SqlCatalog's
 `_convert_orm_to_iceberg` and `_update_and_stage_table` and calls `_parse_metadata_version` / `_load_file_io`.
-`PRIVATE_APIS` lists every name above; tests/unit/test_private_api_fences.py resolves each against the installed
+`PRIVATE_APIS` lists every name above; tests/unit/spark/test_private_api_fences.py resolves each against the installed
 PyIceberg (and the instance attributes on real objects), naming any an upgrade moved.
-Pinned: requirements.lock; tests/unit/test_iceberg_catalog.py and the sink's integration tests exercise them.
+Pinned: requirements.lock; tests/unit/spark/iceberg/test_iceberg_catalog.py and the sink's integration tests exercise
+them.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Why private APIs at all (see the callers):
   librdkafka confluent-kafka has loaded, so the process holds one copy of it (`kafka_native`); importing the C
   extension maps the library, and the process's memory map names its file.
 
-`PRIVATE_APIS` lists them; tests/unit/test_private_api_fences.py resolves each against the installed version and
+`PRIVATE_APIS` lists them; tests/unit/spark/test_private_api_fences.py resolves each against the installed version and
 finds the library. Pinned: requirements.lock.
 """
 from __future__ import annotations

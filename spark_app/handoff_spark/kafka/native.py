@@ -24,7 +24,7 @@ a mismatch would read wrong memory silently. So `module()` checks the binding be
 * the structs read back right: the bound library fills a partition list and a message with known values, and
   every field the extension reads is read through its compiled layout and compared (`_kafka_native.c`).
 Checked: Debian's librdkafka-dev 2.0.2 headers against confluent-kafka 2.16.1's bundled librdkafka 2.16.0 and
-Debian's own librdkafka 2.0.2 (tests/unit/test_kafka_native_guard.py; docs/design/data-plane-contract.md).
+Debian's own librdkafka 2.0.2 (tests/unit/spark/kafka/test_kafka_native_guard.py; docs/design/data-plane-contract.md).
 On any mismatch the process reads with confluent-kafka's `Consumer`, the same results at more CPU, and logs one
 warning line naming both versions and the fix. `HANDOFF_KAFKA_READER=native` does not override that: the
 variable chooses between readers that work, and a mismatched native reader could only corrupt data; nor is it
