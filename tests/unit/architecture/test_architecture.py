@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGES = {"handoff_spark": REPO / "spark_app" / "handoff_spark",
             "handoff_operator": REPO / "operator" / "handoff_operator"}
 
@@ -304,7 +304,7 @@ def test_the_private_name_check_sees_both_forms(tmp_path):
 
 def test_no_module_imports_a_private_name_of_another():
     """Libraries' private APIs are another matter: each sits behind its fence module (`pyspark_private`,
-    `kafka.confluent_kafka_private`, `iceberg.pyiceberg_private`; tests/unit/test_private_api_fences.py)."""
+    `kafka.confluent_kafka_private`, `iceberg.pyiceberg_private`; tests/unit/spark/test_private_api_fences.py)."""
     found = private_imports()
     assert found == [], "private names used from another module (make them public, or move the code):\n" + \
         "\n".join(found)
