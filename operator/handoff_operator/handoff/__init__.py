@@ -1,6 +1,6 @@
-"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile (`handlers`),
-conditions from facts (`conditions`, pure), the decide step from facts to the typed status and Events
-(`status`, pure) and kopf's slimmer diff-base (`diffbase`).
+"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile (`handlers`), the decide
+step from facts to the typed status and Events (`status`, pure) and kopf's slimmer diff-base (`diffbase`). The
+condition vocabulary and facts it decides over are `handoff_operator.conditions` (every controller uses them).
 
 Imports every decision folder (`spec`, `truth`, `scaling`, `upgrade`, `retention`) and `runtime`; imported by
 `cli` only.

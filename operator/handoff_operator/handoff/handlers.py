@@ -39,7 +39,7 @@ from handoff_operator.scaling import step as autoscale
 from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
-from handoff_operator.handoff.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
+from handoff_operator.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
 from handoff_operator.runtime.kube import Kube, in_cluster_server, new_api_client
 from handoff_operator.models import StreamTableHandoffSpec

@@ -14,8 +14,8 @@ from typing import Any
 
 from handoff_operator.retention import report as retention_report
 from handoff_operator.truth import driver_report
-from handoff_operator.handoff.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
-                         transitions)
+from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, iso, iso_ms,
+                                         live_report, merge_conditions, transitions)
 from handoff_operator.models import StreamTableHandoffStatus, format_duration
 from handoff_operator.upgrade.step import overlay
 
@@ -45,20 +45,6 @@ class Decision:
     status: dict[str, Any]                    # the merge patch body of `status` (null clears a key)
     phase: str | None
     events: list[Event]
-
-
-def iso(moment: dt.datetime) -> str:
-    return moment.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def iso_ms(value: Any) -> int | None:
-    """Epoch ms of a status timestamp as `iso` writes it (None: absent or not a timestamp)."""
-    if not value:
-        return None
-    try:
-        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 def status_progress(status: Mapping[str, Any]) -> ProgressFacts:

@@ -47,7 +47,7 @@ from handoff_operator.replay import backfill as replay_backfill
 from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
-from handoff_operator.handoff.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
+from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,

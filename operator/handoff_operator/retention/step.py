@@ -28,7 +28,7 @@ from handoff_operator.runtime import metrics
 from handoff_operator.retention import kafka as retention_kafka
 from handoff_operator.retention import report as retention_report
 from handoff_operator.retention import strimzi
-from handoff_operator.handoff.conditions import Condition, ProgressFacts, Transition
+from handoff_operator.conditions import Condition, ProgressFacts, Transition
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.retention.rule import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
 from handoff_operator.retention.report import EnforceOutcome, RetentionCheck

@@ -23,7 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from handoff_operator.handoff.conditions import DriverFacts, condition_true
+from handoff_operator.conditions import DriverFacts, condition_true
 from handoff_operator.truth.driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from handoff_operator.spec.render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
                      driver_name, progress_configmap_name)

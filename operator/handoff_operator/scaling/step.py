@@ -25,12 +25,11 @@ from kubernetes.client.rest import ApiException
 from handoff_spark.ledger import lag
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff.conditions import DriverReport, ProgressFacts
+from handoff_operator.conditions import DriverReport, ProgressFacts, iso_ms
 from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide
-from handoff_operator.handoff.status import iso_ms
 
 #: The annotation the driver polls (handoff_spark.driver.executor_scaler.ANNOTATION).
 DESIRED_ANNOTATION = "handoff.io/desired-executors"

@@ -27,7 +27,7 @@ from typing import Any
 
 import kopf
 
-from handoff_operator.handoff.conditions import DriverFacts
+from handoff_operator.conditions import DriverFacts
 from handoff_operator.truth.driver_report import DATA_KEY
 from handoff_operator.runtime.kube import driver_facts, executors_running
 from handoff_operator.spec.render import (COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL,

@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff.conditions import DriverFacts, DriverReport, ProgressFacts
+from handoff_operator.conditions import DriverFacts, DriverReport, ProgressFacts
 from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
