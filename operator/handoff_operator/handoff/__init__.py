@@ -2,6 +2,7 @@
 step from facts to the typed status and Events (`status`, pure) and kopf's slimmer diff-base (`diffbase`). The
 condition vocabulary and facts it decides over are `handoff_operator.conditions` (every controller uses them).
 
-Imports every decision folder (`spec`, `truth`, `scaling`, `upgrade`, `retention`) and `runtime`; imported by
-`cli` only.
+Imports every decision folder (`spec`, `truth`, `scaling`, `upgrade`, `retention`), `conditions` and `runtime`;
+imported only by `handoff_operator.register_handlers` (the package's `__init__`, which `cli` and kopf use). It never
+imports the ReplayRequest controller (`replay`): it serves its reconcile to it through `runtime.controllers`.
 """

@@ -41,18 +41,18 @@ from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
-from handoff_operator.runtime.kube import Kube, in_cluster_server, new_api_client
+from handoff_operator.runtime.controllers import serve_handoff_reconcile
+from handoff_operator.runtime.kube import Kube, in_cluster_server, operator_kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
                      referenced_secrets, render)
 from handoff_operator.retention.report import RetentionCheck
-from handoff_operator.runtime.settings import OperatorSettings
+from handoff_operator.runtime.settings import current_settings
 from handoff_operator.handoff.status import Decision, Observed, decide, status_progress, worth_writing
 from handoff_operator.truth.reading import offsets_max_age, read_progress
 from handoff_operator.spec.validation import Problem, check
 from handoff_operator.truth.watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
 
-SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
 TRANSIENT_DELAY = 10.0
@@ -79,14 +79,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
-def _kube(memo: Any) -> Kube:
-    kube = getattr(memo, "kube", None)
-    if kube is None:
-        kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
-        memo.kube = kube
-    return kube
-
-
 # ---------------------------------------------------------------------------------------- startup
 
 @kopf.on.startup()
@@ -99,8 +91,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300
     settings.execution.max_workers = WORKER_THREADS
-    memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
-    memo.settings = SETTINGS
+    operator_kube(memo)  # made now, not in the first handler
     memo.loop = asyncio.get_running_loop()  # the sync change handlers read the watch indexes through it (Views)
     # Status refreshes and child reconciles (`asyncio.to_thread`): the loop's default pool has min(32, CPUs + 4)
     # threads, 6 on a 2-CPU node, and a reconcile mostly waits on the API server, Kafka or a catalog.
@@ -129,19 +120,20 @@ def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | 
     obj = obj if obj is not None else kube.get_handoff(namespace, name)
     if obj is None:
         return None
+    settings = current_settings()
     held = rollback.held_spec(kube, obj)  # a failed spec change rolled back: the last good one runs
     if held is None:
-        prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
+        prepared = rendering.prepare(kube, obj, settings.default_image)
         spec, rendered, secrets = prepared.spec, prepared.rendered, prepared.secrets
     else:
         spec, secrets = held, kube.read_secrets(namespace, sorted(referenced_secrets(held)))
         resolved, problems = check(name, spec, secrets)
-        rendered = None if problems else render(obj, spec, SETTINGS.default_image, resolved)
+        rendered = None if problems else render(obj, spec, settings.default_image, resolved)
     if spec is None or rendered is None:
         return None
     progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets),
-                             offsets_max_age=offsets_max_age(SETTINGS.status_interval))
-    return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, SETTINGS)
+                             offsets_max_age=offsets_max_age(settings.status_interval))
+    return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, settings)
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
@@ -167,7 +159,7 @@ class Desired:
 
 
 def _desired(kube: Kube, obj: dict[str, Any]) -> Desired:
-    prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
+    prepared = rendering.prepare(kube, obj, current_settings().default_image)
     return Desired(obj, prepared.spec, list(prepared.problems), prepared.rendered, prepared.digests)
 
 
@@ -197,7 +189,7 @@ def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, 
     now_ms = int(time.time() * 1000)
     driver = (seen.settled_driver(condition_true(status, READY)) if seen is not None else None) or kube.driver_facts(namespace, name)
     # Automatic rollback of a failed spec change: may swap in the last good spec's children.
-    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
+    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, current_settings(), now_ms, driver)
     rendered = out.rendered = upgrade.rendered
     out.upgrade = upgrade
     out.events += upgrade.events
@@ -310,7 +302,7 @@ def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: Dr
         restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
                                 for c in old_conditions),
         driver_report=report, now_ms=int(time.time() * 1000),
-        driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
+        driver_report_max_age_seconds=current_settings().driver_report_max_age,
         replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
     retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
                                       truth if rendered is not None else None, old_conditions)
@@ -344,7 +336,7 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
 def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool,
          views: Views | None = None, body: Mapping[str, Any] | None = None) -> None:
     try:
-        problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth, views=views, body=body)
+        problems = reconcile(namespace, name, operator_kube(memo), refresh_truth=refresh_truth, views=views, body=body)
     except ApiException as exc:
         if exc.status in (400, 422):
             raise kopf.PermanentError(f"the API server refused a request: {exc.reason}: {exc.body}") from exc
@@ -393,7 +385,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(refresh_wait(SETTINGS.status_interval, first, random.random()))
+        await stopped.wait(refresh_wait(current_settings().status_interval, first, random.random()))
         first = False
 
 
@@ -448,7 +440,7 @@ async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: 
             _children_due.discard(key)
     body = views.handoff(namespace, name) if views is not None else None  # read here, in the event loop
     try:
-        await asyncio.to_thread(reconcile, namespace, name, _kube(memo), refresh_truth=False, views=views,
+        await asyncio.to_thread(reconcile, namespace, name, operator_kube(memo), refresh_truth=False, views=views,
                                 body=body)
     except Exception as exc:  # noqa: BLE001 - the daemon will try again
         logger.debug(f"child-triggered reconcile of {namespace}/{name} failed: {exc}")
@@ -464,7 +456,7 @@ async def on_driver_deployment(namespace: str, meta: Mapping[str, Any], status: 
     if type is None:  # None = the initial listing at startup; the resume handler covers it
         return
     generation = int(meta.get("generation") or 0)
-    kube = _kube(memo)
+    kube = operator_kube(memo)
     if type == "DELETED" or (generation != int((status or {}).get("observedGeneration") or 0)
                              and not kube.applied.ours(namespace, "Deployment", meta.get("name"), generation)):
         # Its spec changed by someone else's hand, or it is gone: apply it again next time instead of trusting
@@ -484,11 +476,11 @@ async def on_driver_pod(namespace: str, meta: Mapping[str, Any], memo: Any, logg
 def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], started: dt.datetime,
               **_: Any) -> None:
     """Stop the driver gracefully; keep the table and the checkpoint; then release the finalizer."""
-    kube = _kube(memo)
+    kube = operator_kube(memo)
     kube.scale_driver(namespace, name, 0)
     pods = [p for p in kube.driver_pods(namespace, name)]
     waited = (_now() - started.replace(tzinfo=started.tzinfo or dt.timezone.utc)).total_seconds()
-    if pods and waited < SETTINGS.delete_grace_seconds:
+    if pods and waited < current_settings().delete_grace_seconds:
         try:
             reconcile(namespace, name, kube, refresh_truth=False, deleting=True)
         except ApiException:
@@ -508,4 +500,4 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     _known.pop((namespace, name), None)
 
 
-from handoff_operator.replay import handlers as replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these
+serve_handoff_reconcile(lambda namespace, name, kube: reconcile(namespace, name, kube, refresh_truth=False))

@@ -42,13 +42,14 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff import handlers
 from handoff_operator.replay import backfill as replay_backfill
 from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
-from handoff_operator.runtime.kube import Kube
+from handoff_operator.runtime.controllers import reconcile_handoff
+from handoff_operator.runtime.kube import Kube, operator_kube
+from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
@@ -100,7 +101,7 @@ def _annotate_handoff(kube: Kube, handoff: Mapping[str, Any], annotations: Mappi
 
 def _apply_handoff(kube: Kube, namespace: str, name: str) -> None:
     """Let the handoff's reconcile apply what the annotations now say (driver replicas, phase)."""
-    handlers.reconcile(namespace, name, kube, refresh_truth=False)
+    reconcile_handoff(namespace, name, kube)
 
 
 def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
@@ -112,7 +113,7 @@ def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
         secrets = kube.read_secrets(meta["namespace"], sorted(referenced_secrets(spec)))
         resolved, problems = check(meta["name"], spec, secrets)
         if not problems:
-            return render(handoff, spec, handlers.SETTINGS.default_image, resolved).config
+            return render(handoff, spec, current_settings().default_image, resolved).config
     raise Refused("HandoffInvalid", f"StreamTableHandoff {meta['name']} has an invalid spec ("
                   + "; ".join(str(p) for p in problems) + "); fix it, then create a new ReplayRequest")
 
@@ -453,7 +454,7 @@ def advance(namespace: str, name: str, kube: Kube) -> bool:
 
 async def _tick(namespace: str, name: str, memo: Any, logger: Any) -> bool:
     try:
-        return await asyncio.to_thread(advance, namespace, name, handlers._kube(memo))
+        return await asyncio.to_thread(advance, namespace, name, operator_kube(memo))
     except Wait as wait:
         logger.info(f"replay {namespace}/{name}: {wait}")
     except (ApiException, OSError, TimeoutError) as exc:
@@ -471,13 +472,13 @@ async def run_replay(namespace: str, name: str, memo: Any, stopped: kopf.DaemonS
     while not stopped:
         if await _tick(namespace, name, memo, logger):
             return
-        await stopped.wait(min(handlers.SETTINGS.status_interval, 2.0))
+        await stopped.wait(min(current_settings().status_interval, 2.0))
 
 
 @kopf.on.delete(**RESOURCE)
 def on_replay_delete(namespace: str, name: str, spec: Mapping[str, Any], memo: Any, **_: Any) -> None:
     """A request deleted mid-run releases its claim, so the driver runs again (the table stays as it is)."""
-    kube = handlers._kube(memo)
+    kube = operator_kube(memo)
     handoff = kube.get_handoff(namespace, (spec.get("handoffRef") or {}).get("name", ""))
     if handoff is None:
         return

@@ -1,5 +1,8 @@
-"""What every controller shares at run time: Kubernetes API access (`kube`), the operator's Prometheus metrics
-(`metrics`) and settings from the environment (`settings`).
+"""What every controller shares at run time: Kubernetes API access and the operator's one client
+(`kube.operator_kube`), the operator's Prometheus metrics (`metrics`), settings from the environment
+(`settings.current_settings`) and what one controller asks of another (`controllers`: the handoff's reconcile,
+for the ReplayRequest controller).
 
-Imports `models` only; imported by every controller.
+Imports `models`, `conditions`, `spec.render` (names and labels) and `truth.driver_report` (its key); imported by
+every controller.
 """

@@ -24,6 +24,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from handoff_operator.conditions import DriverFacts, condition_true
+from handoff_operator.runtime.settings import current_settings
 from handoff_operator.truth.driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from handoff_operator.spec.render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
                      driver_name, progress_configmap_name)
@@ -254,6 +255,23 @@ class Kube:
         if deployment is None:
             return None
         return driver_facts(deployment, self._pods(namespace, name, "driver"))
+
+
+_operator_kube_lock = threading.Lock()
+
+
+def operator_kube(memo: Any) -> Kube:
+    """The operator's one `Kube`, shared by every controller (the handoffs', the ReplayRequests'): kept in kopf's
+    `memo` (one per operator run), made at first use. One, so all of them share one connection pool and one
+    record of what was applied (AppliedChildren)."""
+    kube = getattr(memo, "kube", None)
+    if kube is None:
+        with _operator_kube_lock:
+            kube = getattr(memo, "kube", None)
+            if kube is None:
+                kube = Kube(new_api_client(), resync=current_settings().children_resync_interval)
+                memo.kube = kube
+    return kube
 
 
 def executors_running(pods: Iterable[Mapping[str, Any]]) -> int:
