@@ -32,7 +32,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator.runtime import metrics
+from handoff_operator.runtime import metrics, state
 from handoff_operator.retention import step as retention_check
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.scaling import step as autoscale
@@ -62,17 +62,16 @@ TRANSIENT_DELAY = 10.0
 #: docs/benchmarks.md, operator scale). kube.CONNECTION_POOL_SIZE covers both.
 WORKER_THREADS = 16
 
-_locks: dict[tuple[str, str], threading.Lock] = {}
-_locks_guard = threading.Lock()
+#: Each handoff's lock: a reconcile runs under it (see the module's docstring).
+_locks: state.HandoffMemory[threading.Lock] = state.HandoffMemory("handoff.locks")
 #: Each handoff as this process last read it under its lock or made it by a status patch (its
 #: watched.reconciled_view; _handoff_under_lock).
-_known: dict[tuple[str, str], Mapping[str, Any]] = {}
+_known: state.HandoffMemory[Mapping[str, Any]] = state.HandoffMemory("handoff.known")
 log = logging.getLogger("handoff.operator")
 
 
 def _lock(namespace: str, name: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault((namespace, name), threading.Lock())
+    return _locks.setdefault((namespace, name), threading.Lock)
 
 
 def _now() -> dt.datetime:
@@ -239,7 +238,8 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
         truth, retention = _read_truth(namespace, name, kube, body) or (None, None)
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = _handoff_under_lock(kube, namespace, name, body)
-        if obj is None:
+        if obj is None:  # gone (a child's event after its deletion): nothing of it is kept any more
+            state.forget(namespace, name)
             return []
         meta = obj["metadata"]
         deleting = deleting or bool(meta.get("deletionTimestamp"))
@@ -273,9 +273,9 @@ def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str
         return dict(body)
     obj = kube.get_handoff(namespace, name)
     if obj is None:
-        _known.pop(key, None)
+        _known.pop(key)
     else:
-        _known[key] = reconciled_view(obj)
+        _known.set(key, reconciled_view(obj))
     return obj
 
 
@@ -319,7 +319,7 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
     namespace, name = meta["namespace"], meta["name"]
     if worth_writing(obj.get("status") or {}, decision.status):
         patched = kube.patch_status(namespace, name, decision.status)
-        _known[(namespace, name)] = reconciled_view(patched) if patched is not None else UNKNOWN
+        _known.set((namespace, name), reconciled_view(patched) if patched is not None else UNKNOWN)
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
     status, facts = decision.status, observed.facts
@@ -409,8 +409,7 @@ def _owner_name(meta: Mapping[str, Any]) -> str | None:
 
 
 #: Owners with a child-triggered reconcile due (_on_child), and how long a child's events are gathered into one.
-_children_due: set[tuple[str, str]] = set()
-_children_due_lock = threading.Lock()
+_children_due: state.HandoffMemory[bool] = state.HandoffMemory("handoff.children_due")
 CHILD_EVENTS_WINDOW = 1.0
 
 
@@ -429,15 +428,12 @@ async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: 
     if not name:
         return
     key = (namespace, name)
-    with _children_due_lock:
-        if key in _children_due:
-            return  # a reconcile of the owner is due and will read this change
-        _children_due.add(key)
+    if not _children_due.put_new(key, True):
+        return  # a reconcile of the owner is due and will read this change
     try:
         await asyncio.sleep(CHILD_EVENTS_WINDOW)
     finally:
-        with _children_due_lock:
-            _children_due.discard(key)
+        _children_due.pop(key)
     body = views.handoff(namespace, name) if views is not None else None  # read here, in the event loop
     try:
         await asyncio.to_thread(reconcile, namespace, name, operator_kube(memo), refresh_truth=False, views=views,
@@ -490,14 +486,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     kopf.event(body, type="Normal", reason="Deleted", message=(
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
-    metrics.set_phase(namespace, name, None)
-    autoscale.forget(namespace, name)
-    retention_check.forget(namespace, name)
-    kube.applied.forget_owner(namespace, name)
-    rendering.forget(namespace, name)
-    with _locks_guard:
-        _locks.pop((namespace, name), None)
-    _known.pop((namespace, name), None)
+    state.forget(namespace, name)  # its phase and series, locks, rendering, scaling, retention, applied children
 
 
 serve_handoff_reconcile(lambda namespace, name, kube: reconcile(namespace, name, kube, refresh_truth=False))

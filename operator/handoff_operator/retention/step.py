@@ -12,7 +12,6 @@ hours: in the KafkaTopic when Strimzi manages the topic, else in Kafka. A refusa
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,9 +32,10 @@ from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.retention.rule import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
 from handoff_operator.retention.report import EnforceOutcome, RetentionCheck
 from handoff_operator.runtime.settings import OperatorSettings
+from handoff_operator.runtime.state import HandoffMemory
 
-_last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}
-_last_lock = threading.Lock()
+#: Per handoff: the parts of the spec the last check depended on (`_signature`) and when it ran (monotonic).
+_last: HandoffMemory[tuple[tuple[Any, ...], float]] = HandoffMemory("retention.checked")
 
 
 def requirement(spec: StreamTableHandoffSpec) -> Requirement:
@@ -49,19 +49,12 @@ def _signature(spec: StreamTableHandoffSpec) -> tuple[Any, ...]:
 
 
 def _due(namespace: str, name: str, spec: StreamTableHandoffSpec, interval: float) -> bool:
-    with _last_lock:
-        last = _last.get((namespace, name))
+    last = _last.get((namespace, name))
     return last is None or last[0] != _signature(spec) or time.monotonic() - last[1] >= interval
 
 
 def _checked(namespace: str, name: str, spec: StreamTableHandoffSpec) -> None:
-    with _last_lock:
-        _last[(namespace, name)] = (_signature(spec), time.monotonic())
-
-
-def forget(namespace: str, name: str) -> None:
-    with _last_lock:
-        _last.pop((namespace, name), None)
+    _last.set((namespace, name), (_signature(spec), time.monotonic()))
 
 
 def _enforce(config: AppConfig, facts: TopicFacts, target_ms: int, api: client.ApiClient,

@@ -1,7 +1,7 @@
 """What every controller shares at run time: Kubernetes API access and the operator's one client
 (`kube.operator_kube`), the operator's Prometheus metrics (`metrics`), settings from the environment
-(`settings.current_settings`) and what one controller asks of another (`controllers`: the handoff's reconcile,
-for the ReplayRequest controller).
+(`settings.current_settings`), what one controller asks of another (`controllers`: the handoff's reconcile,
+for the ReplayRequest controller) and what the process remembers of each handoff, with its one `forget` (`state`).
 
 Imports `models`, `conditions`, `spec.render` (names and labels) and `truth.driver_report` (its key); imported by
 every controller.

@@ -27,6 +27,7 @@ from handoff_spark.ledger import lag
 from handoff_operator.runtime import metrics
 from handoff_operator.conditions import DriverReport, ProgressFacts, iso_ms
 from handoff_operator.runtime.kube import Kube
+from handoff_operator.runtime.state import HandoffMemory
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide
@@ -66,12 +67,7 @@ class _Memory:
         return max((r for _, r in self.rates), default=None)
 
 
-_memory: dict[tuple[str, str], _Memory] = {}
-
-
-def forget(namespace: str, name: str) -> None:
-    _memory.pop((namespace, name), None)
-    metrics.set_executors(namespace, name, None, None)
+_memory: HandoffMemory[_Memory] = HandoffMemory("scaling")
 
 
 def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
@@ -128,7 +124,7 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
 
     `progress`: this refresh's truth (None in change handlers: only the bounds apply then). `running`: executor
     pods running now."""
-    memory = _memory.setdefault((namespace, name), _Memory())
+    memory = _memory.setdefault((namespace, name), _Memory)
     if progress is None:
         held = held_without_truth(executors, spec.scaling.min_executors, spec.scaling.max_executors, running)
         if held is not None:
