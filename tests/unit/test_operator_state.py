@@ -51,8 +51,9 @@ def _touch_everything(kube: Kube) -> None:
     spec, _ = parse_spec(obj["spec"])
     assert spec is not None
     kube.core = _Core()  # type: ignore[assignment]
-    scaling_step.refresh(kube, NS, NAME, spec, {}, ProgressFacts(end_offsets={"t": {"0": 5}}), None, 1,
-                         int(time.time() * 1000))                               # measured rates, executor gauges
+    now_ms, progress = int(time.time() * 1000), ProgressFacts(end_offsets={"t": {"0": 5}})
+    measured = scaling_step.measure(NS, NAME, spec, {}, progress, None, 1, now_ms)   # measured rates
+    scaling_step.act(kube, NS, NAME, scaling_step.decide_step(spec, {}, progress, None, 1, now_ms, measured))
     retention_step._checked(NS, NAME, spec)                                     # when retention was checked
     metrics.set_phase(NS, NAME, "Running")
     metrics.set_progress(NS, NAME, {"lag": 3, "freshnessSeconds": 1.5, "freshnessTargetSeconds": 60})

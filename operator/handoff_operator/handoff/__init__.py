@@ -1,5 +1,6 @@
-"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile (`handlers`), the decide
-step from facts to the typed status and Events (`status`, pure) and kopf's slimmer diff-base (`diffbase`). The
+"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile, gather → decide → act
+(`handlers`), the decide step (`status`, pure: from gathered facts to what to do, then to the typed status and
+Events) and kopf's slimmer diff-base (`diffbase`). The
 condition vocabulary and facts it decides over are `handoff_operator.conditions` (every controller uses them).
 
 Imports every decision folder (`spec`, `truth`, `scaling`, `upgrade`, `retention`), `conditions` and `runtime`;

@@ -1,6 +1,7 @@
 """Topic retention that covers the replay window plus an outage: the rule (`rule`, pure), Kafka's retention read
-and raised (`kafka`), Strimzi-managed topics (`strimzi`), the check as the status refresh runs it (`step`) and
+and raised (`kafka`), Strimzi-managed topics (`strimzi`), the check in a status refresh's steps
+(`step`: `gather` reads, `decide` and `checked` are pure, `act` raises) and
 the report into conditions, status and Events (`report`, pure).
 
-Imports `models`, `runtime`, the data plane's `config`; imported by `handoff`.
+Imports `models`, `conditions`, `runtime`, the data plane's `config`; imported by `handoff`.
 """

@@ -1,5 +1,6 @@
-"""Automatic rollback of a failed upgrade: keep, mark good or roll back (`rule`, pure) and the step reconcile runs
-(`step`).
+"""Automatic rollback of a failed upgrade: keep, mark good or roll back (`rule`, pure) and its part of
+each reconcile's steps (`step`: `gather_last_good` reads, `decide_step` decides (pure), `act` acts); `replay` takes
+the spec that runs from it (`held_spec`).
 
-Imports `models`, `runtime`, `spec`; imported by `handoff`.
+Imports `models`, `conditions`, `runtime`, `spec`; imported by `handoff` and `replay`.
 """
