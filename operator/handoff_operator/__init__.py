@@ -7,5 +7,13 @@ Kubernetes client and Kafka.
 """
 import sys
 
+
+def register_handlers() -> None:
+    """Import both controllers, which registers their kopf handlers: the StreamTableHandoffs' (`handoff`) and
+    the ReplayRequests' (`replay`). Neither imports the other (they meet in `runtime`), so both are named here."""
+    from handoff_operator.handoff import handlers  # noqa: F401
+    from handoff_operator.replay import handlers as replay_handlers  # noqa: F401
+
+
 if "kopf" in sys.modules:
-    from handoff_operator.handoff import handlers  # noqa: F401  (registers the handlers)
+    register_handlers()

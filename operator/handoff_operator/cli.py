@@ -26,13 +26,15 @@ from typing import Any
 def _operator(args: argparse.Namespace) -> int:
     import kopf
 
+    from handoff_operator import register_handlers
     from handoff_operator.runtime import metrics
-    from handoff_operator.handoff import handlers  # noqa: F401 - importing registers the handlers
-    from handoff_operator.runtime.settings import OperatorSettings
+    from handoff_operator.runtime.settings import OperatorSettings, use_settings
 
+    register_handlers()
     settings = OperatorSettings()
     if args.namespace:
         settings = settings.model_copy(update={"namespaces": list(args.namespace)})
+    use_settings(settings)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if settings.metrics_port is not None:

@@ -20,8 +20,8 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-import handoff_operator.handoff.handlers as handlers
-from handoff_operator.runtime.settings import OperatorSettings
+from handoff_operator import register_handlers
+from handoff_operator.runtime.settings import OperatorSettings, use_settings
 from handoff_testbed.eventually import eventually as _eventually
 
 T = TypeVar("T")
@@ -164,7 +164,8 @@ class Operator:
 
     def start(self) -> None:
         os.environ["KUBECONFIG"] = self.kubeconfig
-        handlers.SETTINGS = self.settings
+        register_handlers()
+        use_settings(self.settings)
         ready, stop = threading.Event(), threading.Event()
         self.stop_flag = stop
 

@@ -1,6 +1,7 @@
-"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile (`handlers`), the decide
-step from facts to the typed status and Events (`status`, pure) and kopf's slimmer diff-base (`diffbase`). The
-condition vocabulary and facts it decides over are `handoff_operator.conditions` (every controller uses them).
+"""The StreamTableHandoff controller: the kopf handlers and the one idempotent reconcile, gather → decide → act
+(`handlers`), the decide step (`status`, pure: from gathered facts to what to do, then to the typed status and
+Events) and kopf's slimmer diff-base (`diffbase`). The condition vocabulary and facts it decides over are
+`handoff_operator.conditions` (every controller uses them).
 
 May import: `spec`, `truth`, `scaling`, `upgrade`, `retention` (every decision folder), `conditions`, `models` and
 `runtime`. It never imports the ReplayRequest controller (`replay`): it serves its reconcile to it through

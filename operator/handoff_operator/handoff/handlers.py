@@ -1,7 +1,11 @@
 """kopf handlers for StreamTableHandoff: thin glue between the API and the pure logic.
 
-One idempotent `reconcile` does everything (validate → render → apply children → observe → status →
-Events). The change handlers (create/update of spec/resume) and the status timer all call it. Why one
+One idempotent `reconcile` does everything, in three steps: gather (read only: the handoff, its rendering, the
+driver, its report, on a refresh the ledger, Kafka and the topics' retention), decide (`status.plan`, pure: the
+rollout, a restart, the executor count, the retention raises) and act (`_act`, the one place that changes
+anything: the children, the driver's executor count, the raises, then the status decided from what that found
+(`status.decide`), its patch, the Events and gauges). The change handlers (create/update of spec/resume) and the
+status daemon all call it. Why one
 function under a per-object lock, reading the object fresh and writing status itself:
 - kopf runs timers concurrently with change handlers; without the lock both could see the old config
   hash and both announce the same restart;
@@ -26,33 +30,30 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from handoff_operator.runtime import metrics
+from handoff_operator.runtime import metrics, state
 from handoff_operator.retention import step as retention_check
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.scaling import step as autoscale
 from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
-from handoff_operator.handoff.conditions import READY, DriverFacts, DriverReport, Facts, ProgressFacts, condition_true
+from handoff_operator.conditions import READY, DriverReport, condition_true
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
-from handoff_operator.runtime.kube import Kube, in_cluster_server, new_api_client
-from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, REPLAY_ANNOTATION, VERSION, Rendered,
-                     referenced_secrets, render)
-from handoff_operator.retention.report import RetentionCheck
-from handoff_operator.runtime.settings import OperatorSettings
-from handoff_operator.handoff.status import Decision, Observed, decide, status_progress, worth_writing
+from handoff_operator.runtime.controllers import serve_handoff_reconcile
+from handoff_operator.runtime.kube import Kube, in_cluster_server, operator_kube
+from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, referenced_secrets,
+                                          render)
+from handoff_operator.runtime.settings import current_settings
+from handoff_operator.handoff.status import Gathered, Plan, Truth, decide, observe, plan, worth_writing
 from handoff_operator.truth.reading import offsets_max_age, read_progress
 from handoff_operator.spec.validation import Problem, check
-from handoff_operator.truth.watched import UNKNOWN, Seen, Views, current_enough, reconciled_view
+from handoff_operator.truth.watched import UNKNOWN, Views, current_enough, reconciled_view
 
-SETTINGS = OperatorSettings()
 FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
 TRANSIENT_DELAY = 10.0
@@ -62,29 +63,20 @@ TRANSIENT_DELAY = 10.0
 #: docs/benchmarks.md, operator scale). kube.CONNECTION_POOL_SIZE covers both.
 WORKER_THREADS = 16
 
-_locks: dict[tuple[str, str], threading.Lock] = {}
-_locks_guard = threading.Lock()
+#: Each handoff's lock: a reconcile runs under it (see the module's docstring).
+_locks: state.HandoffMemory[threading.Lock] = state.HandoffMemory("handoff.locks")
 #: Each handoff as this process last read it under its lock or made it by a status patch (its
 #: watched.reconciled_view; _handoff_under_lock).
-_known: dict[tuple[str, str], Mapping[str, Any]] = {}
+_known: state.HandoffMemory[Mapping[str, Any]] = state.HandoffMemory("handoff.known")
 log = logging.getLogger("handoff.operator")
 
 
 def _lock(namespace: str, name: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault((namespace, name), threading.Lock())
+    return _locks.setdefault((namespace, name), threading.Lock)
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-
-
-def _kube(memo: Any) -> Kube:
-    kube = getattr(memo, "kube", None)
-    if kube is None:
-        kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
-        memo.kube = kube
-    return kube
 
 
 # ---------------------------------------------------------------------------------------- startup
@@ -99,8 +91,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING  # kopf's own log lines as Events only when they matter
     settings.watching.server_timeout = 300
     settings.execution.max_workers = WORKER_THREADS
-    memo.kube = Kube(new_api_client(), resync=SETTINGS.children_resync_interval)
-    memo.settings = SETTINGS
+    operator_kube(memo)  # made now, not in the first handler
     memo.loop = asyncio.get_running_loop()  # the sync change handlers read the watch indexes through it (Views)
     # Status refreshes and child reconciles (`asyncio.to_thread`): the loop's default pool has min(32, CPUs + 4)
     # threads, 6 on a 2-CPU node, and a reconcile mostly waits on the API server, Kafka or a catalog.
@@ -120,28 +111,32 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 # --------------------------------------------------------------------------------------- reconcile
+#
+# reconcile: gather (read only) → decide (status.plan, pure) → act (_act: the one place that changes anything, and
+# decides the status last, from what acting found: status.observe, status.decide).
 
-def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | None = None
-                ) -> tuple[ProgressFacts, RetentionCheck | None] | None:
-    """Committed progress (ledger) and Kafka offsets for the handoff's current spec, and the retention
-    check when one is due (retention_check; it enforces in enforce mode); None if it has no workable spec.
-    `obj`: the handoff as the daemon's watch last saw it (else read here)."""
+def _read_truth(namespace: str, name: str, kube: Kube, obj: Mapping[str, Any] | None = None) -> Truth | None:
+    """Gather, outside the lock: committed progress (ledger) and Kafka offsets for the spec that runs, and the
+    topics' retention facts when a check is due (retention.step.gather); None if it has no workable spec.
+    `obj`: the handoff as the daemon's watch last saw it (else read here). Reads only."""
     obj = obj if obj is not None else kube.get_handoff(namespace, name)
     if obj is None:
         return None
+    settings = current_settings()
     held = rollback.held_spec(kube, obj)  # a failed spec change rolled back: the last good one runs
     if held is None:
-        prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
+        prepared = rendering.prepare(kube, obj, settings.default_image)
         spec, rendered, secrets = prepared.spec, prepared.rendered, prepared.secrets
     else:
         spec, secrets = held, kube.read_secrets(namespace, sorted(referenced_secrets(held)))
         resolved, problems = check(name, spec, secrets)
-        rendered = None if problems else render(obj, spec, SETTINGS.default_image, resolved)
+        rendered = None if problems else render(obj, spec, settings.default_image, resolved)
     if spec is None or rendered is None:
         return None
     progress = read_progress(rendered.config, bigquery_key=service_account_key(spec, secrets),
-                             offsets_max_age=offsets_max_age(SETTINGS.status_interval))
-    return progress, retention_check.observe(namespace, name, spec, rendered.config, progress, kube.api, SETTINGS)
+                             offsets_max_age=offsets_max_age(settings.status_interval))
+    return Truth(progress, spec, rendered.config,
+                 retention_check.gather(namespace, name, spec, rendered.config, progress, settings))
 
 
 def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverReport | None, bool]:
@@ -155,78 +150,36 @@ def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverRe
         return None, False
 
 
-@dataclass(frozen=True)
-class Desired:
-    """The handoff as read and what its spec renders to (gather step; no decisions on the world yet)."""
-
-    obj: dict[str, Any]
-    spec: StreamTableHandoffSpec | None
-    problems: list[Problem]
-    rendered: Rendered | None
-    digests: tuple[str, ...] = ()   # of rendered.children (AppliedChildren.digest)
-
-
-def _desired(kube: Kube, obj: dict[str, Any]) -> Desired:
-    prepared = rendering.prepare(kube, obj, SETTINGS.default_image)
-    return Desired(obj, prepared.spec, list(prepared.problems), prepared.rendered, prepared.digests)
-
-
-@dataclass
-class ChildrenOutcome:
-    """What the children step (act) did: the rendering that runs (a rollback may swap in the last good
-    spec's), the rollout step, `status.app`, `status.executors` and the Events it owes."""
-
-    rendered: Rendered | None
-    driver: DriverFacts | None = None        # read before the rollout; None: read it in _observe
-    upgrade: rollback.Step | None = None
-    app: dict[str, Any] = field(default_factory=dict)
-    executors: dict[str, Any] | None = None
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-
-
-def _act_on_children(kube: Kube, desired: Desired, report: DriverReport | None, truth: ProgressFacts | None,
-                     refresh_truth: bool, seen: Seen | None = None) -> ChildrenOutcome:
-    """Roll out the rendered children (server-side apply), roll back a failed spec change, scale executors.
-    `seen`: the driver and executors as the watch saw them (the status refresh), else read from the API."""
-    obj, spec = desired.obj, desired.spec
-    meta, status = obj["metadata"], obj.get("status") or {}
+def _gather(kube: Kube, obj: dict[str, Any], truth: Truth | None, refresh_truth: bool, deleting: bool,
+            views: Views | None) -> Gathered:
+    """Gather, under the lock: the handoff's rendering, the driver's report and facts, its executors, the last good
+    spec when a rollback may need it, and scaling's measurements (`views`: the watch's, else the API server's).
+    Changes nothing in the world (scaling keeps its measurements in this process's memory)."""
+    meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    out = ChildrenOutcome(desired.rendered, app=dict(status.get("app") or {}))
-    if desired.rendered is None or spec is None:
-        return out
-    now_ms = int(time.time() * 1000)
-    driver = (seen.settled_driver(condition_true(status, READY)) if seen is not None else None) or kube.driver_facts(namespace, name)
-    # Automatic rollback of a failed spec change: may swap in the last good spec's children.
-    upgrade = rollback.step(kube, obj, spec, desired.rendered, status, report, truth, SETTINGS, now_ms, driver)
-    rendered = out.rendered = upgrade.rendered
-    out.upgrade = upgrade
-    out.events += upgrade.events
-    for child in rendered.unowned:
-        if kube.create_if_missing(child):
-            out.events.append(("Normal", "CheckpointVolumeCreated",
-                               f"created PersistentVolumeClaim {child['metadata']['name']} for the "
-                               f"checkpoint (kept when the handoff is deleted)"))
-    digests = desired.digests if rendered is desired.rendered else ()
-    applied = [kube.apply_if_changed(child, digests[i] if digests else None)
-               for i, child in enumerate(rendered.children)]
-    # The driver as read above still stands unless this step changed one of its children.
-    out.driver = None if any(applied) or upgrade.decision.action != "keep" else driver
-    old_hash = out.app.get("configHash")
-    changed = bool(old_hash) and old_hash != rendered.config_hash and not spec.suspend
-    if changed:
-        out.app["restarts"] = int(out.app.get("restarts") or 0) + 1
-    if changed and not upgrade.rolling_back:  # a rollback has its own Event
-        out.events.append(("Normal", "Restarting", (
-            f"generation {int(meta.get('generation') or 0)} changed the app config ({old_hash} → "
-            f"{rendered.config_hash}): stopping the driver at a batch boundary, then starting it with the new "
-            f"config")))
-    out.app["configHash"] = rendered.config_hash
-    out.executors, scaled = autoscale.refresh(
-        kube, namespace, name, spec, status.get("executors") or {}, truth if refresh_truth else None, report,
-        seen.executors_running() if seen is not None else kube.executor_count(namespace, name), now_ms)
-    if scaled is not None:
-        out.events.append(scaled)
-    return out
+    settings = current_settings()
+    status: Mapping[str, Any] = obj.get("status") or {}
+    prepared = rendering.prepare(kube, obj, settings.default_image)
+    seen = views.seen(namespace, name) if views is not None and not deleting else None
+    if seen is not None:
+        report, report_read = driver_report.parse(seen.progress_record), True
+    else:
+        report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
+    gathered = Gathered(obj, prepared.spec, list(prepared.problems), prepared.rendered, prepared.digests,
+                        deleting=deleting, refresh_truth=refresh_truth, truth=truth, report=report,
+                        report_read=report_read, settings=settings, now_ms=int(time.time() * 1000))
+    if not gathered.acts_on_children:
+        return dataclasses.replace(gathered, driver=kube.driver_facts(namespace, name))
+    assert prepared.spec is not None and prepared.rendered is not None
+    driver = ((seen.settled_driver(condition_true(status, READY)) if seen is not None else None)
+              or kube.driver_facts(namespace, name))
+    running = seen.executors_running() if seen is not None else kube.executor_count(namespace, name)
+    progress = truth.progress if truth is not None and refresh_truth else None
+    return dataclasses.replace(
+        gathered, driver=driver, running=running,
+        last_good=rollback.gather_last_good(kube, obj, status, prepared.rendered, settings.default_image),
+        measured=autoscale.measure(namespace, name, prepared.spec, status.get("executors") or {}, progress,
+                                   report, running, gathered.now_ms))
 
 
 def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
@@ -234,38 +187,24 @@ def reconcile(namespace: str, name: str, kube: Kube, *, refresh_truth: bool,
               ) -> list[Problem]:
     """Bring one handoff's children and status in line with its spec and the world. Idempotent.
 
-    Gather (the handoff, its rendering, the driver's report and pods; on a refresh the ledger and Kafka),
-    decide (status_decision.decide, pure), act (children, status patch, Events, gauges). The table and Kafka
-    are read first, outside the per-object lock: they can be slow (timeouts) and must not hold up a spec
-    change waiting for the lock. The status refresh passes `views` (the children as kopf's watches see them,
-    watched.Views) and `body` (the handoff as its daemon last saw it, for the truth read, and as the merge base
-    of its status when it is the version this process last knew: _handoff_under_lock); otherwise the handoff is
-    read fresh under the lock, as the merge base of its status."""
-    truth: ProgressFacts | None = None
-    retention: RetentionCheck | None = None
-    if refresh_truth and not deleting:
-        truth, retention = _read_truth(namespace, name, kube, body) or (None, None)
+    Gather (the handoff, its rendering, the driver's report and pods; on a refresh the ledger, Kafka and the topics'
+    retention), decide (status.plan, pure: rollout, restart, executors, retention raises), act (_act: the children,
+    the driver's executor count, the raises, then the status decided from what that found, its patch, Events,
+    gauges). The table and Kafka are read first, outside the per-object lock: they can be slow (timeouts) and must
+    not hold up a spec change waiting for the lock. The status refresh passes `views` (the children as kopf's
+    watches see them, watched.Views) and `body` (the handoff as its daemon last saw it, for the truth read, and as
+    the merge base of its status when it is the version this process last knew: _handoff_under_lock); otherwise the
+    handoff is read fresh under the lock, as the merge base of its status."""
+    truth = _read_truth(namespace, name, kube, body) if refresh_truth and not deleting else None
     with _lock(namespace, name), metrics.observe_reconcile():
         obj = _handoff_under_lock(kube, namespace, name, body)
-        if obj is None:
+        if obj is None:  # gone (a child's event after its deletion): nothing of it is kept any more
+            state.forget(namespace, name)
             return []
-        meta = obj["metadata"]
-        deleting = deleting or bool(meta.get("deletionTimestamp"))
-        status: dict[str, Any] = dict(obj.get("status") or {})
-        desired = _desired(kube, obj)
-        seen = views.seen(namespace, name) if views is not None and not deleting else None
-        if seen is not None:
-            report, report_read = driver_report.parse(seen.progress_record), True
-        else:
-            report, report_read = _read_driver_report(kube, namespace, name) if not deleting else (None, False)
-        if deleting:
-            children = ChildrenOutcome(desired.rendered, app=dict(status.get("app") or {}))
-        else:
-            children = _act_on_children(kube, desired, report, truth, refresh_truth, seen)
-        observed = _observe(kube, desired, children, report, report_read, truth, retention, refresh_truth, deleting)
-        decision = decide(observed)
-        _act_on_status(kube, obj, observed, decision)
-        return desired.problems
+        deleting = deleting or bool(obj["metadata"].get("deletionTimestamp"))
+        gathered = _gather(kube, obj, truth, refresh_truth, deleting, views)
+        _act(kube, gathered, plan(gathered))
+        return list(gathered.problems)
 
 
 def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str, Any] | None
@@ -281,62 +220,62 @@ def _handoff_under_lock(kube: Kube, namespace: str, name: str, body: Mapping[str
         return dict(body)
     obj = kube.get_handoff(namespace, name)
     if obj is None:
-        _known.pop(key, None)
+        _known.pop(key)
     else:
-        _known[key] = reconciled_view(obj)
+        _known.set(key, reconciled_view(obj))
     return obj
 
 
-def _observe(kube: Kube, desired: Desired, children: ChildrenOutcome, report: DriverReport | None,
-             report_read: bool, truth: ProgressFacts | None, retention: RetentionCheck | None,
-             refresh_truth: bool, deleting: bool) -> Observed:
-    """The facts for the decision: the driver as it is after the children step, and the progress (fresh from
-    the truth on a refresh, else the status's last known)."""
-    obj, spec, rendered = desired.obj, desired.spec, children.rendered
-    meta, status = obj["metadata"], obj.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
-    generation = int(meta.get("generation") or 0)
-    old_conditions = status.get("conditions") or []
-    driver = children.driver if children.driver is not None else kube.driver_facts(namespace, name)
-    progress = truth if truth is not None and rendered is not None else status_progress(status)
-    facts = Facts(
-        generation=generation,
-        suspended=bool(spec.suspend) if spec is not None else False,
-        desired_hash=rendered.config_hash if rendered is not None else None,
-        invalid=[str(p) for p in desired.problems],
-        driver=driver, progress=progress,
-        freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
-        deleting=deleting, previous_hash=(status.get("app") or {}).get("configHash"),
-        restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
-                                for c in old_conditions),
-        driver_report=report, now_ms=int(time.time() * 1000),
-        driver_report_max_age_seconds=SETTINGS.driver_report_max_age,
-        replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
-    retained = retention_check.report(namespace, name, spec if rendered is not None else None, retention,
-                                      truth if rendered is not None else None, old_conditions)
-    upgrade = children.upgrade
-    return Observed(generation=generation, status=status, app=children.app, facts=facts,
-                    upgrade_decision=upgrade.decision if upgrade is not None else None,
-                    upgrade_status=upgrade.status() if upgrade is not None else None, retained=retained,
-                    refresh_truth=refresh_truth, executors=children.executors, report_read=report_read,
-                    events=children.events, now=_now())
-
-
-def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decision: Decision) -> None:
+def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
+    """Act: the one place a reconcile changes anything, in this order: the rollout's own step (the last good spec
+    stored before the status says so), the children (the checkpoint PVC created once, the rest applied when
+    changed), the driver's executor count, the retention raises; then the driver is read back if a child changed,
+    the status decided from all that (status.observe, status.decide, pure) and written, the Events posted and the
+    gauges set."""
+    obj = seen.obj
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    events: list[tuple[str, str, str]] = []
+    driver = seen.driver
+    if plan.upgrade is not None:
+        rollback.act(kube, obj, plan.upgrade)
+        events += plan.upgrade.events
+    if plan.rendered is not None:
+        for child in plan.rendered.unowned:
+            if kube.create_if_missing(child):
+                events.append(("Normal", "CheckpointVolumeCreated",
+                               f"created PersistentVolumeClaim {child['metadata']['name']} for the "
+                               f"checkpoint (kept when the handoff is deleted)"))
+        digests = seen.digests if plan.rendered is seen.rendered else ()
+        applied = [kube.apply_if_changed(child, digests[i] if digests else None)
+                   for i, child in enumerate(plan.rendered.children)]
+        # The driver as gathered still stands unless this step changed one of its children.
+        if any(applied) or plan.rolls_out or driver is None:
+            driver = kube.driver_facts(namespace, name)
+    if plan.restart is not None:
+        events.append(plan.restart)
+    if plan.scaling is not None:
+        autoscale.act(kube, namespace, name, plan.scaling)
+        if plan.scaling.event is not None:
+            events.append(plan.scaling.event)
+    check = None
+    if plan.retention is not None and seen.truth is not None:
+        check = retention_check.act(seen.truth.config, seen.truth.spec, plan.retention, kube.api, seen.settings)
+    observed = observe(seen, plan, driver, check, events, _now(), int(time.time() * 1000))
+    decision = decide(observed)
     if worth_writing(obj.get("status") or {}, decision.status):
         patched = kube.patch_status(namespace, name, decision.status)
-        _known[(namespace, name)] = reconciled_view(patched) if patched is not None else UNKNOWN
+        _known.set((namespace, name), reconciled_view(patched) if patched is not None else UNKNOWN)
     if decision.phase is not None:
         metrics.set_phase(namespace, name, decision.phase)
     status, facts = decision.status, observed.facts
     metrics.set_progress(namespace, name, {"lag": status.get("lag"),
                                            "freshnessSeconds": status.get("freshnessSeconds"),
                                            "freshnessTargetSeconds": facts.freshness_target_seconds})
-    driver = facts.driver
-    metrics.set_driver_restarts(namespace, name,
-                                driver.restart_count if driver is not None and driver.pod_name else None)
+    restarts = facts.driver.restart_count if facts.driver is not None and facts.driver.pod_name else None
+    metrics.set_driver_restarts(namespace, name, restarts)
+    if observed.retained is not None and observed.retained.gauges is not None:
+        metrics.set_retention(namespace, name, *observed.retained.gauges)
     for kind, reason, message in decision.events:
         kopf.event(obj, type=kind, reason=reason, message=message)
 
@@ -344,7 +283,7 @@ def _act_on_status(kube: Kube, obj: Mapping[str, Any], observed: Observed, decis
 def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool,
          views: Views | None = None, body: Mapping[str, Any] | None = None) -> None:
     try:
-        problems = reconcile(namespace, name, _kube(memo), refresh_truth=refresh_truth, views=views, body=body)
+        problems = reconcile(namespace, name, operator_kube(memo), refresh_truth=refresh_truth, views=views, body=body)
     except ApiException as exc:
         if exc.status in (400, 422):
             raise kopf.PermanentError(f"the API server refused a request: {exc.reason}: {exc.body}") from exc
@@ -393,7 +332,7 @@ async def refresh_status(namespace: str, name: str, memo: Any, stopped: kopf.Dae
         except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the daemon
             metrics.RECONCILE_ERRORS.labels(kind=type(exc).__name__).inc()
             logger.exception(f"status refresh failed: {exc}")
-        await stopped.wait(refresh_wait(SETTINGS.status_interval, first, random.random()))
+        await stopped.wait(refresh_wait(current_settings().status_interval, first, random.random()))
         first = False
 
 
@@ -417,8 +356,7 @@ def _owner_name(meta: Mapping[str, Any]) -> str | None:
 
 
 #: Owners with a child-triggered reconcile due (_on_child), and how long a child's events are gathered into one.
-_children_due: set[tuple[str, str]] = set()
-_children_due_lock = threading.Lock()
+_children_due: state.HandoffMemory[bool] = state.HandoffMemory("handoff.children_due")
 CHILD_EVENTS_WINDOW = 1.0
 
 
@@ -437,18 +375,15 @@ async def _on_child(namespace: str, meta: Mapping[str, Any], memo: Any, logger: 
     if not name:
         return
     key = (namespace, name)
-    with _children_due_lock:
-        if key in _children_due:
-            return  # a reconcile of the owner is due and will read this change
-        _children_due.add(key)
+    if not _children_due.put_new(key, True):
+        return  # a reconcile of the owner is due and will read this change
     try:
         await asyncio.sleep(CHILD_EVENTS_WINDOW)
     finally:
-        with _children_due_lock:
-            _children_due.discard(key)
+        _children_due.pop(key)
     body = views.handoff(namespace, name) if views is not None else None  # read here, in the event loop
     try:
-        await asyncio.to_thread(reconcile, namespace, name, _kube(memo), refresh_truth=False, views=views,
+        await asyncio.to_thread(reconcile, namespace, name, operator_kube(memo), refresh_truth=False, views=views,
                                 body=body)
     except Exception as exc:  # noqa: BLE001 - the daemon will try again
         logger.debug(f"child-triggered reconcile of {namespace}/{name} failed: {exc}")
@@ -464,7 +399,7 @@ async def on_driver_deployment(namespace: str, meta: Mapping[str, Any], status: 
     if type is None:  # None = the initial listing at startup; the resume handler covers it
         return
     generation = int(meta.get("generation") or 0)
-    kube = _kube(memo)
+    kube = operator_kube(memo)
     if type == "DELETED" or (generation != int((status or {}).get("observedGeneration") or 0)
                              and not kube.applied.ours(namespace, "Deployment", meta.get("name"), generation)):
         # Its spec changed by someone else's hand, or it is gone: apply it again next time instead of trusting
@@ -484,11 +419,11 @@ async def on_driver_pod(namespace: str, meta: Mapping[str, Any], memo: Any, logg
 def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], started: dt.datetime,
               **_: Any) -> None:
     """Stop the driver gracefully; keep the table and the checkpoint; then release the finalizer."""
-    kube = _kube(memo)
+    kube = operator_kube(memo)
     kube.scale_driver(namespace, name, 0)
     pods = [p for p in kube.driver_pods(namespace, name)]
     waited = (_now() - started.replace(tzinfo=started.tzinfo or dt.timezone.utc)).total_seconds()
-    if pods and waited < SETTINGS.delete_grace_seconds:
+    if pods and waited < current_settings().delete_grace_seconds:
         try:
             reconcile(namespace, name, kube, refresh_truth=False, deleting=True)
         except ApiException:
@@ -498,14 +433,7 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     kopf.event(body, type="Normal", reason="Deleted", message=(
         "driver stopped; the table and its checkpoint are kept (delete the table and the "
         f"PersistentVolumeClaim {name}-checkpoint yourself if they are no longer wanted)"))
-    metrics.set_phase(namespace, name, None)
-    autoscale.forget(namespace, name)
-    retention_check.forget(namespace, name)
-    kube.applied.forget_owner(namespace, name)
-    rendering.forget(namespace, name)
-    with _locks_guard:
-        _locks.pop((namespace, name), None)
-    _known.pop((namespace, name), None)
+    state.forget(namespace, name)  # its phase and series, locks, rendering, scaling, retention, applied children
 
 
-from handoff_operator.replay import handlers as replay_handlers  # noqa: E402,F401 - registers the ReplayRequest handlers beside these
+serve_handoff_reconcile(lambda namespace, name, kube: reconcile(namespace, name, kube, refresh_truth=False))

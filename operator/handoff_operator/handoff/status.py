@@ -1,7 +1,13 @@
-"""The decide step of a StreamTableHandoff reconcile: observed facts in, the new status and Events out (pure).
+"""The decide step of a StreamTableHandoff reconcile (pure): what to do to the world (`plan`), and the new status
+and Events (`decide`).
 
-handlers.reconcile reads like kopf's own processing: gather the facts (API server, driver report, ledger,
-Kafka), decide here with no I/O, then act (patch the status when it differs, post the Events, set gauges).
+handlers.reconcile reads like kopf's own processing: gather the facts (the handoff, its rendering, the API server,
+the driver's report, the ledger, Kafka; `Gathered`), decide here with no I/O, then act. Two decisions, both here:
+- `plan`, before anything is done: the rollout (keep, mark good or roll back: `upgrade.step.decide_step`), a
+  controlled restart, the executor count (`scaling.step.decide_step`) and the retention raises
+  (`retention.step.decide`);
+- `decide`, last: the status and the Events, from the plan and what acting found (`observe`: the driver read back
+  after a child changed, the retention a raise left), so the status says what is, not what was meant to be.
 The status is built through the typed `StreamTableHandoffStatus` model, so a field the CRD does not have,
 or a value of the wrong type, fails here in a unit test instead of being pruned by the API server.
 """
@@ -12,14 +18,146 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, iso, iso_ms,
+                                         live_report, merge_conditions, transitions)
+from handoff_operator.models import StreamTableHandoffSpec, StreamTableHandoffStatus, format_duration
 from handoff_operator.retention import report as retention_report
+from handoff_operator.retention import step as retention_step
+from handoff_operator.retention.report import RetentionCheck
+from handoff_operator.runtime.settings import OperatorSettings
+from handoff_operator.scaling import step as scaling_step
+from handoff_operator.spec.render import REPLAY_ANNOTATION, Rendered
 from handoff_operator.truth import driver_report
-from handoff_operator.handoff.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report, merge_conditions,
-                         transitions)
-from handoff_operator.models import StreamTableHandoffStatus, format_duration
+from handoff_operator.upgrade import step as upgrade_step
 from handoff_operator.upgrade.step import overlay
 
 Event = tuple[str, str, str]  # (type, reason, message)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a status refresh read of the ledger, Kafka and the topics' retention, outside the per-object lock. Read
+    with the spec that runs (`spec`, `config`: the last good one while a failed change is rolled back)."""
+
+    progress: ProgressFacts
+    spec: StreamTableHandoffSpec
+    config: Any                                 # the app config (handoff_spark.config.AppConfig)
+    topics: retention_step.TopicsRead | None = None   # a due retention check's read (None: none due)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Everything one reconcile read before deciding (the gather step: nothing in the world changed yet)."""
+
+    obj: Mapping[str, Any]                    # the handoff, as the merge base of its status
+    spec: StreamTableHandoffSpec | None       # None: it does not parse
+    problems: Sequence[Any]                   # validation.Problem
+    rendered: Rendered | None                 # the current spec's children (None: it has problems)
+    digests: tuple[str, ...] = ()             # of rendered.children (AppliedChildren.digest)
+    deleting: bool = False
+    refresh_truth: bool = False               # a status refresh: the ledger and Kafka were read (`truth`)
+    truth: Truth | None = None
+    report: DriverReport | None = None
+    report_read: bool = False                 # the driver's progress ConfigMap could be read
+    driver: DriverFacts | None = None         # before this reconcile's children step
+    last_good: Rendered | None = None         # the last good spec's children, when they may be needed
+    running: int = 0                          # executor pods running now
+    measured: scaling_step.Measured | None = None
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    now_ms: int = 0
+
+    @property
+    def acts_on_children(self) -> bool:
+        """A workable spec of a handoff not being deleted: its children are rolled out, scaled."""
+        return not self.deleting and self.rendered is not None and self.spec is not None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What this reconcile does to the world, decided before anything is done."""
+
+    rendered: Rendered | None = None          # the children to apply (the last good spec's while rolled back)
+    upgrade: upgrade_step.Step | None = None
+    app: Mapping[str, Any] = field(default_factory=dict)   # status.app after the children step
+    restart: Event | None = None              # the Event of a controlled restart
+    scaling: scaling_step.Step | None = None
+    retention: retention_step.Plan | None = None
+
+    @property
+    def rolls_out(self) -> bool:
+        """The rollout changes what runs (a rollback, or marking the spec good)."""
+        return self.upgrade is not None and self.upgrade.decision.action != "keep"
+
+
+def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generation: int,
+            rolling_back: bool) -> tuple[dict[str, Any], Event | None]:
+    """`status.app` after applying children of `config_hash`, and the Event of a restart: a config other than the
+    one running restarts the driver (a rollback has its own Event; a suspended handoff runs nothing)."""
+    out = dict(app)
+    old_hash = out.get("configHash")
+    changed = bool(old_hash) and old_hash != config_hash and not suspended
+    if changed:
+        out["restarts"] = int(out.get("restarts") or 0) + 1
+    out["configHash"] = config_hash
+    if not changed or rolling_back:
+        return out, None
+    return out, ("Normal", "Restarting", (
+        f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
+        f"batch boundary, then starting it with the new config"))
+
+
+def plan(seen: Gathered) -> Plan:
+    """The rollout, a restart, the executor count and the retention raises, from what was gathered (pure)."""
+    status = seen.obj.get("status") or {}
+    app = dict(status.get("app") or {})
+    truth = seen.truth
+    retention = (retention_step.decide(truth.spec, truth.topics)
+                 if truth is not None and truth.topics is not None else None)
+    if not seen.acts_on_children:
+        return Plan(app=app, retention=retention)
+    assert seen.spec is not None and seen.rendered is not None
+    progress = truth.progress if truth is not None else None
+    upgrade = upgrade_step.decide_step(seen.obj, seen.spec, seen.rendered, status, seen.report, progress,
+                                       seen.settings, seen.now_ms, seen.driver, seen.last_good)
+    app, restarting = restart(app, upgrade.rendered.config_hash, seen.spec.suspend,
+                              int(seen.obj["metadata"].get("generation") or 0), upgrade.rolling_back)
+    scaling = scaling_step.decide_step(
+        seen.spec, status.get("executors") or {}, progress if seen.refresh_truth else None, seen.report,
+        seen.running, seen.now_ms, seen.measured or scaling_step.Measured())
+    return Plan(upgrade.rendered, upgrade, app, restarting, scaling, retention)
+
+
+def observe(seen: Gathered, plan: Plan, driver: DriverFacts | None, retention: RetentionCheck | None,
+            events: Sequence[Event], now: dt.datetime, now_ms: int) -> Observed:
+    """The facts for the status decision (pure): the driver as acting left it, the progress (this refresh's truth,
+    else the status's last known), the retention check as acting left it, the Events acting owes."""
+    obj, spec = seen.obj, seen.spec
+    rendered = plan.rendered if plan.rendered is not None else seen.rendered  # what runs (a rollback's, then)
+    meta, status = obj["metadata"], obj.get("status") or {}
+    generation = int(meta.get("generation") or 0)
+    old_conditions = status.get("conditions") or []
+    truth = seen.truth.progress if seen.truth is not None and rendered is not None else None
+    facts = Facts(
+        generation=generation,
+        suspended=bool(spec.suspend) if spec is not None else False,
+        desired_hash=rendered.config_hash if rendered is not None else None,
+        invalid=[str(p) for p in seen.problems],
+        driver=driver, progress=truth if truth is not None else status_progress(status),
+        freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,
+        deleting=seen.deleting, previous_hash=(status.get("app") or {}).get("configHash"),
+        restart_in_progress=any(c.get("type") == "Progressing" and c.get("reason") == "Restarting"
+                                for c in old_conditions),
+        driver_report=seen.report, now_ms=now_ms,
+        driver_report_max_age_seconds=seen.settings.driver_report_max_age,
+        replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
+    retained = retention_step.report(spec if rendered is not None else None, retention, truth, old_conditions)
+    upgrade = plan.upgrade
+    return Observed(generation=generation, status=status, app=plan.app, facts=facts,
+                    upgrade_decision=upgrade.decision if upgrade is not None else None,
+                    upgrade_status=upgrade.status() if upgrade is not None else None, retained=retained,
+                    refresh_truth=seen.refresh_truth,
+                    executors=plan.scaling.status if plan.scaling is not None else None,
+                    report_read=seen.report_read, events=list(events), now=now)
 
 
 @dataclass(frozen=True)
@@ -30,9 +168,9 @@ class Observed:
     status: Mapping[str, Any]                 # the status as read (the merge base)
     app: Mapping[str, Any]                    # status.app after this reconcile's children step
     facts: Facts                              # for conditions.evaluate
-    upgrade_decision: Any = None              # rollback.Step.decision (None: no rollout step this time)
+    upgrade_decision: Any = None              # upgrade.step.Step.decision (None: no rollout step this time)
     upgrade_status: Mapping[str, Any] | None = None
-    retained: Any = None                      # retention_check.Report
+    retained: Any = None                      # retention.step.Report
     refresh_truth: bool = False               # the ledger and Kafka were read this time
     executors: Mapping[str, Any] | None = None
     report_read: bool = False                 # the driver's progress ConfigMap could be read
@@ -45,20 +183,6 @@ class Decision:
     status: dict[str, Any]                    # the merge patch body of `status` (null clears a key)
     phase: str | None
     events: list[Event]
-
-
-def iso(moment: dt.datetime) -> str:
-    return moment.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def iso_ms(value: Any) -> int | None:
-    """Epoch ms of a status timestamp as `iso` writes it (None: absent or not a timestamp)."""
-    if not value:
-        return None
-    try:
-        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 def status_progress(status: Mapping[str, Any]) -> ProgressFacts:
@@ -189,5 +313,6 @@ def differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     return False
 
 
-__all__ = ["Observed", "Decision", "decide", "differs", "worth_writing", "status_progress", "progress_status", "app_status",
+__all__ = ["Gathered", "Observed", "Plan", "Truth", "Decision", "decide", "observe", "plan", "restart", "differs",
+           "worth_writing", "status_progress", "progress_status", "app_status",
            "DriverReport"]

@@ -1,9 +1,9 @@
 """kopf handlers for ReplayRequest: plan, then run the request one idempotent step at a time.
 
-One daemon per request calls `advance` until the request is final. `advance` reads the request, the
-handoff and the table fresh each time, does at most the next step, and records it in `status.steps`
-before the next one, so an operator restarted mid-replay goes on where it stopped and repeats nothing
-(each table step also checks the table itself, see `replay_table`).
+One daemon per request (`run_replay`, whose docstring draws the states) calls `advance` until the request is
+final. `advance` reads the request, the handoff and the table fresh each time, does at most the next step, and
+records it in `status.steps` before the next one, so an operator restarted mid-replay goes on where it stopped
+and repeats nothing (each table step also checks the table itself, see `replay.table`).
 
 The run of a Rollback / RollbackAndReplay:
 1. plan (`replay_plan.plan`); a plan that cannot succeed ends Failed here, before anything changes;
@@ -42,13 +42,14 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff import handlers
 from handoff_operator.replay import backfill as replay_backfill
 from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
-from handoff_operator.handoff.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
-from handoff_operator.runtime.kube import Kube
+from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
+from handoff_operator.runtime.controllers import reconcile_handoff
+from handoff_operator.runtime.kube import Kube, operator_kube
+from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
@@ -100,7 +101,7 @@ def _annotate_handoff(kube: Kube, handoff: Mapping[str, Any], annotations: Mappi
 
 def _apply_handoff(kube: Kube, namespace: str, name: str) -> None:
     """Let the handoff's reconcile apply what the annotations now say (driver replicas, phase)."""
-    handlers.reconcile(namespace, name, kube, refresh_truth=False)
+    reconcile_handoff(namespace, name, kube)
 
 
 def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
@@ -112,7 +113,7 @@ def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
         secrets = kube.read_secrets(meta["namespace"], sorted(referenced_secrets(spec)))
         resolved, problems = check(meta["name"], spec, secrets)
         if not problems:
-            return render(handoff, spec, handlers.SETTINGS.default_image, resolved).config
+            return render(handoff, spec, current_settings().default_image, resolved).config
     raise Refused("HandoffInvalid", f"StreamTableHandoff {meta['name']} has an invalid spec ("
                   + "; ".join(str(p) for p in problems) + "); fix it, then create a new ReplayRequest")
 
@@ -453,7 +454,7 @@ def advance(namespace: str, name: str, kube: Kube) -> bool:
 
 async def _tick(namespace: str, name: str, memo: Any, logger: Any) -> bool:
     try:
-        return await asyncio.to_thread(advance, namespace, name, handlers._kube(memo))
+        return await asyncio.to_thread(advance, namespace, name, operator_kube(memo))
     except Wait as wait:
         logger.info(f"replay {namespace}/{name}: {wait}")
     except (ApiException, OSError, TimeoutError) as exc:
@@ -467,17 +468,51 @@ async def _tick(namespace: str, name: str, memo: Any, logger: Any) -> bool:
 async def run_replay(namespace: str, name: str, memo: Any, stopped: kopf.DaemonStopped, logger: Any,
                      **_: Any) -> None:
     """Advance the request until it is final. Runs again after an operator restart: a final request
-    returns at once, a running one goes on from its recorded steps."""
+    returns at once, a running one goes on from its recorded steps.
+
+    Each tick (`advance`, every min(status interval, 2 s)) reads the request, its handoff and the table afresh
+    and takes at most one arrow below: `status.phase`, and while Running the Ready condition's reason (the last
+    step recorded in `status.steps`, or StoppingDriver, Replaying, Backfilling between steps). A tick that cannot
+    go on yet (the driver still stopping, the table or Kafka unreadable, the handoff changed while claiming it, an
+    API error) leaves the state as it is and the next tick tries again.
+
+        Pending ──plan──▶ Planned ──dryRun──▶ (Planned: final, nothing changed)
+           ↺ table or Kafka unreadable
+
+        Rollback, RollbackAndReplay (phase Running from StoppingDriver on):
+        Planned ──claim: annotations replay + replay-hold──▶ StoppingDriver
+        StoppingDriver ──driver pod gone, plan again──▶ DriverStopped
+        DriverStopped ──tag the head handoff-undo-<namespace>-<request>──▶ Tagged
+        Tagged ──rollback_to_snapshot(target)──▶ RolledBack
+        RolledBack ──Rollback: the discarded offsets as a gap in the ledger──▶ GapRecorded
+        RolledBack, GapRecorded ──lift replay-hold──▶ DriverStarted
+        DriverStarted ──Rollback: release the claim──▶ Succeeded
+        DriverStarted ──RollbackAndReplay──▶ Replaying ↺ status.progress
+        DriverStarted, Replaying ──the ledger passed replayTo (step Replayed), release the claim──▶ Succeeded
+        StoppingDriver … GapRecorded ──the claim annotation was removed──▶ claim again, same state
+
+        Backfill (the stream's driver runs on, the handoff is not claimed):
+        Planned ──create the Job, or adopt the one there──▶ JobCreated
+        JobCreated ──the Job runs──▶ Backfilling ↺ status.progress
+        JobCreated, Backfilling ──the ledger reached `to`, the Job succeeded or is gone──▶ Succeeded (step Backfilled)
+        JobCreated, Backfilling ──Job failed──▶ Failed (BackfillJobFailed)
+        JobCreated, Backfilling ──Job succeeded, the ledger short of `to`──▶ Failed (BackfillIncomplete)
+        JobCreated, Backfilling ──Job deleted before the range was in the table──▶ JobCreated (created again)
+
+        any ──Refused (invalid request or handoff, handoff or table gone, another replay running, plan
+              impossible, undo tag taken, table moved)──▶ Failed (its reason; the claim released)
+
+    Succeeded and Failed are final; deleting a request mid-run releases its claim (`on_replay_delete`)."""
     while not stopped:
         if await _tick(namespace, name, memo, logger):
             return
-        await stopped.wait(min(handlers.SETTINGS.status_interval, 2.0))
+        await stopped.wait(min(current_settings().status_interval, 2.0))
 
 
 @kopf.on.delete(**RESOURCE)
 def on_replay_delete(namespace: str, name: str, spec: Mapping[str, Any], memo: Any, **_: Any) -> None:
     """A request deleted mid-run releases its claim, so the driver runs again (the table stays as it is)."""
-    kube = handlers._kube(memo)
+    kube = operator_kube(memo)
     handoff = kube.get_handoff(namespace, (spec.get("handoffRef") or {}).get("name", ""))
     if handoff is None:
         return

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_operator.handoff.conditions import Condition, Evaluation, Transition, condition_events
+from handoff_operator.conditions import Condition, Evaluation, Transition, condition_events
 from handoff_operator.models.stream_table_handoff import RetentionStatus
 from handoff_operator.retention.rule import DATA_LOSS, RETENTION_SUFFICIENT, LostRange, TopicVerdict
 

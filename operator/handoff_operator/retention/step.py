@@ -1,8 +1,10 @@
-"""The retention check of one handoff, as the status refresh runs it: gather, decide, act (enforce), report.
+"""The retention check of one handoff, in reconcile's three steps: gather (`gather`: the topics' facts), decide
+(`decide`, pure: verdicts and raises), act (`act`: enforce, then the check as it stands), and the report into
+conditions, status and gauges (`report`, pure).
 
 Gather (`retention_kafka.topic_facts`) costs a DescribeConfigs, three ListOffsets and a record sample, so
 it runs at most every HANDOFF_RETENTION_CHECK_INTERVAL per handoff (and at once when the parts of the
-spec it depends on change); between checks `observe` returns None and the status keeps the last answer.
+spec it depends on change); between checks `gather` returns None and the status keeps the last answer.
 Data loss needs only the ledger position and Kafka's earliest offsets, which every refresh reads anyway,
 so it is decided on every refresh.
 
@@ -12,7 +14,6 @@ hours: in the KafkaTopic when Strimzi manages the topic, else in Kafka. A refusa
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,18 +25,19 @@ from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
 
-from handoff_operator.runtime import metrics
 from handoff_operator.retention import kafka as retention_kafka
 from handoff_operator.retention import report as retention_report
 from handoff_operator.retention import strimzi
-from handoff_operator.handoff.conditions import Condition, ProgressFacts, Transition
+from handoff_operator.conditions import Condition, ProgressFacts, Transition
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.retention.rule import Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise, verdict
+from handoff_operator.retention.rule import (LostRange, Requirement, TopicFacts, TopicVerdict, lost_from_offsets, may_raise,
+                                            verdict)
 from handoff_operator.retention.report import EnforceOutcome, RetentionCheck
 from handoff_operator.runtime.settings import OperatorSettings
+from handoff_operator.runtime.state import HandoffMemory
 
-_last: dict[tuple[str, str], tuple[tuple[Any, ...], float]] = {}
-_last_lock = threading.Lock()
+#: Per handoff: the parts of the spec the last check depended on (`_signature`) and when it ran (monotonic).
+_last: HandoffMemory[tuple[tuple[Any, ...], float]] = HandoffMemory("retention.checked")
 
 
 def requirement(spec: StreamTableHandoffSpec) -> Requirement:
@@ -49,19 +51,12 @@ def _signature(spec: StreamTableHandoffSpec) -> tuple[Any, ...]:
 
 
 def _due(namespace: str, name: str, spec: StreamTableHandoffSpec, interval: float) -> bool:
-    with _last_lock:
-        last = _last.get((namespace, name))
+    last = _last.get((namespace, name))
     return last is None or last[0] != _signature(spec) or time.monotonic() - last[1] >= interval
 
 
 def _checked(namespace: str, name: str, spec: StreamTableHandoffSpec) -> None:
-    with _last_lock:
-        _last[(namespace, name)] = (_signature(spec), time.monotonic())
-
-
-def forget(namespace: str, name: str) -> None:
-    with _last_lock:
-        _last.pop((namespace, name), None)
+    _last.set((namespace, name), (_signature(spec), time.monotonic()))
 
 
 def _enforce(config: AppConfig, facts: TopicFacts, target_ms: int, api: client.ApiClient,
@@ -89,30 +84,38 @@ def _enforce(config: AppConfig, facts: TopicFacts, target_ms: int, api: client.A
         return EnforceOutcome(topic, "failed", current, None, "Kafka", f"{type(exc).__name__}: {exc}")
 
 
-def decide_and_enforce(config: AppConfig, spec: StreamTableHandoffSpec, facts: Mapping[str, TopicFacts],
-                       now_ms: int, api: client.ApiClient, settings: OperatorSettings) -> RetentionCheck:
-    need = requirement(spec)
-    verdicts: list[TopicVerdict] = []
-    enforced: list[EnforceOutcome] = []
-    for topic in spec.source.topics:
-        topic_facts = facts[topic]
-        result = verdict(topic_facts, need, now_ms)
-        if need.enforce and not result.sufficient and may_raise(topic_facts.retention_ms, result.target_retention_ms):
-            outcome = _enforce(config, topic_facts, result.target_retention_ms, api, settings)  # type: ignore[arg-type]
-            enforced.append(outcome)
-            if outcome.action == "raised":
-                result = verdict(replace(topic_facts, retention_ms=outcome.after_ms), need, now_ms)
-        verdicts.append(result)
-    return RetentionCheck(now_ms, tuple(verdicts), tuple(enforced),
-                          cleanup_policies={t: ",".join(f.cleanup_policy) for t, f in facts.items()})
+@dataclass(frozen=True)
+class TopicsRead:
+    """The topics' retention facts as one due check read them (`gather`), or why they could not be read."""
+
+    now_ms: int
+    facts: Mapping[str, TopicFacts] = field(default_factory=dict)
+    error: str | None = None
 
 
-def observe(namespace: str, name: str, spec: StreamTableHandoffSpec, config: AppConfig, progress: ProgressFacts,
-            api: client.ApiClient, settings: OperatorSettings) -> RetentionCheck | None:
-    """A fresh check when one is due, else None (the status keeps the last). Never raises: a failed read is
-    the check's error (RetentionSufficient=Unknown), tried again at the next interval like a success, so an
-    unreachable cluster does not add its timeouts to every refresh. Not tried while this refresh could not
-    read Kafka's offsets at all (Degraded=StatusUnavailable already says so)."""
+@dataclass(frozen=True)
+class Raise:
+    """A topic whose retention enforce mode raises to `target_ms`."""
+
+    facts: TopicFacts
+    target_ms: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one check decided (`decide`, pure): each topic's verdict and the raises enforce mode makes."""
+
+    read: TopicsRead
+    verdicts: tuple[TopicVerdict, ...] = ()
+    raises: tuple[Raise, ...] = ()
+
+
+def gather(namespace: str, name: str, spec: StreamTableHandoffSpec, config: AppConfig, progress: ProgressFacts,
+           settings: OperatorSettings) -> TopicsRead | None:
+    """The topics' facts when a check is due, else None (the status keeps the last answer). Reads only. Never
+    raises: a failed read is the check's error (RetentionSufficient=Unknown), tried again at the next interval like
+    a success, so an unreachable cluster does not add its timeouts to every refresh. Not tried while this refresh
+    could not read Kafka's offsets at all (Degraded=StatusUnavailable already says so)."""
     if progress.end_offsets is None or not _due(namespace, name, spec, settings.retention_check_interval):
         return None
     now_ms = int(time.time() * 1000)
@@ -122,8 +125,46 @@ def observe(namespace: str, name: str, spec: StreamTableHandoffSpec, config: App
                                             config_max_age=settings.retention_check_interval,
                                             end=progress.end_offsets, earliest_offsets=progress.earliest_offsets)
     except Exception as exc:  # noqa: BLE001 - reported in the status, never raised
-        return RetentionCheck(now_ms, errors=(f"{type(exc).__name__}: {exc}",))
-    return decide_and_enforce(config, spec, facts, now_ms, api, settings)
+        return TopicsRead(now_ms, error=f"{type(exc).__name__}: {exc}")
+    return TopicsRead(now_ms, facts)
+
+
+def decide(spec: StreamTableHandoffSpec, read: TopicsRead) -> Plan:
+    """Each topic's verdict and, in enforce mode, the raises of those that keep records too briefly (pure)."""
+    if read.error is not None:
+        return Plan(read)
+    need = requirement(spec)
+    verdicts: list[TopicVerdict] = []
+    raises: list[Raise] = []
+    for topic in spec.source.topics:
+        topic_facts = read.facts[topic]
+        result = verdict(topic_facts, need, read.now_ms)
+        if need.enforce and not result.sufficient and may_raise(topic_facts.retention_ms, result.target_retention_ms):
+            raises.append(Raise(topic_facts, result.target_retention_ms))  # type: ignore[arg-type]
+        verdicts.append(result)
+    return Plan(read, tuple(verdicts), tuple(raises))
+
+
+def checked(spec: StreamTableHandoffSpec, plan: Plan, enforced: Sequence[EnforceOutcome] = ()) -> RetentionCheck:
+    """The check as the status reports it (pure): the plan's verdicts, a raised topic's taken again with the
+    retention it has now."""
+    read = plan.read
+    if read.error is not None:
+        return RetentionCheck(read.now_ms, errors=(read.error,))
+    need = requirement(spec)
+    raised = {o.topic: o for o in enforced if o.action == "raised"}
+    verdicts = tuple(verdict(replace(read.facts[v.topic], retention_ms=raised[v.topic].after_ms), need, read.now_ms)
+                     if v.topic in raised else v for v in plan.verdicts)
+    return RetentionCheck(read.now_ms, verdicts, tuple(enforced),
+                          cleanup_policies={t: ",".join(f.cleanup_policy) for t, f in read.facts.items()})
+
+
+def act(config: AppConfig, spec: StreamTableHandoffSpec, plan: Plan, api: client.ApiClient,
+        settings: OperatorSettings) -> RetentionCheck:
+    """Raise what the plan says (only ever up: in the KafkaTopic when Strimzi manages the topic, else in Kafka),
+    then the check as it stands after it."""
+    enforced = [_enforce(config, r.facts, r.target_ms, api, settings) for r in plan.raises]
+    return checked(spec, plan, enforced)
 
 
 @dataclass(frozen=True)
@@ -131,19 +172,19 @@ class Report:
     conditions: tuple[Condition, ...] = ()
     events: list[Transition] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)   # merged into the status patch
+    gauges: tuple[RetentionCheck | None, Sequence[LostRange] | None] | None = None  # for metrics.set_retention
 
 
-def report(namespace: str, name: str, spec: StreamTableHandoffSpec | None, check: RetentionCheck | None,
-           progress: ProgressFacts | None, old_conditions: Sequence[Mapping[str, Any]]) -> Report:
-    """Conditions, Events, `status.retention` and gauges from this refresh's check (None: nothing new) and
-    the truth's progress (None: not read this time, e.g. a change handler)."""
+def report(spec: StreamTableHandoffSpec | None, check: RetentionCheck | None, progress: ProgressFacts | None,
+           old_conditions: Sequence[Mapping[str, Any]]) -> Report:
+    """Conditions, Events, `status.retention` and what the gauges show, from this refresh's check (None: nothing
+    new) and the truth's progress (None: not read this time, e.g. a change handler). Pure."""
     lost = None
     if progress is not None and progress.earliest_offsets is not None:
         lost = lost_from_offsets(progress.committed_offsets, progress.earliest_offsets)
     if spec is None or (check is None and lost is None):
         return Report()
     conditions = retention_report.conditions(check, lost, spec.source.on_offset_out_of_range)
-    metrics.set_retention(namespace, name, check, lost)
     status = retention_report.status(check, lost)
     return Report(conditions, retention_report.events(old_conditions, conditions, check),
-                  {"retention": status} if status else {})
+                  {"retention": status} if status else {}, (check, lost))

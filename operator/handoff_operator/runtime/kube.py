@@ -23,7 +23,9 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from handoff_operator.handoff.conditions import DriverFacts, condition_true
+from handoff_operator.conditions import DriverFacts, condition_true
+from handoff_operator.runtime.settings import current_settings
+from handoff_operator.runtime.state import STORE
 from handoff_operator.truth.driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from handoff_operator.spec.render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
                      driver_name, progress_configmap_name)
@@ -85,13 +87,16 @@ class AppliedChildren:
     API traffic. A child is applied again when its body changes, when it is forgotten (its Deployment changed:
     the driver watch calls `forget`), and at the latest `resync` seconds (±10%) after it was last applied, which
     repairs drift in children the operator does not watch (ConfigMaps, Service, RBAC). A restarted operator
-    applies everything once."""
+    applies everything once. Part of the handoff store (runtime.state): a handoff's children are forgotten with it."""
+
+    name = "kube.applied"
 
     def __init__(self, resync: float) -> None:
         self.resync = resync
         self._applied: dict[tuple[str, str, str, str], tuple[str, float]] = {}
         self._generations: dict[tuple[str, str, str], int] = {}  # (namespace, kind, name) → after our last apply
         self._lock = threading.Lock()
+        STORE.join(self)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -130,7 +135,20 @@ class AppliedChildren:
         with self._lock:
             for key in [k for k in self._applied if k[2] == namespace and k[3].startswith(owner + "-")]:
                 del self._applied[key]
-                self._generations.pop((key[2], key[1], key[3]), None)
+            for gen in [k for k in self._generations if k[0] == namespace and k[2].startswith(owner + "-")]:
+                del self._generations[gen]
+
+    def held(self, namespace: str, owner: str) -> list[str] | None:
+        """The children of handoff `owner` this process remembers applying, as `Kind/name` (None: none)."""
+        with self._lock:
+            children = sorted(f"{k[1]}/{k[3]}" for k in self._applied if k[2] == namespace
+                              and k[3].startswith(owner + "-"))
+            children += sorted(f"{k[1]}/{k[2]}@generation" for k in self._generations if k[0] == namespace
+                               and k[2].startswith(owner + "-"))
+        return children or None
+
+    def forget_handoff(self, namespace: str, name: str) -> None:
+        self.forget_owner(namespace, name)
 
     def forget(self, namespace: str, kind: str | None = None, name: str | None = None) -> None:
         """Forget children in `namespace` (of `kind` named `name`; all of them when None)."""
@@ -254,6 +272,23 @@ class Kube:
         if deployment is None:
             return None
         return driver_facts(deployment, self._pods(namespace, name, "driver"))
+
+
+_operator_kube_lock = threading.Lock()
+
+
+def operator_kube(memo: Any) -> Kube:
+    """The operator's one `Kube`, shared by every controller (the handoffs', the ReplayRequests'): kept in kopf's
+    `memo` (one per operator run), made at first use. One, so all of them share one connection pool and one
+    record of what was applied (AppliedChildren)."""
+    kube = getattr(memo, "kube", None)
+    if kube is None:
+        with _operator_kube_lock:
+            kube = getattr(memo, "kube", None)
+            if kube is None:
+                kube = Kube(new_api_client(), resync=current_settings().children_resync_interval)
+                memo.kube = kube
+    return kube
 
 
 def executors_running(pods: Iterable[Mapping[str, Any]]) -> int:

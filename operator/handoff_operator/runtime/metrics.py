@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from handoff_operator.runtime.state import STORE
+
 RECONCILES = Counter("handoff_reconciles_total", "Reconciles of StreamTableHandoffs by result",
                      ["result"])
 RECONCILE_ERRORS = Counter("handoff_reconcile_errors_total", "Reconciles that raised an error",
@@ -57,6 +59,32 @@ CATALOG_READS = Counter("handoff_catalog_reads_total", "Table ledger reads for s
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
 _seen_phases: set[str] = set()
+#: The gauges with a series per handoff (labels namespace, name[, topic]).
+PER_HANDOFF: tuple[Gauge, ...] = (LAG, FRESHNESS, FRESHNESS_TARGET, DRIVER_RESTARTS, EXECUTORS_DESIRED,
+                                  EXECUTORS_CURRENT, RETENTION_HEADROOM, RETENTION_NEED, RETENTION_HAVE, LOST_RECORDS)
+
+
+class _HandoffSeries:
+    """A handoff's phase and its series in the gauges, as one part of the handoff store (runtime.state): forgotten
+    with the handoff, so a deleted handoff's lag or retention is no longer exported."""
+
+    name = "metrics"
+
+    def held(self, namespace: str, name: str) -> object | None:
+        series = sorted({metric.name for gauge in PER_HANDOFF for metric in gauge.collect()
+                         for sample in metric.samples
+                         if sample.labels.get("namespace") == namespace and sample.labels.get("name") == name})
+        key = (namespace, name)
+        held = {"phase": _phases.get(key), "series": series or None, "retentionTopics": _retention_topics.get(key)}
+        held = {k: v for k, v in held.items() if v is not None}
+        return held or None
+
+    def forget_handoff(self, namespace: str, name: str) -> None:
+        set_phase(namespace, name, None)
+
+
+_series = _HandoffSeries()
+STORE.join(_series)
 
 
 @contextmanager

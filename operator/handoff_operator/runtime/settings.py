@@ -5,6 +5,7 @@ the same settings without each having to forward flags.
 """
 from __future__ import annotations
 
+import threading
 from typing import Annotated
 
 from pydantic import Field, field_validator
@@ -57,3 +58,24 @@ class OperatorSettings(BaseSettings):
         if value in ("", "0", 0, "off", "none"):
             return None
         return value
+
+
+_current: OperatorSettings | None = None
+_current_lock = threading.Lock()
+
+
+def current_settings() -> OperatorSettings:
+    """The running operator's settings, shared by every controller: read from the environment at first use,
+    unless `use_settings` gave them (an operator run in-process, as the integration tests do)."""
+    global _current
+    with _current_lock:
+        if _current is None:
+            _current = OperatorSettings()
+        return _current
+
+
+def use_settings(settings: OperatorSettings | None) -> None:
+    """Run with `settings` from now on (None: read the environment again at the next use)."""
+    global _current
+    with _current_lock:
+        _current = settings

@@ -1,5 +1,6 @@
-"""Executor autoscaling in the status refresh: gather the facts, `scaling.decide`, act (status, Event,
-metrics, the desired count for the driver).
+"""Executor autoscaling in reconcile's three steps: gather (`measure`: the facts into the kept measurements),
+decide (`decide_step`, pure: `scaling.rule.decide`, the status block and the Event), act (`act`: the desired count
+for the driver, the gauges).
 
 Facts: lag per partition and Kafka's end offsets (from the truth the refresh read), the input rate (growth of
 the end offsets between two reads of them, remembered here), the processing rate per executor (the driver's last
@@ -25,12 +26,12 @@ from kubernetes.client.rest import ApiException
 from handoff_spark import ledger
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff.conditions import DriverReport, ProgressFacts
+from handoff_operator.conditions import DriverReport, ProgressFacts, iso_ms
 from handoff_operator.runtime.kube import Kube
+from handoff_operator.runtime.state import HandoffMemory
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide
-from handoff_operator.handoff.status import iso_ms
 
 #: The annotation the driver polls (handoff_spark.driver.executor_scaler.ANNOTATION).
 DESIRED_ANNOTATION = "handoff.io/desired-executors"
@@ -67,12 +68,7 @@ class _Memory:
         return max((r for _, r in self.rates), default=None)
 
 
-_memory: dict[tuple[str, str], _Memory] = {}
-
-
-def forget(namespace: str, name: str) -> None:
-    _memory.pop((namespace, name), None)
-    metrics.set_executors(namespace, name, None, None)
+_memory: HandoffMemory[_Memory] = HandoffMemory("scaling")
 
 
 def lag_per_partition(progress: ProgressFacts) -> dict[str, int]:
@@ -122,37 +118,72 @@ def batch_rate(report: DriverReport) -> float:
     return float(report.input_rows_per_second or 0.0)
 
 
-def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec, executors: Mapping[str, Any],
-            progress: ProgressFacts | None, report: DriverReport | None, running: int,
-            now_ms: int) -> tuple[dict[str, Any], tuple[str, str, str] | None]:
-    """The `status.executors` block and an Event (type, reason, message) when the count changed.
+@dataclass(frozen=True)
+class Measured:
+    """What the kept measurements say after this reconcile's facts (`measure`)."""
 
-    `progress`: this refresh's truth (None in change handlers: only the bounds apply then). `running`: executor
-    pods running now."""
-    memory = _memory.setdefault((namespace, name), _Memory())
+    input_rate: float | None = None
+    rate_per_executor: float | None = None
+    history: tuple[tuple[int, int], ...] = ()
+    annotated: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """The scaling step of one reconcile, as decided (`decide_step`) before anything is done."""
+
+    status: dict[str, Any]                           # status.executors
+    event: tuple[str, str, str] | None               # (type, reason, message) when the count changed
+    desired: int
+    running: int
+    annotate: bool = False                           # write `desired` onto the driver's ConfigMap
+    history: tuple[tuple[int, int], ...] | None = None   # the rule's history to keep (None: keep the kept one)
+
+
+def _current(executors: Mapping[str, Any], spec: StreamTableHandoffSpec) -> int:
+    previous = executors.get("desired")
+    return int(previous) if previous is not None and "reason" in executors else spec.scaling.min_executors
+
+
+def _usable(spec: StreamTableHandoffSpec, progress: ProgressFacts | None) -> ProgressFacts | None:
+    """The truth the rule may scale on: none while Kafka is unreadable or nothing runs (only the bounds apply)."""
+    return None if progress is None or progress.end_offsets is None or spec.suspend else progress
+
+
+def measure(namespace: str, name: str, spec: StreamTableHandoffSpec, executors: Mapping[str, Any],
+            progress: ProgressFacts | None, report: DriverReport | None, running: int, now_ms: int) -> Measured:
+    """Gather: this reconcile's facts into the measurements kept per handoff (input rate, rate per executor), and
+    what they say now. `progress`: this refresh's truth (None in change handlers); `running`: executor pods
+    running now. Changes nothing but the measurements (the rule's history and the annotation are kept by `act`)."""
+    memory = _memory.setdefault((namespace, name), _Memory)
+    held = held_without_truth(executors, spec.scaling.min_executors, spec.scaling.max_executors, running) \
+        if progress is None else None
+    count = running or (int(held["desired"]) if held is not None else _current(executors, spec))
+    _observe(memory, _usable(spec, progress), report, count, now_ms)
+    return Measured(memory.input_rate, memory.rate_per_executor, memory.history, memory.annotated)
+
+
+def decide_step(spec: StreamTableHandoffSpec, executors: Mapping[str, Any], progress: ProgressFacts | None,
+                report: DriverReport | None, running: int, now_ms: int, measured: Measured) -> Step:
+    """How many executors (pure): the `status.executors` block, the Event of a change and whether the driver's
+    ConfigMap needs the count. Without this refresh's truth (a change handler) the last decision stands while it
+    is within the bounds (held_without_truth); otherwise `scaling.rule.decide`."""
     if progress is None:
         held = held_without_truth(executors, spec.scaling.min_executors, spec.scaling.max_executors, running)
         if held is not None:
-            _observe(memory, None, report, running or int(held["desired"]), now_ms)
-            metrics.set_executors(namespace, name, int(held["desired"]), running)
-            return held, None
-    if progress is not None and (progress.end_offsets is None or spec.suspend):
-        progress = None  # Kafka unreadable (or nothing runs): only the bounds apply
-    previous = executors.get("desired")
-    current = int(previous) if previous is not None and "reason" in executors else spec.scaling.min_executors
-    _observe(memory, progress, report, running or current, now_ms)
+            return Step(held, None, int(held["desired"]), running)
+    progress = _usable(spec, progress)
+    current = _current(executors, spec)
     decision: ScalingDecision = decide(ScalingInput(
         now_ms=now_ms, current=current, min_executors=spec.scaling.min_executors,
         max_executors=spec.scaling.max_executors, target_catch_up_seconds=spec.target_catch_up_seconds,
         cooldown_seconds=spec.scaling_cooldown_seconds, cores_per_executor=spec.spark.executor.cores,
         lag=lag_per_partition(progress) if progress is not None else {},
-        input_rate=memory.input_rate if progress is not None else None,
-        rate_per_executor=memory.rate_per_executor, trigger_seconds=spec.commit_interval_seconds,
+        input_rate=measured.input_rate if progress is not None else None,
+        rate_per_executor=measured.rate_per_executor, trigger_seconds=spec.commit_interval_seconds,
         max_records_per_batch=spec.source.max_records_per_batch,
-        last_scale_ms=iso_ms(executors.get("lastScaleTime")), history=memory.history,
+        last_scale_ms=iso_ms(executors.get("lastScaleTime")), history=measured.history,
         **recent_batch(report, spec.commit_interval_seconds, now_ms)))
-    if progress is not None:
-        memory.history = decision.history
     status = {"current": running, "desired": decision.desired, "reason": decision.reason,
               "message": decision.message[:1024], "lastScaleTime": executors.get("lastScaleTime")}
     event = None
@@ -161,10 +192,18 @@ def refresh(kube: Kube, namespace: str, name: str, spec: StreamTableHandoffSpec,
         status["lastScaleTime"] = dt.datetime.fromtimestamp(now_ms / 1000, dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
         event = ("Normal", EVENT_REASONS.get(decision.reason, "Scaled"), decision.message)
-    if (changed or memory.annotated != decision.desired) and _annotate(kube, namespace, name, decision.desired):
-        memory.annotated = decision.desired
-    metrics.set_executors(namespace, name, decision.desired, running)
-    return status, event
+    return Step(status, event, decision.desired, running, annotate=changed or measured.annotated != decision.desired,
+                history=decision.history if progress is not None else None)
+
+
+def act(kube: Kube, namespace: str, name: str, step: Step) -> None:
+    """Keep the rule's history, tell the driver the count (the annotation) and set the gauges."""
+    memory = _memory.setdefault((namespace, name), _Memory)
+    if step.history is not None:
+        memory.history = step.history
+    if step.annotate and _annotate(kube, namespace, name, step.desired):
+        memory.annotated = step.desired
+    metrics.set_executors(namespace, name, step.desired, step.running)
 
 
 def held_without_truth(executors: Mapping[str, Any], min_executors: int, max_executors: int,

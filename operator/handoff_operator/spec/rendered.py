@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from handoff_operator.runtime.kube import AppliedChildren, Kube
+from handoff_operator.runtime.state import HandoffMemory
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, referenced_secrets, render
 from handoff_operator.spec.validation import Problem, check, parse_spec
@@ -35,8 +35,8 @@ class Prepared:
     secrets: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)  # as read for it
 
 
-_cache: dict[tuple[str, str], tuple[tuple[Any, ...], Prepared]] = {}
-_lock = threading.Lock()
+#: Per handoff: the inputs it was made from (`_signature`) and the answer.
+_cache: HandoffMemory[tuple[tuple[Any, ...], Prepared]] = HandoffMemory("spec.rendered")
 
 
 def _signature(obj: Mapping[str, Any], spec_json: str, image: str, secrets: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -63,8 +63,7 @@ def prepare(kube: Kube, obj: Mapping[str, Any], image: str) -> Prepared:
     key = (meta["namespace"], meta["name"])
     spec_json = json.dumps(obj.get("spec") or {}, sort_keys=True, default=str)
     problems: list[Problem] = []
-    with _lock:
-        cached = _cache.get(key)
+    cached = _cache.get(key)
     if cached is not None and cached[0][0] == spec_json and cached[1].spec is not None:
         spec = cached[1].spec  # the same spec parses the same: only the Secrets need reading to know the rest
     else:
@@ -74,11 +73,5 @@ def prepare(kube: Kube, obj: Mapping[str, Any], image: str) -> Prepared:
     if cached is not None and cached[0] == signature:
         return cached[1]  # the same Secret values it was made with
     prepared = _build(obj, image, kube, spec, problems, secrets)
-    with _lock:
-        _cache[key] = (signature, prepared)
+    _cache.set(key, (signature, prepared))
     return prepared
-
-
-def forget(namespace: str, name: str) -> None:
-    with _lock:
-        _cache.pop((namespace, name), None)

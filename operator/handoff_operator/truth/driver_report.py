@@ -11,7 +11,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from handoff_operator.handoff.conditions import DriverReport
+from handoff_operator.conditions import DriverReport
 
 DATA_KEY = "progress.json"
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from handoff_spark import ledger
 
-from handoff_operator.handoff.conditions import ProgressFacts
+from handoff_operator.conditions import ProgressFacts
 
 Offsets = Mapping[str, Mapping[int, int]]
 

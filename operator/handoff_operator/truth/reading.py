@@ -23,7 +23,7 @@ from handoff_spark.ledger import (Commit, committed_group_offsets, forget_iceber
 
 from handoff_operator.runtime import metrics
 from handoff_operator.truth.bigquery import BoundedCache
-from handoff_operator.handoff.conditions import ProgressFacts
+from handoff_operator.conditions import ProgressFacts
 from handoff_operator.truth.progress import progress_facts
 
 _admins: dict[tuple[str, tuple[tuple[str, str], ...]], AdminClient] = {}

@@ -27,7 +27,7 @@ from typing import Any
 
 import kopf
 
-from handoff_operator.handoff.conditions import DriverFacts
+from handoff_operator.conditions import DriverFacts
 from handoff_operator.truth.driver_report import DATA_KEY
 from handoff_operator.runtime.kube import driver_facts, executors_running
 from handoff_operator.spec.render import (COMPONENT_LABEL, CONFIG_HASH_ANNOTATION, GROUP, MANAGED_BY, NAME_LABEL, PLURAL,
@@ -42,16 +42,22 @@ Key = tuple[str, str]  # (namespace, handoff name)
 #: capacity) cost a GET and a LIST at every refresh (issue 16: all 200 drivers of the bench on a flapping kwok
 #: node, 40% of the refresh time).
 QUIET_SECONDS = 10.0
-_changed: dict[Key, float] = {}  # monotonic time of each handoff's last child event (touched in the event loop)
-
-
-def _note_change(namespace: str, name: str) -> None:
-    _changed[(namespace, name)] = time.monotonic()
+#: Each indexed Deployment's and pod's entry carries the monotonic time of its last watch event under this key, so
+#: a handoff's last child event is the newest of its children's entries, and it goes with them: kopf drops an
+#: object's entries when the object is deleted (a dict of last events per handoff, beside the indexes, kept an
+#: entry of every deleted handoff for good). A deleted child's own last event then counts no more: what follows it
+#: (the Deployment's status, a new pod) is an event of its own.
+CHANGED_AT = "changedAt"
 
 
 def quiet(last_change: float | None, now: float) -> bool:
     """No child event since the operator started watching counts as a change now (the initial listing is one)."""
     return last_change is not None and now - last_change >= QUIET_SECONDS
+
+
+def last_change(entries: Sequence[Mapping[str, Any] | None]) -> float | None:
+    """The newest CHANGED_AT of a handoff's index entries (None: it has none)."""
+    return max((e[CHANGED_AT] for e in entries if e is not None and e.get(CHANGED_AT) is not None), default=None)
 
 
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,8 +83,7 @@ def _slim_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
 @kopf.index("apps", "v1", "deployments", labels={NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "driver", **_MANAGED})
 async def handoff_driver_deployments(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any],
                                      **_: Any) -> dict[Key, dict[str, Any]]:
-    _note_change(namespace, labels[NAME_LABEL])
-    return {(namespace, labels[NAME_LABEL]): _slim_deployment(body)}
+    return {(namespace, labels[NAME_LABEL]): {**_slim_deployment(body), CHANGED_AT: time.monotonic()}}
 
 
 @kopf.index("", "v1", "pods", labels={NAME_LABEL: kopf.PRESENT, **_MANAGED})
@@ -87,8 +92,7 @@ async def handoff_pods(namespace: str, labels: Mapping[str, str], body: Mapping[
     component = labels.get(COMPONENT_LABEL)
     if component not in ("driver", "executor"):
         return {}
-    _note_change(namespace, labels[NAME_LABEL])
-    return {(namespace, labels[NAME_LABEL], component): _slim_pod(body)}
+    return {(namespace, labels[NAME_LABEL], component): {**_slim_pod(body), CHANGED_AT: time.monotonic()}}
 
 
 @kopf.index("", "v1", "configmaps", labels={NAME_LABEL: kopf.PRESENT, COMPONENT_LABEL: "progress", **_MANAGED})
@@ -205,11 +209,12 @@ class Views:
     def _read(self, namespace: str, name: str) -> Seen:
         deployments, pods = self.indexes["handoff_driver_deployments"], self.indexes["handoff_pods"]
         records = self.indexes["handoff_progress_records"]
-        return Seen(deployment=_one(deployments.get((namespace, name))),
-                    driver_pods=list(pods.get((namespace, name, "driver")) or ()),
-                    executor_pods=list(pods.get((namespace, name, "executor")) or ()),
+        deployment = _one(deployments.get((namespace, name)))
+        driver_pods = list(pods.get((namespace, name, "driver")) or ())
+        executor_pods = list(pods.get((namespace, name, "executor")) or ())
+        return Seen(deployment=deployment, driver_pods=driver_pods, executor_pods=executor_pods,
                     progress_record=_one(records.get((namespace, name))),
-                    quiet=quiet(_changed.get((namespace, name)), time.monotonic()))
+                    quiet=quiet(last_change([deployment, *driver_pods, *executor_pods]), time.monotonic()))
 
     def handoff(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The handoff as the watch last saw it. Call it in the event loop (a handler's own coroutine)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from handoff_operator.handoff.conditions import (CRASH_REASONS, DEGRADED, PROGRESSING, Condition, DriverFacts, DriverReport,
+from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, PROGRESSING, Condition, DriverFacts, DriverReport,
                          Evaluation)
 from handoff_operator.models import format_duration
 

@@ -1,8 +1,7 @@
-"""Automatic rollback of a failed upgrade, in reconcile: gather the facts, `upgrade.decide`, act (I/O).
-
-Called by `handlers.reconcile` before it applies the children: it returns which rendering to apply (the
-current spec's, or the last good spec's while a failed change is rolled back), the Events to emit and the
-status fields to write (`lastGoodGeneration`, `upgrade`).
+"""Automatic rollback of a failed upgrade, in reconcile's three steps: gather the last good spec
+(`gather_last_good`), decide (`decide_step`, pure: `upgrade.rule.decide` and which rendering to apply, the
+current spec's or the last good spec's while a failed change is rolled back, the Events and the status fields
+`lastGoodGeneration`, `upgrade`), act (`act`: store the last good spec, count a rollback).
 
 Where the last good spec lives: the owned ConfigMap `<name>-last-good` (`spec.json`: the handoff's spec as
 it was when its driver committed, plus its generation and config hash), written when a spec is marked good
@@ -22,7 +21,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.runtime import metrics
-from handoff_operator.handoff.conditions import DriverFacts, DriverReport, ProgressFacts
+from handoff_operator.conditions import DriverFacts, DriverReport, ProgressFacts
 from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
@@ -31,7 +30,8 @@ from handoff_operator.upgrade.rule import UPGRADE_ROLLED_BACK, Decision, Upgrade
 from handoff_operator.spec.validation import check, parse_spec
 
 SPEC_KEY = "spec.json"
-__all__ = ["Step", "held_spec", "last_good_configmap_name", "overlay", "render_spec", "step"]
+__all__ = ["Step", "act", "decide_step", "gather_last_good", "held_spec", "last_good_configmap_name", "overlay",
+           "render_spec"]
 log = logging.getLogger("handoff.operator")
 
 
@@ -139,9 +139,12 @@ def held_spec(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | 
 
 @dataclass(frozen=True)
 class Step:
+    """The rollout step of one reconcile, as decided (`decide_step`) before anything is done."""
+
     decision: Decision
     rendered: Rendered                               # what to apply now
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    good_hash: str | None = None                     # markGood: the config hash stored as the last good spec's
 
     @property
     def rolling_back(self) -> bool:
@@ -151,43 +154,54 @@ class Step:
         return status_from_state(self.decision.state)
 
 
-def step(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered: Rendered,
-         status: Mapping[str, Any], report: DriverReport | None, truth: ProgressFacts | None,
-         settings: OperatorSettings, now_ms: int, driver: DriverFacts | None = None) -> Step:
-    """`driver`: the driver's facts if the caller already read them (else read here)."""
-    meta = owner["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    state = state_from_status(status)
+def gather_last_good(kube: Kube, owner: Mapping[str, Any], status: Mapping[str, Any], rendered: Rendered,
+                     image: str) -> Rendered | None:
+    """The last good spec's children, read only when they may be needed: a last good spec is recorded and it is
+    not the config running now (None: not needed, or it no longer renders)."""
+    last_good_hash = state_from_status(status).last_good_hash
+    if last_good_hash is None or last_good_hash == rendered.config_hash:
+        return None
+    return _render_last_good(kube, owner, image)
 
-    # Gather. The last good spec is read only when it may be needed (not the config running now).
-    last_good: Rendered | None = None
-    if state.last_good_hash is not None and state.last_good_hash != rendered.config_hash:
-        last_good = _render_last_good(kube, owner, settings.default_image)
+
+def decide_step(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered: Rendered,
+                status: Mapping[str, Any], report: DriverReport | None, truth: ProgressFacts | None,
+                settings: OperatorSettings, now_ms: int, driver: DriverFacts | None,
+                last_good: Rendered | None) -> Step:
+    """Keep, mark good or roll back (pure): the facts from what was gathered (`driver`: the driver before this
+    reconcile's children step; `last_good`: `gather_last_good`), `upgrade.rule.decide`, and what it means for
+    this reconcile: which rendering to apply and the Events."""
+    meta = owner["metadata"]
+    state = state_from_status(status)
     timeout = spec.upgrade_readiness_timeout_seconds
     facts = UpgradeFacts(
         generation=int(meta.get("generation") or 0), desired_hash=rendered.config_hash,
         suspended=spec.suspend, now_ms=now_ms,
         timeout_seconds=timeout if timeout is not None else settings.upgrade_readiness_timeout,
         crash_restarts=settings.upgrade_crash_restarts, auto_rollback=spec.upgrade.auto_rollback,
-        driver=driver if driver is not None else kube.driver_facts(namespace, name), report=report,
+        driver=driver, report=report,
         ledger_committed_at_ms=truth.committed_at_ms if truth is not None else None,
         lag=truth.lag if truth is not None else status.get("lag"),
         last_good_available=last_good is not None,
         held=REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {}))
-
-    # Decide.
     decision = decide(facts, state)
-
-    # Act.
     events: list[tuple[str, str, str]] = []
-    if decision.action == "markGood":
-        kube.apply(last_good_configmap(owner, rendered.config_hash))  # before the status says so
-        if state.last_good_hash is not None:
-            events.append(("Normal", "UpgradeSucceeded", decision.message))
-        log.info(f"{namespace}/{name}: {decision.message}")
+    if decision.action == "markGood" and state.last_good_hash is not None:
+        events.append(("Normal", "UpgradeSucceeded", decision.message))
     elif decision.action == "rollBack":
         events.append(("Warning", UPGRADE_ROLLED_BACK, decision.message))
-        metrics.UPGRADE_ROLLBACKS.labels(reason=decision.state.rolled_back_reason or "").inc()
-        log.warning(f"{namespace}/{name}: {decision.message}")
     # decide() runs the last good spec only while it renders (last_good_available).
-    return Step(decision, last_good if decision.run_last_good and last_good is not None else rendered, events)
+    runs = last_good if decision.run_last_good and last_good is not None else rendered
+    return Step(decision, runs, events, rendered.config_hash if decision.action == "markGood" else None)
+
+
+def act(kube: Kube, owner: Mapping[str, Any], step: Step) -> None:
+    """markGood: store the spec as the last good one (before the status says so); rollBack: count it."""
+    meta = owner["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}"
+    if step.good_hash is not None:
+        kube.apply(last_good_configmap(owner, step.good_hash))
+        log.info(f"{where}: {step.decision.message}")
+    elif step.rolling_back:
+        metrics.UPGRADE_ROLLBACKS.labels(reason=step.decision.state.rolled_back_reason or "").inc()
+        log.warning(f"{where}: {step.decision.message}")

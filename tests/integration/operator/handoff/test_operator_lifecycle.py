@@ -4,10 +4,12 @@ finalizer + garbage collection, InvalidSpec, operator restart without duplicates
 from __future__ import annotations
 
 import json
+import time
 from typing import Iterator
 
 import pytest
 
+from handoff_operator.runtime import state
 from handoff_spark.config import AppConfig
 from operator_support import IMAGE, Cluster, Operator, base_spec, eventually, kubectl
 
@@ -16,6 +18,8 @@ pytestmark = pytest.mark.apiserver
 OWNED = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
 # ConfigMaps: <name>-app and <name>-progress (the driver's published progress record).
 COUNT = {"ConfigMap": 2}
+#: Longer than a child-triggered reconcile takes to come (handlers.CHILD_EVENTS_WINDOW) and run.
+CHILD_EVENTS_SETTLE = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +39,18 @@ def _deployment(cluster: Cluster, ns: str, name: str):
 
 def _hash(dep) -> str:
     return dep.spec.template.metadata.annotations["handoff.io/config-hash"]
+
+
+def _nothing_kept(ns: str, name: str) -> None:
+    """The operator (in this process) keeps nothing of a deleted handoff once its children are gone, and what the
+    events that follow its deletion bring (a child-triggered reconcile due, which finds the handoff gone and
+    forgets it) goes again (runtime.state)."""
+    for wait in (0.0, CHILD_EVENTS_SETTLE):
+        time.sleep(wait)
+        try:
+            eventually(lambda: state.holding(ns, name) == {}, f"nothing kept of {ns}/{name}", timeout=30)
+        except AssertionError:
+            raise AssertionError(f"the operator still keeps of {ns}/{name}: {state.holding(ns, name)}") from None
 
 
 def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, operator: Operator) -> None:
@@ -184,6 +200,7 @@ def test_delete_stops_driver_releases_finalizer_and_keeps_checkpoint(cluster: Cl
     eventually(lambda: not cluster.driver_pods(ns, "gone"), "driver pod gone")
     # The checkpoint volume stays (and the table is never touched).
     assert [p.metadata.name for p in cluster.children(ns, "gone")["PersistentVolumeClaim"]] == ["gone-checkpoint"]
+    _nothing_kept(ns, "gone")
 
 
 def test_unworkable_spec_gets_invalid_spec_and_recovers(cluster: Cluster, operator: Operator) -> None:
@@ -298,3 +315,4 @@ def test_kwok_node_runs_the_driver_to_ready_and_delete_waits_for_it(cluster: Clu
     # The finalizer waited until the driver pod was gone (not merely terminating).
     assert not cluster.core.list_namespaced_pod(ns, label_selector="handoff.io/name=lake").items
     eventually(lambda: not cluster.children(ns, "lake")["Deployment"], "Deployment garbage-collected")
+    _nothing_kept(ns, "lake")

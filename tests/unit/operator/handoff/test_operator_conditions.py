@@ -1,7 +1,7 @@
 """conditions: Ready/Progressing/Degraded from observed facts; transitions → Events."""
 from __future__ import annotations
 
-from handoff_operator.handoff.conditions import (DriverFacts, Facts, ProgressFacts, evaluate, merge_conditions,
+from handoff_operator.conditions import (DriverFacts, Facts, ProgressFacts, evaluate, merge_conditions,
                                          transitions)
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 from pydantic import ValidationError
 
-from handoff_operator.handoff.conditions import DriverFacts, Facts, ProgressFacts
+from handoff_operator.conditions import DriverFacts, Facts, ProgressFacts
 from handoff_operator.handoff.status import Observed, decide, differs
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.timezone.utc)

@@ -2,7 +2,7 @@
 replicas (same config, so no restart is counted), the replay annotation makes the phase Replaying."""
 from __future__ import annotations
 
-from handoff_operator.handoff.conditions import DriverFacts, Facts, evaluate
+from handoff_operator.conditions import DriverFacts, Facts, evaluate
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, render
 from handoff_operator.spec.validation import check, parse_spec
 

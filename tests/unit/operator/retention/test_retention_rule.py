@@ -179,7 +179,7 @@ def test_gauges_per_topic_and_removed_with_the_handoff():
 
 
 def test_data_loss_makes_the_handoff_degraded_unless_already_degraded():
-    from handoff_operator.handoff.conditions import Condition, Evaluation
+    from handoff_operator.conditions import Condition, Evaluation
     from handoff_operator.retention.report import degrade_on_data_loss
 
     running = Evaluation("Running", (Condition("Ready", "True", "Running", "ok"),

@@ -146,7 +146,7 @@ def test_refreshes_much_faster_than_the_window_still_scale_down_after_one_window
 
 def test_measurements_from_consecutive_refreshes():
     from handoff_operator.scaling.step import _Memory, _observe, lag_per_partition
-    from handoff_operator.handoff.conditions import DriverReport, ProgressFacts
+    from handoff_operator.conditions import DriverReport, ProgressFacts
 
     def progress(end: int, committed: int | None) -> ProgressFacts:
         return ProgressFacts(end_offsets={"t": {"0": end, "1": end}},
@@ -170,7 +170,7 @@ def test_a_reused_offsets_snapshot_is_no_new_measurement():
     """A status refresh may reuse the cluster's shared offsets snapshot (truth.ClusterOffsets): the rate is
     measured between the snapshots' own read times, so a reused one neither reads 0/s nor doubles the next."""
     from handoff_operator.scaling.step import _Memory, _observe
-    from handoff_operator.handoff.conditions import ProgressFacts
+    from handoff_operator.conditions import ProgressFacts
 
     def read(end: int, at_ms: int) -> ProgressFacts:
         return ProgressFacts(end_offsets={"t": {"0": end}}, end_read_at_ms=at_ms)
@@ -217,7 +217,7 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
     the 1,500/s input alone 'needed' all three, for good. The best rate of the window remembers what one
     executor did, so the count comes back down; a measurement older than the window is forgotten."""
     from handoff_operator.scaling.step import RATE_WINDOW_MS, _Memory, _observe
-    from handoff_operator.handoff.conditions import DriverReport
+    from handoff_operator.conditions import DriverReport
 
     memory = _Memory()
     one = DriverReport(published_at_ms=1, batch_id=1, rows=20_000, duration_ms=2500, input_rows_per_second=8000.0)
@@ -238,7 +238,7 @@ def test_capacity_is_the_best_recent_batch_so_a_scale_up_does_not_lock_itself_in
 
 def test_the_rate_of_a_batch_is_over_its_parallel_part_when_the_driver_reports_it():
     from handoff_operator.scaling.step import batch_rate
-    from handoff_operator.handoff.conditions import DriverReport
+    from handoff_operator.conditions import DriverReport
     from handoff_operator.truth.driver_report import parse
 
     report = parse('{"publishedAtMs": 1, "batchId": 9, "rows": 5000, "durationMs": 800, "workMs": 400, '
@@ -296,7 +296,7 @@ def test_a_batch_that_kept_up_holds_the_count_whatever_the_estimate_says():
 
 def test_only_a_recent_batch_that_is_not_the_drivers_first_says_whether_it_keeps_up():
     from handoff_operator.scaling.step import BATCH_MAX_AGE_MS, recent_batch
-    from handoff_operator.handoff.conditions import DriverReport
+    from handoff_operator.conditions import DriverReport
 
     done = DriverReport(published_at_ms=1, batch_id=5, rows=6000, duration_ms=1500, timestamp_ms=100_000)
     assert recent_batch(done, 2, now_ms=101_000) == {"batch_seconds": 1.5, "batch_rows": 6000}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from handoff_operator.handoff.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report
+from handoff_operator.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, live_report
 from handoff_operator.truth.driver_report import last_batch_status, parse
 
 NOW = 1_700_000_000_000

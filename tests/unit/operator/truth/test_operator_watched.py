@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import time
 import warnings
 
 import pytest
 from kubernetes import client
 
+from handoff_operator.runtime import state
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.runtime.kube import Kube, driver_facts, executors_running
 from handoff_operator.spec.render import CONFIG_HASH_ANNOTATION, REPLAY_HOLD_ANNOTATION
-from handoff_operator.truth.watched import Seen, Views, _slim_deployment, _slim_pod
+from handoff_operator.truth.watched import Seen, Views, _slim_deployment, _slim_pod, last_change
 from operator_support import base_spec  # in tests/integration, which pyproject.toml puts on the path
 
 DEPLOYMENT = {"metadata": {"name": "orders-driver", "generation": 3, "labels": {"x": "y"}},
@@ -106,7 +108,7 @@ def handoff(spec: dict, uid: str = "u1", annotations: dict | None = None) -> dic
 def test_rendering_is_kept_per_spec_and_redone_when_an_input_changes() -> None:
     kube = Kube(client.ApiClient())  # a spec naming no Secret makes no request
     spec = base_spec("127.0.0.1:9092")
-    rendering.forget("ns", "orders")
+    state.forget("ns", "orders")
     first = rendering.prepare(kube, handoff(spec), "img:1")
     assert first.rendered is not None and not first.problems
     assert len(first.digests) == len(first.rendered.children)
@@ -125,7 +127,7 @@ def test_rendering_is_kept_per_spec_and_redone_when_an_input_changes() -> None:
 
 def test_an_invalid_spec_keeps_its_problems_from_the_cache() -> None:
     kube = Kube(client.ApiClient())
-    rendering.forget("ns", "orders")
+    state.forget("ns", "orders")
     bad = {**base_spec(), "commitInterval": "soon"}
     first = rendering.prepare(kube, handoff(bad), "img")
     assert first.spec is None and first.rendered is None and first.problems
@@ -161,6 +163,28 @@ def test_an_unsettled_driver_is_taken_from_the_index_once_its_objects_were_quiet
     assert Seen(None, quiet=True).settled_driver() is None  # no Deployment in the index: read the API server
     assert quiet(100.0, 100.0 + QUIET_SECONDS) and not quiet(100.0, 100.0 + QUIET_SECONDS - 1)
     assert not quiet(None, 1e9)
+
+
+def test_a_handoffs_last_child_event_is_kept_in_its_childrens_index_entries() -> None:
+    """So it goes with them when kopf drops a deleted object's entries: nothing is kept for a deleted handoff."""
+    from handoff_operator.truth.watched import CHANGED_AT, QUIET_SECONDS, handoff_driver_deployments, handoff_pods
+
+    before = time.monotonic()
+    (deployment,) = asyncio.run(handoff_driver_deployments(
+        namespace="ns", labels={"handoff.io/name": "orders"}, body=DEPLOYMENT)).values()
+    (driver,) = asyncio.run(handoff_pods(namespace="ns", labels={"handoff.io/name": "orders",
+                                                                  "app.kubernetes.io/component": "driver"},
+                                         body=pod("d-1", "t"))).values()
+    assert before <= deployment[CHANGED_AT] <= driver[CHANGED_AT]
+    assert last_change([deployment, None, driver]) == driver[CHANGED_AT] and last_change([None]) is None
+    indexes = {"handoff_driver_deployments": {("ns", "orders"): [deployment]},
+               "handoff_pods": {("ns", "orders", "driver"): [driver]},
+               "handoff_progress_records": {}, "handoff_bodies": {}}
+    views = Views(asyncio.new_event_loop(), indexes)
+    assert not views._read("ns", "orders").quiet
+    driver[CHANGED_AT] = deployment[CHANGED_AT] = before - QUIET_SECONDS
+    assert views._read("ns", "orders").quiet and not views._read("ns", "gone").quiet
+    views.loop.close()
 
 
 def test_a_deployment_event_of_our_own_apply_is_not_drift_but_somebody_elses_edit_is() -> None:

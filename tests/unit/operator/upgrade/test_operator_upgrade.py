@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from handoff_operator.handoff.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate
+from handoff_operator.conditions import DriverFacts, DriverReport, Facts, ProgressFacts, evaluate
 from handoff_operator.upgrade.step import state_from_status, status_from_state
 from handoff_operator.upgrade.rule import UpgradeFacts, UpgradeState, decide, overlay
 

@@ -1,4 +1,8 @@
-"""Status conditions of a StreamTableHandoff, computed from observed facts (pure; no I/O).
+"""Status conditions of a StreamTableHandoff, computed from observed facts (pure; no I/O), and the facts
+themselves (`DriverFacts`, `ProgressFacts`, `DriverReport`, `Facts`) and status timestamps (`iso`, `iso_ms`).
+
+The vocabulary every controller and decision folder shares, so it sits at the top: imports nothing of the
+package; imported by `truth`, `runtime`, `scaling`, `upgrade`, `retention`, `replay` and `handoff`.
 
 Conventions (Kubernetes API conventions, kstatus, Argo CD):
 - every condition has type, status ("True"/"False"/"Unknown"), reason (CamelCase), message,
@@ -15,6 +19,7 @@ ledger and Kafka, call `evaluate`, merge with
 """
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +114,21 @@ class Facts:
     now_ms: int = 0                            # the operator's clock, for the report's age
     driver_report_max_age_seconds: float = 60.0
     replay: str | None = None                  # the ReplayRequest rewinding the table now (annotation)
+
+
+def iso(moment: dt.datetime) -> str:
+    """A status timestamp (`lastTransitionTime`, `committed.at`, `executors.lastScaleTime`): UTC, whole seconds."""
+    return moment.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_ms(value: Any) -> int | None:
+    """Epoch ms of a status timestamp as `iso` writes it (None: absent or not a timestamp)."""
+    if not value:
+        return None
+    try:
+        return int(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def condition_true(status: Mapping[str, Any], type_: str) -> bool:

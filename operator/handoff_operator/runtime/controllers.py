@@ -1,0 +1,30 @@
+"""What one controller asks of another without importing it.
+
+The ReplayRequest controller changes a handoff's annotations (claim, hold, release) and needs the handoff's
+reconcile to apply them at once (the driver's replicas, the phase), not at the next status refresh. The
+StreamTableHandoff controller registers its reconcile here when it is imported, so the two controllers never
+import each other (an import circle, and the replay side reaching into a private name of the other, before).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from handoff_operator.runtime.kube import Kube
+
+#: reconcile(namespace, name, kube) of one StreamTableHandoff, without a truth read.
+HandoffReconcile = Callable[[str, str, Kube], object]
+
+_handoff_reconcile: HandoffReconcile | None = None
+
+
+def serve_handoff_reconcile(reconcile: HandoffReconcile) -> None:
+    """Called by the StreamTableHandoff controller as it registers its handlers."""
+    global _handoff_reconcile
+    _handoff_reconcile = reconcile
+
+
+def reconcile_handoff(namespace: str, name: str, kube: Kube) -> None:
+    """Let the handoff's reconcile apply what its annotations now say."""
+    if _handoff_reconcile is None:
+        raise RuntimeError("the StreamTableHandoff controller is not loaded (handoff_operator.register_handlers)")
+    _handoff_reconcile(namespace, name, kube)
