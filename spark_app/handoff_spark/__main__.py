@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
     """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
-    from handoff_spark.driver.checkpoint import local_path
+    from handoff_spark.checkpoint import local_path
     from handoff_spark.config import BackfillRange
 
     if query == cfg.query_name:

@@ -111,7 +111,7 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
 def write_last_commit(checkpoint: str, result: Any) -> None:
     """Record a sink's CommitResult (a dataclass) for the driver's progress record. The commit runs in a Spark
     Python worker, not in the driver's Python process, hence a file in the checkpoint. Best effort."""
-    from handoff_spark.driver import checkpoint as ckpt
+    from handoff_spark import checkpoint as ckpt
 
     try:
         ckpt.write_last_commit(checkpoint, dataclasses.asdict(result))

@@ -42,7 +42,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
 from handoff_spark.config import AppConfig
 
