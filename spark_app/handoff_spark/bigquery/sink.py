@@ -33,6 +33,7 @@ import pyarrow as pa
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark import faults
+from handoff_spark.contract import DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED, DEGRADED_BIGQUERY_UNAVAILABLE
 from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from handoff_spark.bigquery.table import add_columns, fields_of, schema_fields
 from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
@@ -464,9 +465,9 @@ def degraded_reason(stats: AppendStats) -> str | None:
     """`BigQueryResourceExhausted` when the batch met quota or size limits, `BigQueryUnavailable` for transient
     server errors; the progress record carries it (`degradedReason`) for the operator's Degraded condition."""
     if stats.retries.get("RESOURCE_EXHAUSTED") or stats.errors.get("RESOURCE_EXHAUSTED"):
-        return "BigQueryResourceExhausted"
+        return DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED
     if any(stats.retries.get(k) for k in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")):
-        return "BigQueryUnavailable"
+        return DEGRADED_BIGQUERY_UNAVAILABLE
     return None
 
 

@@ -2,7 +2,7 @@
 `_json_arrow`), Schema Registry formats (`registry`, `registry_schema`), the column-type grammar
 (`column_types`) and the one entry point both sinks call for a raw batch (`batch`).
 
-May import: `config`. Imported by `config` (`column_types`), `sink` (dead letters), the sinks, `driver` (the
-registry's start-up check) and `startup.worker_daemon` (pre-imports, by name); the operator imports only
-`column_types` (the CRD's column grammar must be the decoder's).
+May import: `config`, `contract` (the Kafka columns). Imported by `config` (`column_types`), `sink` (dead letters),
+the sinks, `driver` (the registry's start-up check) and `startup.worker_daemon` (pre-imports, by name); the operator
+imports only `column_types` (the CRD's column grammar must be the decoder's).
 """

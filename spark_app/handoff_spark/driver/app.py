@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from handoff_spark import faults
+from handoff_spark import contract, faults
 from handoff_spark.startup import bootstrap
 from handoff_spark.startup import jvm_cds
 from handoff_spark.startup import session_warmup
@@ -47,7 +47,7 @@ MIN_PARTITIONS_PER_CORE = 3
 #: Sinks whose write task reads its Kafka ranges itself (`handoff-kafka-ranges`, the fused path): records never
 #: cross Python → JVM → Python. `HANDOFF_FUSED_READ=0` falls back to the record source (for comparison).
 FUSED_SINKS = frozenset({"iceberg", "bigquery"})
-STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
+STOP_GRACE_SECONDS = float(os.environ.get(contract.ENV_STOP_GRACE_SECONDS, "300"))
 
 
 #: The driver's and executors' JVMs compile with C1 only. Why: Handoff's JVMs move offset ranges, commit messages and
@@ -110,7 +110,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
-    master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
+    master = conf.pop("spark.master", None) or os.environ.get(contract.ENV_SPARK_MASTER)
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
     if master:
