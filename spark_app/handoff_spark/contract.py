@@ -86,6 +86,8 @@ ENV_PROGRESS_NAMESPACE = "HANDOFF_PROGRESS_NAMESPACE"
 #: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
 #: publishes nor is scaled).
 STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
+#: Every variable the operator sets in the driver pod.
+RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV})
 
 
 # ------------------------------------------------------------------------------ the progress ConfigMap

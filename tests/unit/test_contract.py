@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
-import handoff_operator
-import handoff_spark
 from handoff_spark import contract
 from handoff_spark.__main__ import parser as driver_parser
 from handoff_spark.driver.executor_scaler import ExecutorScaler, parse_desired
@@ -26,8 +24,8 @@ from handoff_operator.spec.validation import check, parse_spec
 from handoff_operator.truth import driver_report
 
 from operator_spec_support import SECRETS, body
+from package_source_support import modules
 
-PACKAGES = (Path(handoff_spark.__file__).parent, Path(handoff_operator.__file__).parent)
 CONTRACT_FILE = Path(contract.__file__)
 
 
@@ -182,27 +180,15 @@ DISTINCTIVE = {contract.ENV_SPARK_MASTER, contract.ENV_STOP_GRACE_SECONDS, contr
 ASSIGNED = {"MIN_SPLIT_OFFSETS"}
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-
-
 def test_neither_package_spells_the_contracts_names_outside_it():
     found = []
-    for root in PACKAGES:
-        for path in sorted(root.rglob("*.py")):
-            if path == CONTRACT_FILE:
-                continue
-            tree = ast.parse(path.read_text(), str(path))
-            docs = _docstrings(tree)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and node.value in DISTINCTIVE and id(node) not in docs:
-                    found.append(f"{path}:{node.lineno}: {node.value!r}")
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                    node, ast.AnnAssign) else []
-                found += [f"{path}:{node.lineno}: {t.id} =" for t in targets
-                          if isinstance(t, ast.Name) and t.id in ASSIGNED]
+    for module in modules(CONTRACT_FILE):
+        found += [f"{module.path}:{n.lineno}: {n.value!r}" for n in module.code_strings() if n.value in DISTINCTIVE]
+        for node in ast.walk(module.tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            found += [f"{module.path}:{node.lineno}: {t.id} =" for t in targets
+                      if isinstance(t, ast.Name) and t.id in ASSIGNED]
     assert found == []
 
 

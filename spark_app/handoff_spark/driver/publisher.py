@@ -28,12 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from handoff_spark.contract import (ENV_DRIVER_POD_NAME, ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE,
-                                    PROGRESS_DATA_KEY)
+from handoff_spark import switches
+from handoff_spark.contract import PROGRESS_DATA_KEY
 
-ENV_INTERVAL = "HANDOFF_PROGRESS_PUBLISH_SECONDS"
 FIELD_MANAGER = "handoff-driver"
-DEFAULT_INTERVAL = 15.0
+DEFAULT_INTERVAL = switches.PROGRESS_PUBLISH_SECONDS.default
 REQUEST_TIMEOUT = 10.0
 
 log = logging.getLogger("handoff.progress_publisher")
@@ -93,12 +92,11 @@ class ProgressPublisher:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> ProgressPublisher | None:
         """A publisher when the operator rendered where to publish, else None (local runs)."""
-        env = os.environ if env is None else env
-        configmap, namespace = env.get(ENV_PROGRESS_CONFIGMAP), env.get(ENV_PROGRESS_NAMESPACE)
+        configmap, namespace = switches.PROGRESS_CONFIGMAP(env), switches.PROGRESS_NAMESPACE(env)
         if not configmap or not namespace:
             return None
-        interval = float(env.get(ENV_INTERVAL) or DEFAULT_INTERVAL)
-        return cls(namespace, configmap, interval=interval, pod=env.get(ENV_DRIVER_POD_NAME) or None, **kwargs)
+        return cls(namespace, configmap, interval=switches.PROGRESS_PUBLISH_SECONDS(env),
+                   pod=switches.DRIVER_POD_NAME(env), **kwargs)
 
     # -- called from the driver's progress path: never blocks on I/O ---------------------------------
 

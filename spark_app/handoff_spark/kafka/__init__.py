@@ -3,8 +3,8 @@ the range readers' consumers kept per process (`readers`), the native reader ove
 `_kafka_native`), cluster and topic identity (`identity`), consumer-group offsets after a durable commit
 (`offsets`) and the one fence around confluent-kafka's private API (`confluent_kafka_private`).
 
-May import: `checkpoint`, `contract`, `private_api` (through `confluent_kafka_private`), `config` (for types only).
-Imported by `sink` (the fused read), the sinks (group offsets), `driver` (the source, Kafka identity), `startup`
-(the bootstrap's ranges, warm-ups) and `ledger.cli` (Kafka identity). The operator reads Kafka with its own clients
-and imports only `offsets` (`committed_group_offsets`, in its truth reading).
+May import: `checkpoint`, `contract`, `switches`, `private_api` (through `confluent_kafka_private`), `config` (for
+types only). Imported by `sink` (the fused read), the sinks (group offsets), `driver` (the source, Kafka identity),
+`startup` (the bootstrap's ranges, warm-ups) and `ledger.cli` (Kafka identity). The operator reads Kafka with its
+own clients and imports only `offsets` (`committed_group_offsets`, in its truth reading).
 """

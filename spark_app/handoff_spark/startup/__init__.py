@@ -3,6 +3,6 @@
 JVM's class-data-sharing archive (`jvm_cds`) and the pre-importing Python worker daemon (`worker_daemon`). Each
 sits behind one switch; turned off, the stream behaves the same, only slower to start.
 
-May import the data-path folders and `driver.temp_dirs`. Imported by `driver` only (and by Spark, which runs
-`worker_daemon`).
+May import the data-path folders, the top-level modules (`switches` for its switch) and `driver.temp_dirs`. Imported
+by `driver` only (and by Spark, which runs `worker_daemon`).
 """
