@@ -225,7 +225,7 @@ def _jvm_query(spark: Any, cfg: Any, topic: str, partitions: int, sink: str, max
     """Spark's JVM Kafka source into `noop` or `handoff-iceberg` (columns mapped to the contract's raw ones);
     AvailableNow, or a processing-time trigger of `trigger_s` seconds."""
     from handoff_spark.driver.app import MIN_PARTITIONS_PER_CORE
-    from handoff_spark.driver.checkpoint import INITIAL_OFFSETS_FILE
+    from handoff_spark.checkpoint import INITIAL_OFFSETS_FILE
 
     ck = Path(cfg.checkpoint_location)
     # The sink takes batch 0's start from the source's initial-offsets file; the JVM source does not write it.

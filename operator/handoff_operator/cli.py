@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from handoff_spark import contract
+
 
 def _operator(args: argparse.Namespace) -> int:
     import kopf
@@ -102,24 +104,23 @@ def _port(text: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     text = local_config(_manifest(args.file), args.checkpoint, args.master)
-    extra = ["--available-now"] if args.available_now else []
     if args.metrics_port is not None:  # the port asked for, or a clear failure if it is taken
         doc = json.loads(text)
         doc["metricsPort"] = args.metrics_port
         text = json.dumps(doc, indent=2)
-    else:  # the rendered default (the pods' fixed port): taken by another local run, any free one, printed
-        extra.append("--metrics-port-fallback")
+    # else the rendered default (the pods' fixed port): taken by another local run, any free one, printed
     if args.print_config:
         print(text)
         return 0
     from handoff_spark.entry import own_temp_dir
 
-    config = Path(own_temp_dir(RUN_DIR_PREFIX)) / "app.json"
+    config = Path(own_temp_dir(RUN_DIR_PREFIX)) / contract.APP_CONFIG_FILE
     config.write_text(text)
     sys.stdout.flush()
     # exec, not a child: signals reach the driver directly (SIGTERM/Ctrl-C stop it at a batch boundary) and
     # nothing is orphaned when this process is killed.
-    os.execv(sys.executable, [sys.executable, "-m", "handoff_spark", "run", "--config", str(config), *extra])
+    os.execv(sys.executable, contract.run_command(sys.executable, str(config), available_now=args.available_now,
+                                                  metrics_port_fallback=args.metrics_port is None))
     return 0  # not reached
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoff_spark.contract import DEGRADED_REASONS
+
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
 # Container waiting/termination reasons that mean "the driver cannot run as configured".
@@ -92,10 +94,7 @@ class DriverReport:
 
 
 # What a sink's degradedReason means, for the condition message.
-SINK_TROUBLE = {
-    "BigQueryResourceExhausted": "BigQuery refused requests for quota or size limits",
-    "BigQueryUnavailable": "BigQuery answered with transient server errors",
-}
+SINK_TROUBLE = DEGRADED_REASONS
 
 
 @dataclass(frozen=True)

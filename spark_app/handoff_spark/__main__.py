@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 
+from handoff_spark import contract
 from handoff_spark.config import AppConfig
 
 #: Kubernetes' default terminationMessagePath: what a pod's `lastState.terminated.message` shows (the operator's
@@ -34,27 +35,35 @@ def refuse(message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m handoff_spark")
+def parser() -> argparse.ArgumentParser:
+    """The driver's command line; the operator writes it with `contract.run_command` / `backfill_command`."""
+    parser = argparse.ArgumentParser(prog=f"python -m {contract.DRIVER_MODULE}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the hand-off described by an app config")
-    run.add_argument("--config", required=True, help="AppConfig JSON (rendered by the operator or `handoff run`)")
-    run.add_argument("--available-now", action="store_true",
+    run = sub.add_parser(contract.RUN, help="run the hand-off described by an app config")
+    run.add_argument(contract.CONFIG_FLAG, required=True,
+                     help="AppConfig JSON (rendered by the operator or `handoff run`)")
+    run.add_argument(contract.AVAILABLE_NOW_FLAG, action="store_true",
                      help="drain what is in the topics now, then exit 0 (Trigger.AvailableNow)")
     run.add_argument("--sink", default=None,
                      help="override the sink with a built-in Spark sink (noop, console): benchmarks/debugging only")
-    run.add_argument("--metrics-port-fallback", action="store_true",
+    run.add_argument(contract.METRICS_PORT_FALLBACK_FLAG, action="store_true",
                      help="when the config's metricsPort is taken, serve metrics on a free port (printed) instead "
                           "of refusing to start (`handoff run` without --metrics-port; the operator's drivers keep "
                           "their fixed, scraped port)")
-    back = sub.add_parser("backfill", help="re-read an offset range into the table under its own ledger query")
-    back.add_argument("--config", required=True, help="the handoff's AppConfig JSON")
-    back.add_argument("--query", required=True, help="ledger query name of this backfill, e.g. backfill-<request>")
-    back.add_argument("--from", dest="from_", required=True, help='start offsets (inclusive) {"topic": {"0": 10}}')
-    back.add_argument("--to", required=True, help="end offsets (exclusive), same partitions as --from")
-    back.add_argument("--checkpoint", default=None,
+    back = sub.add_parser(contract.BACKFILL, help="re-read an offset range into the table under its own ledger query")
+    back.add_argument(contract.CONFIG_FLAG, required=True, help="the handoff's AppConfig JSON")
+    back.add_argument(contract.QUERY_FLAG, required=True,
+                      help="ledger query name of this backfill, e.g. backfill-<request>")
+    back.add_argument(contract.FROM_FLAG, dest="from_", required=True,
+                      help='start offsets (inclusive) {"topic": {"0": 10}}')
+    back.add_argument(contract.TO_FLAG, required=True, help="end offsets (exclusive), same partitions as --from")
+    back.add_argument(contract.CHECKPOINT_FLAG, default=None,
                       help="checkpoint of this backfill (default: beside the handoff's, named after --query)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         cfg = AppConfig.load(args.config)
@@ -65,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     from handoff_spark.driver.app import run as run_app
     from handoff_spark.errors import HandoffConfigError
 
-    available_now = args.available_now if args.command == "run" else True
-    if args.command == "backfill":
+    available_now = args.available_now if args.command == contract.RUN else True
+    if args.command == contract.BACKFILL:
         try:
             cfg = backfill_config(cfg, args.query, json.loads(args.from_), json.loads(args.to), args.checkpoint)
         except ValueError as exc:
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
     """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
-    from handoff_spark.driver.checkpoint import local_path
+    from handoff_spark.checkpoint import local_path
     from handoff_spark.config import BackfillRange
 
     if query == cfg.query_name:

@@ -24,7 +24,9 @@ import signal
 import time
 from pathlib import Path
 
-ENV = "HANDOFF_FAULT"
+from handoff_spark import switches
+
+ENV = switches.FAULT.name
 
 
 def _parse(spec: str) -> tuple[str, dict[str, str]]:
@@ -35,7 +37,7 @@ def _parse(spec: str) -> tuple[str, dict[str, str]]:
 
 def armed(point: str, batch_id: int | None = None) -> bool:
     """True if the fault `point` should fire now (consumes a `once` marker)."""
-    spec = os.environ.get(ENV)
+    spec = switches.FAULT()
     if not spec:
         return False
     for one in spec.split(";"):
@@ -89,7 +91,7 @@ def _app_process_group() -> int:
 def maybe_crash(point: str, batch_id: int | None) -> None:
     """SIGKILL the app's process group (and this worker's) if `point` is armed for this batch."""
     if armed(point, batch_id):
-        log = os.environ.get("HANDOFF_FAULT_LOG")
+        log = switches.FAULT_LOG()
         if log:
             with open(log, "a") as fh:
                 fh.write(f"{point} batch={batch_id}\n")
@@ -101,7 +103,7 @@ def maybe_crash(point: str, batch_id: int | None) -> None:
 def maybe_stall(point: str, batch_id: int | None) -> None:
     """Hang this task attempt until Spark kills it if `point` is armed and this is the first attempt of the
     batch's first task: only a copy (speculation) or a retry on another attempt can finish the batch."""
-    if not os.environ.get(ENV):
+    if not switches.FAULT():
         return  # every write task passes here: no fault set, nothing else to look at
     from pyspark import TaskContext
 
@@ -114,7 +116,7 @@ def maybe_stall(point: str, batch_id: int | None) -> None:
 
 def maybe_pause(point: str, batch_id: int | None = None) -> None:
     """Wait here while `point` is armed with `release=<file>` and that file does not exist (see the module doc)."""
-    spec = os.environ.get(ENV)
+    spec = switches.FAULT()
     if not spec:
         return
     for one in spec.split(";"):

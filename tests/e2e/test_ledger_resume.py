@@ -14,7 +14,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.iceberg import ledger
 from handoff_spark.iceberg.sink import open_table
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from handoff_spark import contract
 
 from handoff_operator.spec.render import CHECKPOINT_DIR, COMPONENT_LABEL, CONFIG_FILE, GROUP, MANAGED_BY, NAME_LABEL, VERSION
 
@@ -34,8 +35,6 @@ CHECKPOINT_MOUNT = "/var/lib/handoff/backfill-checkpoint"
 #: Pod failures before the Job is failed: a crash or an evicted pod is retried (the run resumes from its own
 #: ledger entries), a backfill that cannot work ends after a few tries instead of looping.
 BACKOFF_LIMIT = 3
-#: The env the stream's driver uses to publish its progress record and to be scaled: not the backfill's.
-DRIVER_ONLY_ENV = frozenset({"HANDOFF_PROGRESS_CONFIGMAP", "HANDOFF_PROGRESS_NAMESPACE", "HANDOFF_DRIVER_POD_NAME"})
 JOB_CREATED, BACKFILLED = "JobCreated", "Backfilled"
 
 
@@ -55,10 +54,7 @@ def job_name(request: str) -> str:
 
 def command(request: str, start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]) -> list[str]:
     """The container command: the app's backfill entry point over the mounted app config."""
-    return ["python", "-m", "handoff_spark", "backfill", "--config", CONFIG_FILE,
-            "--query", backfill_query(request),
-            "--from", json.dumps(start, sort_keys=True), "--to", json.dumps(end, sort_keys=True),
-            "--checkpoint", CHECKPOINT_MOUNT]
+    return contract.backfill_command("python", CONFIG_FILE, backfill_query(request), start, end, CHECKPOINT_MOUNT)
 
 
 def owner_reference(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,11 +77,12 @@ def backfill_job(deployment: Mapping[str, Any], request: Mapping[str, Any], hand
     container["name"] = "backfill"
     container["command"] = command(name, start, end)
     container.pop("args", None)
-    env = [e for e in driver.get("env") or [] if e["name"] not in DRIVER_ONLY_ENV]
+    # The stream's driver publishes its progress record and is scaled; the backfill does neither.
+    env = [e for e in driver.get("env") or [] if e["name"] not in contract.STREAM_DRIVER_ONLY_ENV]
     for e in env:
-        if e["name"] == "HANDOFF_SPARK_MASTER":
+        if e["name"] == contract.ENV_SPARK_MASTER:
             e.clear()
-            e.update(name="HANDOFF_SPARK_MASTER", value="local[*]")
+            e.update(name=contract.ENV_SPARK_MASTER, value="local[*]")
     container["env"] = env
     mounts = [m for m in driver.get("volumeMounts") or [] if m["mountPath"] != CHECKPOINT_DIR]
     container["volumeMounts"] = mounts + [{"name": "backfill-checkpoint", "mountPath": CHECKPOINT_MOUNT}]

@@ -37,12 +37,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from handoff_spark.contract import MIN_SPLIT_OFFSETS  # the source never cuts a range finer than this
+
 #: Aim at this share of measured capacity after scaling (Flink's job.autoscaler.target.utilization default).
 TARGET_UTILIZATION = 0.7
 #: At most this share of the executors goes in one scale-down step (at least one executor).
 MAX_DOWN_FRACTION = 0.5
-#: Must equal handoff_spark.kafka.source.MIN_SPLIT_OFFSETS: the source never cuts a range finer than this.
-MIN_SPLIT_OFFSETS = 10_000
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from handoff_spark import ledger
+from handoff_spark.contract import DESIRED_EXECUTORS_ANNOTATION
 
 from handoff_operator.runtime import metrics
 from handoff_operator.conditions import DriverReport, ProgressFacts, iso_ms
@@ -33,8 +34,6 @@ from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import progress_configmap_name
 from handoff_operator.scaling.rule import ScalingDecision, ScalingInput, decide
 
-#: The annotation the driver polls (handoff_spark.driver.executor_scaler.ANNOTATION).
-DESIRED_ANNOTATION = "handoff.io/desired-executors"
 #: A batch smaller than this says more about fixed costs than about an executor's capacity.
 MIN_BUSY_ROWS = 1000
 #: How long a measured capacity stands. The estimate is the best per-executor rate of the batches in this
@@ -222,7 +221,7 @@ def held_without_truth(executors: Mapping[str, Any], min_executors: int, max_exe
 
 def _annotate(kube: Kube, namespace: str, name: str, desired: int) -> bool:
     """The driver's instruction: a merge patch of one annotation (the operator's apply never sets it)."""
-    body = {"metadata": {"annotations": {DESIRED_ANNOTATION: str(desired)}}}
+    body = {"metadata": {"annotations": {DESIRED_EXECUTORS_ANNOTATION: str(desired)}}}
     try:
         kube.core.patch_namespaced_config_map(progress_configmap_name(name), namespace, body,
                                               field_manager="handoff-operator-scaling")

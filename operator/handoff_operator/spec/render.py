@@ -45,7 +45,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoff_spark import contract
 from handoff_spark.config import AppConfig
+from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      quantity_to_bytes, spark_memory)
@@ -64,7 +66,7 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "handoff-operator", "app.kubernetes.io/part-of": "handoff"}
 
 CONFIG_DIR = "/etc/handoff"
-CONFIG_FILE = f"{CONFIG_DIR}/app.json"
+CONFIG_FILE = f"{CONFIG_DIR}/{contract.APP_CONFIG_FILE}"
 CHECKPOINT_DIR = "/var/lib/handoff/checkpoint"
 RUN_DIR = "/var/run/handoff"
 PROGRESS_FILE = f"{RUN_DIR}/progress.json"
@@ -105,10 +107,6 @@ def driver_name(name: str) -> str:
 
 def app_config_name(name: str) -> str:
     return f"{name}-app"
-
-
-def progress_configmap_name(name: str) -> str:
-    return f"{name}-progress"
 
 
 def checkpoint_pvc_name(name: str) -> str:
@@ -426,14 +424,14 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_args},
-        {"name": "HANDOFF_SPARK_MASTER", "value": SPARK_MASTER},
+        {"name": contract.ENV_SPARK_MASTER, "value": SPARK_MASTER},
         # The app waits this long for a batch boundary on SIGTERM: inside the pod's grace period, with
         # time left for Spark to shut down, so the kubelet's SIGKILL never cuts the graceful stop short.
-        {"name": "HANDOFF_STOP_GRACE_SECONDS", "value": str(stop_grace_seconds(grace_seconds))},
-        {"name": "HANDOFF_DRIVER_POD_NAME", "value": "$(POD_NAME)"},
+        {"name": contract.ENV_STOP_GRACE_SECONDS, "value": str(stop_grace_seconds(grace_seconds))},
+        {"name": contract.ENV_DRIVER_POD_NAME, "value": "$(POD_NAME)"},
         # Where the driver publishes its progress record for the operator (handoff_spark.driver.publisher).
-        {"name": "HANDOFF_PROGRESS_CONFIGMAP", "value": progress_configmap_name(name)},
-        {"name": "HANDOFF_PROGRESS_NAMESPACE", "value": namespace},
+        {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
+        {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
     mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "run", "mountPath": RUN_DIR}]
@@ -454,7 +452,7 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     container: dict[str, Any] = {
         "name": "driver",
         "image": image,
-        "command": ["python", "-m", "handoff_spark", "run", "--config", CONFIG_FILE],
+        "command": contract.run_command("python", CONFIG_FILE),
         "env": env,
         "ports": [{"name": "driver", "containerPort": DRIVER_PORT},
                   {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT},
@@ -528,13 +526,13 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     children: list[dict[str, Any]] = [{
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": _meta(app_config_name(name), namespace, "config", owner),
-        "data": {"app.json": redacted_json(config, resolved, spec)},
+        "data": {contract.APP_CONFIG_FILE: redacted_json(config, resolved, spec)},
     }]
     if resolved.secret_values:
         children.append({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(app_config_name(name), namespace, "config", owner),
-            "stringData": {"app.json": full_json},
+            "stringData": {contract.APP_CONFIG_FILE: full_json},
         })
     if spec.spark.service_account_name is None:
         children += rbac(owner, name, namespace)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from handoff_spark.config import REGISTRY_FORMATS
+from handoff_spark.contract import KAFKA_METADATA_COLUMNS
 
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
@@ -25,7 +26,6 @@ MIN_COMMIT_INTERVAL_SECONDS = 1.0
 #: files: a path on a mounted volume works, object stores would need Hadoop connectors the image lacks.
 CHECKPOINT_SCHEMES = ("file",)
 OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
-KAFKA_METADATA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 

@@ -2,7 +2,8 @@
 the `status.lastBatch` block (pure; no I/O).
 
 The driver writes it (handoff_spark.driver.publisher); the document is the progress record of
-docs/design/data-plane-contract.md plus `driverPod` and `publishedAtMs`. Anything unreadable counts as no
+docs/design/data-plane-contract.md plus `driverPod` and `publishedAtMs` (its shape:
+`handoff_spark.contract.ProgressDocument`). Anything unreadable counts as no
 report: a malformed record must not break the status of the handoff, it only loses the driver's view.
 """
 from __future__ import annotations
@@ -11,9 +12,10 @@ import datetime as dt
 import json
 from typing import Any
 
-from handoff_operator.conditions import DriverReport
+#: The progress ConfigMap's key (also read by `runtime.kube` and `truth.watched`).
+from handoff_spark.contract import PROGRESS_DATA_KEY as DATA_KEY  # noqa: F401
 
-DATA_KEY = "progress.json"
+from handoff_operator.conditions import DriverReport
 
 
 def _int(value: Any) -> int | None:

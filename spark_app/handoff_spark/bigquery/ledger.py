@@ -21,6 +21,7 @@ from typing import Any
 
 from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.bigquery.schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field
+from handoff_spark.bigquery.table import add_columns
 from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.ledger.record import BATCH, GAP, Commit, Offsets
 
@@ -58,8 +59,6 @@ def _ensure_ledger(client: Any, sink: BigQuerySink) -> None:
     have = {f.name.lower() for f in table.schema}
     missing = [Field(n, t, m) for n, t, m in _LEDGER_FIELDS if n not in have]
     if missing:  # a ledger made by an older Handoff: grow it (NULLABLE columns only), no migration step
-        from handoff_spark.bigquery.sink import add_columns
-
         add_columns(client, ref, missing)
 
 

@@ -16,15 +16,13 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, parse_type
 from handoff_spark.config import Column
 
-# Metadata columns every handoff table carries: the Kafka coordinates make the table its own offset ledger
-# (see docs/bigquery-exactly-once.md); `_handoff_batch_id` says which micro-batch committed the row.
-KAFKA_TOPIC = "_kafka_topic"
-KAFKA_PARTITION = "_kafka_partition"
-KAFKA_OFFSET = "_kafka_offset"
-KAFKA_TIMESTAMP = "_kafka_timestamp"
+# Metadata columns every handoff table carries: the Kafka coordinates (`contract.KAFKA_*`) make the table its
+# own offset ledger (see docs/bigquery-exactly-once.md); `_handoff_batch_id` says which micro-batch committed
+# the row.
 BATCH_ID = "_handoff_batch_id"
 
 

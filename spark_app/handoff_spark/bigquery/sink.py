@@ -26,14 +26,16 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import pyarrow as pa
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark import faults
+from handoff_spark.contract import DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED, DEGRADED_BIGQUERY_UNAVAILABLE
 from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
+from handoff_spark.bigquery.table import add_columns, fields_of, schema_fields
 from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
                               arrow_schema, conform, declared_fields, plan_schema)
 from handoff_spark.ledger.record import contiguity_problems
@@ -41,7 +43,7 @@ from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
-from handoff_spark.driver.checkpoint import read_last_commit
+from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
@@ -65,20 +67,6 @@ def warm_up(cfg: AppConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------ table setup
-
-def _fields_of(table: Any) -> list[Field]:
-    return [_field_of(f) for f in table.schema]
-
-
-def _field_of(f: Any) -> Field:
-    return Field(f.name, f.field_type, f.mode or "NULLABLE", tuple(_field_of(s) for s in f.fields or ()))
-
-
-def _schema_fields(fields: Sequence[Field]) -> list[Any]:
-    from google.cloud import bigquery
-
-    return [bigquery.SchemaField(f.name, f.type, mode=f.mode, fields=_schema_fields(f.fields)) for f in fields]
-
 
 @dataclass(frozen=True)
 class TablePlan:
@@ -108,7 +96,7 @@ def prepare(cfg: AppConfig) -> TablePlan:
             client.create_dataset(f"{sink.project}.{sink.dataset}", exists_ok=True, retry=None)
         except Exception:  # noqa: BLE001 — no permission to create datasets is fine if it exists
             log.debug("create_dataset failed", exc_info=True)
-        table = bigquery.Table(ref, schema=_schema_fields(wanted))
+        table = bigquery.Table(ref, schema=schema_fields(wanted))
         if sink.partition_by:
             table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY,
                                                                 field=sink.partition_by)
@@ -119,7 +107,7 @@ def prepare(cfg: AppConfig) -> TablePlan:
             table = client.create_table(table, retry=None)
         except Exception:  # noqa: BLE001 — created concurrently (another query start): use it
             table = client.get_table(ref, retry=None)
-    plan = plan_schema(_fields_of(table), wanted)
+    plan = plan_schema(fields_of(table), wanted)
     dropped: list[str] = []
     if plan.conflicts:
         text = "; ".join(f"column {n!r} is declared {d} but the table has {t}" for n, d, t in plan.conflicts)
@@ -136,37 +124,7 @@ def prepare(cfg: AppConfig) -> TablePlan:
                 f"handoff {cfg.handoff_id}: table {ref} lacks columns {missing} and schema.evolution is none. "
                 f"Add them to the table, or set schema.evolution=compatible.")
         table = add_columns(client, ref, list(plan.add))
-    return TablePlan(tuple(_fields_of(table)), tuple(dropped))
-
-
-def add_columns(client: Any, ref: str, fields: list[Field]) -> Any:
-    """Add NULLABLE columns (the only kind BigQuery adds to an existing table): tables.patch with the extended
-    schema, retried on a concurrent patch; then `ALTER TABLE … ADD COLUMN IF NOT EXISTS` for each.
-
-    On BigQuery the DDL step is a no-op (the patch already added the columns). The emulator keeps table
-    metadata and storage apart — a patch changes only the metadata, DDL only the storage — so the pair is
-    what makes both agree there; both steps are idempotent."""
-    from google.api_core.exceptions import PreconditionFailed
-
-    table = None
-    for attempt in range(5):
-        table = client.get_table(ref, retry=None)
-        have = {f.name.lower() for f in table.schema}
-        new = [f for f in fields if f.name.lower() not in have]
-        if not new:
-            break
-        table.schema = list(table.schema) + _schema_fields([Field(f.name, f.type, "REPEATED" if f.mode == "REPEATED" else "NULLABLE", f.fields)
-                                                                 for f in new])
-        try:
-            table = client.update_table(table, ["schema"], retry=None)
-            break
-        except PreconditionFailed:
-            time.sleep(0.2 * (attempt + 1))
-    else:
-        raise RuntimeError(f"could not add columns to {ref}: concurrent schema changes")
-    for f in fields:
-        client.query(f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{f.name}` {f.type}", retry=None).result()
-    return client.get_table(ref, retry=None)
+    return TablePlan(tuple(fields_of(table)), tuple(dropped))
 
 
 # ------------------------------------------------------------------------------------------ executors
@@ -329,7 +287,7 @@ def _add_discovered(cfg: AppConfig, decoded: pa.Table, names: list[str]) -> list
         new.append(Field(n, canonical_type(bq), "NULLABLE"))
     sink = _sink(cfg)
     table = add_columns(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), new)
-    return _fields_of(table)
+    return fields_of(table)
 
 
 def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_request: Any,
@@ -507,9 +465,9 @@ def degraded_reason(stats: AppendStats) -> str | None:
     """`BigQueryResourceExhausted` when the batch met quota or size limits, `BigQueryUnavailable` for transient
     server errors; the progress record carries it (`degradedReason`) for the operator's Degraded condition."""
     if stats.retries.get("RESOURCE_EXHAUSTED") or stats.errors.get("RESOURCE_EXHAUSTED"):
-        return "BigQueryResourceExhausted"
+        return DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED
     if any(stats.retries.get(k) for k in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")):
-        return "BigQueryUnavailable"
+        return DEGRADED_BIGQUERY_UNAVAILABLE
     return None
 
 

@@ -2,7 +2,7 @@
 `_json_arrow`), Schema Registry formats (`registry`, `registry_schema`), the column-type grammar
 (`column_types`) and the one entry point both sinks call for a raw batch (`batch`).
 
-May import: `config`.
+May import: `config`, `contract` (the Kafka columns).
 Imported by `config` (`column_types`), `sink` (dead letters), the sinks, `driver` (the registry's start-up check)
 and `startup.worker_daemon` (pre-imports, by name); the operator reaches `column_types` only through `config`
 (the CRD's column grammar must be the decoder's).

@@ -49,13 +49,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from handoff_spark.contract import (KAFKA_METADATA_COLUMNS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP,
+                                    KAFKA_TOPIC)
 from handoff_spark.decode import _json_arrow
 from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Primitive, Struct, is_nested, parse_type
 from handoff_spark.config import DEFAULT_MAX_DEPTH, Column, SchemaPolicy
 
-KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
-_KAFKA_SOURCE = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
-                 "_kafka_timestamp": "timestamp"}
+KAFKA_COLUMNS = KAFKA_METADATA_COLUMNS
+_KAFKA_SOURCE = {KAFKA_TOPIC: "topic", KAFKA_PARTITION: "partition", KAFKA_OFFSET: "offset",
+                 KAFKA_TIMESTAMP: "timestamp"}
 
 Reason = Literal["null-value", "unparseable", "not-an-object", "missing-required", "type-mismatch", "too-large",
                  "too-deep", "unconvertible", "record-error"]
@@ -443,7 +445,7 @@ def assemble_table(columns: dict[str, pa.Array], policy: SchemaPolicy, extras: d
         fields.append(pa.field(name, arr.type))
     for name, col in _kafka_columns(raw, keep).items():
         arrays.append(col)
-        fields.append(pa.field(name, col.type, nullable=name != "_kafka_timestamp"))
+        fields.append(pa.field(name, col.type, nullable=name != KAFKA_TIMESTAMP))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from handoff_spark import faults
+from handoff_spark import faults, switches
 from handoff_spark.startup import bootstrap
 from handoff_spark.startup import jvm_cds
 from handoff_spark.startup import session_warmup
@@ -47,7 +47,6 @@ MIN_PARTITIONS_PER_CORE = 3
 #: Sinks whose write task reads its Kafka ranges itself (`handoff-kafka-ranges`, the fused path): records never
 #: cross Python → JVM → Python. `HANDOFF_FUSED_READ=0` falls back to the record source (for comparison).
 FUSED_SINKS = frozenset({"iceberg", "bigquery"})
-STOP_GRACE_SECONDS = float(os.environ.get("HANDOFF_STOP_GRACE_SECONDS", "300"))
 
 
 #: The driver's and executors' JVMs compile with C1 only. Why: Handoff's JVMs move offset ranges, commit messages and
@@ -61,7 +60,7 @@ C1_ONLY_OPTION = "-XX:TieredStopAtLevel=1"
 
 def jit_options(conf: dict[str, str]) -> dict[str, str]:
     """`conf` with `C1_ONLY_OPTION` appended to the driver's and executors' JVM options (see there)."""
-    if os.environ.get("HANDOFF_JVM_C1_ONLY", "1") == "0":
+    if not switches.JVM_C1_ONLY():
         return conf
     out = dict(conf)
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
@@ -110,7 +109,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
-    master = conf.pop("spark.master", None) or os.environ.get("HANDOFF_SPARK_MASTER")
+    master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
     if master:
@@ -125,7 +124,7 @@ def build_session(cfg: AppConfig) -> Any:
         builder = builder.config(key, value)
     with tempfile_dir_while(LAUNCH_TMP_PREFIX):  # PySpark's launch files: removed by the next driver if killed now
         spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(switches.SPARK_LOG_LEVEL())
     register_data_sources(spark, cfg)
     return spark
 
@@ -142,7 +141,7 @@ def register_data_sources(spark: Any, cfg: AppConfig) -> None:
 def uses_fused_read(cfg: AppConfig, sink_format: str | None = None) -> bool:
     """The configured sink reads its ranges itself (the default for both table sinks)."""
     return (sink_format is None and cfg.sink.kind in FUSED_SINKS
-            and os.environ.get("HANDOFF_FUSED_READ", "1") != "0")
+            and switches.FUSED_READ())
 
 
 def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop_marker: str | None = None,
@@ -300,6 +299,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     refusing to start (`Metrics.serve`): a local `handoff run`'s default port."""
     from handoff_spark.decode.registry import registry_columns
 
+    switches.check()  # a switch set to what it does not take: refused now, in one line, not mid-stream
+    stop_grace_seconds = switches.STOP_GRACE_SECONDS()
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()
     markers = marker_dir()
@@ -410,7 +411,7 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
             if reporter is not None:
                 reporter.poll(query)
             if stop_requested.is_set():
-                stop_at_batch_boundary(query, echo)
+                stop_at_batch_boundary(query, echo, stop_grace_seconds)
                 break
             query.awaitTermination(0.5)
         if reporter is not None:
@@ -425,10 +426,11 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
     return 0
 
 
-def stop_at_batch_boundary(query: Any, echo: Callable[[str], None]) -> None:
+def stop_at_batch_boundary(query: Any, echo: Callable[[str], None], grace_seconds: float) -> None:
     """The source admits nothing new once the stop marker exists; wait until no trigger is running
-    (seen twice, so a trigger that merely polls for data is not mistaken for a batch), then stop."""
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    (seen twice, so a trigger that merely polls for data is not mistaken for a batch) or `grace_seconds`
+    (`HANDOFF_STOP_GRACE_SECONDS`) have passed, then stop."""
+    deadline = time.monotonic() + grace_seconds
     idle_seen = 0
     while query.isActive and time.monotonic() < deadline:
         status = query.status
@@ -438,6 +440,6 @@ def stop_at_batch_boundary(query: Any, echo: Callable[[str], None]) -> None:
         time.sleep(0.2)
     else:
         if query.isActive:
-            echo(f"no batch boundary within {STOP_GRACE_SECONDS:.0f}s: stopping mid-batch (the batch will replay)")
+            echo(f"no batch boundary within {grace_seconds:.0f}s: stopping mid-batch (the batch will replay)")
     if query.isActive:
         query.stop()

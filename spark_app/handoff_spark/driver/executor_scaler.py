@@ -32,13 +32,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from handoff_spark import pyspark_private
+from handoff_spark import pyspark_private, switches
+from handoff_spark.contract import DESIRED_EXECUTORS_ANNOTATION
 from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
-from handoff_spark.driver.publisher import ENV_CONFIGMAP, ENV_NAMESPACE, REQUEST_TIMEOUT, api_client
+from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client
 
-ANNOTATION = "handoff.io/desired-executors"
-ENV_POLL = "HANDOFF_SCALE_POLL_SECONDS"
-DEFAULT_POLL = 5.0
+DEFAULT_POLL = switches.SCALE_POLL_SECONDS.default
 #: How long a scale-down waits for a batch boundary before killing executors mid-batch.
 IDLE_WAIT_SECONDS = 30.0
 #: How often registrations are checked (a local py4j call): a new executor's warm-up should start before
@@ -58,7 +57,7 @@ log = logging.getLogger("handoff.executor_scaler")
 
 def parse_desired(annotations: Mapping[str, str] | None) -> int | None:
     """The operator's desired count; None when absent or not a count (then nothing changes)."""
-    value = (annotations or {}).get(ANNOTATION)
+    value = (annotations or {}).get(DESIRED_EXECUTORS_ANNOTATION)
     try:
         desired = int(value) if value is not None else None
     except ValueError:
@@ -161,11 +160,10 @@ class ExecutorScaler:
     @classmethod
     def from_env(cls, executors: SparkExecutors, env: Mapping[str, str] | None = None,
                  **kwargs: Any) -> ExecutorScaler | None:
-        env = os.environ if env is None else env
-        configmap, namespace = env.get(ENV_CONFIGMAP), env.get(ENV_NAMESPACE)
+        configmap, namespace = switches.PROGRESS_CONFIGMAP(env), switches.PROGRESS_NAMESPACE(env)
         if not configmap or not namespace:
             return None
-        return cls(namespace, configmap, executors, poll=float(env.get(ENV_POLL) or DEFAULT_POLL), **kwargs)
+        return cls(namespace, configmap, executors, poll=switches.SCALE_POLL_SECONDS(env), **kwargs)
 
     @classmethod
     def for_session(cls, spark: Any, cfg: Any = None, **kwargs: Any) -> ExecutorScaler | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.ledger.lag import lag_per_partition as _lag_per_partition
 
 

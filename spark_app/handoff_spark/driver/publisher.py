@@ -4,7 +4,8 @@ Why: the progress file and the Prometheus endpoint live inside the driver pod, w
 see them. The operator turns the record's `degradedReason` (quota / transient trouble the sink met) into
 its Degraded condition, so the driver hands the record over through the API server it already talks to.
 
-Contract with the operator (operator/handoff_operator/spec/render.py and conditions.py):
+Contract with the operator (operator/handoff_operator/spec/render.py and conditions.py; the names are in
+`handoff_spark.contract`):
 - the operator creates the ConfigMap `<handoff>-progress` (owned, no `data`) and tells the driver where it
   is: `HANDOFF_PROGRESS_CONFIGMAP` and `HANDOFF_PROGRESS_NAMESPACE`. Without them (local `handoff run`)
   nothing is published;
@@ -27,13 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-ENV_CONFIGMAP = "HANDOFF_PROGRESS_CONFIGMAP"
-ENV_NAMESPACE = "HANDOFF_PROGRESS_NAMESPACE"
-ENV_INTERVAL = "HANDOFF_PROGRESS_PUBLISH_SECONDS"
-ENV_POD = "HANDOFF_DRIVER_POD_NAME"
-DATA_KEY = "progress.json"
+from handoff_spark import switches
+from handoff_spark.contract import PROGRESS_DATA_KEY
+
 FIELD_MANAGER = "handoff-driver"
-DEFAULT_INTERVAL = 15.0
+DEFAULT_INTERVAL = switches.PROGRESS_PUBLISH_SECONDS.default
 REQUEST_TIMEOUT = 10.0
 
 log = logging.getLogger("handoff.progress_publisher")
@@ -93,12 +92,11 @@ class ProgressPublisher:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> ProgressPublisher | None:
         """A publisher when the operator rendered where to publish, else None (local runs)."""
-        env = os.environ if env is None else env
-        configmap, namespace = env.get(ENV_CONFIGMAP), env.get(ENV_NAMESPACE)
+        configmap, namespace = switches.PROGRESS_CONFIGMAP(env), switches.PROGRESS_NAMESPACE(env)
         if not configmap or not namespace:
             return None
-        interval = float(env.get(ENV_INTERVAL) or DEFAULT_INTERVAL)
-        return cls(namespace, configmap, interval=interval, pod=env.get(ENV_POD) or None, **kwargs)
+        return cls(namespace, configmap, interval=switches.PROGRESS_PUBLISH_SECONDS(env),
+                   pod=switches.DRIVER_POD_NAME(env), **kwargs)
 
     # -- called from the driver's progress path: never blocks on I/O ---------------------------------
 
@@ -146,7 +144,7 @@ class ProgressPublisher:
                 self._api = api_client()
             from kubernetes import client
 
-            body = {"data": {DATA_KEY: document(record, self.pod, int(time.time() * 1000))}}
+            body = {"data": {PROGRESS_DATA_KEY: document(record, self.pod, int(time.time() * 1000))}}
             client.CoreV1Api(self._api).patch_namespaced_config_map(
                 self.configmap, self.namespace, body, field_manager=FIELD_MANAGER,
                 _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.ledger.record import identity_problems
 

@@ -14,6 +14,8 @@ Usage (the app does this):
     prepare(cfg)                                   # driver, before starting the query
     raw.writeStream.format("handoff-iceberg").option("config", cfg.to_json()) ...
 Executors need the same catalog access as the driver (the catalog properties travel in the config).
+The data source and writer classes Spark pickles live in `iceberg.stream`, whose writer imports this module
+when it runs; this module does not import that one back.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IcebergType
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
@@ -46,7 +48,7 @@ from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declare
                             dotted, forget_catalog, iceberg_type, iceberg_type_of_arrow, load_catalog_cached,
                             plan_schema_changes)
 from handoff_spark.kafka.offsets import commit_group_offsets
-from handoff_spark.driver.checkpoint import read_last_commit
+from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
@@ -55,7 +57,6 @@ from handoff_spark.iceberg.misfits import misfits
 from handoff_spark.decode.batch import decode_source, decode_while_reading
 
 from handoff_spark.sink.datasource_api import WriterCommitMessage
-from handoff_spark.iceberg.stream import IcebergSinkDataSource, IcebergStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +284,6 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
         faults.maybe_crash("crash-mid-write", batch_id)
     return msg
 
-
-DATA_SOURCE = IcebergSinkDataSource
 
 
 # ---------------------------------------------------------------------------------------- driver side
@@ -572,11 +571,7 @@ def prepare(cfg: AppConfig) -> Table:
     return table
 
 
-def register(spark: Any) -> None:
-    spark.dataSource.register(IcebergSinkDataSource)
 
-
-
-__all__ = ["DATA_SOURCE", "IcebergSinkDataSource", "ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergStreamWriter", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "commit_ranges",
-           "register", "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
+__all__ = ["ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "commit_ranges",
+           "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]

@@ -52,3 +52,6 @@ class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
 
     def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
         return IcebergStreamWriter(self.options["config"])
+
+
+DATA_SOURCE = IcebergSinkDataSource

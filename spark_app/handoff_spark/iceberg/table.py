@@ -25,14 +25,15 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
                              IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StringType,
                              StructType, TimestampType, TimestamptzType, TimeType, UUIDType)
 
+from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from handoff_spark.decode.column_types import ColumnType, ListOf, MapOf, Struct, parse_type
 
 #: Metadata columns every Handoff table carries: where each row came from (the exactly-once audit trail).
 KAFKA_COLUMNS: tuple[tuple[str, IcebergType], ...] = (
-    ("_kafka_topic", StringType()),
-    ("_kafka_partition", IntegerType()),
-    ("_kafka_offset", LongType()),
-    ("_kafka_timestamp", TimestamptzType()),
+    (KAFKA_TOPIC, StringType()),
+    (KAFKA_PARTITION, IntegerType()),
+    (KAFKA_OFFSET, LongType()),
+    (KAFKA_TIMESTAMP, TimestamptzType()),
 )
 
 #: Streaming commits fail fast and let Handoff decide. PyIceberg's own retry (default: 4 retries, backoff up

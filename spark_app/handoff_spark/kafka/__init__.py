@@ -3,7 +3,7 @@ the range readers' consumers kept per process (`readers`), the native reader ove
 `_kafka_native`), cluster and topic identity (`identity`), consumer-group offsets after a durable commit
 (`offsets`) and the one fence around confluent-kafka's private API (`confluent_kafka_private`).
 
-May import: `checkpoint`, `switches`, `private_api` (through `confluent_kafka_private`), `config` (for types only).
+May import: `checkpoint`, `contract`, `switches`, `private_api` (through `confluent_kafka_private`), `config` (for types only).
 Imported by `sink` (the fused read), the sinks (group offsets), `driver` (the source, Kafka identity), `startup`
 (the bootstrap's ranges, warm-ups), `ledger` (group offsets, for readers outside the driver) and `entry` (Kafka
 identity, `handoff ledger accept-kafka`). The operator reads Kafka with its own clients, and the group's offsets

@@ -34,17 +34,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from handoff_spark import switches
+
 log = logging.getLogger(__name__)
 
 #: `HANDOFF_KAFKA_READER`: `native` (default) or `python`.
-READER_ENV = "HANDOFF_KAFKA_READER"
+READER_ENV = switches.KAFKA_READER.name
 
 _module: Any = None
 _load_error: str | None = None
@@ -145,11 +146,8 @@ def native_conf(conf: Mapping[str, Any]) -> dict[str, str] | None:
 
 def use_native(conf: Mapping[str, Any]) -> bool:
     """Whether a reader with `conf` reads natively (see the module's docstring)."""
-    choice = os.environ.get(READER_ENV, "native").strip().lower() or "native"
-    if choice == "python":
+    if switches.KAFKA_READER() == "python":
         return False
-    if choice != "native":
-        raise ValueError(f"{READER_ENV}={choice!r}: use native or python")
     if native_conf(conf) is None:
         return False
     if module() is None:

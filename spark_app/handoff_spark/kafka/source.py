@@ -56,7 +56,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.contract import MIN_SPLIT_OFFSETS
 from handoff_spark.kafka import native as kafka_native
 from handoff_spark.kafka import readers as kafka_readers
 
@@ -218,7 +219,6 @@ def plan_ranges(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, in
 
 #: A range is split only into pieces of at least this many offsets: below that a task's fixed cost (a
 #: consumer, a Parquet file) outweighs the balance gained, and a caught-up stream's small batches stay whole.
-MIN_SPLIT_OFFSETS = 10_000
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,

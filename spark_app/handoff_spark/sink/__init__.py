@@ -2,7 +2,7 @@
 sinks share (`common`: fused read, event time, the commit record), PySpark's data source base classes
 (`datasource_api`) and dead letters sent to the DLQ topic before a task reports success (`dead_letters`).
 
-May import: `config`, `errors`, `checkpoint` (the last-commit side file), `decode` (dead letters), `kafka` (the
+May import: `config`, `contract`, `errors`, `checkpoint` (the last-commit side file), `decode` (dead letters), `kafka` (the
 fused read). The registry imports each sink's modules by name (importlib), on first use.
 Imported by `iceberg`, `bigquery`, `driver` and `startup` (the warm-ups' data sources); never by the operator.
 """

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 from dataclasses import dataclass
 
+from handoff_spark.contract import KAFKA_TIMESTAMP
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -94,7 +96,7 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    name = column if column and column in tbl.column_names else "_kafka_timestamp"
+    name = column if column and column in tbl.column_names else KAFKA_TIMESTAMP
     if name not in tbl.column_names or tbl.num_rows == 0:
         return None
     col = tbl.column(name)
@@ -111,7 +113,7 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
 def write_last_commit(checkpoint: str, result: Any) -> None:
     """Record a sink's CommitResult (a dataclass) for the driver's progress record. The commit runs in a Spark
     Python worker, not in the driver's Python process, hence a file in the checkpoint. Best effort."""
-    from handoff_spark.driver import checkpoint as ckpt
+    from handoff_spark import checkpoint as ckpt
 
     try:
         ckpt.write_last_commit(checkpoint, dataclasses.asdict(result))

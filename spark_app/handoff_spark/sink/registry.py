@@ -1,7 +1,8 @@
 """The table sinks and what the driver needs of each: one explicit registry, no module scanning.
 
-A sink module (`iceberg.sink`, `bigquery.sink`) provides:
+Each sink names two modules, which may be one: its data source module provides
 - `DATA_SOURCE`: the PySpark Python data source class (its `name()` is the `writeStream.format`);
+and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `prepare(cfg)`: driver, before the query: create the table, reconcile the declared schema;
 - `ledger_end(cfg) -> {(topic, partition): next offset}`: where the table's ledger ends for this handoff's
   stream query (the truth a query resumes from);
@@ -12,6 +13,9 @@ A sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
   connections), done ahead on a new executor by `executor_warmup`; writes nothing.
 Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
+Iceberg keeps its data source apart (`iceberg.stream`, light for Spark's planner interpreters, which import it
+to unpickle the class); the writer there imports `iceberg.sink` when it runs, so `iceberg.sink` does not import
+it back.
 """
 from __future__ import annotations
 
@@ -22,9 +26,10 @@ from typing import Any
 
 from handoff_spark.errors import HandoffConfigError
 
+#: kind → (sink module, data source module)
 _MODULES = {
-    "iceberg": "handoff_spark.iceberg.sink",
-    "bigquery": "handoff_spark.bigquery.sink",
+    "iceberg": ("handoff_spark.iceberg.sink", "handoff_spark.iceberg.stream"),
+    "bigquery": ("handoff_spark.bigquery.sink", "handoff_spark.bigquery.sink"),
 }
 
 
@@ -36,10 +41,11 @@ class SinkUnavailable(HandoffConfigError):
 class SinkBackend:
     kind: str
     module: ModuleType
+    data_source_module: ModuleType
 
     @property
     def data_source(self) -> type:
-        return self.module.DATA_SOURCE
+        return self.data_source_module.DATA_SOURCE
 
     @property
     def format(self) -> str:
@@ -68,11 +74,13 @@ def kinds() -> list[str]:
 def get(kind: str) -> SinkBackend:
     """The backend for `sink.kind`; a clear error when its module cannot be imported (missing client library)."""
     try:
-        name = _MODULES[kind]
+        names = _MODULES[kind]
     except KeyError:
         raise SinkUnavailable(f"unknown sink kind {kind!r}; known: {', '.join(kinds())}") from None
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise SinkUnavailable(f"sink {kind!r} is not available ({name}: {exc})") from exc
-    return SinkBackend(kind, module)
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise SinkUnavailable(f"sink {kind!r} is not available ({name}: {exc})") from exc
+    return SinkBackend(kind, *modules)

@@ -35,20 +35,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from handoff_spark.driver import checkpoint as ckpt
-from handoff_spark import faults
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import faults, switches
 from handoff_spark.config import AppConfig
 
 log = logging.getLogger("handoff.bootstrap")
 
-ENV = "HANDOFF_BOOTSTRAP_BATCH"
+ENV = switches.BOOTSTRAP_BATCH.name
 #: The most offsets the bootstrap reads (a tighter `maxRecordsPerBatch` wins): it runs in the driver's one
 #: process while the JVM starts, so it is sized to about the session's start time (~100k records/s in-process).
 MAX_RECORDS = 100_000
@@ -66,8 +65,8 @@ def off_reason(cfg: AppConfig, sink_format: str | None) -> str | None:
         return f"the sink is overridden ({sink_format})"
     if cfg.backfill is not None:
         return "a backfill reads a bounded range through Spark"
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-        return f"{ENV}={os.environ[ENV]}"
+    if not switches.BOOTSTRAP_BATCH():
+        return switches.BOOTSTRAP_BATCH.as_set()
     if not cfg.bootstrap_batch:
         return "bootstrapBatch is false"
     if cfg.sink.kind != "iceberg":

@@ -33,8 +33,9 @@ from pathlib import Path
 if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): spark_app/ goes on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-ENV = "HANDOFF_SPARK_CDS_ARCHIVE"
-OFF = ("", "0", "off", "none", "false")
+from handoff_spark import switches  # noqa: E402 - after the path set-up above
+
+ENV = switches.SPARK_CDS_ARCHIVE.name
 
 
 def java_options(existing: str | None, archive: str) -> str:
@@ -69,9 +70,9 @@ def cache_path() -> Path:
 def archive() -> str | None:
     """The archive a driver uses: HANDOFF_SPARK_CDS_ARCHIVE's when set (none when it is off or the file is
     missing), else this machine's cache's when it has been built."""
-    named = os.environ.get(ENV)
+    named = switches.SPARK_CDS_ARCHIVE()
     if named is not None:
-        return named if named.strip().lower() not in OFF and os.path.isfile(named) else None
+        return named if named and os.path.isfile(named) else None
     try:
         path = cache_path()
     except Exception:  # noqa: BLE001 - no pyspark, no home directory (an arbitrary uid): no archive, never a failed start

@@ -20,12 +20,12 @@ them by reference in fresh planner interpreters); the heavy modules are imported
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from handoff_spark import switches
 from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from handoff_spark.driver.temp_dirs import own_temp_dir_while
 
@@ -36,7 +36,7 @@ except ImportError:  # the operator imports this package without pyspark
 
 log = logging.getLogger("handoff.session_warmup")
 
-ENV = "HANDOFF_SESSION_WARMUP"
+ENV = switches.SESSION_WARMUP.name
 SOURCE_NAME = "handoff-session-warmup"
 #: The warm-up query's name: Spark's UI and REST API show it at the start of its jobs' and stages' descriptions.
 QUERY_NAME = "handoff-session-warmup"
@@ -48,7 +48,7 @@ TIMEOUT_SECONDS = 120.0
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switches.SESSION_WARMUP()
 
 
 class _Reader(DataSourceStreamReader):  # type: ignore[misc,valid-type]

@@ -37,6 +37,8 @@ import importlib
 import os
 import sys
 
+from handoff_spark import switches
+
 #: What a Handoff write task imports, heaviest first. gRPC-based clients (BigQuery) are left out on
 #: purpose: gRPC's runtime is not fork-safe once initialised, so BigQuery workers import it after the fork.
 PRELOAD = (
@@ -127,7 +129,7 @@ def main() -> None:
     global freed_memory_kept
     freed_memory_kept = keep_freed_memory()  # before the imports allocate: every worker forked from here inherits it
     drop_archives_without_python()  # before the imports probe them
-    if os.environ.get("HANDOFF_WORKER_PRELOAD", "1") != "0":
+    if switches.WORKER_PRELOAD():
         preload()
     import gc
 

@@ -7,8 +7,9 @@ import pytest
 from pyiceberg.types import DoubleType, ListType, LongType, MapType, StringType
 
 from handoff_spark.iceberg import ledger, maintenance
-from handoff_spark.iceberg.sink import (IcebergStreamWriter, LedgerMismatchError, SchemaIncompatibleError,
-                                        abort_batch, commit_batch, open_table, prepare)
+from handoff_spark.iceberg.sink import (LedgerMismatchError, SchemaIncompatibleError, abort_batch, commit_batch,
+                                        open_table, prepare)
+from handoff_spark.iceberg.stream import IcebergStreamWriter
 from handoff_spark.kafka.offsets import committed_group_offsets
 
 from sink_support import app_config, raw_batch, record, write_offsets
@@ -174,7 +175,7 @@ def test_a_batch_commits_only_where_the_ledger_ends(kafka, tmp_path):
     assert ledger.latest_commit(table, cfg.handoff_id).lost is None
 
     # offsets retention deleted inside a batch's range (onOffsetOutOfRange=earliest) are named in its entry
-    from handoff_spark.driver import checkpoint as ckpt
+    from handoff_spark import checkpoint as ckpt
     ckpt.append_gap(str(cp), {"topic": topic, "partition": 0, "from": 15, "to": 17, "detectedAtMs": 1})
     write_offsets(cp, 3, {topic: {"0": 19}})
     commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 17, [record(i) for i in range(17, 19)])), 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 
 
 def test_a_batchs_record_is_found_after_later_batches_committed(tmp_path: Path) -> None:

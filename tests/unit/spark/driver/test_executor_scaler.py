@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from handoff_spark.driver.executor_scaler import (ANNOTATION, ExecutorScaler, parse_desired, surplus, to_apply,
-                                           write_min_partitions)
+from handoff_spark.contract import DESIRED_EXECUTORS_ANNOTATION as ANNOTATION
+from handoff_spark.driver.executor_scaler import ExecutorScaler, parse_desired, surplus, to_apply, write_min_partitions
 from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, to_warm, warmed
 from handoff_spark.kafka.source import OffsetRange, SourceOptions, pack_ranges, split_ranges
 from handoff_testbed.eventually import eventually

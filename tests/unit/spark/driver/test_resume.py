@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.ledger.record import contiguity_problems, identity_problems
 from handoff_spark.driver.resume import checkpoint_problems
 

@@ -12,7 +12,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType, NestedField, StringType
 
-from handoff_spark.driver import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.iceberg.table import parse_partition_field, plan_schema_changes
 

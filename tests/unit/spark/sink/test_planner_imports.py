@@ -15,7 +15,7 @@ import sys
 from pyspark import cloudpickle
 
 from handoff_spark.sink import registry as sinks
-from handoff_spark.iceberg import sink as iceberg_sink
+from handoff_spark.iceberg import stream as iceberg_stream
 
 HEAVY = ("pyarrow", "pyiceberg", "sqlalchemy", "pydantic", "handoff_spark.iceberg.sink", "handoff_spark.config")
 
@@ -32,16 +32,16 @@ def modules_after_unpickling(payload: bytes) -> list[str]:
 
 def test_the_iceberg_data_source_class_unpickles_without_the_sinks_machinery():
     cls = sinks.get("iceberg").data_source
-    assert cls is iceberg_sink.IcebergSinkDataSource and cls.name() == "handoff-iceberg"
+    assert cls is iceberg_stream.IcebergSinkDataSource and cls.name() == "handoff-iceberg"
     assert modules_after_unpickling(cloudpickle.dumps(cls)) == []
 
 
 def test_the_iceberg_stream_writer_unpickles_without_the_sinks_machinery():
-    writer = iceberg_sink.IcebergSinkDataSource(options={"config": "{}"}).streamWriter(None, False)
+    writer = iceberg_stream.IcebergSinkDataSource(options={"config": "{}"}).streamWriter(None, False)
     payload = cloudpickle.dumps(writer)
     assert modules_after_unpickling(payload) == []
     back = pickle.loads(payload)
-    assert type(back) is iceberg_sink.IcebergStreamWriter and back.config_json == "{}"
+    assert type(back) is iceberg_stream.IcebergStreamWriter and back.config_json == "{}"
 
 
 def test_the_session_warmups_classes_unpickle_without_the_sinks_machinery():

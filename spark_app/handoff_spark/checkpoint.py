@@ -1,6 +1,6 @@
 """The Spark checkpoint's layout, owned in one place: Spark's own offset log and Handoff's side files.
 
-The checkpoint is a cache of where the stream is; the table's ledger is the truth (`resume.py` decides whether
+The checkpoint is a cache of where the stream is; the table's ledger is the truth (`driver.resume` decides whether
 a checkpoint may be trusted). What is in it:
 
 - `metadata`: `{"id": <query id>}`, stable across restarts of one checkpoint;

@@ -1,0 +1,156 @@
+"""The operator ↔ driver contract: every name and shape one side writes and the other reads, defined once.
+
+The operator (`handoff_operator`) renders the driver's pod (command line, environment), writes the desired
+executor count and reads what the driver publishes; the driver (`handoff_spark`) parses that command line, reads
+that environment and annotation, and publishes its progress. Each name below says which side writes it and
+which reads it. Both sides import it from here; `tests/unit/test_contract.py` pins the two sides together (what
+the driver publishes parses on the operator's side, what the operator renders is what the driver reads) and
+checks that neither package spells these names anywhere else.
+
+Standard library only and no other `handoff_spark` import: the operator imports it without pyspark.
+The switches the environment carries are read through `handoff_spark.switches`, which takes the names of the
+rendered ones from here.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TypedDict
+
+# ---------------------------------------------------------------------------- the driver's command line
+
+#: The module the driver pod runs (`python -m handoff_spark …`). Written by the operator (the Deployment's and
+#: the Backfill Job's command, `handoff run`'s exec); read by Python.
+DRIVER_MODULE = "handoff_spark"
+#: The stream's entry point. Written by the operator; parsed by `handoff_spark.__main__`.
+RUN = "run"
+#: A Backfill's entry point (`ReplayRequest` with a backfill). Written by the operator's Backfill Job; parsed by
+#: `handoff_spark.__main__`.
+BACKFILL = "backfill"
+#: The app config's path. Written by the operator; parsed by `handoff_spark.__main__` (`AppConfig.load`).
+CONFIG_FLAG = "--config"
+#: Drain what is in the topics now, then exit 0. Written by `handoff run --available-now`; parsed by `__main__`.
+AVAILABLE_NOW_FLAG = "--available-now"
+#: Serve metrics on a free port when the config's is taken. Written by `handoff run` without `--metrics-port`;
+#: parsed by `__main__`.
+METRICS_PORT_FALLBACK_FLAG = "--metrics-port-fallback"
+#: A Backfill's ledger query name. Written by the operator's Backfill Job; parsed by `__main__`.
+QUERY_FLAG = "--query"
+#: A Backfill's start offsets (inclusive), JSON `{"topic": {"partition": offset}}`. Written by the Backfill Job;
+#: parsed by `__main__`.
+FROM_FLAG = "--from"
+#: A Backfill's end offsets (exclusive), same shape. Written by the Backfill Job; parsed by `__main__`.
+TO_FLAG = "--to"
+#: A Backfill's own checkpoint directory. Written by the Backfill Job; parsed by `__main__`.
+CHECKPOINT_FLAG = "--checkpoint"
+
+#: The app config's file name: the key of the ConfigMap/Secret `<handoff>-app` the operator renders and mounts
+#: (and the file `handoff run` writes). Written by the operator; the driver reads whatever path `--config`
+#: names.
+APP_CONFIG_FILE = "app.json"
+
+
+def run_command(python: str, config_file: str, *, available_now: bool = False,
+                metrics_port_fallback: bool = False) -> list[str]:
+    """The stream driver's command line (the operator's Deployment, `handoff run`)."""
+    return [python, "-m", DRIVER_MODULE, RUN, CONFIG_FLAG, config_file,
+            *([AVAILABLE_NOW_FLAG] if available_now else []),
+            *([METRICS_PORT_FALLBACK_FLAG] if metrics_port_fallback else [])]
+
+
+def backfill_command(python: str, config_file: str, query: str, start: Mapping[str, Mapping[str, int]],
+                     end: Mapping[str, Mapping[str, int]], checkpoint: str) -> list[str]:
+    """A Backfill's command line (the operator's Backfill Job): offsets as JSON, keys sorted."""
+    return [python, "-m", DRIVER_MODULE, BACKFILL, CONFIG_FLAG, config_file, QUERY_FLAG, query,
+            FROM_FLAG, json.dumps(start, sort_keys=True), TO_FLAG, json.dumps(end, sort_keys=True),
+            CHECKPOINT_FLAG, checkpoint]
+
+
+# ------------------------------------------------------------------------- the driver pod's environment
+
+#: The Spark master URL (`k8s://…` in the driver pod, `local[*]` in a Backfill Job). Written by the operator;
+#: read by the driver (`switches.spark_master`) when the app config's sparkConf names none.
+ENV_SPARK_MASTER = "HANDOFF_SPARK_MASTER"
+#: How long a stopping driver waits for a batch boundary, in seconds (derived from the pod's termination grace).
+#: Written by the operator; read by the driver (`switches.stop_grace_seconds`).
+ENV_STOP_GRACE_SECONDS = "HANDOFF_STOP_GRACE_SECONDS"
+#: The driver pod's own name (the downward API). Written by the operator; read by the driver, which puts it in
+#: its published record (`driverPod`) so the operator can tell the running driver's report from an old one.
+ENV_DRIVER_POD_NAME = "HANDOFF_DRIVER_POD_NAME"
+#: The ConfigMap the driver publishes its progress into and polls for the desired executor count
+#: (`progress_configmap_name`). Written by the operator; read by the driver (publisher, executor scaler). Without
+#: it (and `ENV_PROGRESS_NAMESPACE`), a local run, nothing is published or polled.
+ENV_PROGRESS_CONFIGMAP = "HANDOFF_PROGRESS_CONFIGMAP"
+#: That ConfigMap's namespace. Written by the operator; read by the driver.
+ENV_PROGRESS_NAMESPACE = "HANDOFF_PROGRESS_NAMESPACE"
+#: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
+#: publishes nor is scaled).
+STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
+#: Every variable the operator sets in the driver pod.
+RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV})
+
+
+# ------------------------------------------------------------------------------ the progress ConfigMap
+
+def progress_configmap_name(handoff: str) -> str:
+    """`<handoff>-progress`: created (without `data`) and owned by the operator, named to the driver in
+    `ENV_PROGRESS_CONFIGMAP`; the driver patches `PROGRESS_DATA_KEY` into it, the operator its annotation."""
+    return f"{handoff}-progress"
+
+
+#: The key of the progress ConfigMap's `data` holding the driver's published record (`ProgressDocument`, JSON).
+#: Written by the driver (`driver.publisher`, merge patch); read by the operator (`truth.driver_report`).
+PROGRESS_DATA_KEY = "progress.json"
+#: The annotation of the progress ConfigMap holding the executor count the operator wants (a decimal integer).
+#: Written by the operator (`scaling.step`); polled and applied live by the driver (`driver.executor_scaler`).
+DESIRED_EXECUTORS_ANNOTATION = "handoff.io/desired-executors"
+
+
+class ProgressDocument(TypedDict, total=False):
+    """The shape of `data[PROGRESS_DATA_KEY]`: the driver's progress record (docs/design/data-plane-contract.md)
+    plus `driverPod` and `publishedAtMs`. Written by the driver; these are the keys the operator reads
+    (`truth.driver_report.parse`); the record carries more (offsets, lag, …) for people and other readers.
+    A key may be missing or null; the operator treats an unreadable value as unknown."""
+
+    publishedAtMs: int            # when the driver published it (it republishes every ~15 s: a heartbeat)
+    driverPod: str | None         # ENV_DRIVER_POD_NAME of the publishing driver
+    batchId: int                  # the newest batch's id
+    degradedReason: str | None    # trouble the sink met (`DEGRADED_REASONS`); null when none
+    timestampMs: int              # when that batch finished
+    rows: int                     # its input rows (the Kafka records it read)
+    durationMs: int               # its wall time
+    inputRowsPerSecond: float     # Spark's input rate of the batch
+    workMs: int                   # its parallel part (Spark's addBatch minus the table commit)
+    firstOfDriver: bool           # the driver's first batch (it paid the start-up costs)
+    dlqRows: int                  # dead letters of the batch
+    committedSnapshot: int | None  # the batch's table commit (Iceberg snapshot id)
+
+
+#: Published by the driver as `degradedReason` when BigQuery refused requests for quota or size limits.
+#: Written by the BigQuery sink (`bigquery.sink.degraded_reason`); read by the operator (Degraded condition).
+DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED = "BigQueryResourceExhausted"
+#: Published by the driver as `degradedReason` when BigQuery answered with transient server errors. Written by
+#: the BigQuery sink; read by the operator.
+DEGRADED_BIGQUERY_UNAVAILABLE = "BigQueryUnavailable"
+#: Every `degradedReason` a sink publishes, with what it means (the operator's condition message).
+DEGRADED_REASONS: Mapping[str, str] = {
+    DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED: "BigQuery refused requests for quota or size limits",
+    DEGRADED_BIGQUERY_UNAVAILABLE: "BigQuery answered with transient server errors",
+}
+
+
+# -------------------------------------------------------------------------------- rules both sides apply
+
+#: The Kafka source never cuts a partition's range into pieces smaller than this many offsets. Used by the
+#: driver (`kafka.source.split_ranges`); the operator's scaling rule caps executors at what a topic can feed
+#: in pieces of this size (`scaling.rule`).
+MIN_SPLIT_OFFSETS = 10_000
+
+#: The Kafka columns every table row carries (topic, partition, offset, record timestamp). Added by the data
+#: plane (decoders, both sinks' table schemas); the operator refuses a declared column of the same name
+#: (`spec.validation`).
+KAFKA_TOPIC = "_kafka_topic"
+KAFKA_PARTITION = "_kafka_partition"
+KAFKA_OFFSET = "_kafka_offset"
+KAFKA_TIMESTAMP = "_kafka_timestamp"
+KAFKA_METADATA_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP)
