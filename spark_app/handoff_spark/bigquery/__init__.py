@@ -3,7 +3,7 @@ schema and its evolution (`schema`, pure; `table`, the client calls that read an
 pipelined Arrow appends with retries (`append`), the ledger kept in the data table and its index (`ledger`),
 and the streaming writer and its commit (`sink`).
 
-May import: `config`, `errors`, `faults`, `switches`, `checkpoint` (the last-commit side file), `decode`, `ledger`
+May import: `config`, `contract`, `errors`, `faults`, `switches`, `checkpoint` (the last-commit side file), `decode`, `ledger`
 (the record), `kafka.offsets` (the group's offsets after a durable commit) and `sink` (the contract).
 Nothing is imported here: `handoff_spark.sink.registry` imports `bigquery.sink` by name on first use, and
 `handoff_spark.ledger` imports `client` and `ledger` when a BigQuery ledger is read.
