@@ -86,7 +86,7 @@ def _manifest(path: str) -> dict[str, Any]:
     return manifests[0]
 
 
-#: `handoff run`'s app config is written to `<tmp>/handoff-run-<pid>-<random>/app.json` (`temp_dirs.own_temp_dir`):
+#: `handoff run`'s app config is written to `<tmp>/handoff-run-<pid>-<random>/app.json` (`driver.temp_dirs.own_temp_dir`):
 #: the pid is the driver's too (exec), so the next `handoff run` removes it once this one has exited or was killed.
 RUN_DIR_PREFIX = "handoff-run-"
 

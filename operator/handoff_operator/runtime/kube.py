@@ -108,7 +108,7 @@ class AppliedChildren:
         return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
     def current(self, obj: Mapping[str, Any], now: float, digest: str | None = None) -> bool:
-        """`digest`: this body's `digest`, when the caller has it already (rendering.Prepared)."""
+        """`digest`: this body's `digest`, when the caller has it already (spec.rendered.Prepared)."""
         with self._lock:
             seen = self._applied.get(self.key(obj))
         return seen is not None and now < seen[1] and seen[0] == (digest or self.digest(obj))

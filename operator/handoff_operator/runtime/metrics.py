@@ -160,7 +160,7 @@ def set_executors(namespace: str, name: str, desired: int | None, current: int |
 
 
 def set_retention(namespace: str, name: str, check: Any, lost: Sequence[Any] | None) -> None:
-    """Gauges from a retention check (`retention_report.RetentionCheck`, None: none this time) and the lost
+    """Gauges from a retention check (`retention.report.RetentionCheck`, None: none this time) and the lost
     ranges (`retention.LostRange`, None: unknown this time)."""
     topics = _retention_topics.setdefault((namespace, name), set())
     inf = float("inf")

@@ -4,7 +4,7 @@ The rule (after Flink's autoscaler, restart-free here, and what its users compla
 
 - **Capacity** is measured, not guessed: records per second one executor processes, from the driver's busy
   micro-batches (rows / batch wall time / executors that ran it; the caller passes the best of the last
-  minutes, autoscale.RATE_WINDOW_MS, since fixed per-batch costs make small batches understate it).
+  minutes, scaling.step.RATE_WINDOW_MS, since fixed per-batch costs make small batches understate it).
 - **Required rate** = input rate (records arriving per second) + lag / targetCatchUp: keep up with the input
   and clear today's backlog within targetCatchUp.
 - **Scale up at once** when the executors we have cannot deliver the required rate (and the last batch does
@@ -16,7 +16,7 @@ The rule (after Flink's autoscaler, restart-free here, and what its users compla
   job), by at most half the executors per step, never below what the input rate alone needs, and never while
   the backlog could not be cleared within targetCatchUp by the smaller count.
 - **Cap** at what the topic can feed: a batch is split into at most one task per MIN_SPLIT_OFFSETS offsets of
-  each partition's share (kafka_source.split_ranges, through `minPartitions`), at least one per partition;
+  each partition's share (kafka.source.split_ranges, through `minPartitions`), at least one per partition;
   executors beyond tasks / cores would sit idle.
 - **Keeping up beats the estimate** (Flink's busy time, in Spark's terms): a batch that finished within the
   commit interval and was not cut by maxRecordsPerBatch took everything there was, and the executors then sat

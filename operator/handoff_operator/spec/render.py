@@ -232,7 +232,7 @@ def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str
 #: another executor; the first attempt to finish commits, the other is killed. Safe for the sinks: a
 #: write task's data files (Iceberg) or PENDING stream (BigQuery) reach the table only through the
 #: driver's commit of the winning attempts' messages, so a losing attempt leaves unreferenced files at
-#: most; dead letters are at-least-once already (dlq.py). No effect with one executor or in local mode
+#: most; dead letters are at-least-once already (sink/dead_letters.py). No effect with one executor or in local mode
 #: (a copy needs another executor). `spark.sparkConf` may override any of them.
 STRAGGLER_CONF = {
     "spark.speculation": "true",

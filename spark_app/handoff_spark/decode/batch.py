@@ -1,6 +1,6 @@
 """One entry point for both sinks: a raw batch → (table, dead letters, writer schemas), whatever the format.
 
-Why: `json`/`raw` decode in `decode.py`; the Schema Registry formats in `registry_decode.py`, which also report
+Why: `json`/`raw` decode in `decode.records`; the Schema Registry formats in `decode.registry`, which also report
 the writer schema ids the rows were written with, for the ledger (`handoff.schemas`)."""
 from __future__ import annotations
 

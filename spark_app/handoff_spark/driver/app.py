@@ -154,7 +154,7 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
     # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
-    # over the cores (kafka_source.split_ranges; small batches stay one task per partition).
+    # over the cores (kafka.source.split_ranges; small batches stay one task per partition).
     if "minPartitions" not in options and min_partitions_file:
         options["minPartitionsFile"] = min_partitions_file
     options.setdefault("minPartitions", str(MIN_PARTITIONS_PER_CORE * spark.sparkContext.defaultParallelism))
@@ -263,7 +263,7 @@ class ProgressReporter:
 STOP_DIR_PREFIX = "handoff-stop-"
 #: A local-mode driver's JVM temporary directory (`java.io.tmpdir`): `<tmp>/handoff-jvm-<pid>-<random>`.
 JVM_TMP_PREFIX = "handoff-jvm-"
-#: Python's `tempfile` directory while the driver starts its session (`temp_dirs.tempfile_dir_while`).
+#: Python's `tempfile` directory while the driver starts its session (`driver.temp_dirs.tempfile_dir_while`).
 LAUNCH_TMP_PREFIX = "handoff-launch-"
 
 

@@ -14,7 +14,7 @@ Contract with the operator (handoff_operator.scaling.step):
 - a newly registered executor is warmed before it counts (executor_warmup): a small job pinned to it starts
   its Python worker under the stream's daemon and runs a write task's set-up. Meanwhile batches run as one
   wave on the warm cores, so the new executor has no stream task to take cold;
-- it rewrites the source's `minPartitions` file when the warm cores change (`executor_warmup.partitions_target`:
+- it rewrites the source's `minPartitions` file when the warm cores change (`startup.executor_warmup.partitions_target`:
   MIN_PARTITIONS_PER_CORE × the warm cores, or exactly one task per warm core while some are cold or on the
   way), so the next batch is cut for the executors that can run it now (kafka_source reads the file when it
   plans each batch).
@@ -84,7 +84,7 @@ def to_apply(desired: int | None, applied: int | None, registered: int) -> int |
 
 def write_min_partitions(path: str, value: int, *, one_wave: bool = False) -> None:
     """Atomic rewrite: the source's planning never reads a half-written number. `one_wave`: exactly `value`
-    tasks (kafka_source.SourceOptions.task_bounds)."""
+    tasks (kafka.source.SourceOptions.task_bounds)."""
     target = Path(path)
     tmp = target.with_suffix(".tmp")
     tmp.write_text(f"{value} wave" if one_wave else str(value))

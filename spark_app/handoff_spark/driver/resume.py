@@ -86,7 +86,7 @@ class StartPlan:
 
 def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> StartPlan:
     """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the
-    ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sinks.SinkBackend`)."""
+    ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sink.registry.SinkBackend`)."""
     from handoff_spark.kafka.identity import kafka_identity, list_earliest
 
     topics = set(cfg.source.topics)

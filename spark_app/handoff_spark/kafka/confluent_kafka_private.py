@@ -3,7 +3,7 @@
 Why private APIs at all (see the callers):
 * `PARTITION_EOF`, `AUTO_OFFSET_RESET` (`KafkaError._PARTITION_EOF`, `KafkaError._AUTO_OFFSET_RESET`): librdkafka's
   local error codes (negative), which confluent-kafka exposes only under underscored names. The range reader tells
-  "end of partition" and "offset reset" apart from failures by them, for either reader (`kafka_source.read_range`).
+  "end of partition" and "offset reset" apart from failures by them, for either reader (`kafka.source.read_range`).
 * `librdkafka_path()` (`confluent_kafka.cimpl`, and the file its wheel bundles): the native reader binds to the
   librdkafka confluent-kafka has loaded, so the process holds one copy of it (`kafka_native`); importing the C
   extension maps the library, and the process's memory map names its file.

@@ -160,7 +160,7 @@ def use_native(conf: Mapping[str, Any]) -> bool:
 
 
 def consumer_factory(conf: Mapping[str, Any]) -> "type[NativeConsumer] | None":
-    """What `kafka_readers.consumer` makes readers with for `conf`: `NativeConsumer`, or None for confluent-kafka's
+    """What `kafka.readers.consumer` makes readers with for `conf`: `NativeConsumer`, or None for confluent-kafka's
     `Consumer`."""
     return NativeConsumer if use_native(conf) else None
 
@@ -242,7 +242,7 @@ def _buffer(data: bytes | None) -> pa.Buffer | None:
 
 
 def _batch(topic: str, partition: int, n: int, cols: tuple, schema: pa.Schema) -> pa.RecordBatch:
-    """The source's Arrow batch (kafka_source.ARROW_SCHEMA) over the buffers `_kafka_native.Reader.read` filled."""
+    """The source's Arrow batch (kafka.source.ARROW_SCHEMA) over the buffers `_kafka_native.Reader.read` filled."""
     offsets, ts, ts_valid, koffs, kdata, k_valid, voffs, vdata, v_valid, headers = cols
     header_type = schema.field("headers").type
     return pa.RecordBatch.from_arrays([

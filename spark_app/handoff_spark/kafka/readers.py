@@ -5,7 +5,7 @@ each of which got a fresh glibc arena and grew it page by page while it fetched 
 `mprotect` calls and ~30,000 page faults per 167,000-record range). A consumer kept from the previous range
 fetches into memory it already has: per range, 0.54 → 0.39 s of CPU, page faults 31,000 → 400 (measured,
 docs/benchmarks.md "Throughput"). It also keeps its broker connection and the topics' metadata, so a task's
-first fetch does not wait on either; `kafka_source.warm_reader` leaves the consumer it warmed here for the
+first fetch does not wait on either; `kafka.source.warm_reader` leaves the consumer it warmed here for the
 next range its worker process reads.
 
 Safety: a consumer is handed out to one reader at a time (readers in other threads take other ones); it goes

@@ -255,7 +255,7 @@ def pack_ranges(ranges: list[OffsetRange], at_most: int | None) -> list[list[Off
     least-loaded task (ties to the lowest task), each task's ranges in topic/partition/offset order.
 
     Why: while the autoscaler's new executors warm up, a batch runs as one wave on the warm cores
-    (executor_warmup.partitions_target). A task still pending when a new executor registers would go to it
+    (startup.executor_warmup.partitions_target). A task still pending when a new executor registers would go to it
     cold and hold the batch. Exactly-once is unchanged: a task reading several ranges writes them as one
     task, and the batch's offsets still come from Spark's offset log."""
     if not at_most or len(ranges) <= at_most:
@@ -552,7 +552,7 @@ class HandoffKafkaRangesDataSource(HandoffKafkaDataSource):
     Why: with a Python sink, records read by a Python source cross Python → JVM (Arrow) → Python again
     before the sink sees them, plus a second Python worker per task; on a small node that hand-over and
     Spark's per-row accounting cost more than reading Kafka itself. A sink that takes ranges reads the
-    records in its own write task (`sink_common.task_records`, the fused path). Exactly-once is unchanged: the
+    records in its own write task (`sink.common.task_records`, the fused path). Exactly-once is unchanged: the
     ranges are the ones Spark checkpoints for the batch, and a replayed batch plans the same ranges.
     `numInputRows` in Spark's progress counts ranges, not records (sinks report records themselves).
     """

@@ -8,7 +8,7 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
   stream query (the truth a query resumes from);
 - `ledger_identity(cfg) -> (cluster id, {topic: topic id})`: the Kafka identity the ledger recorded;
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
-- `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink_common.CommitResult`): the
+- `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink.common.CommitResult`): the
   driver-side commit (called by the writer);
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
   connections), done ahead on a new executor by `executor_warmup`; writes nothing.

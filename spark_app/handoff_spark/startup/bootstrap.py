@@ -12,7 +12,7 @@ policy, the Kafka identity recorded in the ledger and the zombie-driver guard ho
 How it fits the ledger and the checkpoint:
 - the batch's ranges start at the table's ledger end (`resume.prepare_start` read it; partitions the ledger
   lacks start at `startingOffsets`, as the source's `initialOffset` does) and end at Kafka's last stable
-  offsets, bounded by `maxRecordsPerBatch` and `MAX_RECORDS` (`kafka_source.admit`, the source's own rule);
+  offsets, bounded by `maxRecordsPerBatch` and `MAX_RECORDS` (`kafka.source.admit`, the source's own rule);
 - they are batches 0, 1, … of a query of their own (query id `bootstrap-<uuid>` in the ledger), so the sink's
   replay skip (`ledger.find_batch`, keyed on Spark's query id) never takes a Spark batch for one or one for it;
   each starts where the previous one ended, through the same ledger check;
@@ -102,7 +102,7 @@ class Outcome:
 
 
 def open_source(cfg: AppConfig) -> tuple[Any, Any]:
-    """The source's options for `cfg` and one AdminClient for them (`kafka_source.Broker`), kept for every batch
+    """The source's options for `cfg` and one AdminClient for them (`kafka.source.Broker`), kept for every batch
     a Bootstrap plans: one client and its connections, not one per batch."""
     from handoff_spark.kafka.source import Broker, SourceOptions, source_options
 

@@ -12,7 +12,7 @@ planner daemons, ~3 s the commit runner's start and imports. The driver's bootst
 How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint) whose source yields one row per
 core and whose sink is an Arrow stream writer like the table sinks'. So it takes the same JVM and Python paths
 a stream batch does and leaves every daemon started and its workers idle for reuse: its write tasks run the
-executor warm-up's task (`executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the
+executor warm-up's task (`startup.executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the
 sink's set-up) and its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in
 the commit runner's worker. It writes nothing anywhere. These classes import only pyspark's (Spark unpickles
 them by reference in fresh planner interpreters); the heavy modules are imported inside the methods.

@@ -1,4 +1,4 @@
-"""The decide step of the reconcile (status_decision.decide): facts in, the status patch and Events out."""
+"""The decide step of the reconcile (handoff.status.decide): facts in, the status patch and Events out."""
 from __future__ import annotations
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""`kafka_source.gc_paused`: the cyclic collector is off inside the block and as it was after it (errors included);
+"""`kafka.source.gc_paused`: the cyclic collector is off inside the block and as it was after it (errors included);
 a collector the caller had disabled stays disabled."""
 from __future__ import annotations
 
