@@ -32,6 +32,10 @@ transform kept. Where the time went: Python-side timings inside the source's and
 against waiting on the JVM, the Arrow batches they got), Spark's stage metrics (task run and JVM CPU time, GC,
 shuffle) and each process kind's CPU (`proc_cpu`).
 
+What the runs found (docs/design/spark-data-path.md, docs/benchmarks.md "Which DataFrame path"): the record path's ~22×
+is Spark's per-row byte-size check on the Arrow batches it hands a Python worker, quadratic for a list column such
+as `headers`; `--sql-conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647` turns it off.
+
 `--jit c1,c2` runs the Spark candidates once per JIT setting, each in a process of its own (a Python process keeps
 its first JVM): `c1` is the product's default (`HANDOFF_JVM_C1_ONLY`, C1-only JVMs: Handoff's JVMs never moved
 records), `c2` the JVM's default tiered compilation, which a JVM that carries records may need.
@@ -88,6 +92,11 @@ CANDIDATES = ("fused", "records-noop", "records-null", "records-noheaders-null",
 STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
 STATE_STORES = {"rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
                 "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"}
+#: Settings whose effective values each Spark part records (what the JSON's numbers were measured under).
+REPORTED_CONF = ("spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.execution.arrow.maxBytesPerBatch",
+                 "spark.sql.execution.arrow.useLargeVarTypes", "spark.sql.shuffle.partitions", STATE_STORE_KEY,
+                 "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "spark.driver.memory",
+                 "spark.driver.extraJavaOptions")
 DECODED_SOURCE = "bench-kafka-decoded"
 NULL_SINK = "bench-null-arrow"
 ROWS_SINK = "bench-iceberg-rows"
@@ -524,6 +533,14 @@ def run_pass(spark: Any, bootstrap: str, topic: str, partitions: int, tmp: Path,
     return out
 
 
+def conf_value(spark: Any, key: str) -> str | None:
+    """The setting's effective value (its default when unset), None when Spark has neither."""
+    try:
+        return spark.conf.get(key)
+    except Exception:  # noqa: BLE001 - not a registered SQL setting and not set
+        return spark.sparkContext.getConf().get(key)
+
+
 def run_spark_candidates(bootstrap: str, topic: str, warm_topic: str, partitions: int, records: int,
                          candidates: list[str], passes: int, jit: str, sql_conf: dict[str, str],
                          source_extra: dict[str, str], spark_conf: dict[str, str]) -> dict[str, Any]:
@@ -548,6 +565,7 @@ def run_spark_candidates(bootstrap: str, topic: str, warm_topic: str, partitions
         results["spark-session-start"] = {"seconds": time.perf_counter() - t}
         for k, v in sql_conf.items():
             spark.conf.set(k, v)
+        results["_conf"] = {k: conf_value(spark, k) for k in REPORTED_CONF}
         spark.dataSource.register(_decoded_reader_class())
         null_sink, rows_sink = _sink_classes()
         spark.dataSource.register(null_sink)
@@ -643,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     stack = contextlib.ExitStack()
     bootstrap, _kafka = stack.enter_context(broker(args.bootstrap))
     results: dict[str, Any] = {}
+    session_conf: dict[str, dict[str, str | None]] = {}
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -671,7 +690,9 @@ def main(argv: list[str] | None = None) -> int:
                 if done.returncode != 0:  # the other JIT setting's results still count
                     results[f"spark [{jit}]"] = {"error": f"the {jit} process exited {done.returncode}"}
                     continue
-                for name, r in json.loads(Path(part.name).read_text()).items():
+                part_results = json.loads(Path(part.name).read_text())
+                session_conf[jit] = part_results.pop("_conf", {})
+                for name, r in part_results.items():
                     results[f"{name} [{jit}]"] = r
     finally:
         stack.close()
@@ -684,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         add_rates({name: r}, raw_rate, f["records"] / f["seconds"] if f else None)
     check_rows(results, expected_rows(args.records))
     doc = {"records": args.records, "partitions": args.partitions, "passes": args.passes, "sql": SQL,
-           "sql_conf": sql_conf, "source_options": source_extra,
+           "sql_conf": sql_conf, "source_options": source_extra, "session_conf": session_conf,
            "dedupe": {"keys": [DEDUPE_KEY], "watermark": WATERMARK}, "expected_rows": expected_rows(args.records),
            **machine_facts(), "results": results}
     write_json(args.out, doc)
