@@ -13,9 +13,40 @@ from typing import Callable, Mapping, Sequence
 from .eventually import eventually
 
 
+_LISTEN_FLOOR = 10000  # below this live well-known services' ports; above it, the ephemeral range's foot
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' source ports (`ip_local_port_range`)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port on 127.0.0.1 that is free right now, chosen *below* the ephemeral range.
+
+    Why not bind port 0 and let the kernel pick: that port comes from the ephemeral range, which every outgoing
+    connection on the machine also draws from. Between picking and the service's own bind, a Kafka client's
+    source port, or a readiness probe connecting to the not-yet-listening port (Linux then may connect the socket
+    to itself), can take it, and the service dies with "address already in use" (CI saw the BigQuery emulator exit
+    3 that way). Ports below the range are only ever taken by a bind, so the test bed's own picks are the only
+    competition, and a random pick among ~20,000 makes two parallel workers' clash negligible."""
+    import random
+
+    low, _ = ephemeral_range()
+    candidates = range(_LISTEN_FLOOR, low)
+    for _ in range(200 if len(candidates) > 1000 else 0):
+        port = random.choice(candidates)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a range squeezed low: the kernel's pick
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

@@ -136,7 +136,7 @@ def _ledger(args: argparse.Namespace) -> int:
     if not result["recorded"]:
         print("the ledger already matches Kafka's cluster and topic ids: nothing recorded")
     else:
-        print(f"recorded epoch snapshot {result['snapshot']}: {result['reason']}")
+        print(f"recorded epoch {result['entry']}: {result['reason']}")
     return 0
 
 

@@ -3,7 +3,7 @@
 The operator (`handoff_operator`) renders the driver's pod (command line, environment), writes the desired
 executor count and reads what the driver publishes; the driver (`handoff_spark`) parses that command line, reads
 that environment and annotation, and publishes its progress. Each name below says which side writes it and
-which reads it. Both sides import it from here; `tests/unit/test_contract.py` pins the two sides together (what
+which reads it. Both sides import it from here; `tests/unit/spark/test_contract.py` pins the two sides together (what
 the driver publishes parses on the operator's side, what the operator renders is what the driver reads) and
 checks that neither package spells these names anywhere else.
 

@@ -6,21 +6,21 @@
 - `ledger_show` and `accept_kafka`: `handoff ledger show / accept-kafka`. `show` reads either sink's ledger (one
   `Commit` type); `accept-kafka` records, after a topic was deleted and recreated on purpose (or the cluster
   replaced), an `epoch` marker with the new cluster/topic ids, whose partitions start at `startingOffsets` of the
-  new topic. Until then the driver refuses to start (`resume.KafkaIdentityError`), so nothing is silently re-read
-  or skipped. It is Iceberg-only: BigQuery's ledger index records no Kafka identity
-  (docs/bigquery-exactly-once.md).
+  new topic: an Iceberg snapshot without data, or a BigQuery ledger-index row (the sink's `record_epoch`). Until
+  then the driver refuses to start (`resume.KafkaIdentityError`), so nothing is silently re-read or skipped.
 
 Why here and not in `ledger/`: `ledger/` is the shared record and the reading face; recording a marker after
-asking Kafka for its identity is a command that needs the Iceberg ledger's writer and the Kafka clients.
+asking Kafka for its identity is a command that needs the sink's ledger writer (`sink.registry`) and the Kafka
+clients.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.config import AppConfig
 from handoff_spark.driver.temp_dirs import own_temp_dir
-from handoff_spark.ledger import entries, format_entries, iceberg_table
+from handoff_spark.ledger import entries, format_entries
 
 __all__ = ["own_temp_dir", "ledger_show", "accept_kafka"]
 
@@ -33,21 +33,18 @@ def ledger_show(cfg: AppConfig, output: str, limit: int | None) -> str:
 
 def accept_kafka(cfg: AppConfig) -> dict[str, Any]:
     """Record an epoch marker: the current Kafka identity, and for each topic whose id (or cluster) changed, its
-    partitions starting at `startingOffsets`. Returns what was recorded; nothing when nothing changed."""
+    partitions starting at `startingOffsets`. Returns what was recorded (`entry`: the snapshot or ledger row);
+    nothing when nothing changed."""
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    from handoff_spark.iceberg import ledger
     from handoff_spark.kafka.identity import admin_client, kafka_identity
+    from handoff_spark.sink import registry
 
-    sink = cfg.sink
-    if not isinstance(sink, IcebergSink):
-        raise SystemExit("handoff ledger accept-kafka: only Iceberg sinks record the Kafka cluster and topic ids "
-                         "with their ledger; BigQuery's ledger index has none to accept")
-    table = iceberg_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
+    backend = registry.get(cfg.sink.kind)
     admin = admin_client(cfg)
     cluster, topic_ids = kafka_identity(cfg, admin)
-    old_cluster, old_topics = ledger.latest_identity(table, cfg.handoff_id, cfg.query_name)
+    old_cluster, old_topics = backend.ledger_identity(cfg)
     changed = [t for t in cfg.source.topics
                if (old_cluster and cluster and old_cluster != cluster)
                or (old_topics.get(t) and topic_ids.get(t) and old_topics[t] != topic_ids[t])]
@@ -65,6 +62,5 @@ def accept_kafka(cfg: AppConfig) -> dict[str, Any]:
     reason = (f"Kafka identity accepted: cluster {old_cluster} → {cluster}, topics "
               + ", ".join(f"{t} {old_topics.get(t)} → {topic_ids.get(t)}" for t in changed)
               + f"; new partitions start at startingOffsets={cfg.source.starting_offsets}")
-    snapshot = ledger.record_marker(table, cfg.handoff_id, cfg.query_name, ranges, ledger.EPOCH, reason,
-                                    {"cluster": cluster, "topics": topic_ids})
-    return {"recorded": True, "snapshot": snapshot, "topics": changed, "offsets": ranges, "reason": reason}
+    entry = backend.record_epoch(cfg, ranges, reason, {"cluster": cluster, "topics": topic_ids})
+    return {"recorded": True, "entry": entry, "topics": changed, "offsets": ranges, "reason": reason}

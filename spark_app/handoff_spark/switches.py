@@ -3,7 +3,7 @@
 Each switch is declared once here, with what it does, and is its own typed accessor: `FUSED_READ()` is a bool,
 `STOP_GRACE_SECONDS()` a float, `SPARK_MASTER()` a str or None (each takes an optional environment mapping, for
 tests; `.name` is the variable). Every module of `handoff_spark` reads its switches through them, never
-`os.environ` (`tests/unit/test_switches.py` checks both, and that docs/switches.md, the one
+`os.environ` (`tests/unit/spark/test_switches.py` checks both, and that docs/switches.md, the one
 table of them, agrees with `SWITCHES`). Why one place: the switches grew one by one, each read where it was
 needed and parsed its own way (some took `off`, some only `0`, a bad number failed with a traceback).
 

@@ -10,7 +10,7 @@ id), each from the topic's start to its end (AvailableNow), all into the Iceberg
 `null` (a Python Arrow writer that takes the rows and drops them: the hand-over to a Python writer, without Iceberg).
 
 Baselines:
-  raw-consume          one confluent-kafka consumer counting records (`throughput.raw_consume`, best of 3 warm passes)
+  raw-consume          one confluent-kafka consumer counting records (`bench_pipelines.raw_consume`, best of 3 warm passes)
   fused                today's default: `handoff-kafka-ranges` → `handoff-iceberg` (the write task reads, decodes, writes)
 Candidates (issue 31's letters):
   a  records-iceberg   today's record source `handoff-kafka` → `handoff-iceberg` (HANDOFF_FUSED_READ=0)
@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, machine_facts, one_decimal, write_json  # noqa: E402
-from throughput import COLUMNS, await_query, best_of, measured, raw_consume, spark_kafka_jars  # noqa: E402
+from bench_pipelines import COLUMNS, await_query, best_of, measured, raw_consume, spark_kafka_jars  # noqa: E402
 
 #: The transform of candidates c, d and e: a projection with a derived column and a filter (~10 % of the orders
 #: have an amount under 50). Its output has the table's columns.
@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             value_bytes = produce(bootstrap, name, n)
             print(f"produced {n} records ({value_bytes / 1e6:.1f} MB) to {name} in {time.perf_counter() - t:.1f} s",
                   flush=True)
-        raw_consume(bootstrap, topic, args.records, args.partitions)  # the cold pass, not reported (throughput.py)
+        raw_consume(bootstrap, topic, args.records, args.partitions)  # the cold pass, not reported (spark/kafka/throughput.py)
         raw = best_of([measured(raw_consume, bootstrap, topic, args.records, args.partitions) for _ in range(3)])
         raw["records"] = raw["rows"]
         results["raw-consume"] = raw

@@ -47,7 +47,7 @@ REPLAYS_ENDED = Counter("handoff_replays", "ReplayRequests that ended, by final 
 UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
                             "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
                             "ReadinessTimeout)", ["reason"])
-# What a status refresh costs, so bench/operator_scale.py (and a dashboard) can divide by refreshes: a
+# What a status refresh costs, so bench/operator/handoff/operator_scale.py (and a dashboard) can divide by refreshes: a
 # regression in per-handoff cost shows as a number, not only as a busier operator.
 STATUS_REFRESHES = Counter("handoff_status_refreshes_total", "Status refreshes from the truth (daemon runs)")
 KAFKA_REQUESTS = Counter("handoff_kafka_requests_total", "Kafka requests made for status refreshes and retention "

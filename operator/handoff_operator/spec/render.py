@@ -227,7 +227,7 @@ def resolve(spec: StreamTableHandoffSpec, secrets: Mapping[str, Mapping[str, str
 #: Speculative copies of straggler tasks. A micro-batch waits for its slowest task, and the commonest
 #: straggler here is a task Spark hands to an executor the moment it registers (a scale-up, a replaced
 #: pod): its Python worker daemon, imports and JVM are cold, so its first task can take tens of seconds
-#: while the warm executors idle (measured in bench/scaling_live.py, docs/benchmarks.md). With these,
+#: while the warm executors idle (measured in bench/operator/scaling/scaling_live.py, docs/benchmarks.md). With these,
 #: once 30 % of a batch's tasks are done, a task running over 5 s and 2 × the median gets a copy on
 #: another executor; the first attempt to finish commits, the other is killed. Safe for the sinks: a
 #: write task's data files (Iceberg) or PENDING stream (BigQuery) reach the table only through the

@@ -24,6 +24,12 @@ from handoff_spark.config import Column
 # own offset ledger (see docs/bigquery-exactly-once.md); `_handoff_batch_id` says which micro-batch committed
 # the row.
 BATCH_ID = "_handoff_batch_id"
+# The Kafka topic id of a row, only on rows written after an `epoch` marker accepted a recreated topic (or another
+# cluster): the new topic's offsets start again, so (topic, partition, offset) alone no longer names one record.
+# Added to a table when its ledger first holds an epoch (not part of METADATA_FIELDS): a table whose topics were
+# never recreated never gets it, and rows before the epoch keep it NULL (docs/bigquery-exactly-once.md, "Kafka
+# identity").
+KAFKA_TOPIC_ID = "_kafka_topic_id"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ METADATA_FIELDS: tuple[Field, ...] = (
     Field(KAFKA_TIMESTAMP, "TIMESTAMP", "NULLABLE"),
     Field(BATCH_ID, "INT64", "NULLABLE"),
 )
+
+TOPIC_ID_FIELD = Field(KAFKA_TOPIC_ID, "STRING", "NULLABLE")
 
 # Legacy names the REST API may return for the same types.
 _CANONICAL = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "STRUCT": "RECORD"}

@@ -12,8 +12,12 @@ docs/bigquery-exactly-once.md; in short:
    failed attempt are never committed, so their rows never become visible.
 3. The check costs one query, so it runs only when this process cannot know the answer: the first commit
    after start, or after any failed commit. A process that itself committed batch N-1 knows batch N is new.
-4. A separate `<table>__handoff_ledger` table (batch, offsets, rows) is written after the data commit as an
-   index for the operator: best effort, never consulted for correctness, rebuildable from the data table.
+4. A separate `<table>__handoff_ledger` table (batch, offsets, rows, Kafka identity) is written after the data
+   commit as an index for the operator: best effort, never consulted for correctness, rebuildable from the data
+   table. Its markers (gap, epoch) are the exception: written on purpose, with the driver stopped.
+5. After an `epoch` marker accepted a recreated topic (`handoff ledger accept-kafka`), its new offsets start
+   again where the old topic's rows still are: the sink stamps the new rows with the topic id
+   (`_kafka_topic_id`), and every read of the table above keeps to that incarnation's rows.
 
 Usage (the app does this):
     prepare(cfg)                 # driver, before the query: create/evolve the table
@@ -36,10 +40,12 @@ from handoff_spark import faults
 from handoff_spark.contract import DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED, DEGRADED_BIGQUERY_UNAVAILABLE
 from handoff_spark.bigquery.append import AppendStats, RetryPolicy, StreamResult, StreamWriter, percentile
 from handoff_spark.bigquery.table import add_columns, fields_of, schema_fields
-from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, Field, UnknownColumns,
-                              arrow_schema, conform, declared_fields, plan_schema)
-from handoff_spark.ledger.record import contiguity_problems
+from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, KAFKA_TOPIC_ID,
+                                           TOPIC_ID_FIELD, Field, UnknownColumns, arrow_schema, conform,
+                                           declared_fields, plan_schema)
+from handoff_spark.ledger.record import EPOCH, contiguity_problems, incarnations, of_incarnation
 from handoff_spark.config import AppConfig, BigQuerySink
+from handoff_spark.errors import HandoffConfigError
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
@@ -70,11 +76,13 @@ def warm_up(cfg: AppConfig) -> None:
 
 @dataclass(frozen=True)
 class TablePlan:
-    """What executors need to know about the table: its columns, and columns to leave out (conflicts under
-    onIncompatible=deadLetter)."""
+    """What executors need to know about the table: its columns, columns to leave out (conflicts under
+    onIncompatible=deadLetter), and the topic id to stamp on the rows of each topic an `epoch` marker named
+    (`_kafka_topic_id`, see the module docstring)."""
 
     fields: tuple[Field, ...]
     dropped: tuple[str, ...] = ()
+    topic_ids: tuple[tuple[str, str], ...] = ()
 
 
 def prepare(cfg: AppConfig) -> TablePlan:
@@ -124,7 +132,11 @@ def prepare(cfg: AppConfig) -> TablePlan:
                 f"handoff {cfg.handoff_id}: table {ref} lacks columns {missing} and schema.evolution is none. "
                 f"Add them to the table, or set schema.evolution=compatible.")
         table = add_columns(client, ref, list(plan.add))
-    return TablePlan(tuple(fields_of(table)), tuple(dropped))
+    current = {t: i for t, i in incarnations(bigquery_ledger.epochs(sink, cfg.handoff_id, client)).items()
+               if t in cfg.source.topics}
+    if current and KAFKA_TOPIC_ID not in {f.name for f in fields_of(table)}:
+        table = add_columns(client, ref, [TOPIC_ID_FIELD])  # Handoff's own column: whatever schema.evolution says
+    return TablePlan(tuple(fields_of(table)), tuple(dropped), tuple(sorted(current.items())))
 
 
 # ------------------------------------------------------------------------------------------ executors
@@ -224,6 +236,10 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
         dead.add(raw, dead_decode)
         decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
                                         pa.array([batch_id] * decoded.num_rows, pa.int64()))
+        if plan.topic_ids:
+            stamp = dict(plan.topic_ids)
+            decoded = decoded.append_column(pa.field(KAFKA_TOPIC_ID, pa.string()), pa.array(
+                [stamp.get(t) for t in decoded.column(KAFKA_TOPIC).to_pylist()], pa.string()))
         try:
             shaped, rejected = conform(decoded, fields, plan.dropped)
         except UnknownColumns as exc:
@@ -315,7 +331,7 @@ class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type
         return write_partition(self.cfg, self.plan, iterator, batch_id)
 
     def commit(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId, dict(self.plan.topic_ids))
 
     def abort(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
         # Nothing to undo: uncommitted PENDING streams never become visible and BigQuery drops them.
@@ -346,13 +362,9 @@ def ledger_end(cfg: AppConfig) -> dict[tuple[str, int], int]:
     """Where the table ends for this handoff: past every offset in the data table and every range the ledger
     index records (DLQ-only batches, gaps). A Backfill's own query: the ends its ledger-index rows record."""
     if cfg.backfill is not None:
-        out: dict[tuple[str, int], int] = {}
-        for c in bigquery_ledger.list_commits(_sink(cfg), cfg.handoff_id):
-            if c.query == cfg.query_name:
-                for t, parts in c.end_offsets.items():
-                    for p, end in parts.items():
-                        out[(t, p)] = max(out.get((t, p), 0), end)
-        return out
+        commits = bigquery_ledger.list_commits(_sink(cfg), cfg.handoff_id)
+        held = bigquery_ledger.ends(commits, incarnations(commits), cfg.query_name)
+        return {(t, p): end for t, parts in held.items() for p, end in parts.items()}
     offsets = bigquery_ledger.resume_offsets(_sink(cfg), cfg.handoff_id)
     return {(t, p): off for t, parts in offsets.items() for p, off in parts.items()}
 
@@ -364,13 +376,34 @@ def backfill_overlap(cfg: AppConfig) -> list[str]:
     if ledger_end(cfg):
         return []
     sink = _sink(cfg)
-    present = rows_in_range(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), cfg.backfill.ranges())
+    present = rows_in_range(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), cfg.backfill.ranges(),
+                            current_topic_ids(cfg))
     return [f"{present} rows of the range are already in the table"] if present else []
 
 
 def ledger_identity(cfg: AppConfig) -> tuple[str | None, dict[str, str]]:
-    """BigQuery's ledger index does not record the Kafka identity yet (see docs/bigquery-exactly-once.md)."""
-    return None, {}
+    """The Kafka cluster id and topic ids the ledger index recorded last for this query (Iceberg's rule)."""
+    return bigquery_ledger.latest_identity(_sink(cfg), cfg.handoff_id, cfg.query_name)
+
+
+def current_topic_ids(cfg: AppConfig) -> dict[str, str]:
+    """{topic: topic id} of the handoff's topics an `epoch` marker named: the incarnation whose rows count."""
+    return {t: i for t, i in incarnations(bigquery_ledger.epochs(_sink(cfg), cfg.handoff_id)).items()
+            if t in cfg.source.topics}
+
+
+def record_epoch(cfg: AppConfig, ranges: dict[str, dict[str, list[int]]], reason: str, kafka: dict[str, Any]) -> str:
+    """`handoff ledger accept-kafka`: record an `epoch` marker in the ledger index, whose partitions start at
+    `ranges`. Refused for a topic without a topic id (a Kafka before 2.8): its new rows could not be told from the
+    old topic's. Returns what was recorded, for the person who ran it."""
+    missing = sorted(t for t in ranges if not (kafka.get("topics") or {}).get(t))
+    if missing:
+        raise HandoffConfigError(
+            f"handoff {cfg.handoff_id}: Kafka gives no topic id for {', '.join(missing)}, so BigQuery's table could "
+            f"not tell the new topic's rows from the old one's (both start at offset 0). Nothing was recorded. "
+            f"Fix: write the new topic into another table (spec.sink.bigquery.table).")
+    bigquery_ledger.record_marker(cfg, ranges, EPOCH, reason, kafka)
+    return f"ledger row in {bigquery_ledger.ledger_table(_sink(cfg))}"
 
 
 def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
@@ -404,17 +437,23 @@ class CommitResult(SinkCommitResult):
 _known_committed: dict[tuple[str, str], int] = {}
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+_TOPIC_ID = re.compile(r"^[A-Za-z0-9+/=_-]+$")  # Kafka prints a topic id in base64
 
 
-def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange) -> int:
-    """How many rows of the table lie in the offset ranges (the replay check; see the module docstring)."""
+def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange, topic_ids: dict[str, str] | None = None) -> int:
+    """How many rows of the table lie in the offset ranges (the replay check; see the module docstring). Of a
+    topic in `topic_ids` (an epoch named it: `current_topic_ids`), only rows stamped with its id count."""
     conds = []
     for (topic, partition), (start, end) in sorted(ranges.items()):
         if end <= start:
             continue
         if not _TOPIC.match(topic):
             raise ValueError(f"unexpected topic name {topic!r}")
-        conds.append(f"({KAFKA_TOPIC} = '{topic}' AND {KAFKA_PARTITION} = {int(partition)} AND "
+        tid = (topic_ids or {}).get(topic)
+        if tid is not None and not _TOPIC_ID.match(tid):
+            raise ValueError(f"unexpected topic id {tid!r}")
+        same = f" AND {KAFKA_TOPIC_ID} = '{tid}'" if tid is not None else ""
+        conds.append(f"({KAFKA_TOPIC} = '{topic}'{same} AND {KAFKA_PARTITION} = {int(partition)} AND "
                      f"{KAFKA_OFFSET} >= {int(start)} AND {KAFKA_OFFSET} < {int(end)})")
     if not conds:
         return 0
@@ -471,8 +510,10 @@ def degraded_reason(stats: AppendStats) -> str | None:
     return None
 
 
-def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: int) -> CommitResult:
-    """Driver: make batch `batch_id` visible exactly once (see the module docstring), then record it."""
+def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: int,
+                 topic_ids: dict[str, str] | None = None) -> CommitResult:
+    """Driver: make batch `batch_id` visible exactly once (see the module docstring), then record it.
+    `topic_ids`: the writer's `TablePlan.topic_ids` (None: read from the ledger when the replay check runs)."""
     sink = _sink(cfg)
     t0 = time.monotonic()
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
@@ -490,7 +531,9 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     if sink.write_mode == "exactlyOnce":
         try:
             if _known_committed.get(key) != batch_id - 1:
-                present = rows_in_range(bigquery_client.rest_client(sink), ref, ranges)
+                if topic_ids is None:
+                    topic_ids = current_topic_ids(cfg)
+                present = rows_in_range(bigquery_client.rest_client(sink), ref, ranges, topic_ids)
                 if present:
                     if present != rows:
                         raise BatchCommitError(
@@ -525,7 +568,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         # After the data commit, never before; on a skipped replay only if the crash came before it.
         bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event, snapshot_id,
                                      only_if_missing=skipped,
-                                     schemas={sid: v for m in msgs for sid, v in m.schemas.items()})
+                                     schemas={sid: v for m in msgs for sid, v in m.schemas.items()},
+                                     kafka=ckpt.read_kafka_identity(cfg.checkpoint_location))
     # a backfill never moves the stream's group offsets
     group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
         if nonempty and cfg.backfill is None else True
@@ -542,6 +586,7 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
 
 
 
-__all__ = ["DATA_SOURCE", "BigQuerySinkDataSource", "ledger_end", "ledger_identity", "overlap_problems", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
+__all__ = ["DATA_SOURCE", "BigQuerySinkDataSource", "ledger_end", "ledger_identity", "current_topic_ids",
+           "record_epoch", "overlap_problems", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
            "prepare", "register", "commit_batch", "write_partition", "rows_in_range", "read_last_commit",
            "SchemaIncompatibleError", "BatchCommitError"]

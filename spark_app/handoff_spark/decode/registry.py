@@ -5,7 +5,7 @@ payload (Protobuf: a varint list of message indexes first). Each writer schema i
 id with confluent-kafka's `SchemaRegistryClient` and kept (ids are immutable in a registry). Decoding is direct
 — fastavro's `schemaless_reader` on the parsed writer schema, the Protobuf message class built from the
 writer's FileDescriptorProto, `json.loads` + the writer's JSON Schema validator — because confluent-kafka's
-per-record deserializers add a subject lookup and rule machinery per call (bench/decode_formats.py measures
+per-record deserializers add a subject lookup and rule machinery per call (bench/spark/decode/decode_formats.py measures
 both: fastavro direct was the faster, see docs/design/data-plane-contract.md).
 
 Never silent: a record without the magic byte (`no-schema-id`), with an id the registry does not know

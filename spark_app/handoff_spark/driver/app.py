@@ -300,7 +300,6 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     from handoff_spark.decode.registry import registry_columns
 
     switches.check()  # a switch set to what it does not take: refused now, in one line, not mid-stream
-    stop_grace_seconds = switches.STOP_GRACE_SECONDS()
     cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
     stop_requested = threading.Event()
     markers = marker_dir()
@@ -411,7 +410,7 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
             if reporter is not None:
                 reporter.poll(query)
             if stop_requested.is_set():
-                stop_at_batch_boundary(query, echo, stop_grace_seconds)
+                stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
                 break
             query.awaitTermination(0.5)
         if reporter is not None:

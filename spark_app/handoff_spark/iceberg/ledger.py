@@ -32,6 +32,7 @@ from handoff_spark.iceberg.table import load_table as _load_table
 # The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger.record`); the kinds and
 # `Commit` are re-exported so `ledger.BATCH` etc. read the same for Iceberg callers.
 from handoff_spark.ledger.record import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
+from handoff_spark.ledger.record import newest_identity as _newest_identity
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"
@@ -191,17 +192,9 @@ def ledger_end(table: Table | TableMetadata, handoff_id: str, query: str,
 
 
 def latest_identity(table: Table | TableMetadata, handoff_id: str, query: str) -> tuple[str | None, dict[str, str]]:
-    """(Kafka cluster id, {topic: topic id}) as the newest entries that recorded them say."""
-    cluster: str | None = None
-    topics: dict[str, str] = {}
-    for c in _entries(table, handoff_id, query):
-        if cluster is None and c.kafka_cluster_id:
-            cluster = c.kafka_cluster_id
-        for topic, tid in (c.topic_ids or {}).items():
-            topics.setdefault(topic, tid)
-        if cluster is not None and all(t in topics for t in c.offsets):
-            break
-    return cluster, topics
+    """(Kafka cluster id, {topic: topic id}) as the newest entries that recorded them say
+    (`ledger.record.newest_identity`, BigQuery's rule too)."""
+    return _newest_identity(_entries(table, handoff_id, query))
 
 
 def marker_properties(handoff_id: str, query: str, ranges: dict[str, dict[str, list[int]]], kind: str,

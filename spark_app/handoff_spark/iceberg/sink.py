@@ -102,6 +102,13 @@ def ledger_identity(cfg: AppConfig) -> tuple[str | None, dict[str, str]]:
     return ledger.latest_identity(open_table(cfg, create=False), cfg.handoff_id, cfg.query_name)
 
 
+def record_epoch(cfg: AppConfig, ranges: dict[str, dict[str, list[int]]], reason: str, kafka: dict[str, Any]) -> str:
+    """`handoff ledger accept-kafka`: commit an `epoch` marker snapshot whose partitions start at `ranges`."""
+    snapshot = ledger.record_marker(open_table(cfg, create=False), cfg.handoff_id, cfg.query_name, ranges,
+                                    ledger.EPOCH, reason, kafka)
+    return f"snapshot {snapshot}"
+
+
 def backfill_overlap(cfg: AppConfig) -> list[str]:
     """Offsets of `cfg.backfill` the table already holds (batches of any other query of this handoff)."""
     assert cfg.backfill is not None
@@ -607,6 +614,6 @@ def prepare(cfg: AppConfig) -> Table:
 
 
 
-__all__ = ["ledger_end", "ledger_identity", "LedgerMismatchError", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "write_rows_task", "commit_ranges",
+__all__ = ["ledger_end", "ledger_identity", "record_epoch", "LedgerMismatchError", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "write_rows_task", "commit_ranges",
            "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]

@@ -22,14 +22,15 @@ from handoff_spark.ledger.backends import (bigquery_credential_choice, bigquery_
                                            iceberg_table, list_commits)
 from handoff_spark.ledger.lag import flat, lag_per_partition, nested
 from handoff_spark.ledger.record import (BATCH, EPOCH, GAP, Commit, Offsets, Ranges, contiguity_problems,
-                                         identity_problems, ledger_end, overlap_problems)
+                                         identity_problems, incarnations, ledger_end, newest_identity,
+                                         of_incarnation, overlap_problems)
 
 if TYPE_CHECKING:  # a Literal for annotations; importing it at run time would import the config (pydantic)
     from handoff_spark.bigquery.client import CredentialChoice
 
 __all__ = [
-    "BATCH", "EPOCH", "GAP", "Commit", "Offsets", "Ranges", "contiguity_problems", "identity_problems", "ledger_end",
-    "overlap_problems", "flat", "lag_per_partition", "nested", "bigquery_credential_choice", "bigquery_credentials",
+    "BATCH", "EPOCH", "GAP", "Commit", "Offsets", "Ranges", "contiguity_problems", "identity_problems",
+    "incarnations", "ledger_end", "newest_identity", "of_incarnation", "overlap_problems", "flat", "lag_per_partition", "nested", "bigquery_credential_choice", "bigquery_credentials",
     "bigquery_latest_commit", "bigquery_ledger_ref", "committed_group_offsets", "entries", "forget_iceberg_catalog",
     "format_entries", "iceberg_ancestry", "iceberg_catalog", "iceberg_latest_commit", "iceberg_record_gap",
     "iceberg_resume_offsets", "iceberg_table", "list_commits",

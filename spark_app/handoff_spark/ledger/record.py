@@ -1,6 +1,7 @@
 """The ledger's shape and rules, the same for every backend: one `Commit` record per ledger entry, and the pure
 decisions over entries (where a partition's ledger ends, whether a batch may commit there, which offsets a
-Backfill would write twice, whether Kafka is still the cluster/topic the offsets belong to).
+Backfill would write twice, whether Kafka is still the cluster/topic the offsets belong to, and which incarnation
+of a recreated topic the ledger follows since its `epoch`).
 
 Why backend-neutral: Iceberg keeps its ledger in snapshot summaries (`iceberg.ledger`), BigQuery in the data
 table plus an index table (`bigquery.ledger`); the exactly-once contract (docs/design/data-plane-contract.md)
@@ -100,6 +101,45 @@ def overlap_problems(held: Iterable[Commit], wanted: dict[tuple[str, int], tuple
                 out.append(f"{topic}[{partition}] offsets {max(lo, se[0])}..{min(hi, se[1]) - 1} are already in "
                            f"the table (snapshot {c.snapshot_id}, query {c.query} batch {c.batch_id})")
     return out
+
+
+def newest_identity(entries: Iterable[Commit]) -> tuple[str | None, dict[str, str]]:
+    """(Kafka cluster id, {topic: topic id}) as the newest entries that recorded them say, from `entries` newest
+    first (markers included: an `epoch` marker's ids are the accepted ones). Stops reading once the cluster and
+    every topic of an entry are known. Entries written before the ledger recorded identities add nothing. Pure."""
+    cluster: str | None = None
+    topics: dict[str, str] = {}
+    for c in entries:
+        if cluster is None and c.kafka_cluster_id:
+            cluster = c.kafka_cluster_id
+        for topic, tid in (c.topic_ids or {}).items():
+            topics.setdefault(topic, tid)
+        if cluster is not None and all(t in topics for t in c.offsets):
+            break
+    return cluster, topics
+
+
+def incarnations(entries: Iterable[Commit]) -> dict[str, str]:
+    """{topic: topic id} of each topic an `epoch` marker names, from the newest such marker (`entries` newest
+    first): the incarnation the ledger follows since a recreated topic (or another cluster) was accepted. Entries
+    and rows of other topic ids are of an earlier incarnation. Topics no epoch names are absent: every entry of
+    theirs counts. Pure."""
+    out: dict[str, str] = {}
+    for c in entries:
+        if c.kind != EPOCH:
+            continue
+        for topic in c.offsets:
+            tid = (c.topic_ids or {}).get(topic)
+            if tid:
+                out.setdefault(topic, tid)
+    return out
+
+
+def of_incarnation(c: Commit, topic: str, current: dict[str, str]) -> bool:
+    """Whether entry `c`'s offsets of `topic` belong to the incarnation `incarnations` found (always, for a
+    topic no epoch names). Pure."""
+    tid = current.get(topic)
+    return tid is None or (c.topic_ids or {}).get(topic) == tid
 
 
 def identity_problems(recorded_cluster: str | None, recorded_topics: dict[str, str], cluster: str | None,

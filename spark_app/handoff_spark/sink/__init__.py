@@ -4,5 +4,6 @@ sinks share (`common`: fused read, event time, the commit record), PySpark's dat
 
 May import: `config`, `contract`, `errors`, `checkpoint` (the last-commit side file), `decode` (dead letters), `kafka` (the
 fused read). The registry imports each sink's modules by name (importlib), on first use.
-Imported by `iceberg`, `bigquery`, `driver` and `startup` (the warm-ups' data sources); never by the operator.
+Imported by `iceberg`, `bigquery`, `driver`, `startup` (the warm-ups' data sources) and `entry` (`handoff ledger
+accept-kafka`'s marker, through the registry); never by the operator.
 """

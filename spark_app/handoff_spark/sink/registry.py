@@ -7,6 +7,8 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `ledger_end(cfg) -> {(topic, partition): next offset}`: where the table's ledger ends for this handoff's
   stream query (the truth a query resumes from);
 - `ledger_identity(cfg) -> (cluster id, {topic: topic id})`: the Kafka identity the ledger recorded;
+- `record_epoch(cfg, ranges, reason, kafka) -> str`: `handoff ledger accept-kafka`'s `epoch` marker in the
+  ledger (what was recorded, for the person who ran it);
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
 - `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink.common.CommitResult`): the
   driver-side commit (called by the writer);
@@ -59,6 +61,10 @@ class SinkBackend:
 
     def ledger_identity(self, cfg: Any) -> tuple[str | None, dict[str, str]]:
         return self.module.ledger_identity(cfg)
+
+    def record_epoch(self, cfg: Any, ranges: dict[str, dict[str, list[int]]], reason: str,
+                     kafka: dict[str, Any]) -> str:
+        return self.module.record_epoch(cfg, ranges, reason, kafka)
 
     def backfill_overlap(self, cfg: Any) -> list[str]:
         return self.module.backfill_overlap(cfg)

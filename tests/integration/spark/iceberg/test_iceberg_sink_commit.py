@@ -245,3 +245,31 @@ def test_a_record_the_tables_columns_cannot_take_is_a_dead_letter_not_a_halt(kaf
     halt = cfg.model_copy(update={"schema_": cfg.schema_.model_copy(update={"on_incompatible": "halt"})})
     with pytest.raises(SchemaIncompatibleError, match="note"):
         _write(halt, raw_batch(topic, 0, 8, [b'{"id": 8, "note": "x"}']))
+
+
+def test_accept_kafka_records_an_epoch_snapshot_for_a_changed_topic_id(kafka, tmp_path):
+    """`handoff ledger accept-kafka`'s function on Iceberg (through the sink registry): a ledger whose newest commit
+    recorded another topic id gets an epoch snapshot with Kafka's ids now, its partitions at startingOffsets; a
+    second call records nothing."""
+    from handoff_spark import checkpoint as ckpt
+    from handoff_spark.entry import accept_kafka
+    from handoff_spark.kafka.identity import kafka_identity
+
+    topic = "sink-accept-kafka"
+    kafka.create_topic(topic, partitions=2)
+    cfg = app_config(tmp_path, kafka.bootstrap, topic)
+    prepare(cfg)
+    cluster, ids = kafka_identity(cfg)
+    cp = tmp_path / "checkpoint"
+    write_offsets(cp, 0, {topic: {"0": 5, "1": 0}}, initial={topic: {"0": 0, "1": 0}})
+    ckpt.write_kafka_identity(str(cp), {"cluster": cluster, "topics": {topic: "Lh3qXc0xTbO9mBEAAAAAAQ"}})
+    commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 0, [record(i) for i in range(5)])), 0)
+    assert accept_kafka(cfg.model_copy(update={"source": cfg.source.model_copy(
+        update={"topics": ["absent-topic-never-created"]})}))["recorded"] is False  # no id for it: nothing to accept
+    done = accept_kafka(cfg)
+    table = open_table(cfg)
+    epoch = ledger.list_commits(table, "ns/h1")[0]
+    assert done["recorded"] and done["entry"] == f"snapshot {epoch.snapshot_id}" and done["topics"] == [topic]
+    assert epoch.kind == ledger.EPOCH and epoch.topic_ids == ids and epoch.offsets == {topic: {0: (0, 0), 1: (0, 0)}}
+    assert ledger.latest_identity(table, "ns/h1", cfg.query_name) == (cluster, ids)
+    assert accept_kafka(cfg) == {"recorded": False, "topics": []}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark.ledger.record import contiguity_problems, identity_problems
+from handoff_spark.ledger.record import (BATCH, EPOCH, Commit, contiguity_problems, identity_problems, incarnations,
+                                         newest_identity, of_incarnation)
 from handoff_spark.driver.resume import checkpoint_problems
 
 T0, T1 = ("t", 0), ("t", 1)
@@ -62,6 +63,48 @@ def test_identity_mismatch_names_topic_and_cluster():
     assert identity_problems(None, {}, "c1", {"t": "a"}) == []  # nothing recorded yet
     assert "deleted and recreated" in identity_problems("c1", {"t": "a"}, "c1", {"t": "b"})[0]
     assert "cluster id is c2" in identity_problems("c1", {"t": "a"}, "c2", {"t": "a"})[0]
+
+
+def _entry(batch, offsets, kind=BATCH, cluster=None, topics=None):
+    return Commit(None, 0, "ns/h", "handoff", batch, offsets, 0, 0, None, kind=kind, kafka_cluster_id=cluster,
+                  topic_ids=topics)
+
+
+def test_newest_identity_is_the_newest_recorded_one_per_topic():
+    newest_first = [_entry(5, {"t": {0: (9, 12)}}, cluster="c2", topics={"t": "b"}),
+                    _entry(4, {"u": {0: (3, 4)}}, cluster="c1", topics={"u": "x"}),
+                    _entry(3, {"t": {0: (0, 9)}}, cluster="c1", topics={"t": "a", "u": "x"})]
+    assert newest_identity(newest_first) == ("c2", {"t": "b"})  # the newest entry named all its topics: stop
+    # an entry written before identities were recorded adds nothing
+    assert newest_identity([_entry(1, {"t": {0: (0, 3)}})]) == (None, {})
+    assert newest_identity([_entry(2, {"t": {0: (3, 5)}}), _entry(1, {"u": {0: (0, 3)}}, cluster="c", topics={"u": "x"})]) \
+        == ("c", {"u": "x"})
+
+
+def test_incarnation_after_an_epoch_counts_only_the_new_topic_ids_entries():
+    epoch = _entry(-1, {"t": {0: (0, 0)}}, EPOCH, "c", {"t": "b", "u": "x"})
+    newest_first = [_entry(0, {"t": {0: (0, 7)}}, cluster="c", topics={"t": "b", "u": "x"}), epoch,
+                    _entry(9, {"t": {0: (40, 50)}, "u": {0: (5, 6)}}, cluster="c", topics={"t": "a", "u": "x"}),
+                    _entry(8, {"t": {0: (0, 40)}})]  # written before identities were recorded
+    current = incarnations(newest_first)
+    assert current == {"t": "b"}  # u was not recreated: every entry of u counts
+    assert [of_incarnation(c, "t", current) for c in newest_first] == [True, True, False, False]
+    assert of_incarnation(newest_first[2], "u", current)
+    assert incarnations(newest_first[2:]) == {}  # no epoch: every entry counts
+    # a second recreation: the newest epoch wins
+    again = _entry(-1, {"t": {0: (0, 0)}}, EPOCH, "c", {"t": "c2"})
+    assert incarnations([again, *newest_first]) == {"t": "c2"}
+
+
+def test_bigquery_ledger_end_keeps_to_the_incarnation():
+    from handoff_spark.bigquery.ledger import ends
+
+    epoch = _entry(-1, {"t": {0: (0, 0), 1: (0, 0)}}, EPOCH, "c", {"t": "b"})
+    newest_first = [_entry(0, {"t": {0: (0, 7)}}, cluster="c", topics={"t": "b"}), epoch,
+                    _entry(9, {"t": {0: (40, 50), 1: (0, 30)}}, cluster="c", topics={"t": "a"})]
+    assert ends(newest_first, incarnations(newest_first)) == {"t": {0: 7, 1: 0}}
+    assert ends(newest_first, {}) == {"t": {0: 50, 1: 30}}  # before the epoch: the highest end
+    assert ends(newest_first, {}, query="backfill") == {}
 
 
 def _offsets_file(path, end):

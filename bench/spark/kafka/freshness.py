@@ -11,7 +11,7 @@ same sink with the same trigger. `--producers plain,transactional` runs the same
 side by side: a transactional topic's caught-up ranges end in commit markers, which the reader must not wait on.
 Prints a table and writes bench/results/freshness.json.
 
-    .venv/bin/python bench/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--pipelines handoff,jvm]
+    .venv/bin/python bench/spark/kafka/freshness.py [--triggers 1,10] [--rate 2000] [--seconds 60] [--pipelines handoff,jvm]
         [--producers plain,transactional]
         [--bootstrap HOST:PORT]
 """
@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -109,9 +109,9 @@ def run_trigger(spark: Any, bootstrap: str, trigger_s: float, rate: int, seconds
     warm.produce(topic, json.dumps({"id": -1, "ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")}).encode())
     warm.flush(30)
     if pipeline == "jvm":
-        from throughput import _jvm_query
+        from bench_pipelines import jvm_query
 
-        query = _jvm_query(spark, cfg, topic, 3, "iceberg", 0, trigger_s)
+        query = jvm_query(spark, cfg, topic, 3, "iceberg", 0, trigger_s)
     else:
         query = start_query(spark, cfg)
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         pipelines = [p for p in args.pipelines.split(",") if p]
         jars: dict[str, str] = {}
         if "jvm" in pipelines:
-            from throughput import spark_kafka_jars
+            from bench_pipelines import spark_kafka_jars
 
             jars = {"spark.jars": ",".join(spark_kafka_jars())}
         tmp = Path(tempfile.mkdtemp(prefix="bench-fresh-"))

@@ -18,8 +18,8 @@ with `git archive`, run first in the same run). Each phase also records when eve
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.
 
-    .venv/bin/python bench/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--before main] [--bootstrap HOST:PORT]
-    .venv/bin/python bench/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
+    .venv/bin/python bench/spark/startup/cold_start.py [--records 30000] [--pipelines handoff,jvm] [--before main] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/spark/startup/cold_start.py --chaos 180 [--rate 2000] [--kill-every 15,30]
 """
 from __future__ import annotations
 
@@ -38,14 +38,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument  # noqa: E402
 import proc_cpu  # noqa: E402
-from throughput import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
+from bench_pipelines import COLUMNS  # noqa: E402  (the same table as the throughput benchmark)
 
 PARTITIONS = 3
 #: At most this many rounds of N more records while waiting for a warm Spark batch (phase).
@@ -364,7 +364,7 @@ def jvm_driver(app_json: str) -> int:
     import logging
     import threading as th
 
-    from throughput import _jvm_query, spark_kafka_jars
+    from bench_pipelines import jvm_query, spark_kafka_jars
 
     from handoff_spark.sink import registry as sinks
     from handoff_spark.driver.app import ProgressReporter, build_session, wait
@@ -378,7 +378,7 @@ def jvm_driver(app_json: str) -> int:
     log.info("table prepared")
     spark = build_session(cfg)
     log.info("spark session started")
-    query = _jvm_query(spark, cfg, cfg.source.topics[0], PARTITIONS, "iceberg", 0, cfg.trigger_interval_seconds)
+    query = jvm_query(spark, cfg, cfg.source.topics[0], PARTITIONS, "iceberg", 0, cfg.trigger_interval_seconds)
     log.info("query started")
     return wait(query, th.Event(), lambda line: print(line, flush=True),
                 ProgressReporter(cfg, None, lambda line: print(line, flush=True)))

@@ -16,7 +16,7 @@ batch N is the median of the 10 commits ending at N (@1: commits 2-11) in wall t
 this process's CPU time (`median_cpu_ms_at`: what the commit computes, less sensitive to other jobs on a shared
 machine and to fsync waits). Prints a table, writes bench/results/commit_latency.json.
 
-    .venv/bin/python bench/commit_latency.py [--batches 1000] [--variants baseline,merge,merge+expire]
+    .venv/bin/python bench/spark/iceberg/commit_latency.py [--batches 1000] [--variants baseline,merge,merge+expire]
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 
 from handoff_spark.iceberg import maintenance  # noqa: E402

@@ -5,7 +5,7 @@ runs without and with it; each run is a fresh process: a local[1] session start 
 wall times and the JVM's own CPU time (user + system from /proc, less sensitive to other jobs than wall time).
 Prints a table and writes bench/results/jvm_cds.json.
 
-    .venv/bin/python bench/jvm_cds.py [--pairs 2]
+    .venv/bin/python bench/spark/startup/jvm_cds.py [--pairs 2]
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_report import write_json
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "bench"))
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_report import write_json  # noqa: E402
 
 PROBE = """
 import json, os, sys, time

@@ -12,7 +12,7 @@ What it does not measure: real pod start or executor registration times (that ne
 bed's kwok cannot run executors), or Spark's per-batch overhead. The figures compare the rule with the
 fixed baselines under the same assumptions, nothing more.
 
-    .venv/bin/python bench/scaling.py [--base-rate 1000] [--per-executor 1000] [--refresh 10] [--startup 30]
+    .venv/bin/python bench/operator/scaling/scaling.py [--base-rate 1000] [--per-executor 1000] [--refresh 10] [--startup 30]
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "spark_app"))  # the operator imports the data plane's public face (contract)
 sys.path.insert(0, str(ROOT / "operator"))
 
 from handoff_operator.scaling.rule import ScalingInput, decide  # noqa: E402

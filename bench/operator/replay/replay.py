@@ -10,7 +10,7 @@ Both runs pay one Spark start-up; the ratio is replay / once (the goal: ≤ 1.5)
 replay: rows == distinct (partition, offset) == seed + N.
 Prints a table and writes bench/results/replay.json.
 
-    .venv/bin/python bench/replay.py [--records 1000000] [--partitions 3] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/operator/replay/replay.py [--records 1000000] [--partitions 3] [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, write_json  # noqa: E402
-from throughput import produce  # noqa: E402
+from bench_pipelines import produce  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},

@@ -14,7 +14,7 @@ the per-batch p50/p99 from the sink's commit record: median of the p50s, max of 
 is excluded. Against the BigQuery emulator (test bed) unless endpoints are given; figures from the emulator say
 how the client side scales, not what BigQuery itself sustains.
 
-    .venv/bin/python bench/bigquery_append.py [--records 150000] [--naive-records 40000] [--partitions 2] [--sizes 500,2000,10000]
+    .venv/bin/python bench/spark/bigquery/bigquery_append.py [--records 150000] [--naive-records 40000] [--partitions 2] [--sizes 500,2000,10000]
         [--formats arrow,proto] [--bootstrap HOST:PORT] [--rest URL --grpc HOST:PORT --project P]
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import (add_out_argument, add_rates, machine_facts, one_decimal, print_results,  # noqa: E402
                           write_json)
-from throughput import COLUMNS, _consumer, await_query, produce, raw_consume  # noqa: E402
+from bench_pipelines import COLUMNS, await_query, consumer, produce, raw_consume  # noqa: E402
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -70,7 +70,7 @@ def _decoded_batches(bootstrap: str, topic: str, partitions: int, records: int, 
     from handoff_spark.decode.records import decode_batch
     from handoff_spark.kafka.source import ARROW_SCHEMA
 
-    c = _consumer(bootstrap, topic, partitions)
+    c = consumer(bootstrap, topic, partitions)
     rows = 0
     buf: list[Any] = []
     try:

@@ -10,7 +10,7 @@ AdminClient, the operator's). Why it matters: the check runs every HANDOFF_RETEN
 baseline every HANDOFF_STATUS_INTERVAL (15 s), so the check's share of the operator's Kafka time is
 (check / 300) / (baseline / 15). Prints a table, writes bench/results/retention_check.json.
 
-    .venv/bin/python bench/retention_check.py [--partitions 3,30] [--records 100000] [--runs 20] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/operator/retention/retention_check.py [--partitions 3,30] [--records 100000] [--runs 20] [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, write_json  # noqa: E402

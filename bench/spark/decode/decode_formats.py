@@ -12,7 +12,7 @@ produced by confluent-kafka's serializers against the test bed's real Schema Reg
 Rows/s is the median of `--runs` passes over `--records` records. Prints a table, writes
 bench/results/decode_formats.json.
 
-    .venv/bin/python bench/decode_formats.py [--records 50000] [--runs 5] [--registry URL]
+    .venv/bin/python bench/spark/decode/decode_formats.py [--records 50000] [--runs 5] [--registry URL]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "spark_app"))
 sys.path.insert(0, str(ROOT / "hack"))
 

@@ -33,7 +33,7 @@ the driver and every executor — shares this machine's 2 CPUs (and other sessio
 recorded), so more executors add parallel tasks but little CPU; the figures compare the three policies under
 the same conditions in the same run, nothing more.
 
-    nice -n 10 .venv/bin/python bench/scaling_live.py [--base 1500] [--before 20] [--high 60]
+    nice -n 10 .venv/bin/python bench/operator/scaling/scaling_live.py [--base 1500] [--before 20] [--high 60]
         [--executor-cpu-request 200m] [--executor-cpu-limit 400m] [--configs scaling,fixed-min,fixed-max[,scaling-nospec]] [--out ...]
 
 Runs and findings: docs/benchmarks.md, "Scaling on lag vs fixed executors".
@@ -53,7 +53,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "operator"), str(ROOT / "spark_app")]
 
 from confluent_kafka import Producer  # noqa: E402

@@ -21,7 +21,7 @@ measured in the same run):
 - change latency: seconds from a new ledger commit in one handoff's table until its status shows that
   batch (the goal: within one refresh interval whatever N is).
 
-    nice -n 10 .venv/bin/python bench/operator_scale.py [--counts 10,200] [--steady 120] [--interval 15]
+    nice -n 10 .venv/bin/python bench/operator/handoff/operator_scale.py [--counts 10,200] [--steady 120] [--interval 15]
         [--label before] [--profile DIR]
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 for sub in ("operator", "spark_app", "hack", "bench", "tests/integration"):
     sys.path.insert(0, str(ROOT / sub))
 
