@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import proc_cpu
+
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
            {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"},
            {"name": "region", "type": "string"}]
@@ -142,3 +144,27 @@ def await_query(query: Any, reporter: Any, t0: float) -> float:
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     return elapsed
+
+
+def best_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest pass, with every pass's seconds: the same rule for the baselines and the pipelines."""
+    best = dict(min(passes, key=lambda r: r["seconds"]))
+    best["pass_seconds"] = [round(r["seconds"], 3) for r in passes]
+    # Where each pass's time went, to tell a slow pass from a fast one: the CPU of every process kind, and the
+    # Spark pipelines' batch and task times.
+    best["pass_detail"] = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()
+                            if k in ("seconds", "batch_seconds", "task_ms", "cpu")} for r in passes]
+    # The whole machine's CPU in the best pass: a pass takes at least its busy core-seconds / the machine's cores,
+    # however parallel the pipeline is (the bound against the raw consumer, docs/benchmarks.md "Throughput").
+    machine = best.pop("cpu", {}).get("machine", {})
+    best["busy_core_s"], best["idle_core_s"] = machine.get("busy_s"), machine.get("idle_s")
+    return best
+
+
+def measured(run: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """`run(*args, **kwargs)`'s result with `cpu`: what each process kind used during it (proc_cpu)."""
+    before, machine = proc_cpu.snapshot(), proc_cpu.machine_seconds()
+    result = run(*args, **kwargs)
+    result["cpu"] = proc_cpu.cpu_by_label(before, proc_cpu.snapshot())
+    result["cpu"]["machine"] = {k: round(v - machine[k], 2) for k, v in proc_cpu.machine_seconds().items()}
+    return result

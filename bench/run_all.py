@@ -36,6 +36,8 @@ BY_HAND: dict[str, str] = {
     "operator/scaling/scaling.py": "a model run of the scaling rule over a simulated plant, not a measurement",
     "spark/startup/cold_start.py": "not added to make bench when it was written",
     "spark/startup/jvm_cds.py": "not added to make bench when it was written",
+    "spark/sink/dataframe_path.py": "a study of which DataFrame path to build (issue 31): ~40 minutes for its 1M "
+                                    "records at two JIT settings; docs/design/spark-data-path.md",
 }
 
 

@@ -53,37 +53,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, add_rates, machine_facts, one_decimal, print_results, write_json  # noqa: E402
-import proc_cpu  # noqa: E402
-from bench_pipelines import (COLUMNS, await_query, consumer, jvm_query, produce, raw_consume,  # noqa: E402
+from bench_pipelines import (COLUMNS, await_query, best_of, measured, consumer, jvm_query, produce, raw_consume,  # noqa: E402
                              spark_kafka_jars)
 
 ALL = ("raw-consume", "naive-pyiceberg", "handoff-noop", "handoff-iceberg", "handoff-iceberg-unfused", "jvm-noop",
        "jvm-iceberg")
 NAIVE_EVERY = 100_000  # the naive pipeline's append size when batches are unbounded
-
-
-def best_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fastest pass, with every pass's seconds: the same rule for the baselines and the pipelines."""
-    best = dict(min(passes, key=lambda r: r["seconds"]))
-    best["pass_seconds"] = [round(r["seconds"], 3) for r in passes]
-    # Where each pass's time went, to tell a slow pass from a fast one: the CPU of every process kind, and the
-    # Spark pipelines' batch and task times.
-    best["pass_detail"] = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()
-                            if k in ("seconds", "batch_seconds", "task_ms", "cpu")} for r in passes]
-    # The whole machine's CPU in the best pass: a pass takes at least its busy core-seconds / the machine's cores,
-    # however parallel the pipeline is (the bound against the raw consumer, docs/benchmarks.md "Throughput").
-    machine = best.pop("cpu", {}).get("machine", {})
-    best["busy_core_s"], best["idle_core_s"] = machine.get("busy_s"), machine.get("idle_s")
-    return best
-
-
-def measured(run: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """`run(*args, **kwargs)`'s result with `cpu`: what each process kind used during it (proc_cpu)."""
-    before, machine = proc_cpu.snapshot(), proc_cpu.machine_seconds()
-    result = run(*args, **kwargs)
-    result["cpu"] = proc_cpu.cpu_by_label(before, proc_cpu.snapshot())
-    result["cpu"]["machine"] = {k: round(v - machine[k], 2) for k, v in proc_cpu.machine_seconds().items()}
-    return result
 
 
 def naive_pyiceberg(bootstrap: str, topic: str, records: int, partitions: int, tmp: Path,

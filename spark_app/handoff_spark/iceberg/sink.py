@@ -292,6 +292,41 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     return msg
 
 
+def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+    """A write task whose input is rows already decoded (a `decode.frame` frame, or what Spark made of one: a SQL
+    transform's output), not Kafka records: shaped to the table and written as Parquet files, like `write_task`'s
+    rows after its decode. Nothing is decoded here and no dead letter is sent (the frame's producer did both).
+
+    Why apart from `write_task`: on a DataFrame path the task's rows are no longer the batch's records (a filter
+    or a dedupe dropped some), so `records` counts the rows received; the batch's Kafka ranges, and so the ledger,
+    still come from Spark's offset log at commit (`commit_batch`), never from the rows. Used so far by
+    `bench/spark/sink/dataframe_path.py` only (docs/design/spark-data-path.md)."""
+    write_uuid = uuid.uuid4()
+    t0 = time.perf_counter()
+    msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+    batches = [b for b in iterator if b.num_rows]
+    t1 = time.perf_counter()
+    if not batches:
+        return msg
+    rows = pa.Table.from_batches(batches)
+    msg.records = rows.num_rows
+    table = open_table(cfg)
+    shaped, meta, plan = prepare_batch(rows, table.metadata, cfg.schema_.evolution)
+    if plan.incompatible:
+        raise SchemaIncompatibleError(
+            f"handoff {cfg.handoff_id}: table {_sink(cfg).table} cannot take this batch: "
+            + "; ".join(plan.incompatible) + ". Fix: make the transform's output fit the declared schema.")
+    msg.add, msg.widen = list(plan.add), list(plan.widen)
+    msg.added_ids = {dotted(name): meta.schema().find_field(dotted(name)).field_id for name, _ in plan.add}
+    msg.rows = shaped.num_rows
+    msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
+    t2 = time.perf_counter()
+    msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+    msg.task_ms = {"read": (t1 - t0) * 1000, "decode": 0.0, "open_table": (t2 - t1) * 1000,
+                   "write": (time.perf_counter() - t2) * 1000, "dlq": 0.0}
+    return msg
+
+
 
 # ---------------------------------------------------------------------------------------- driver side
 
@@ -579,6 +614,6 @@ def prepare(cfg: AppConfig) -> Table:
 
 
 
-__all__ = ["ledger_end", "ledger_identity", "record_epoch", "LedgerMismatchError", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "commit_ranges",
+__all__ = ["ledger_end", "ledger_identity", "record_epoch", "LedgerMismatchError", "IcebergCommitMessage", "CommitResult", "prepare", "write_task", "write_rows_task", "commit_ranges",
            "commit_batch", "abort_batch", "open_table", "read_last_commit", "SchemaIncompatibleError",
            "CatalogUnavailableError"]
