@@ -81,6 +81,43 @@ SourceFormat = Literal["json", "raw", "avro", "protobuf", "jsonSchema"]
 REGISTRY_FORMATS = ("avro", "protobuf", "jsonSchema")
 
 
+_IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class Lookup(_Model):
+    """A table of the handoff's catalog, joinable in `transform.sql` under `name` (enrichment)."""
+
+    name: str = Field(pattern=_IDENT, description="The name the SQL uses, e.g. customers.")
+    table: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$",
+                       description="The catalog table, e.g. crm.customers.")
+
+
+class Transform(_Model):
+    """Spark SQL over each micro-batch's decoded records, run by Spark (`source`: the declared columns plus
+    `_kafka_topic`, `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp`). Its output must fit the declared
+    schema; it must be deterministic (a replay drops and derives what the first run did)."""
+
+    sql: str = Field(min_length=1, max_length=65536,
+                     description="e.g. SELECT id, upper(customer) AS customer, amount FROM source WHERE amount > 0")
+    lookups: list[Lookup] = Field(default_factory=list)
+
+
+class Dedupe(_Model):
+    """Business-key deduplication: a record whose keys were seen within `withinSeconds` (of event time: the
+    event-time column, else the Kafka timestamp) is dropped; the drop is counted."""
+
+    keys: list[str] = Field(min_length=1)
+    within_seconds: float = Field(gt=0)
+
+
+class EventTime(_Model):
+    """The event-time column, the watermark's delay, and what happens to a record older than the watermark."""
+
+    column: str = Field(pattern=_IDENT)
+    watermark_seconds: float = Field(default=0.0, ge=0)
+    late_records: Literal["deadLetter", "keep"] = "deadLetter"
+
+
 class SchemaRegistry(_Model):
     """A Confluent-compatible Schema Registry (values framed as magic byte 0 + 4-byte schema id)."""
 
@@ -177,6 +214,9 @@ class AppConfig(_Model):
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark_conf: dict[str, str] = Field(default_factory=dict)
     backfill: BackfillRange | None = Field(default=None, description="set for a Backfill run (its own query)")
+    transform: Transform | None = None
+    dedupe: Dedupe | None = None
+    event_time: EventTime | None = None
     bootstrap_batch: bool = Field(
         default=True, description="At start, the driver commits batches itself, in its own process, while Spark "
                                   "starts (handoff_spark.startup.bootstrap); false: Spark's path only.")
@@ -192,6 +232,23 @@ class AppConfig(_Model):
         if self.schema_.on_incompatible == "deadLetter" and not self.dead_letter_topic:
             raise ValueError("schema.onIncompatible=deadLetter needs deadLetterTopic; set one or use halt")
         return self
+
+    @model_validator(mode="after")
+    def _late_needs_a_dead_letter_topic(self) -> "AppConfig":
+        if self.event_time is not None and self.event_time.late_records == "deadLetter" and not self.dead_letter_topic:
+            raise ValueError("eventTime.lateRecords=deadLetter needs deadLetterTopic; set one or use keep")
+        if self.dedupe is not None and self.event_time is not None:
+            if self.event_time.late_records == "keep":
+                raise ValueError("eventTime.lateRecords=keep cannot be checked with a dedupe (a late record's key "
+                                 "may have left the window); use deadLetter")
+            if self.event_time.watermark_seconds > self.dedupe.within_seconds:
+                raise ValueError("eventTime.watermark is longer than dedupe.within; make it at most dedupe.within")
+        return self
+
+    @property
+    def frame_path(self) -> bool:
+        """Records become Spark rows (a transform, a dedupe or event time is set): the DataFrame path."""
+        return self.transform is not None or self.dedupe is not None or self.event_time is not None
 
     @property
     def consumer_group(self) -> str:

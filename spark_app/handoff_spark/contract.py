@@ -139,6 +139,14 @@ DEGRADED_REASONS: Mapping[str, str] = {
 }
 
 
+#: A driver that refuses to start because `spec.transform` cannot run (the SQL does not parse or analyse, or its
+#: output does not fit the declared schema) prints one line `TransformInvalid: <what and the fix>` as its last
+#: and exits with `TRANSFORM_INVALID_EXIT`. Written by the driver (`driver.transform`); read by the operator, which
+#: shows `Degraded` with reason `TransformInvalid` and that line (from the pod's termination message).
+TRANSFORM_INVALID = "TransformInvalid"
+TRANSFORM_INVALID_EXIT = 3
+
+
 # -------------------------------------------------------------------------------- rules both sides apply
 
 #: The Kafka source never cuts a partition's range into pieces smaller than this many offsets. Used by the
