@@ -285,3 +285,67 @@ def write_kafka_identity(checkpoint: str, identity: dict[str, Any]) -> None:
 def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
     doc = read_json(checkpoint, KAFKA_IDENTITY_FILE)
     return doc if isinstance(doc, dict) else None
+
+
+# ------------------------------------------------------------------ the DataFrame path's side files
+
+#: Per batch, what the frame source's read tasks counted (`sink.frames`): `handoff/frames/<batch>/<range>.json`.
+FRAMES_DIR = "handoff/frames"
+
+
+def latest_planned_batch(checkpoint: str) -> tuple[int, int] | None:
+    """(batch id, `batchWatermarkMs`) of the newest batch in Spark's offset log, or None before the first.
+
+    Why the newest: Spark writes a batch's offset log entry before it plans that batch's input partitions, so
+    while a source plans, the newest entry is the batch being planned (a restarted query re-plans the batch its
+    offset log ends with, from the same entry). `batchWatermarkMs` is the watermark Spark's stateful operators use
+    for that batch: what the frame source judges late records by."""
+    ids = _batch_ids(checkpoint, "offsets")
+    if not ids:
+        return None
+    text = read_text(checkpoint, f"offsets/{ids[-1]}") or ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0)) if len(lines) > 1 else 0
+    except (ValueError, AttributeError):
+        watermark = 0
+    return ids[-1], watermark
+
+
+def frames_dir(checkpoint: str, batch_id: int) -> Path:
+    return local_path(checkpoint) / FRAMES_DIR / str(batch_id)
+
+
+def write_frame_stats(checkpoint: str, batch_id: int, key: str, stats: dict[str, Any]) -> bool:
+    """One read task's counts for batch `batch_id` (a retried attempt rewrites its own file). False when the
+    checkpoint is not reachable from here (an executor pod without the driver's volume)."""
+    directory = frames_dir(checkpoint, batch_id)
+    if not local_path(checkpoint).is_dir():
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(directory / f"{key}.json", json.dumps(stats, sort_keys=True))
+    return True
+
+
+def read_frame_stats(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
+    directory = frames_dir(checkpoint, batch_id)
+    out = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def clear_frame_stats(checkpoint: str, up_to: int | None = None, only: int | None = None) -> None:
+    """Remove batch `only`'s counts (a batch being planned again), or those of every batch ≤ `up_to`."""
+    root = local_path(checkpoint) / FRAMES_DIR
+    if not root.is_dir():
+        return
+    for entry in root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        n = int(entry.name)
+        if (only is not None and n == only) or (up_to is not None and n <= up_to):
+            shutil.rmtree(entry, ignore_errors=True)

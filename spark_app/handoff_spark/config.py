@@ -237,6 +237,9 @@ class AppConfig(_Model):
     def _late_needs_a_dead_letter_topic(self) -> "AppConfig":
         if self.event_time is not None and self.event_time.late_records == "deadLetter" and not self.dead_letter_topic:
             raise ValueError("eventTime.lateRecords=deadLetter needs deadLetterTopic; set one or use keep")
+        if self.dedupe is not None and self.event_time is None and not self.dead_letter_topic:
+            raise ValueError("dedupe needs deadLetterTopic (a record older than the window's watermark is a dead "
+                             "letter with reason late); set one")
         if self.dedupe is not None and self.event_time is not None:
             if self.event_time.late_records == "keep":
                 raise ValueError("eventTime.lateRecords=keep cannot be checked with a dedupe (a late record's key "

@@ -28,6 +28,7 @@ from handoff_spark.startup import jvm_cds
 from handoff_spark.startup import session_warmup
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
+from handoff_spark.contract import TRANSFORM_INVALID_EXIT
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -37,6 +38,8 @@ from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
+from handoff_spark.driver import transform
+from handoff_spark.sink.frames import SOURCE_NAME as FRAMES_SOURCE_NAME, FramesDataSource
 
 log = logging.getLogger("handoff.app")
 
@@ -97,6 +100,11 @@ def local_checkpoint_file_manager(conf: dict[str, str], checkpoint_location: str
     return {**conf, CHECKPOINT_MANAGER_KEY: FS_CHECKPOINT_MANAGER}
 
 
+FRAME_SHUFFLE_PARTITIONS = 8
+ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
+ARROW_MAX_BYTES = "2147483647"
+
+
 def build_session(cfg: AppConfig) -> Any:
     """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
@@ -105,13 +113,25 @@ def build_session(cfg: AppConfig) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
-    conf = jit_options(conf)
+    if not cfg.frame_path:  # on the DataFrame path the JVM moves records: C2 pays (spark-data-path.md)
+        conf = jit_options(conf)
+    # Spark checks an Arrow batch's byte size after every row it hands a Python worker unless this is
+    # Int.MaxValue, quadratic for a list column: ~22x of the record path's time (docs/design/spark-data-path.md).
+    # Batches stay bounded by spark.sql.execution.arrow.maxRecordsPerBatch.
+    conf.setdefault(ARROW_MAX_BYTES_KEY, ARROW_MAX_BYTES)
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
+    if cfg.frame_path:
+        # A stateful query's shuffle partitions (the dedupe's state store) are fixed in its checkpoint at its first
+        # start; Spark's 200 would make every batch 200 tasks on any node, for ever. 8: parallel enough for a few
+        # executors, cheap on one core. A user's own setting wins (and, once started, the checkpoint's).
+        conf.setdefault("spark.sql.shuffle.partitions", str(FRAME_SHUFFLE_PARTITIONS))
+    if master is None or master.startswith("local"):
+        conf.setdefault("spark.ui.showConsoleProgress", "false")
     if master:
         builder = builder.master(master)
         if master.startswith("local"):
@@ -132,6 +152,7 @@ def build_session(cfg: AppConfig) -> Any:
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:
     spark.dataSource.register(HandoffKafkaDataSource)
     spark.dataSource.register(HandoffKafkaRangesDataSource)
+    spark.dataSource.register(FramesDataSource)
     try:
         spark.dataSource.register(sinks.get(cfg.sink.kind).data_source)
     except sinks.SinkUnavailable as exc:
@@ -151,8 +172,12 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     those always get the record source. `start_offsets`: the table ledger's end (where a fresh checkpoint starts).
     `min_partitions_file`: rewritten when the executors change (executor_scaler), so each batch is split for the
     cores there are now; unused when the spec sets `minPartitions` itself."""
-    reader = spark.readStream.format(RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
+    frames = cfg.frame_path and sink_format is None
+    reader = spark.readStream.format(FRAMES_SOURCE_NAME if frames else
+                                     RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
+    if frames:
+        options["config"] = cfg.to_json()
     # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
     # over the cores (kafka.source.split_ranges; small batches stay one task per partition).
     if "minPartitions" not in options and min_partitions_file:
@@ -161,8 +186,12 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     for key, value in options.items():
         reader = reader.option(key, value)
     df = reader.load()
+    if frames:  # records as Spark rows: the SQL, event time and dedupe run in Spark (driver.transform)
+        df = transform.pipeline(spark, cfg, df)
     if sink_format is None:
         writer = df.writeStream.format(sinks.get(cfg.sink.kind).format).option("config", cfg.to_json())
+        if frames:
+            writer = writer.option("rows", "true")
     else:
         writer = df.writeStream.format(sink_format)
         if sink_format == "memory":
@@ -351,6 +380,13 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 log.info("bootstrap batch off: %s", off)
         spark = build_session(cfg)
         log.info("spark session started")
+        if cfg.frame_path and sink_format is None:
+            try:
+                transform.check(spark, cfg)
+            except transform.TransformInvalid as exc:
+                echo(str(exc))
+                write_termination_message(str(exc))  # the operator's Degraded/TransformInvalid condition
+                return TRANSFORM_INVALID_EXIT
         if boot is not None and start is not None:
             if boot.keep_going and session_warmup.enabled():
                 # Spark's first batch would start its Python daemons and workers on the stream's path; start them
@@ -390,6 +426,21 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(markers)
+
+
+#: Where Kubernetes reads a container's termination message (the pod spec's default `terminationMessagePath`).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None:
+    """`message` as the container's termination message, when there is one to write (in a pod; elsewhere the
+    path is missing or not writable and the console line is all there is)."""
+    try:
+        if os.path.exists(path):
+            with open(path, "w") as fh:
+                fh.write(message[:4000])
+    except OSError:
+        pass
 
 
 def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:

@@ -61,6 +61,9 @@ class BatchReport:
     #: The batch's parallel part: Spark's addBatch minus the sink's table commit (planning, offset reads and
     #: the commit do not shrink when executors are added; the operator's capacity estimate uses this).
     work_ms: int | None = None
+    #: Records Spark's dedupe dropped in this batch (its state operator's `numDroppedDuplicateRows`; the DataFrame
+    #: path with `dedupe`), None without one.
+    duplicates_dropped: int | None = None
     timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property
@@ -78,8 +81,13 @@ class BatchReport:
             else:
                 parts.append(f"snapshot {self.commit.get('snapshot_id')} "
                              f"(commit {float(self.commit.get('commit_latency_ms') or 0):.0f} ms)")
+            records, written = self.commit.get("records"), int(self.commit.get("rows") or 0)
+            if records is not None and written + int(self.commit.get("dlq_rows") or 0) != int(records):
+                parts.append(f"{written} written")  # the transform filtered, or the dedupe dropped, the rest
             if self.commit.get("dlq_rows"):
                 parts.append(f"{self.commit['dlq_rows']} dead letters")
+        if self.duplicates_dropped:
+            parts.append(f"{self.duplicates_dropped} duplicates dropped")
         parts.append("offsets " + _fmt_ranges(self.start, self.end))
         parts.append(f"lag {sum(self.lag.values())}")
         fresh = self.freshness_seconds
@@ -151,9 +159,12 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
     work_ms = None
     if add_batch:
         work_ms = max(1, int(add_batch) - int((commit or {}).get("commit_latency_ms") or 0))
+    dedupes = [op for op in progress.get("stateOperators") or []
+                if "numDroppedDuplicateRows" in (op.get("customMetrics") or {})]
+    dropped = sum(int(op["customMetrics"]["numDroppedDuplicateRows"]) for op in dedupes) if dedupes else None
     return BatchReport(batch_id=batch_id, rows=rows, duration_ms=duration_ms, start=start, end=end,
                        lag=lag_per_partition(end, latest), commit=commit, max_event_time_ms=max_event,
-                       input_rows_per_second=rate, work_ms=work_ms)
+                       input_rows_per_second=rate, work_ms=work_ms, duplicates_dropped=dropped)
 
 
 def report_from_commit(commit: Mapping[str, Any], ranges: Mapping[tuple[str, int], tuple[int, int]],
@@ -199,6 +210,8 @@ class Metrics:
         self.dead_letters = Counter("handoff_dead_letters", "Records sent to the dead-letter topic", lbl,
                                     registry=self.registry)
         self.batches = Counter("handoff_batches", "Micro-batches completed", lbl, registry=self.registry)
+        self.duplicates = Counter("handoff_duplicates_dropped", "Records the dedupe dropped (a business key seen "
+                                  "within its window)", lbl, registry=self.registry)
         self.batch_duration = Histogram("handoff_batch_duration_seconds", "Micro-batch wall time", lbl,
                                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
                                         registry=self.registry)
@@ -246,6 +259,8 @@ class Metrics:
         commit = report.commit or {}
         if commit.get("dlq_rows"):
             self.dead_letters.labels(h).inc(int(commit["dlq_rows"]))
+        if report.duplicates_dropped:
+            self.duplicates.labels(h).inc(report.duplicates_dropped)
         if commit.get("bytes"):
             self.bytes.labels(h).inc(int(commit["bytes"]))
         for code, n in (commit.get("append_errors") or {}).items():

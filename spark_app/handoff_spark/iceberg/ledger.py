@@ -47,6 +47,8 @@ KIND = "handoff.kind"  # batch (default) | gap | epoch
 REASON = "handoff.reason"
 KAFKA = "handoff.kafka"  # {"cluster": <cluster id>, "topics": {<topic>: <topic id>}}
 SCHEMAS = "handoff.schemas"  # {"<schema id>": ["<subject>:<version>", ...]}: registry writer schemas of the rows
+LATE_ROWS = "handoff.late-rows"  # records at or below the batch's watermark line (dead letters or kept: sink.frames)
+DROPPED_ROWS = "handoff.dropped-rows"  # records the transform filtered out or the dedupe dropped (DataFrame path)
 LOST = "handoff.lost"  # {"topic": {"partition": [from, to]}}: offsets of the range retention deleted unread
 
 def load_table(catalog_name: str, catalog_properties: dict[str, str], identifier: str) -> Table:

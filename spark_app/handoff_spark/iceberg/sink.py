@@ -79,6 +79,12 @@ def open_table(cfg: AppConfig, create: bool = True) -> Table:
     return ensure_table(catalog, sink.table, declared_schema(cfg.schema_.columns, cfg.source.format), sink.partition_by)
 
 
+def read_table(cfg: AppConfig, identifier: str) -> pa.Table:
+    """A table of the handoff's catalog, as of its current snapshot (a transform's lookup, `driver.transform`)."""
+    sink = _sink(cfg)
+    return load_catalog_cached(sink.catalog_name, sink.catalog_properties).load_table(identifier).scan().to_arrow()
+
+
 def warm_up(cfg: AppConfig) -> None:
     """Executors: what a fresh Python worker sets up before its first write (the catalog and its connection,
     the table's metadata, the file system), done ahead on a new executor (executor_warmup). Writes nothing."""
@@ -295,21 +301,22 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
 def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
     """A write task whose input is rows already decoded (a `decode.frame` frame, or what Spark made of one: a SQL
     transform's output), not Kafka records: shaped to the table and written as Parquet files, like `write_task`'s
-    rows after its decode. Nothing is decoded here and no dead letter is sent (the frame's producer did both).
+    rows after its decode. Nothing is decoded here and no dead letter is sent (the frame source did both, and
+    counted the records: `commit_batch(frames=True)` takes them from there).
 
     Why apart from `write_task`: on a DataFrame path the task's rows are no longer the batch's records (a filter
     or a dedupe dropped some), so `records` counts the rows received; the batch's Kafka ranges, and so the ledger,
-    still come from Spark's offset log at commit (`commit_batch`), never from the rows. Used so far by
-    `bench/spark/sink/dataframe_path.py` only (docs/design/spark-data-path.md)."""
+    still come from Spark's offset log at commit (`commit_batch`), never from the rows."""
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
+    batch_id = task_batch_id()
+    faults.maybe_stall("stall-task", batch_id)
     batches = [b for b in iterator if b.num_rows]
     t1 = time.perf_counter()
     if not batches:
         return msg
     rows = pa.Table.from_batches(batches)
-    msg.records = rows.num_rows
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(rows, table.metadata, cfg.schema_.evolution)
     if plan.incompatible:
@@ -322,8 +329,12 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> Icebe
     msg.max_event_time_ms = max_event_time_ms(shaped, cfg.schema_.event_time_column)
     t2 = time.perf_counter()
     msg.files = write_data_files(meta, table.io, shaped, write_uuid)
+    if faults.armed("fail-task", batch_id):
+        delete_files(table.io, [f.file_path for f in msg.files])
+        raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
     msg.task_ms = {"read": (t1 - t0) * 1000, "decode": 0.0, "open_table": (t2 - t1) * 1000,
                    "write": (time.perf_counter() - t2) * 1000, "dlq": 0.0}
+    faults.maybe_crash("crash-mid-write", batch_id)
     return msg
 
 
@@ -441,7 +452,8 @@ def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.O
 
 
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
-                    ranges: ckpt.OffsetRange, query_id: str | None, fault_prefix: str = "") -> TableCommit:
+                    ranges: ckpt.OffsetRange, query_id: str | None, fault_prefix: str = "",
+                    extra_props: dict[str, str] | None = None) -> TableCommit:
     """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
     (schema evolution + append in ONE transaction) carrying the ledger properties. Bounded retries: a
     conflict or a catalog outage reloads the table and re-checks the ancestry before trying again (the
@@ -458,6 +470,7 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
     }
     if query_id:
         props[ledger.QUERY_ID] = query_id
+    props.update(extra_props or {})
     schemas = {sid: versions for m in msgs for sid, versions in m.schemas.items()}
     if schemas:
         props[ledger.SCHEMAS] = json.dumps(schemas, separators=(",", ":"), sort_keys=True)
@@ -535,21 +548,45 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
         f"restart.") from last_error
 
 
-def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> CommitResult:
-    """Driver commit of one Spark micro-batch: its offsets from Spark's offset log, then `commit_ranges`."""
+def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
+                 frames: bool = False) -> CommitResult:
+    """Driver commit of one Spark micro-batch: its offsets from Spark's offset log, then `commit_ranges`.
+
+    `frames`: the DataFrame path (`sink.frames`): the write tasks saw rows, not records; what the batch read,
+    sent to dead letters and judged late comes from the read tasks' counts, and the ledger entry records how many
+    records the transform filtered or the dedupe dropped (read − dead letters − late kept aside − rows)."""
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
-    return commit_ranges(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location))
+    extra: dict[str, str] = {}
+    if frames:
+        from handoff_spark.sink.frames import frame_counts
+
+        counts = frame_counts(cfg, batch_id, ranges)
+        rows = sum(m.rows for m in msgs)
+        if counts.complete:
+            msgs = [*msgs, IcebergCommitMessage(write_uuid="frame-counts", records=counts.records,
+                                                dlq_rows=counts.dlq_rows, max_event_time_ms=counts.max_event_time_ms)]
+            extra[ledger.LATE_ROWS] = str(counts.late_rows)
+            extra[ledger.DROPPED_ROWS] = str(max(0, counts.records - counts.dlq_rows - rows))
+        else:
+            log.warning("batch %s: the read tasks' counts are not all on this machine (executors without the "
+                        "checkpoint's volume): the ledger entry records rows only", batch_id)
+    result = commit_ranges(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location),
+                           extra_props=extra)
+    if frames:
+        ckpt.clear_frame_stats(cfg.checkpoint_location, up_to=batch_id)
+    return result
 
 
 def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int, ranges: ckpt.OffsetRange,
-                  query_id: str | None, fault_prefix: str = "") -> CommitResult:
+                  query_id: str | None, fault_prefix: str = "",
+                  extra_props: dict[str, str] | None = None) -> CommitResult:
     """Commit one batch of `ranges` (the table commit with its ledger check, then — only after it is durable —
     the consumer-group offsets, the progress record and periodic upkeep). Spark's commit (`commit_batch`) and
     the driver's bootstrap batch (`handoff_spark.startup.bootstrap`) both come through here, so both get the same
     ledger check, the same skip of a batch already in the table and the same upkeep."""
     t0 = time.monotonic()
     offsets_json = ckpt.to_json_ranges(ranges)
-    tc = commit_to_table(cfg, msgs, batch_id, ranges, query_id, fault_prefix)
+    tc = commit_to_table(cfg, msgs, batch_id, ranges, query_id, fault_prefix, extra_props)
     commit_ms = round((time.monotonic() - t0) * 1000, 1)
     faults.maybe_crash(fault_prefix + "crash-after-table-commit", batch_id)
     group_ok = False

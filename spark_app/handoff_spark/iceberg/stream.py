@@ -25,17 +25,24 @@ FORMAT = "handoff-iceberg"
 
 
 class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
-    """Write tasks (executors) write Parquet files; the commit (driver side) makes them one snapshot."""
+    """Write tasks (executors) write Parquet files; the commit (driver side) makes them one snapshot.
+
+    `rows`: the DataFrame path (option `rows=true`): the tasks' input is rows Spark made (`sink.frames` and the
+    transform), not Kafka records or ranges."""
+
+    def __init__(self, config_json: str, rows: bool = False) -> None:
+        super().__init__(config_json)
+        self.rows = rows
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
-        from handoff_spark.iceberg.sink import write_task
+        from handoff_spark.iceberg.sink import write_rows_task, write_task
 
-        return write_task(self.cfg, iterator)
+        return write_rows_task(self.cfg, iterator) if self.rows else write_task(self.cfg, iterator)
 
     def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
         from handoff_spark.iceberg.sink import commit_batch
 
-        commit_batch(self.cfg, [m for m in messages if m is not None], batchId)
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId, frames=self.rows)
 
     def abort(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
         from handoff_spark.iceberg.sink import abort_batch
@@ -51,7 +58,7 @@ class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
         return FORMAT
 
     def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
-        return IcebergStreamWriter(self.options["config"])
+        return IcebergStreamWriter(self.options["config"], rows=self.options.get("rows", "false") == "true")
 
 
 DATA_SOURCE = IcebergSinkDataSource

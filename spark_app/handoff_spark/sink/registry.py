@@ -13,7 +13,9 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink.common.CommitResult`): the
   driver-side commit (called by the writer);
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
-  connections), done ahead on a new executor by `executor_warmup`; writes nothing.
+  connections), done ahead on a new executor by `executor_warmup`; writes nothing;
+- optionally `read_table(cfg, identifier) -> pyarrow.Table`: another table of the sink's catalog (a transform's
+  lookup, `driver.transform`); the DataFrame path's writer takes option `rows=true` (rows, not records).
 Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
 Iceberg keeps its data source apart (`iceberg.stream`, light for Spark's planner interpreters, which import it
 to unpickle the class); the writer there imports `iceberg.sink` when it runs, so `iceberg.sink` does not import
@@ -71,6 +73,12 @@ class SinkBackend:
 
     def warm_up(self, cfg: Any) -> None:
         self.module.warm_up(cfg)
+
+    def read_table(self, cfg: Any, identifier: str) -> Any:
+        """Another table of the handoff's catalog, whole, as Arrow (a transform's lookup)."""
+        if not hasattr(self.module, "read_table"):
+            raise SinkUnavailable(f"the {self.kind} sink has no lookups")
+        return self.module.read_table(cfg, identifier)
 
 
 def kinds() -> list[str]:

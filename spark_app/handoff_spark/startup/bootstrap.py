@@ -71,6 +71,8 @@ def off_reason(cfg: AppConfig, sink_format: str | None) -> str | None:
         return "bootstrapBatch is false"
     if cfg.sink.kind != "iceberg":
         return f"the {cfg.sink.kind} sink commits through Spark only"
+    if cfg.frame_path:
+        return "transform, dedupe and eventTime run in Spark: every batch is Spark's"
     return None
 
 

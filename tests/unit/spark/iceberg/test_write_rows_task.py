@@ -38,7 +38,7 @@ def test_rows_are_written_and_the_ledger_keeps_the_batchs_ranges(tmp_path) -> No
     prepare(c)
     # Offsets 0..9 were the batch; the transform kept 3 rows of them.
     msg = write_rows_task(c, iter([spark_rows([1, 4]), spark_rows([]), spark_rows([8])]))
-    assert msg.rows == msg.records == 3 and msg.dlq_rows == 0 and len(msg.files) == 1
+    assert msg.rows == 3 and msg.records == 0 and msg.dlq_rows == 0 and len(msg.files) == 1  # records: the frame source's counts
     assert msg.max_event_time_ms == (1_767_225_600_000_000 + 8) // 1000
     done = commit_to_table(c, [msg], 0, {("t", 0): (0, 10)}, "qid")
     assert done.snapshot_id is not None and not done.skipped

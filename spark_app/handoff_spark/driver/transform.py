@@ -1,0 +1,124 @@
+"""The DataFrame path's query: decoded records (`sink.frames`) → the user's SQL → event time → dedupe → the sink.
+
+Why Spark does it: users put Spark between Kafka and the table to transform, enrich, deduplicate by business key
+and handle event time (issue 31). Records become Spark rows once, in the frame source's read task (decoded there,
+dead letters and late records decided there); Spark runs the SQL, the watermark (`withWatermark`) and the dedupe
+(`dropDuplicatesWithinWatermark`, its state in Spark's checkpoint) on the executors; each sink's rows writer
+writes what comes out and the sink's commit records the batch's exact Kafka ranges from Spark's offset log,
+whatever the transform dropped, so contiguity, replay and resume are unchanged.
+
+`check` runs the same pipeline over an empty static frame before the query starts: a SQL that does not parse or
+analyse, or an output that does not fit what the sink and the ledger need, refuses the start in one line
+(`TransformInvalid: …`, contract.TRANSFORM_INVALID), with nothing written.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from handoff_spark.contract import KAFKA_METADATA_COLUMNS, TRANSFORM_INVALID
+from handoff_spark.errors import HandoffConfigError
+from handoff_spark.sink.frames import spark_delay_seconds, time_column
+
+if TYPE_CHECKING:
+    from handoff_spark.config import AppConfig
+
+log = logging.getLogger("handoff.transform")
+
+#: The view the SQL reads (`spec.transform.sql: SELECT … FROM source`).
+SOURCE_VIEW = "source"
+#: The sinks whose rows writer is built (`rows=true`).
+ROWS_SINKS = frozenset({"iceberg"})
+
+
+class TransformInvalid(HandoffConfigError):
+    """The transform cannot run as configured; the message names the field and the fix."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{TRANSFORM_INVALID}: {field}: {problem}")
+
+
+def pipeline(spark: Any, cfg: AppConfig, frame: Any) -> Any:
+    """`frame` (streaming or static) through the configured SQL, watermark and dedupe."""
+    out = frame
+    if cfg.transform is not None:
+        register_lookups(spark, cfg)
+        frame.createOrReplaceTempView(SOURCE_VIEW)
+        out = spark.sql(cfg.transform.sql)
+    delay, column = spark_delay_seconds(cfg), time_column(cfg)
+    if delay is not None and column is not None:
+        out = out.withWatermark(column, f"{int(round(delay * 1000))} milliseconds")
+    if cfg.dedupe is not None:
+        out = out.dropDuplicatesWithinWatermark(list(cfg.dedupe.keys))
+    return out
+
+
+def register_lookups(spark: Any, cfg: AppConfig) -> None:
+    """Each `transform.lookups` table as a view of its name: the table as of the query's start (a restart, e.g.
+    after a spec change, reads it again). Iceberg's catalog only: the handoff's own."""
+    if cfg.transform is None or not cfg.transform.lookups:
+        return
+    from handoff_spark.sink.registry import get as sink_backend
+
+    for lookup in cfg.transform.lookups:
+        arrow = sink_backend(cfg.sink.kind).read_table(cfg, lookup.table)
+        spark.createDataFrame(arrow).createOrReplaceTempView(lookup.name)
+
+
+def check(spark: Any, cfg: AppConfig) -> None:
+    """Plan the pipeline over an empty static frame and check its output (see the module docstring)."""
+    from pyspark.errors import AnalysisException, PySparkException
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from handoff_spark.decode.frame import frame_schema
+
+    if cfg.sink.kind not in ROWS_SINKS:
+        raise TransformInvalid("spec.sink", f"transform, dedupe and eventTime run on the Iceberg sink only so far "
+                                            f"(not {cfg.sink.kind}); remove them or write to Iceberg")
+    if not cfg.schema_.columns:
+        raise TransformInvalid("spec.schema.columns", "transform, dedupe and eventTime need the records' columns "
+                                                      "declared (or a Schema Registry format); declare them")
+    frame = spark.createDataFrame([], schema=from_arrow_schema(frame_schema(cfg)))
+    # PySpark logs an analysis error with its JVM stack before raising it; a user's SQL mistake gets one line.
+    context_log = logging.getLogger("SQLQueryContextLogger")
+    level = context_log.level
+    context_log.setLevel(logging.CRITICAL)
+    try:
+        out = pipeline(spark, cfg, frame)
+        schema = out.schema
+    except (AnalysisException, PySparkException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        field = "spec.transform.sql" if cfg.transform is not None else (
+            "spec.dedupe.keys" if cfg.dedupe is not None else "spec.eventTime.column")
+        raise TransformInvalid(field, f"{first[:400]} (the input view is `{SOURCE_VIEW}` with columns "
+                                      f"{', '.join(frame.columns)})") from None
+    except Exception as exc:  # noqa: BLE001 - py4j errors of a SQL Spark cannot plan
+        raise TransformInvalid("spec.transform.sql", f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}") \
+            from None
+    finally:
+        context_log.setLevel(level)
+    names = schema.fieldNames()
+    missing = [c for c in KAFKA_METADATA_COLUMNS if c not in names]
+    if missing:
+        raise TransformInvalid("spec.transform.sql", f"the output lacks {', '.join(missing)}; keep them (SELECT *, "
+                                                     f"… or name them): the ledger and replays need each row's "
+                                                     f"Kafka coordinates")
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    declared = {c.name: c for c in cfg.schema_.columns}
+    expected = frame_schema(cfg)
+    for column in cfg.schema_.columns:
+        if column.name not in names:
+            if column.required:
+                raise TransformInvalid("spec.transform.sql", f"the output lacks the required column "
+                                                             f"{column.name}; select it")
+            continue
+        got, want = arrow.field(column.name).type, expected.field(column.name).type
+        if got != want:
+            raise TransformInvalid("spec.transform.sql", f"column {column.name} is {got} in the output, declared "
+                                                         f"{column.type}; CAST it to the declared type")
+    if cfg.event_time is not None and cfg.event_time.column in declared and \
+            declared[cfg.event_time.column].type != "timestamp":
+        raise TransformInvalid("spec.eventTime.column", f"{cfg.event_time.column} is declared "
+                                                        f"{declared[cfg.event_time.column].type}; it must be a "
+                                                        f"timestamp column")
+    log.info("transform checked: output columns %s", names)
