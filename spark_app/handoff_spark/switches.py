@@ -208,7 +208,8 @@ WORKER_PRELOAD = OnOff(
 JVM_C1_ONLY = OnOff(
     "HANDOFF_JVM_C1_ONLY", "driver (`driver.app`, JVM options)",
     "The driver's and executors' JVMs compile with C1 only (`-XX:TieredStopAtLevel=1`) unless sparkConf "
-    "chooses a compilation mode; off: the JVM's default.")
+    "chooses a compilation mode, or the handoff runs the DataFrame path (a transform, dedupe or event time: its "
+    "JVMs move records and C2 pays, docs/design/spark-data-path.md); off: the JVM's default.")
 
 # ------------------------------------------------------------------------------------- the data path
 
