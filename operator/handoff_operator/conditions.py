@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_spark.contract import DEGRADED_REASONS
+from handoff_spark.contract import DEGRADED_REASONS, TRANSFORM_INVALID
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
@@ -223,9 +223,14 @@ def evaluate(facts: Facts) -> Evaluation:
         message = (f"driver pod {driver.pod_name} is failing ({crash}, {driver.restart_count} restarts)"
                    + (f": {detail.strip()[:300]}" if detail else "")
                    + "; it is restarted automatically and resumes from the checkpoint")
-        ready = _cond(READY, False, "DriverFailing", message)
-        degraded = _cond(DEGRADED, True, "DriverFailing", message)
-        progressing = _cond(PROGRESSING, not current, "Restarting" if not current else "DriverFailing",
+        reason = "DriverFailing"
+        refusal = next((line.strip() for line in detail.splitlines()
+                        if line.strip().startswith(TRANSFORM_INVALID + ":")), None)
+        if refusal is not None:  # the driver refused the transform (driver.transform): the spec must change
+            reason, message = TRANSFORM_INVALID, f"{refusal[:400]} (driver pod {driver.pod_name}; fix the spec)"
+        ready = _cond(READY, False, reason, message)
+        degraded = _cond(DEGRADED, True, reason, message)
+        progressing = _cond(PROGRESSING, not current, "Restarting" if not current else reason,
                             message)
         return Evaluation("Degraded", (ready, progressing, degraded))
 

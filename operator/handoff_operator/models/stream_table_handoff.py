@@ -453,6 +453,52 @@ class UpgradeSpec(SpecModel):
                                   "UpgradeRolledBack); false: keep trying the new spec.")
 
 
+class LookupSpec(SpecModel):
+    """A table of the handoff's Iceberg catalog the SQL can join (enrichment)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128,
+                      description="The name the SQL uses for it, e.g. customers.")
+    table: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$", max_length=512,
+                       description="The catalog table, e.g. crm.customers. Read when the driver starts.")
+
+
+class TransformSpec(SpecModel):
+    """Spark SQL that Spark runs over each micro-batch's decoded records, on the executors."""
+
+    sql: str = Field(min_length=1, max_length=65536, description=(
+        "A SELECT over the view `source`: the declared columns plus _kafka_topic, _kafka_partition, _kafka_offset "
+        "and _kafka_timestamp. The output must keep those four columns (e.g. SELECT *, … or name them), fit "
+        "schema.columns, and be deterministic (a replay must drop and derive what the first run did). "
+        "Example: SELECT id, ts, upper(customer) AS customer, amount, region, _kafka_topic, _kafka_partition, "
+        "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
+        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid."))
+    lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
+        "Iceberg tables of the sink's catalog joinable in the SQL under their name; read when the driver starts."))
+
+
+class DedupeSpec(SpecModel):
+    """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark, its state in the checkpoint)."""
+
+    keys: list[str] = Field(min_length=1, max_length=16, description="Columns of the business key, e.g. [order_id].")
+    within: Duration = Field(description=(
+        "The window, in event time (eventTime.column, else the Kafka timestamp): a record whose keys were seen "
+        "this recently is dropped and counted (ledger handoff.dropped-rows, metric handoff_duplicates_dropped). "
+        "Records older than the window's watermark are dead letters with reason late. Example: 1h."))
+
+
+class EventTimeSpec(SpecModel):
+    """The event-time column, its watermark and the late-record policy (supersedes schema.eventTimeColumn)."""
+
+    column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128,
+                        description="A timestamp column; freshness is measured on it. Example: ts.")
+    watermark: Duration = Field(default="0s", description=(
+        "How far behind the newest event time a record may arrive and still be on time. At most dedupe.within "
+        "when a dedupe is set. Example: 30s."))
+    late_records: Literal["deadLetter", "keep"] = Field(default="deadLetter", description=(
+        "A record at or below the watermark: deadLetter (to deadLetter.topic, reason late) or keep (written; "
+        "not allowed with a dedupe). Counted in the ledger (handoff.late-rows)."))
+
+
 class StreamTableHandoffSpec(SpecModel):
     """Desired state of a StreamTableHandoff."""
 
@@ -479,6 +525,13 @@ class StreamTableHandoffSpec(SpecModel):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Spark checkpoint storage.")
     upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec,
                                  description="Automatic rollback of a spec change whose driver fails.")
+    transform: TransformSpec | None = Field(default=None, description=(
+        "Spark SQL over each micro-batch's records before the table (filter, derive, cast, enrich). Records then "
+        "travel as Spark rows (the DataFrame path). Iceberg sink only so far."))
+    dedupe: DedupeSpec | None = Field(default=None, description="Drop records whose business key was seen within "
+                                                                "a window (by Spark). Iceberg sink only so far.")
+    event_time: EventTimeSpec | None = Field(default=None, description=(
+        "Event time: a watermark and what happens to late records. Iceberg sink only so far."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 
@@ -490,6 +543,25 @@ class StreamTableHandoffSpec(SpecModel):
             raise ValueError("deadLetter.topic must not be one of source.topics")
         # Duration comparisons live here only: CEL's duration() has no days, and "7d" is how people
         # say replay windows.
+        if self.event_time is not None and self.event_time.late_records == "deadLetter" and self.dead_letter is None:
+            raise ValueError("eventTime.lateRecords=deadLetter needs deadLetter.topic; set one or use keep")
+        if self.dedupe is not None:
+            if self.dead_letter is None:
+                raise ValueError("dedupe needs deadLetter.topic (records older than the window's watermark are "
+                                 "dead letters with reason late); set one")
+            if self.event_time is not None and self.event_time.late_records == "keep":
+                raise ValueError("eventTime.lateRecords=keep cannot be checked with a dedupe (a late record's key "
+                                 "may have left the window); use deadLetter")
+            if self.event_time is not None and \
+                    parse_duration(self.event_time.watermark) > parse_duration(self.dedupe.within):
+                raise ValueError("eventTime.watermark must be at most dedupe.within")
+        if (self.transform is not None or self.dedupe is not None or self.event_time is not None) \
+                and self.sink.iceberg is None:
+            raise ValueError("transform, dedupe and eventTime need sink.iceberg (the BigQuery sink's DataFrame "
+                             "path is not built yet); remove them or write to Iceberg")
+        if self.event_time is not None and self.schema_.event_time_column not in (None, self.event_time.column):
+            raise ValueError("schema.eventTimeColumn differs from eventTime.column; remove schema.eventTimeColumn "
+                             "(eventTime supersedes it)")
         if self.replay_max_outage_seconds > self.replay_window_seconds:
             raise ValueError("replay.maxOutage must not exceed replay.window")
         if self.freshness_target_seconds < self.commit_interval_seconds:

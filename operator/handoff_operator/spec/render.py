@@ -51,7 +51,7 @@ from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      quantity_to_bytes, spark_memory)
-from handoff_operator.models.common import PropertyFrom
+from handoff_operator.models.common import PropertyFrom, parse_duration
 
 KIND: str = StreamTableHandoff.model_fields["kind"].default
 PLURAL = StreamTableHandoff.plural
@@ -337,7 +337,8 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "sink": sink,
         "schema": {"columns": [c.model_dump(by_alias=True, exclude_none=True) for c in schema.columns],
                    "evolution": schema.evolution, "onIncompatible": schema.on_incompatible,
-                   "eventTimeColumn": schema.event_time_column,
+                   "eventTimeColumn": (spec.event_time.column if spec.event_time is not None
+                                       else schema.event_time_column),
                    "limits": schema.limits.model_dump(by_alias=True)},
         "deadLetterTopic": spec.dead_letter.topic if spec.dead_letter is not None else None,
         "triggerIntervalSeconds": spec.commit_interval_seconds,
@@ -347,6 +348,13 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "maintenance": {"expireOlderThanSeconds": int(spec.replay_window_seconds)},
         "sparkConf": spark_conf(spec, namespace, name, image),
         "bootstrapBatch": spec.spark.driver.bootstrap_batch,
+        # Records as Spark rows, through the SQL, event time and dedupe (handoff_spark.driver.transform).
+        "transform": spec.transform.model_dump(by_alias=True) if spec.transform is not None else None,
+        "dedupe": ({"keys": list(spec.dedupe.keys), "withinSeconds": parse_duration(spec.dedupe.within)}
+                   if spec.dedupe is not None else None),
+        "eventTime": ({"column": spec.event_time.column,
+                       "watermarkSeconds": parse_duration(spec.event_time.watermark),
+                       "lateRecords": spec.event_time.late_records} if spec.event_time is not None else None),
     })
 
 

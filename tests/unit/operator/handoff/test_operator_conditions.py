@@ -62,6 +62,19 @@ def test_crash_loop_is_degraded():
     assert ev.phase == "Degraded" and c["Degraded"].status == "True" and "boom" in c["Degraded"].message
 
 
+def test_a_refused_transform_is_degraded_with_reason_transform_invalid():
+    line = "TransformInvalid: spec.transform.sql: [UNRESOLVED_COLUMN] nope cannot be resolved"
+    driver = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d-1", pod_phase="Running",
+                         pod_config_hash="h1", restart_count=2, waiting_reason="CrashLoopBackOff",
+                         last_termination_reason="Error (exit code 3)",
+                         last_termination_message="some log line\n" + line + "\nINFO closing down\n")
+    ev = evaluate(Facts(generation=1, suspended=False, desired_hash="h1", driver=driver))
+    c = _by_type(ev)
+    assert ev.phase == "Degraded"
+    assert (c["Degraded"].status, c["Degraded"].reason) == ("True", "TransformInvalid")
+    assert c["Ready"].reason == "TransformInvalid" and c["Degraded"].message.startswith(line)
+
+
 def test_suspended_progressing_until_stopped():
     stopping = DriverFacts(desired_replicas=0, replicas=1, pod_name="d-1", pod_phase="Running")
     ev = evaluate(Facts(generation=2, suspended=True, desired_hash="h1", driver=stopping))

@@ -265,3 +265,40 @@ def test_bootstrap_batch_is_on_unless_the_spec_turns_it_off():
     bad["spark"].setdefault("driver", {})["bootstrapBatch"] = "sometimes"
     _parsed, problems = parse_spec(body(bad)["spec"])
     assert problems and any("bootstrapBatch" in str(p) for p in problems), problems
+
+
+TRANSFORM = {"transform": {"sql": "SELECT * FROM source WHERE amount > 0"},
+             "dedupe": {"keys": ["id"], "within": "1h"},
+             "eventTime": {"column": "created_at", "watermark": "30s"}, "deadLetter": {"topic": "orders-dlq"}}
+DLQ = {"deadLetter": {"topic": "orders-dlq"}}
+
+
+def test_transform_dedupe_and_event_time_reach_the_app_config_and_change_the_hash():
+    plain = _render()
+    r = _render(spec(**TRANSFORM))
+    cfg = AppConfig.model_validate_json(r.child("Secret")["stringData"]["app.json"]) if r.child("Secret") \
+        else AppConfig.model_validate_json(r.child("ConfigMap")["data"]["app.json"])
+    assert cfg.transform is not None and cfg.transform.sql == "SELECT * FROM source WHERE amount > 0"
+    assert cfg.dedupe is not None and cfg.dedupe.keys == ["id"] and cfg.dedupe.within_seconds == 3600
+    assert cfg.event_time is not None and cfg.event_time.watermark_seconds == 30
+    assert cfg.event_time.late_records == "deadLetter" and cfg.schema_.event_time_column == "created_at"
+    assert cfg.frame_path and r.config_hash != plain.config_hash
+    changed = _render(spec(**{**TRANSFORM, "transform": {"sql": "SELECT * FROM source"}}))
+    assert changed.config_hash != r.config_hash
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({**DLQ, "dedupe": {"keys": ["id"], "within": "1m"}, "eventTime": {"column": "ts", "watermark": "2m"}},
+     "eventTime.watermark must be at most dedupe.within"),
+    ({**DLQ, "dedupe": {"keys": ["id"], "within": "1h"}, "eventTime": {"column": "ts", "lateRecords": "keep"}},
+     "eventTime.lateRecords=keep cannot be checked with a dedupe"),
+    ({**DLQ, "dedupe": {"keys": ["id"], "within": "soon"}}, "within"),
+    ({"dedupe": {"keys": ["id"], "within": "1h"}}, "dedupe needs deadLetter.topic"),
+    ({**DLQ, "eventTime": {"column": "ts"}, "schema": {"columns": [{"name": "ts", "type": "timestamp"},
+                                                                   {"name": "other", "type": "timestamp"}],
+                                                       "eventTimeColumn": "other"}},
+     "schema.eventTimeColumn differs from eventTime.column"),
+])
+def test_combinations_that_cannot_work_are_invalid_specs_naming_the_field(fields, message):
+    _parsed, problems = parse_spec(spec(**fields))
+    assert problems and any(message in str(p) for p in problems), problems
