@@ -349,3 +349,20 @@ def clear_frame_stats(checkpoint: str, up_to: int | None = None, only: int | Non
         n = int(entry.name)
         if (only is not None and n == only) or (up_to is not None and n <= up_to):
             shutil.rmtree(entry, ignore_errors=True)
+
+
+#: Records the transform's SQL failed on (found by `driver.quarantine`): the frame source sends them to the
+#: dead-letter topic instead of handing them to Spark. `[{"topic", "partition", "offset", "reason"}, …]`.
+QUARANTINE_FILE = "handoff/quarantine.json"
+
+
+def read_quarantine(checkpoint: str) -> list[dict[str, Any]]:
+    doc = read_json(checkpoint, QUARANTINE_FILE)
+    return [d for d in doc if isinstance(d, dict)] if isinstance(doc, list) else []
+
+
+def add_quarantine(checkpoint: str, entries: list[dict[str, Any]]) -> None:
+    known = read_quarantine(checkpoint)
+    seen = {(d["topic"], int(d["partition"]), int(d["offset"])) for d in known}
+    new = [e for e in entries if (e["topic"], int(e["partition"]), int(e["offset"])) not in seen]
+    atomic_write(local_path(checkpoint) / QUARANTINE_FILE, json.dumps(known + new, sort_keys=True))

@@ -147,3 +147,26 @@ def test_a_transform_missing_the_kafka_columns_is_refused_with_the_fix(kafka, tm
     assert run.returncode == 3
     lines = [line for line in run.log.read_text().splitlines() if line.startswith("TransformInvalid:")]
     assert len(lines) == 1 and "lacks _kafka_topic" in lines[0] and "SELECT *" in lines[0], lines
+
+
+def test_a_record_the_sql_fails_on_is_a_dead_letter_and_the_stream_goes_on(kafka, tmp_path):
+    """Under ANSI SQL (Spark's default) a malformed value fails the cast, so the task, so the query: the driver
+    finds the record by halving the failed batch, sends it to the dead letters and starts the query again."""
+    topic = "tx-poison"
+    kafka.create_topic(topic, partitions=2)
+    sql = SQL.replace("WHERE amount >= 5", "WHERE CAST(substr(customer, 2) AS INT) >= 0 AND amount >= 5")
+    cfg = config(tmp_path, kafka, topic, transform={"sql": sql})
+    orders = [order(i, i) for i in range(600)]
+    poison_ids = {77, 305, 306}  # amounts 17, 5, 6: the amount filter keeps them, the cast must run
+    for o in orders:
+        if o["id"] in poison_ids:
+            o["customer"] = "cX"  # CAST('X' AS INT) fails under ANSI
+    produce(kafka.bootstrap, topic, orders)
+    runs = run_to_completion(tmp_path, max_runs=1, cfg=cfg)
+    log = runs[0].log.read_text()
+    assert "the transform failed on" in log and "restarted after a quarantine" in log
+    expected = {i for i in range(600) if i % 20 >= 5} - poison_ids
+    check_table(cfg, kafka, topic, expected, len(orders))
+    dead = dead_letters(kafka.bootstrap, topic + "-dlq")
+    assert sorted(o["id"] for o, _ in dead) == sorted(poison_ids)
+    assert {reason for _, reason in dead} == {"transform-error"}

@@ -60,7 +60,7 @@ _KAFKA_SOURCE = {KAFKA_TOPIC: "topic", KAFKA_PARTITION: "partition", KAFKA_OFFSE
                  KAFKA_TIMESTAMP: "timestamp"}
 
 Reason = Literal["null-value", "unparseable", "not-an-object", "missing-required", "type-mismatch", "too-large",
-                 "too-deep", "unconvertible", "record-error", "late"]
+                 "too-deep", "unconvertible", "record-error", "late", "transform-error"]
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _INT32 = (-(2 ** 31), 2 ** 31 - 1)
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)

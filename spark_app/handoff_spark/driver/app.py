@@ -38,7 +38,7 @@ from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
-from handoff_spark.driver import transform
+from handoff_spark.driver import quarantine, transform
 from handoff_spark.sink.frames import SOURCE_NAME as FRAMES_SOURCE_NAME, FramesDataSource
 
 log = logging.getLogger("handoff.app")
@@ -413,11 +413,27 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                                             idle=lambda: not query.status.get("isTriggerActive"))
         if scaler is not None:
             scaler.start()
-        try:
-            return wait(query, stop_requested, echo, reporter)
-        except KeyboardInterrupt:
-            query.stop()
-            return 130
+        quarantined = 0
+        while True:
+            try:
+                rc = wait(query, stop_requested, echo, reporter)
+            except KeyboardInterrupt:
+                query.stop()
+                return 130
+            if rc != 1 or sink_format is not None or not cfg.frame_path or stop_requested.is_set():
+                return rc
+            # One record must never stop a stream: the records the transform fails on become dead letters and
+            # the query starts again in this session (driver.quarantine).
+            bad = quarantine.quarantine_failed_batch(spark, cfg)
+            quarantined += len(bad)
+            if not bad or quarantined > quarantine.MAX_QUARANTINED:
+                return rc
+            echo(f"the transform failed on {len(bad)} record(s) (first {bad[0]['topic']}[{bad[0]['partition']}]@"
+                 f"{bad[0]['offset']}: {bad[0]['reason'][:200]}): dead letters with reason transform-error; "
+                 f"restarting the query")
+            query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
+                                sink_format=sink_format, min_partitions_file=min_partitions_file)
+            echo(f"query {query.id} restarted after a quarantine (run {query.runId})")
     finally:
         if scaler is not None:
             scaler.close()

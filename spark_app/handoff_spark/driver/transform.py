@@ -13,7 +13,9 @@ analyse, or an output that does not fit what the sink and the ledger need, refus
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from handoff_spark.contract import KAFKA_METADATA_COLUMNS, TRANSFORM_INVALID
@@ -36,6 +38,22 @@ class TransformInvalid(HandoffConfigError):
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{TRANSFORM_INVALID}: {field}: {problem}")
+
+
+@contextlib.contextmanager
+def quiet_sql_errors() -> Iterator[None]:
+    """PySpark logs every SQL error with its JVM stack as it converts it (its `SQLQueryContextLogger`); here the
+    error is the answer (a user's SQL mistake: one line), so that log is off meanwhile. Through PySpark's own
+    logger class: a plain `logging` logger of that name breaks PySpark's keyword arguments."""
+    from pyspark.logger import PySparkLogger
+
+    context_log = PySparkLogger.getLogger("SQLQueryContextLogger")
+    level = context_log.level
+    context_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        context_log.setLevel(level)
 
 
 def pipeline(spark: Any, cfg: AppConfig, frame: Any) -> Any:
@@ -79,13 +97,10 @@ def check(spark: Any, cfg: AppConfig) -> None:
         raise TransformInvalid("spec.schema.columns", "transform, dedupe and eventTime need the records' columns "
                                                       "declared (or a Schema Registry format); declare them")
     frame = spark.createDataFrame([], schema=from_arrow_schema(frame_schema(cfg)))
-    # PySpark logs an analysis error with its JVM stack before raising it; a user's SQL mistake gets one line.
-    context_log = logging.getLogger("SQLQueryContextLogger")
-    level = context_log.level
-    context_log.setLevel(logging.CRITICAL)
     try:
-        out = pipeline(spark, cfg, frame)
-        schema = out.schema
+        with quiet_sql_errors():
+            out = pipeline(spark, cfg, frame)
+            schema = out.schema
     except (AnalysisException, PySparkException) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         field = "spec.transform.sql" if cfg.transform is not None else (
@@ -95,8 +110,6 @@ def check(spark: Any, cfg: AppConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - py4j errors of a SQL Spark cannot plan
         raise TransformInvalid("spec.transform.sql", f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}") \
             from None
-    finally:
-        context_log.setLevel(level)
     names = schema.fieldNames()
     missing = [c for c in KAFKA_METADATA_COLUMNS if c not in names]
     if missing:

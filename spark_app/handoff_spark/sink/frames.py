@@ -80,11 +80,14 @@ class FrameStats:
 
 
 class FramePartition(KafkaPartition):
-    """A read task's ranges, with the batch it belongs to and the batch's lateness line."""
+    """A read task's ranges, with the batch it belongs to, the batch's lateness line and the records of its ranges
+    the transform failed on (`{(topic, partition, offset): reason}`, `driver.quarantine`)."""
 
-    def __init__(self, ranges: list[OffsetRange], batch_id: int | None, late_ms: int | None) -> None:
+    def __init__(self, ranges: list[OffsetRange], batch_id: int | None, late_ms: int | None,
+                 quarantined: dict[tuple[str, int, int], str] | None = None) -> None:
         super().__init__(ranges)
         self.batch_id, self.late_ms = batch_id, late_ms
+        self.quarantined = quarantined or {}
 
 
 class FramesDataSource(HandoffKafkaDataSource):
@@ -119,13 +122,22 @@ class FrameStreamReader(KafkaStreamReader):
 
         planned = super().partitions(start, end)
         batch_id, late_ms = None, None
+        quarantine: list[dict[str, Any]] = []
         if self.opts.checkpoint:
             newest = ckpt.latest_planned_batch(self.opts.checkpoint)
             if newest is not None:
                 batch_id = newest[0]
                 late_ms = late_line_ms(AppConfig.model_validate_json(self.config_json), newest[1])
                 ckpt.clear_frame_stats(self.opts.checkpoint, only=batch_id)  # an earlier plan's counts
-        return [FramePartition(p.ranges, batch_id, late_ms) for p in planned]  # type: ignore[attr-defined]
+            quarantine = ckpt.read_quarantine(self.opts.checkpoint)
+
+        def quarantined(ranges: list[OffsetRange]) -> dict[tuple[str, int, int], str]:
+            return {(q["topic"], int(q["partition"]), int(q["offset"])): str(q.get("reason", ""))
+                    for q in quarantine for r in ranges
+                    if q["topic"] == r.topic and int(q["partition"]) == r.partition and r.start <= int(q["offset"]) < r.end}
+
+        return [FramePartition(p.ranges, batch_id, late_ms, quarantined(p.ranges))  # type: ignore[attr-defined]
+                for p in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from handoff_spark.config import AppConfig
@@ -135,9 +147,10 @@ class FrameStreamReader(KafkaStreamReader):
         cfg = AppConfig.model_validate_json(self.config_json)
         schema = frame_schema(cfg)
         late_ms = getattr(partition, "late_ms", None)
+        quarantined = getattr(partition, "quarantined", {})
         for rng in partition.ranges:  # type: ignore[attr-defined]
             stats = FrameStats()
-            yield from frames_of(read_range(self.opts, rng), cfg, schema, late_ms, stats)
+            yield from frames_of(read_range(self.opts, rng), cfg, schema, late_ms, stats, quarantined)
             batch_id = getattr(partition, "batch_id", None)
             if batch_id is not None and self.opts.checkpoint:
                 key = f"{rng.topic}-{rng.partition}-{rng.start}-{rng.end}"
@@ -148,8 +161,11 @@ class FrameStreamReader(KafkaStreamReader):
 
 
 def frames_of(raw_batches: Iterator[pa.RecordBatch], cfg: AppConfig, schema: pa.Schema, late_ms: int | None,
-              stats: FrameStats) -> Iterator[pa.RecordBatch]:
-    """Raw record batches → frame batches: decoded (dead letters sent first), late records judged, counted."""
+              stats: FrameStats, quarantined: dict[tuple[str, int, int], str] | None = None,
+              send: bool = True) -> Iterator[pa.RecordBatch]:
+    """Raw record batches → frame batches: decoded (dead letters sent first), late records judged, records the
+    transform failed on (`quarantined`) sent to the dead letters, counted. `send=False`: nothing is sent or
+    quarantined (the driver's search for the records a transform fails on reads the batch again)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -184,7 +200,17 @@ def frames_of(raw_batches: Iterator[pa.RecordBatch], cfg: AppConfig, schema: pa.
                                               f"event time at or below the watermark line ({late_ms} ms)")
                                    for o in decoded.filter(late).column(KAFKA_OFFSET).to_pylist()]
                     decoded = decoded.filter(pc.invert(late))
-        if dead:
+        if quarantined and decoded.num_rows:
+            topic, part = raw.column("topic")[0].as_py(), raw.column("partition")[0].as_py()
+            offsets = decoded.column(KAFKA_OFFSET).to_pylist()
+            bad = [o for o in offsets if (topic, part, o) in quarantined]
+            if bad:
+                row_of = {o: i for i, o in enumerate(table.column("offset").to_pylist())}
+                dead = dead + [DeadLetter(row_of[o], topic, part, o, "transform-error", quarantined[(topic, part, o)])
+                               for o in bad]
+                keep = pa.array([(topic, part, o) not in quarantined for o in offsets])
+                decoded = decoded.filter(keep)
+        if dead and send:
             send_dead_letters(cfg, table, dead)
             stats.dlq_rows += len(dead)
         if decoded.num_rows:
