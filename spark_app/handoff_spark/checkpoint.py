@@ -366,3 +366,30 @@ def add_quarantine(checkpoint: str, entries: list[dict[str, Any]]) -> None:
     seen = {(d["topic"], int(d["partition"]), int(d["offset"])) for d in known}
     new = [e for e in entries if (e["topic"], int(e["partition"]), int(e["offset"])) not in seen]
     atomic_write(local_path(checkpoint) / QUARANTINE_FILE, json.dumps(known + new, sort_keys=True))
+
+
+#: The seed line (`driver.seed`): `{"topic": {"partition": offset}}`, where the ledger ended when a driver with a
+#: dedupe started on an empty checkpoint. Records below it rebuild the dedupe's window and are not written again.
+SEED_FILE = "sources/handoff-seed.json"
+
+
+def seed_line_json(line: dict[TopicPartition, int]) -> str:
+    """The line as a JSON document (the file, and the frame source's and rows writer's option)."""
+    doc: dict[str, dict[str, int]] = {}
+    for (topic, partition), off in sorted(line.items()):
+        doc.setdefault(topic, {})[str(partition)] = off
+    return json.dumps(doc, sort_keys=True)
+
+
+def parse_seed_line(text: str | None) -> dict[TopicPartition, int]:
+    if not text:
+        return {}
+    return {(topic, int(p)): int(off) for topic, parts in json.loads(text).items() for p, off in parts.items()}
+
+
+def write_seed_line(checkpoint: str, line: dict[TopicPartition, int]) -> None:
+    atomic_write(local_path(checkpoint) / SEED_FILE, seed_line_json(line))
+
+
+def read_seed_line(checkpoint: str) -> dict[TopicPartition, int]:
+    return parse_seed_line(read_text(checkpoint, SEED_FILE))

@@ -170,3 +170,25 @@ def test_a_record_the_sql_fails_on_is_a_dead_letter_and_the_stream_goes_on(kafka
     dead = dead_letters(kafka.bootstrap, topic + "-dlq")
     assert sorted(o["id"] for o, _ in dead) == sorted(poison_ids)
     assert {reason for _, reason in dead} == {"transform-error"}
+
+
+def test_a_lost_checkpoint_keeps_the_dedupe_window(kafka, tmp_path):
+    """The table's ledger is the truth: with the checkpoint (and Spark's dedupe state in it) gone, the driver
+    rebuilds the window from the records the ledger says are within it before it reads new ones, so keys re-sent
+    within the window are still dropped, and nothing already in the table is written again."""
+    import shutil
+
+    topic = "tx-lost-checkpoint"
+    kafka.create_topic(topic, partitions=2)
+    cfg = config(tmp_path, kafka, topic)
+    phase1 = first_phase(600)
+    produce(kafka.bootstrap, topic, phase1)
+    run_to_completion(tmp_path, max_runs=1)
+    shutil.rmtree(tmp_path / "checkpoint")
+    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent 50 minutes after the first copy: in the window
+    fresh = [order(600 + i, 600 + i) for i in range(50)]
+    produce(kafka.bootstrap, topic, again + fresh)
+    runs = run_to_completion(tmp_path, max_runs=1)
+    expected = {i for i in range(650) if i % 20 >= 5}
+    check_table(cfg, kafka, topic, expected, len(phase1) + len(again) + len(fresh))
+    assert "dedupe window rebuilt from Kafka" in runs[0].log.read_text()

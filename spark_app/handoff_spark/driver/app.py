@@ -38,7 +38,8 @@ from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
-from handoff_spark.driver import quarantine, transform
+from handoff_spark import checkpoint as ckpt
+from handoff_spark.driver import quarantine, seed, transform
 from handoff_spark.sink.frames import SOURCE_NAME as FRAMES_SOURCE_NAME, FramesDataSource
 
 log = logging.getLogger("handoff.app")
@@ -176,8 +177,11 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     reader = spark.readStream.format(FRAMES_SOURCE_NAME if frames else
                                      RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
+    seed_line = ckpt.read_seed_line(cfg.checkpoint_location) if frames else {}
     if frames:
         options["config"] = cfg.to_json()
+        if seed_line:
+            options["seedLine"] = ckpt.seed_line_json(seed_line)
     # Enough tasks per batch to keep every core busy when topic-partitions are few or do not divide evenly
     # over the cores (kafka.source.split_ranges; small batches stay one task per partition).
     if "minPartitions" not in options and min_partitions_file:
@@ -192,6 +196,8 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
         writer = df.writeStream.format(sinks.get(cfg.sink.kind).format).option("config", cfg.to_json())
         if frames:
             writer = writer.option("rows", "true")
+            if seed_line:
+                writer = writer.option("seedLine", ckpt.seed_line_json(seed_line))
     else:
         writer = df.writeStream.format(sink_format)
         if sink_format == "memory":
@@ -402,8 +408,13 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if stop_requested.is_set():  # a stop signal during the start: the bootstrap (if any) is committed
             echo("stopped")
             return 0
+        start_offsets = start.start_offsets() if start is not None else None
+        if start is not None and cfg.frame_path and sink_format is None:
+            # A dedupe on an empty checkpoint: start earlier, to rebuild its window (driver.seed).
+            for (topic, partition), offset in seed.plan(cfg, start.ledger).items():
+                start_offsets.setdefault(topic, {})[partition] = offset  # type: ignore[union-attr]
         query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
-                            sink_format=sink_format, start_offsets=start.start_offsets() if start is not None else None,
+                            sink_format=sink_format, start_offsets=start_offsets,
                             min_partitions_file=min_partitions_file)
         # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
         echo(f"query {query.id} started (run {query.runId})")

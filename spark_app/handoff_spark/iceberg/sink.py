@@ -38,6 +38,7 @@ from pyiceberg.types import IcebergType
 
 from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
+from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
 from handoff_spark.ledger.record import contiguity_problems, overlap_problems
@@ -298,7 +299,8 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     return msg
 
 
-def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch],
+                    seed_line: str | None = None) -> IcebergCommitMessage:
     """A write task whose input is rows already decoded (a `decode.frame` frame, or what Spark made of one: a SQL
     transform's output), not Kafka records: shaped to the table and written as Parquet files, like `write_task`'s
     rows after its decode. Nothing is decoded here and no dead letter is sent (the frame source did both, and
@@ -306,7 +308,8 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> Icebe
 
     Why apart from `write_task`: on a DataFrame path the task's rows are no longer the batch's records (a filter
     or a dedupe dropped some), so `records` counts the rows received; the batch's Kafka ranges, and so the ledger,
-    still come from Spark's offset log at commit (`commit_batch`), never from the rows."""
+    still come from Spark's offset log at commit (`commit_batch`), never from the rows. `seed_line`: rows below it
+    only rebuilt the dedupe's window (`driver.seed`) and are already in the table: dropped."""
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
@@ -317,6 +320,13 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> Icebe
     if not batches:
         return msg
     rows = pa.Table.from_batches(batches)
+    line = ckpt.parse_seed_line(seed_line)
+    if line:
+        rows = rows.filter(pa.array([off >= line.get((t, p), -1) for t, p, off in zip(
+            rows.column(KAFKA_TOPIC).to_pylist(), rows.column(KAFKA_PARTITION).to_pylist(),
+            rows.column(KAFKA_OFFSET).to_pylist())], pa.bool_()))
+        if not rows.num_rows:
+            return msg
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(rows, table.metadata, cfg.schema_.evolution)
     if plan.incompatible:
@@ -557,7 +567,9 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
     records the transform filtered or the dedupe dropped (read − dead letters − late kept aside − rows)."""
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
     extra: dict[str, str] = {}
-    if frames:
+    if frames:  # a seed batch's records are in the table already (driver.seed): the ledger starts at the line
+        line = ckpt.read_seed_line(cfg.checkpoint_location)
+        ranges = {tp: (max(s, min(line.get(tp, s), e)), e) for tp, (s, e) in ranges.items()}
         from handoff_spark.sink.frames import frame_counts
 
         counts = frame_counts(cfg, batch_id, ranges)

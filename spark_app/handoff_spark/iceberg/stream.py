@@ -30,14 +30,16 @@ class IcebergStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type:
     `rows`: the DataFrame path (option `rows=true`): the tasks' input is rows Spark made (`sink.frames` and the
     transform), not Kafka records or ranges."""
 
-    def __init__(self, config_json: str, rows: bool = False) -> None:
+    def __init__(self, config_json: str, rows: bool = False, seed_line: str | None = None) -> None:
         super().__init__(config_json)
-        self.rows = rows
+        self.rows, self.seed_line = rows, seed_line
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
         from handoff_spark.iceberg.sink import write_rows_task, write_task
 
-        return write_rows_task(self.cfg, iterator) if self.rows else write_task(self.cfg, iterator)
+        if self.rows:
+            return write_rows_task(self.cfg, iterator, seed_line=self.seed_line)
+        return write_task(self.cfg, iterator)
 
     def commit(self, messages: list[IcebergCommitMessage | None], batchId: int) -> None:  # noqa: N803
         from handoff_spark.iceberg.sink import commit_batch
@@ -58,7 +60,9 @@ class IcebergSinkDataSource(DataSource):  # type: ignore[misc,valid-type]
         return FORMAT
 
     def streamWriter(self, schema: Any, overwrite: bool) -> IcebergStreamWriter:  # noqa: N802
-        return IcebergStreamWriter(self.options["config"], rows=self.options.get("rows", "false") == "true")
+        options = {k.lower(): v for k, v in self.options.items()}
+        return IcebergStreamWriter(self.options["config"], rows=options.get("rows", "false") == "true",
+                                   seed_line=options.get("seedline"))
 
 
 DATA_SOURCE = IcebergSinkDataSource

@@ -106,16 +106,35 @@ class FramesDataSource(HandoffKafkaDataSource):
         return from_arrow_schema(frame_schema(AppConfig.model_validate_json(self.options["config"])))
 
     def streamReader(self, schema: Any) -> "FrameStreamReader":  # noqa: N802
-        return FrameStreamReader(SourceOptions.parse(self.options), self.options["config"])
+        options = {k.lower(): v for k, v in self.options.items()}
+        return FrameStreamReader(SourceOptions.parse(self.options), self.options["config"],
+                                 ckpt.parse_seed_line(options.get("seedline")))
 
 
 class FrameStreamReader(KafkaStreamReader):
-    def __init__(self, opts: SourceOptions, config_json: str) -> None:
+    """`seed_line`: below it, records only rebuild the dedupe's window (`driver.seed`): batches end at the line
+    while any partition is below it, and those records are neither counted nor sent to the dead letters."""
+
+    def __init__(self, opts: SourceOptions, config_json: str,
+                 seed_line: dict[tuple[str, int], int] | None = None) -> None:
         super().__init__(opts)
         self.config_json = config_json
+        self.seed_line = seed_line or {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "config_json": self.config_json}
+        return {**super().__getstate__(), "config_json": self.config_json, "seed_line": self.seed_line}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
+        from handoff_spark.kafka.source import from_offsets, to_offsets
+
+        end = super().latestOffset(start, limit)
+        begin = from_offsets(start)
+        if not any(begin.get(tp, line) < line for tp, line in self.seed_line.items()):
+            return end
+        # Still seeding: no partition goes past its line, and partitions without a seed stay where they are.
+        capped = {tp: (min(off, self.seed_line[tp]) if tp in self.seed_line else begin.get(tp, off))
+                  for tp, off in from_offsets(end).items()}
+        return to_offsets(capped)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         from handoff_spark.config import AppConfig
@@ -150,6 +169,9 @@ class FrameStreamReader(KafkaStreamReader):
         quarantined = getattr(partition, "quarantined", {})
         for rng in partition.ranges:  # type: ignore[attr-defined]
             stats = FrameStats()
+            if rng.end <= self.seed_line.get((rng.topic, rng.partition), -1):  # seed: window only (driver.seed)
+                yield from frames_of(read_range(self.opts, rng), cfg, schema, None, stats, quarantined, send=False)
+                continue
             yield from frames_of(read_range(self.opts, rng), cfg, schema, late_ms, stats, quarantined)
             batch_id = getattr(partition, "batch_id", None)
             if batch_id is not None and self.opts.checkpoint:
