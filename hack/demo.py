@@ -1,16 +1,20 @@
-"""`make demo`: a Kafka topic handed off to an Iceberg table, exactly once, through a crash.
+"""`make demo`: a Kafka topic handed off to an Iceberg table through Spark, exactly once, through a crash.
 
 What it shows, on one machine with nothing but the repo's .venv and Java:
-1. a real Apache Kafka broker (the test bed's KRaft node) with an `orders` topic;
+1. a real Apache Kafka broker (the test bed's KRaft node) with an `orders` topic: orders, some of them test
+   orders, some order ids sent twice, some orders arriving hours late, a few malformed records;
 2. a StreamTableHandoff manifest run by `handoff run` (the operator's own rendering of the app config,
-   then the Spark Structured Streaming app in local mode) into an Iceberg table (SQLite catalog);
+   then the Spark Structured Streaming app in local mode) into an Iceberg table (SQLite catalog), with a SQL
+   transform (a filter, a derived column, a cast), a dedupe on the order id and event time, all run by Spark:
+   every batch is Spark's query's;
 3. the driver killed with SIGKILL in the middle of the stream, more orders produced while it is down,
    then restarted from its checkpoint;
 4. a ReplayRequest (`handoff replay`, the operator's plan and steps run locally): the table rolled back three
    snapshots, the driver restarted, and the table whole again (the same rows, none twice);
-5. the proof: every valid Kafka record is in the table exactly once (row count == distinct
-   (partition, offset) == produced), bad records went to the dead-letter topic, and each table
-   snapshot names the exact Kafka offsets it holds (the ledger the operator reads for replay).
+5. the proof: every order that passes the transform is in the table exactly once (row count == distinct
+   (partition, offset) == distinct order ids == expected), the duplicates and test orders were dropped and
+   counted in the ledger, late and malformed records went to the dead-letter topic with their reasons, and each
+   table snapshot names the exact Kafka offsets it holds (the ledger the operator reads for replay).
 
 Why this scenario: it is the product's promise (exactly once across failures) made observable in about
 two minutes. Exit code 0 only if every check holds.
@@ -85,7 +89,18 @@ spec:
       - {{name: total, type: "decimal(12,2)"}}
       - {{name: created_at, type: timestamp, required: true}}
     onIncompatible: deadLetter
-    eventTimeColumn: created_at
+  transform:
+    sql: >-
+      SELECT order_id, customer_id, upper(status) AS status, total,
+      CAST(round(total * 1.2, 2) AS DECIMAL(12,2)) AS total_with_vat, created_at,
+      _kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp
+      FROM source WHERE status <> 'test'
+  dedupe:
+    keys: [order_id]
+    within: 10m
+  eventTime:
+    column: created_at
+    watermark: 1m
   deadLetter:
     topic: {dlq}
   commitInterval: 2s
@@ -95,26 +110,49 @@ spec:
 """
 
 
-def produce_orders(bootstrap: str, start: int, count: int, bad: list[bytes] = ()) -> None:
+#: Every TEST_EVERY-th order is a test order (the transform filters it out); every DUP_EVERY-th order is sent
+#: again a little later (the dedupe drops the second copy).
+TEST_EVERY, DUP_EVERY = 50, 97
+LATE_ORDERS = 20  # orders whose event time is two hours old when they arrive: dead letters, reason `late`
+
+
+def _order(i: int, rng: random.Random, at: float, status: str | None = None) -> dict:
+    return {"order_id": f"o-{i:07d}", "customer_id": rng.randint(1, 500),
+            "status": status or ("test" if i % TEST_EVERY == 0 else rng.choice(["new", "paid", "shipped"])),
+            "total": f"{rng.uniform(1, 500):.2f}",
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}Z"}
+
+
+def produce_orders(bootstrap: str, start: int, count: int, bad: list[bytes] = (), late: int = 0) -> dict[str, int]:
+    """Produce orders `start`…`start+count-1` (with the test orders and re-sent ids above), `late` late orders
+    first and `bad` malformed records; return what was produced, by kind."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
     rng = random.Random(start)
     for raw in bad:
         producer.produce(TOPIC, value=raw, key=b"bad")
+    for j in range(late):
+        order = _order(9_000_000 + start + j, rng, time.time() - 7200, status="paid")
+        producer.produce(TOPIC, key=order["order_id"].encode(), value=json.dumps(order).encode())
+    counts = {"orders": 0, "tests": 0, "resent": 0, "late": late}
     for i in range(start, start + count):
         # The event time is when the order is produced, as in a shop, so the freshness the driver prints (now
         # minus the newest committed event time) is the real delay from order to table.
-        now = time.time()
-        order = {"order_id": f"o-{i:07d}", "customer_id": rng.randint(1, 500),
-                 "status": rng.choice(["new", "paid", "shipped"]), "total": f"{rng.uniform(1, 500):.2f}",
-                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"}
+        order = _order(i, rng, time.time())
         producer.produce(TOPIC, key=order["order_id"].encode(), value=json.dumps(order).encode())
+        counts["orders"] += 1
+        counts["tests"] += order["status"] == "test"
+        if i % DUP_EVERY == 0 and order["status"] != "test":
+            again = dict(order, status="paid", created_at=_order(i, rng, time.time() + 1)["created_at"])
+            producer.produce(TOPIC, key=order["order_id"].encode(), value=json.dumps(again).encode())
+            counts["resent"] += 1
         if i % 5000 == 0:
             producer.poll(0)
     remaining = producer.flush(60)
     if remaining:
         raise SystemExit(f"{remaining} records not delivered")
+    return counts
 
 
 class Driver:
@@ -139,7 +177,8 @@ class Driver:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if line.startswith(("batch ", "bootstrap batch ", "SIGTERM", "SIGINT", "second ")):
+                if line.startswith(("batch ", "seed batch ", "bootstrap batch ", "SIGTERM", "SIGINT", "second ",
+                                    "the transform failed")):
                     say(f"    driver | {line.rstrip()}")
 
     def alive(self) -> bool:
@@ -224,15 +263,16 @@ def wait_for(predicate, timeout: float, what: str, driver: Driver) -> None:
     raise SystemExit(f"timed out waiting for {what}; see {driver.log}")
 
 
-def dlq_sources(bootstrap: str) -> tuple[int, set[tuple[str, str]]]:
-    """(deliveries, distinct source partition/offset) in the dead-letter topic."""
+def dlq_sources(bootstrap: str) -> tuple[int, dict[tuple[str, str], str]]:
+    """(deliveries, {distinct source partition/offset: reason}) in the dead-letter topic."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-dlq-reader",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     _, high = consumer.get_watermark_offsets(TopicPartition(DLQ_TOPIC, 0), timeout=10)
     consumer.assign([TopicPartition(DLQ_TOPIC, 0, 0)])
-    seen, deliveries = set(), 0
+    seen: dict[tuple[str, str], str] = {}
+    deliveries = 0
     deadline = time.monotonic() + 30
     while deliveries < high and time.monotonic() < deadline:
         msg = consumer.poll(1.0)
@@ -240,12 +280,14 @@ def dlq_sources(bootstrap: str) -> tuple[int, set[tuple[str, str]]]:
             continue
         deliveries += 1
         headers = dict((k, v.decode()) for k, v in (msg.headers() or []))
-        seen.add((headers.get("handoff.source.partition", "?"), headers.get("handoff.source.offset", "?")))
+        seen[(headers.get("handoff.source.partition", "?"), headers.get("handoff.source.offset", "?"))] = \
+            headers.get("handoff.reason", "?")
     consumer.close()
     return deliveries, seen
 
 
-def verify(kafka: Kafka, catalog_props: dict[str, str], app_config: dict, total: int) -> dict[str, bool]:
+def verify(kafka: Kafka, catalog_props: dict[str, str], app_config: dict, total: int,
+           produced: dict[str, int]) -> dict[str, bool]:
     """Compare the table, its ledger, the DLQ and the consumer group with what Kafka holds."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -267,11 +309,18 @@ def verify(kafka: Kafka, catalog_props: dict[str, str], app_config: dict, total:
     group_offsets = {tp.partition: tp.offset for tp in listed.topic_partitions}
     ledger_ends = commits[0].end_offsets.get(TOPIC, {}) if commits else {}
 
-    say(f"    produced valid orders            {total:>8,}")
+    dropped = sum(int(table.snapshot_by_id(c.snapshot_id).summary.additional_properties.get("handoff.dropped-rows", 0))
+                  for c in commits if c.kind == "batch")
+    late = sum(1 for reason in bad_sources.values() if reason == "late")
+    statuses = set(table.scan(selected_fields=("status",)).to_arrow()["status"].to_pylist())
+    say(f"    orders produced                  {produced['orders']:>8,}  (+{produced['resent']} sent twice, "
+        f"{produced['late']} late, {len(BAD_RECORDS)} malformed)")
+    say(f"    expected in the table            {total:>8,}  (orders − {produced['tests']} test orders)")
     say(f"    table rows                       {data.num_rows:>8,}")
     say(f"    distinct (partition, offset)     {distinct_offsets:>8,}")
     say(f"    distinct order ids               {distinct_orders:>8,}")
-    say(f"    dead letters (distinct/sent)     {len(bad_sources):>8,} / {deliveries}")
+    say(f"    dead letters (distinct/sent)     {len(bad_sources):>8,} / {deliveries}  ({late} late)")
+    say(f"    dropped by the transform/dedupe  {dropped:>8,}  (ledger handoff.dropped-rows)")
     say(f"    ledger commits (snapshots)       {len(commits):>8,}")
     say(f"    Kafka end offsets                {ends}")
     say(f"    ledger end offsets (newest)      {ledger_ends}")
@@ -283,7 +332,12 @@ def verify(kafka: Kafka, catalog_props: dict[str, str], app_config: dict, total:
         "every valid record is in the table": data.num_rows == total,
         "no record twice (distinct offsets == rows)": distinct_offsets == data.num_rows,
         "no order twice": distinct_orders == total,
-        "malformed records in the dead-letter topic": len(bad_sources) == len(BAD_RECORDS),
+        "malformed and late records in the dead-letter topic":
+            len(bad_sources) == len(BAD_RECORDS) + produced["late"] and late == produced["late"],
+        "test orders filtered and re-sent ids dropped, counted in the ledger":
+            dropped == produced["tests"] + produced["resent"] and "TEST" not in statuses,
+        "every batch committed by Spark's query (none by the driver itself)":
+            all(not (c.query_id or "").startswith("bootstrap-") for c in commits),
         "ledger ends at Kafka's end offsets": ledger_ends == ends,
         "group offsets == ledger (committed after the table)": group_offsets == ends,
     }
@@ -311,8 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         kafka.create_topic(DLQ_TOPIC, partitions=1)
 
         wave1, wave2 = args.records, args.records // 2
-        step(f"Producing {wave1:,} orders (+{len(BAD_RECORDS)} malformed records) to '{TOPIC}' (3 partitions)")
-        produce_orders(kafka.bootstrap, 0, wave1, bad=BAD_RECORDS)
+        step(f"Producing {wave1:,} orders (+{len(BAD_RECORDS)} malformed records; every {TEST_EVERY}th a test order, "
+             f"every {DUP_EVERY}th sent twice) to '{TOPIC}' (3 partitions)")
+        produced = produce_orders(kafka.bootstrap, 0, wave1, bad=BAD_RECORDS)
 
         manifest = workdir / "orders-to-iceberg.yaml"
         manifest.write_text(MANIFEST.format(bootstrap=kafka.bootstrap, topic=TOPIC, dlq=DLQ_TOPIC, table=TABLE,
@@ -339,12 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         step(f"kill -9 the driver mid-stream ({at_kill:,} of {wave1:,} rows committed so far)")
         driver.kill9()
 
-        step(f"Producing {wave2:,} more orders while the driver is down")
-        produce_orders(kafka.bootstrap, wave1, wave2)
+        step(f"Producing {wave2:,} more orders while the driver is down, and {LATE_ORDERS} orders two hours late")
+        for kind, n in produce_orders(kafka.bootstrap, wave1, wave2, late=LATE_ORDERS).items():
+            produced[kind] += n
 
         step("Restarting the driver from its checkpoint (a batch already in the table is skipped, never re-applied)")
         driver.start()
-        total = wave1 + wave2
+        total = produced["orders"] - produced["tests"]
         wait_for(lambda: committed_rows(catalog_props) >= total, 600, f"{total:,} committed rows", driver)
         step("Graceful stop (SIGTERM: finish the batch, commit, exit 0)")
         rc = driver.stop()
@@ -365,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"    replay | {line}")
         rolled_back = len(table_rows(catalog_props))
         say(f"    table rows now {rolled_back:,} (were {len(before):,})")
-        step("Starting the driver again: its checkpoint disagrees with the ledger, so it resumes from the ledger")
+        step("Starting the driver again: its checkpoint disagrees with the ledger, so it resumes from the ledger "
+             "(seed batches first: the dedupe's window rebuilt from Kafka, nothing written)")
         driver.start()
         wait_for(lambda: committed_rows(catalog_props) >= total, 600, "the replay", driver)
         rc_replay = driver.stop()
@@ -373,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"    table rows after the replay {len(after):,}; driver exited with {rc_replay}")
 
         step("Checking the table against Kafka")
-        checks = verify(kafka, catalog_props, json.loads(app_json.read_text()), total)
+        checks = verify(kafka, catalog_props, json.loads(app_json.read_text()), total, produced)
         checks["graceful stop exited 0"] = rc == 0 and rc_replay == 0
         checks["replay: rolled back, then the table is whole again (same rows, none twice)"] = (
             replayed.returncode == 0 and rolled_back < len(before) and after == before)
@@ -381,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, passed in checks.items():
             say(f"    [{'ok' if passed else 'FAILED'}] {name}")
         ok = all(checks.values())
-        say(f"\n{'Exactly once through a kill -9 and a replay.' if ok else 'Some checks FAILED.'} "
+        say(f"\n{'Through Spark, exactly once, through a kill -9 and a replay.' if ok else 'Some checks FAILED.'} "
             f"({time.monotonic() - t_start:.0f} s)")
         return 0 if ok else 1
     finally:

@@ -268,6 +268,11 @@ class ProgressReporter:
                                       self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
+        line = ckpt.read_seed_line(cfg.checkpoint_location) if cfg.frame_path else {}
+        if line and report.end and all(end <= line.get(tp, report.start.get(tp, end)) for tp, end in report.end.items()):
+            # The dedupe's window being rebuilt after a lost checkpoint (driver.seed): read, nothing written.
+            self._emit(report, {"firstOfDriver": first, "seed": True}, prefix="seed ")
+            return
         self._emit(report, {"firstOfDriver": first})
 
     def report_bootstrap(self, outcome: bootstrap.Outcome) -> None:
