@@ -28,6 +28,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "replay": ("operator/replay/replay.py", [], ["--records", "100000"]),
     "decode_formats": ("spark/decode/decode_formats.py", [], ["--records", "20000"]),
     "operator_scale": ("operator/handoff/operator_scale.py", [], ["--counts", "10,50", "--steady", "60"]),
+    "transform": ("spark/sink/transform.py", [], ["--records", "50000", "--passes", "1"]),
 }
 #: script under bench/ → why `make bench` does not run it (run it by hand; docs/benchmarks.md has its section)
 BY_HAND: dict[str, str] = {

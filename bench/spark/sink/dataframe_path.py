@@ -86,7 +86,7 @@ CANDIDATES = ("fused", "records-noop", "records-null", "records-noheaders-null",
               "records-iceberg", "decoded-noop", "decoded-null",
               "decoded-iceberg", "decoded-sql-iceberg", "decoded-sql-dedupe-iceberg", "mapinarrow-iceberg",
               "mapinarrow-sql-dedupe-iceberg", "jvm-noop", "jvm-raw-iceberg", "jvm-fromjson-iceberg",
-              "jvm-fromjson-sql-dedupe-iceberg")
+              "jvm-fromjson-sql-dedupe-iceberg", "product-fused", "product-frame", "product-sql-dedupe")
 #: The dedupe's state store (`--state-store`). Spark's default keeps every key in the JVM heap: the first 1M-record
 #: runs, at the default 1 GiB, failed with OutOfMemoryError once a few dedupe queries' stores were loaded.
 STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -412,6 +412,10 @@ def start_candidate(spark: Any, cfg: Any, name: str, topic: str, partitions: int
             reader = reader.option(k, v)
         return reader
 
+    if name.startswith("product-"):  # what Handoff itself runs for such a spec (driver.app.start_query)
+        from handoff_spark.driver.app import start_query
+
+        return start_query(spark, product_cfg(cfg, name), available_now=True)
     if name.startswith("jvm-"):
         df = _jvm_frame(spark, cfg, topic, partitions, raw_columns=name in ("jvm-noop", "jvm-raw-iceberg"))
     elif name == "fused":
@@ -441,8 +445,21 @@ def start_candidate(spark: Any, cfg: Any, name: str, topic: str, partitions: int
     return writer.option("checkpointLocation", cfg.checkpoint_location).trigger(availableNow=True).start()
 
 
+def product_cfg(cfg: Any, name: str) -> Any:
+    """The bench's config as a handoff spec would make it for candidate `name`: `product-fused` no transform (the
+    fused path), `product-frame` a transform that keeps every column (the DataFrame path, no SQL cost),
+    `product-sql-dedupe` the bench's SQL, a dedupe on the order id and event time on `ts` (both an hour)."""
+    if name == "product-fused":
+        return cfg
+    fields: dict[str, Any] = {"deadLetterTopic": "bench-dfp-dlq", "transform": {"sql": "SELECT * FROM source"}}
+    if name == "product-sql-dedupe":
+        fields.update(transform={"sql": SQL}, dedupe={"keys": [DEDUPE_KEY], "withinSeconds": 3600},
+                      eventTime={"column": "ts", "watermarkSeconds": 3600})
+    return type(cfg).model_validate({**json.loads(cfg.to_json()), **fields})
+
+
 def writes_iceberg(name: str) -> bool:
-    return name == "fused" or name.endswith("-iceberg")
+    return name == "fused" or name.endswith("-iceberg") or name.startswith("product-")
 
 
 def expected_kind(name: str) -> str:
