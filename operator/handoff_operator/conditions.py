@@ -28,6 +28,10 @@ from handoff_spark.contract import DEGRADED_REASONS, TRANSFORM_INVALID
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
+#: Reasons of a driver that fails now (`evaluate`): DriverFailing, or TransformInvalid when its last line says the
+#: spec's transform cannot run (handoff_spark.driver.transform, exit 3). Someone must act on either.
+DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID})
+
 # Container waiting/termination reasons that mean "the driver cannot run as configured".
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
