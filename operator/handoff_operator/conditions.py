@@ -368,4 +368,5 @@ def transitions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition
     handoff was 1,000 POSTs in a bulk apply's busiest minute: issue 16.)"""
     return condition_events(
         old, new,
-        abnormal=lambda c: (c.type == DEGRADED and c.status == "True") or c.reason in {"InvalidSpec", "DriverFailing"})
+        abnormal=lambda c: (c.type == DEGRADED and c.status == "True") or c.reason == "InvalidSpec"
+        or c.reason in DRIVER_FAILING_REASONS)
