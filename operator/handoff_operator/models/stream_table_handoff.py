@@ -472,7 +472,9 @@ class TransformSpec(SpecModel):
         "schema.columns, and be deterministic (a replay must drop and derive what the first run did). "
         "Example: SELECT id, ts, upper(customer) AS customer, amount, region, _kafka_topic, _kafka_partition, "
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
-        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid."))
+        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. A "
+        "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
+        "transform-error and the stream goes on; without a deadLetter.topic it stops the driver."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
         "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
         "[{name: customers, table: crm.customers}] for ... FROM source s JOIN customers c ON s.customer_id = c.id. "
@@ -540,8 +542,9 @@ class StreamTableHandoffSpec(SpecModel):
         "the pipeline before it starts. Iceberg sink only so far (refused with BigQuery)."))
     dedupe: DedupeSpec | None = Field(default=None, description=(
         "Drop records whose business key was seen within a window, by Spark (withWatermark + "
-        "dropDuplicatesWithinWatermark). The keys seen are kept in the checkpoint: a lost or discarded "
-        "checkpoint forgets them, and a key sent again within the window after that is written again. Needs "
+        "dropDuplicatesWithinWatermark). The keys seen are kept in the checkpoint; a driver that starts without "
+        "one (lost or discarded) first re-reads from Kafka the records the table's ledger committed within the "
+        "window, as far back as Kafka still holds them, to rebuild the keys without writing them again. Needs "
         "deadLetter.topic. Iceberg sink only so far. Example: {keys: [order_id], within: 1h}."))
     event_time: EventTimeSpec | None = Field(default=None, description=(
         "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg sink only so "
