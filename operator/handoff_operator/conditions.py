@@ -28,6 +28,10 @@ from handoff_spark.contract import DEGRADED_REASONS, TRANSFORM_INVALID
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
+#: Reasons of a driver that fails now (`evaluate`): DriverFailing, or TransformInvalid when its last line says the
+#: spec's transform cannot run (handoff_spark.driver.transform, exit 3). Someone must act on either.
+DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID})
+
 # Container waiting/termination reasons that mean "the driver cannot run as configured".
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
@@ -364,4 +368,5 @@ def transitions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition
     handoff was 1,000 POSTs in a bulk apply's busiest minute: issue 16.)"""
     return condition_events(
         old, new,
-        abnormal=lambda c: (c.type == DEGRADED and c.status == "True") or c.reason in {"InvalidSpec", "DriverFailing"})
+        abnormal=lambda c: (c.type == DEGRADED and c.status == "True") or c.reason == "InvalidSpec"
+        or c.reason in DRIVER_FAILING_REASONS)

@@ -289,7 +289,8 @@ class SchemaSpec(SpecModel):
                                     "record to deadLetter.topic and go on.")
     event_time_column: str | None = Field(
         default=None, pattern=IDENTIFIER_PATTERN, max_length=128,
-        description="Timestamp column used to measure freshness; default: the Kafka record timestamp.")
+        description="Timestamp column used to measure freshness; default: the Kafka record timestamp. "
+                    "eventTime.column supersedes it (when both are set they must name the same column).")
     limits: RecordLimitsSpec = Field(
         default_factory=RecordLimitsSpec,
         description="Limits on one record (nesting depth, value size); a record past them is a dead letter "
@@ -471,32 +472,42 @@ class TransformSpec(SpecModel):
         "schema.columns, and be deterministic (a replay must drop and derive what the first run did). "
         "Example: SELECT id, ts, upper(customer) AS customer, amount, region, _kafka_topic, _kafka_partition, "
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
-        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid."))
+        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. A "
+        "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
+        "transform-error and the stream goes on; without a deadLetter.topic it stops the driver."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
-        "Iceberg tables of the sink's catalog joinable in the SQL under their name; read when the driver starts."))
+        "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
+        "[{name: customers, table: crm.customers}] for ... FROM source s JOIN customers c ON s.customer_id = c.id. "
+        "Each is read once when the driver starts: a change to the table shows after the next restart."))
 
 
 class DedupeSpec(SpecModel):
     """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark, its state in the checkpoint)."""
 
-    keys: list[str] = Field(min_length=1, max_length=16, description="Columns of the business key, e.g. [order_id].")
+    keys: list[str] = Field(min_length=1, max_length=16, description=(
+        "Columns of the business key, after the transform if one is set, e.g. [order_id]."))
     within: Duration = Field(description=(
         "The window, in event time (eventTime.column, else the Kafka timestamp): a record whose keys were seen "
         "this recently is dropped and counted (ledger handoff.dropped-rows, metric handoff_duplicates_dropped). "
-        "Records older than the window's watermark are dead letters with reason late. Example: 1h."))
+        "It is also the delay of Spark's watermark; without eventTime, a record whose Kafka timestamp is this far "
+        "behind the newest one of an earlier batch is late: a dead letter with reason late. Example: 1h."))
 
 
 class EventTimeSpec(SpecModel):
     """The event-time column, its watermark and the late-record policy (supersedes schema.eventTimeColumn)."""
 
-    column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128,
-                        description="A timestamp column; freshness is measured on it. Example: ts.")
+    column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128, description=(
+        "A column of type timestamp (of the SQL's output when a transform is set); the watermark and the "
+        "dedupe's window are measured on it, and freshness too (it supersedes schema.eventTimeColumn). "
+        "Example: created_at."))
     watermark: Duration = Field(default="0s", description=(
-        "How far behind the newest event time a record may arrive and still be on time. At most dedupe.within "
-        "when a dedupe is set. Example: 30s."))
+        "How far behind the newest event time of an earlier batch a record may be and still be on time; a "
+        "record at or beyond it is late. 0s (the default): any record older than that newest event time is "
+        "late. At most dedupe.within when a dedupe is set. Example: 30s."))
     late_records: Literal["deadLetter", "keep"] = Field(default="deadLetter", description=(
-        "A record at or below the watermark: deadLetter (to deadLetter.topic, reason late) or keep (written; "
-        "not allowed with a dedupe). Counted in the ledger (handoff.late-rows)."))
+        "What happens to a late record: deadLetter (sent to deadLetter.topic with reason late, not written) or "
+        "keep (written like the others; not allowed with a dedupe). Counted either way in the ledger "
+        "(handoff.late-rows)."))
 
 
 class StreamTableHandoffSpec(SpecModel):
@@ -526,12 +537,18 @@ class StreamTableHandoffSpec(SpecModel):
     upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec,
                                  description="Automatic rollback of a spec change whose driver fails.")
     transform: TransformSpec | None = Field(default=None, description=(
-        "Spark SQL over each micro-batch's records before the table (filter, derive, cast, enrich). Records then "
-        "travel as Spark rows (the DataFrame path). Iceberg sink only so far."))
-    dedupe: DedupeSpec | None = Field(default=None, description="Drop records whose business key was seen within "
-                                                                "a window (by Spark). Iceberg sink only so far.")
+        "Spark SQL over each micro-batch's records before the table (filter, derive, cast, enrich). With any of "
+        "transform, dedupe or eventTime, records travel as Spark rows (the DataFrame path) and the driver checks "
+        "the pipeline before it starts. Iceberg sink only so far (refused with BigQuery)."))
+    dedupe: DedupeSpec | None = Field(default=None, description=(
+        "Drop records whose business key was seen within a window, by Spark (withWatermark + "
+        "dropDuplicatesWithinWatermark). The keys seen are kept in the checkpoint; a driver that starts without "
+        "one (lost or discarded) first re-reads from Kafka the records the table's ledger committed within the "
+        "window, as far back as Kafka still holds them, to rebuild the keys without writing them again. Needs "
+        "deadLetter.topic. Iceberg sink only so far. Example: {keys: [order_id], within: 1h}."))
     event_time: EventTimeSpec | None = Field(default=None, description=(
-        "Event time: a watermark and what happens to late records. Iceberg sink only so far."))
+        "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg sink only so "
+        "far. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 

@@ -19,7 +19,8 @@ from handoff_spark.config import REGISTRY_FORMATS
 from handoff_spark.contract import KAFKA_METADATA_COLUMNS
 
 from handoff_operator.models import StreamTableHandoffSpec
-from handoff_operator.spec.render import MAX_NAME_LENGTH, Resolved, partition_source_column, resolve
+from handoff_operator.models.common import parse_duration
+from handoff_operator.spec.render import MAX_NAME_LENGTH, Resolved, app_config, partition_source_column, resolve
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
 #: Spark's checkpoint and the source's side files (initial offsets, retention gaps) are read and written as
@@ -27,6 +28,9 @@ MIN_COMMIT_INTERVAL_SECONDS = 1.0
 CHECKPOINT_SCHEMES = ("file",)
 OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: The view `transform.sql` reads (handoff_spark.driver.transform.SOURCE_VIEW; the operator does not import the
+#: driver's Spark module): a lookup of that name would hide the records.
+TRANSFORM_SOURCE_VIEW = "source"
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ def check(name: str, spec: StreamTableHandoffSpec,
                 problems.append(Problem(f"spec.sink.bigquery.clusterBy[{i}]", (
                     f"{column!r} is not a declared column; declare it in schema.columns or remove it")))
 
+    problems += _frame_path_problems(spec)
+
     location = spec.checkpoint.location
     if location is not None:
         scheme = location.split("://", 1)[0] if "://" in location else ""
@@ -127,4 +133,74 @@ def check(name: str, spec: StreamTableHandoffSpec,
             problems.append(Problem("spec.checkpoint.location", (
                 f"{location!r} has no supported scheme; use one of "
                 f"{', '.join(s + '://' for s in CHECKPOINT_SCHEMES)} or leave it empty for a volume")))
+    if not problems:
+        problems += _data_plane_refusals(name, spec, resolved)
     return resolved, problems
+
+
+def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
+    """transform, dedupe and eventTime: what the driver would refuse at start (handoff_spark.driver.transform.check,
+    exit 3, TransformInvalid) when the operator can already tell, so the user learns it from `kubectl apply`'s
+    status instead of a crash-looping driver. The rules between the three fields themselves (dead-letter topic,
+    keep with a dedupe, watermark over the window, Iceberg only, eventTimeColumn disagreeing) are the model's
+    (StreamTableHandoffSpec._cross_field), which mirrors the app config's validators."""
+    if spec.transform is None and spec.dedupe is None and spec.event_time is None:
+        return []
+    problems: list[Problem] = []
+    schema = spec.schema_
+    declared = {c.name: c for c in schema.columns}
+    from_registry = spec.source.format in REGISTRY_FORMATS and not schema.columns
+    if not schema.columns and not from_registry:
+        problems.append(Problem("spec.schema.columns", (
+            "transform, dedupe and eventTime work on the records' columns, and none are declared; declare them "
+            "in schema.columns (or use a Schema Registry format, whose columns come from the registry)")))
+    if spec.dedupe is not None and parse_duration(spec.dedupe.within) <= 0:
+        problems.append(Problem("spec.dedupe.within", (
+            f"{spec.dedupe.within} is no window: a dedupe drops a key seen within it; give a positive duration, "
+            f"e.g. 1h")))
+    # Without a transform the columns Spark sees are the declared ones plus the Kafka metadata; with one, only
+    # Spark knows the SQL's output (the driver checks it before it writes anything).
+    if schema.columns and spec.transform is None:
+        known = set(declared) | set(KAFKA_METADATA_COLUMNS)
+        choices = ", ".join(sorted(known))
+        for i, key in enumerate(spec.dedupe.keys if spec.dedupe is not None else ()):
+            if key not in known:
+                problems.append(Problem(f"spec.dedupe.keys[{i}]", (
+                    f"{key!r} is not a declared column; declare it in schema.columns or use one of: {choices}")))
+        if spec.event_time is not None and spec.event_time.column not in known:
+            problems.append(Problem("spec.eventTime.column", (
+                f"{spec.event_time.column!r} is not a declared column; declare it (type timestamp) in "
+                f"schema.columns or use one of: {choices}")))
+    if spec.event_time is not None and spec.event_time.column in declared \
+            and declared[spec.event_time.column].type != "timestamp":
+        column = declared[spec.event_time.column]
+        problems.append(Problem("spec.eventTime.column", (
+            f"{column.name!r} is declared {column.type}; the driver measures event time on a column of type "
+            f"timestamp only: declare it as timestamp or name another column")))
+    if spec.transform is not None:
+        seen: set[str] = set()
+        for i, lookup in enumerate(spec.transform.lookups):
+            # Spark's view names are case-insensitive: `Source` would replace the records' view too.
+            folded = lookup.name.lower()
+            if folded == TRANSFORM_SOURCE_VIEW:
+                problems.append(Problem(f"spec.transform.lookups[{i}].name", (
+                    f"{lookup.name!r} is the records' view in the SQL; give the lookup another name, e.g. the "
+                    f"table's own ({lookup.table.rsplit('.', 1)[-1]})")))
+            elif folded in seen:
+                problems.append(Problem(f"spec.transform.lookups[{i}].name", (
+                    f"{lookup.name!r} names two lookups (names are case-insensitive in Spark SQL); give each its "
+                    f"own name")))
+            seen.add(folded)
+    return problems
+
+
+def _data_plane_refusals(name: str, spec: StreamTableHandoffSpec, resolved: Resolved) -> list[Problem]:
+    """The app config's own validators, run last on a spec that passed every rule above: whatever the data plane
+    would refuse is a problem here (InvalidSpec), never an exception while rendering. The rules above mirror them
+    one by one with the field to fix; this only catches a rule that was added to the data plane and not here."""
+    try:
+        app_config(spec, "validation", name, "", resolved)
+    except ValidationError as exc:
+        return [Problem("spec", "the Spark app would refuse its config: " + str(err.get("msg", "invalid"))
+                        .removeprefix("Value error, ")) for err in exc.errors(include_url=False)]
+    return []

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, PROGRESSING, Condition, DriverFacts, DriverReport,
-                         Evaluation)
+from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, DRIVER_FAILING_REASONS, PROGRESSING, Condition,
+                                         DriverFacts, DriverReport, Evaluation)
 from handoff_operator.models import format_duration
 
 UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
@@ -190,7 +190,8 @@ def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFac
     conditions: list[Condition] = []
     degraded_overlaid = False
     for cond in evaluation.conditions:
-        urgent = cond.status == "True" and cond.reason in ("DriverFailing", "InvalidSpec") and not failed_pod
+        urgent = cond.status == "True" and (cond.reason in DRIVER_FAILING_REASONS or cond.reason == "InvalidSpec") \
+            and not failed_pod
         if cond.type == DEGRADED and not urgent:
             cond = Condition(DEGRADED, "True", UPGRADE_ROLLED_BACK, message)
             degraded_overlaid = True

@@ -86,8 +86,8 @@ def _rejected(api: client.ApiClient, obj: dict[str, Any]) -> str:
     return "\n".join([status["message"]] + [f"{c.get('field')}: {c.get('message')}" for c in causes])
 
 
-@pytest.mark.parametrize("name", ["orders-to-iceberg.yaml", "clicks-to-bigquery.yaml", "replay-rollback.yaml",
-                                  "replay-backfill.yaml"])
+@pytest.mark.parametrize("name", ["orders-to-iceberg.yaml", "clicks-to-bigquery.yaml",
+                                  "orders-transform-to-iceberg.yaml", "replay-rollback.yaml", "replay-backfill.yaml"])
 def test_examples_are_accepted(api: client.ApiClient, namespace: str, name: str) -> None:
     created = _create(api, _example(name, namespace))
     assert created["metadata"]["generation"] == 1

@@ -316,3 +316,84 @@ def test_kwok_node_runs_the_driver_to_ready_and_delete_waits_for_it(cluster: Clu
     assert not cluster.core.list_namespaced_pod(ns, label_selector="handoff.io/name=lake").items
     eventually(lambda: not cluster.children(ns, "lake")["Deployment"], "Deployment garbage-collected")
     _nothing_kept(ns, "lake")
+
+
+def _frames_spec() -> dict:
+    """base_spec plus transform, dedupe and eventTime (issue 31), as a user writes them."""
+    spec = base_spec(deadLetter={"topic": "orders-dlq"},
+                     transform={"sql": "SELECT *, CAST(id AS STRING) AS id_text FROM source WHERE id > 0",
+                                "lookups": [{"name": "customers", "table": "crm.customers"}]},
+                     dedupe={"keys": ["id"], "within": "1h"},
+                     eventTime={"column": "created_at", "watermark": "30s"})
+    del spec["schema"]["eventTimeColumn"]  # eventTime supersedes it
+    return spec
+
+
+def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_app_config(
+        cluster: Cluster, operator: Operator, tmp_path) -> None:
+    ns = cluster.new_namespace()
+    manifest = tmp_path / "frames.yaml"
+    manifest.write_text(json.dumps({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+                                    "metadata": {"name": "frames", "namespace": ns}, "spec": _frames_spec()}))
+    kubectl(cluster.kubeconfig, "apply", "-f", str(manifest))
+    # The API server applied the defaults the CRD declares (eventTime.lateRecords).
+    assert cluster.get(ns, "frames")["spec"]["eventTime"] == {"column": "created_at", "watermark": "30s",
+                                                              "lateRecords": "deadLetter"}
+    raw = eventually(lambda: (cm := next((c for c in cluster.children(ns, "frames")["ConfigMap"]
+                                          if c.metadata.name == "frames-app"), None)) and cm.data["app.json"],
+                     "the app config")
+    cfg = AppConfig.model_validate_json(raw)
+    assert cfg.transform is not None and cfg.transform.sql.startswith("SELECT *, CAST(id AS STRING)")
+    assert [(lk.name, lk.table) for lk in cfg.transform.lookups] == [("customers", "crm.customers")]
+    assert cfg.dedupe is not None and (cfg.dedupe.keys, cfg.dedupe.within_seconds) == (["id"], 3600)
+    assert cfg.event_time is not None
+    assert (cfg.event_time.column, cfg.event_time.watermark_seconds, cfg.event_time.late_records) == \
+        ("created_at", 30, "deadLetter")
+    assert cfg.schema_.event_time_column == "created_at" and cfg.dead_letter_topic == "orders-dlq"
+    cluster.wait_condition(ns, "frames", "Progressing", "True")
+
+    # A changed SQL restarts the driver: a new config hash on the Deployment's pod template.
+    old_hash = _hash(_deployment(cluster, ns, "frames"))
+    cluster.patch_spec(ns, "frames", {"transform": {"sql": "SELECT * FROM source WHERE id > 1"}})
+    eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new config hash after the SQL")
+    eventually(lambda: AppConfig.model_validate_json(cluster.core.read_namespaced_config_map(
+        "frames-app", ns).data["app.json"]).transform.sql == "SELECT * FROM source WHERE id > 1", "the new SQL")
+
+
+def test_a_transform_combination_that_cannot_work_is_invalid_spec_naming_the_field(
+        cluster: Cluster, operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    spec = _frames_spec()
+    spec["eventTime"]["lateRecords"] = "keep"   # a late record's key may have left the dedupe's window
+    cluster.create(ns, "keep", spec)
+    cond = cluster.wait_condition(ns, "keep", "Ready", "False", "InvalidSpec")
+    assert "eventTime.lateRecords=keep cannot be checked with a dedupe" in cond["message"], cond
+    assert "use deadLetter" in cond["message"]
+    assert cluster.get(ns, "keep")["status"]["phase"] == "Failed"
+    assert not cluster.children(ns, "keep")["Deployment"], "no driver for a spec that cannot work"
+
+    # Fixed, but keyed on a column the records do not have (no transform to derive it): named too.
+    cluster.patch_spec(ns, "keep", {"transform": None, "eventTime": {"lateRecords": "deadLetter"},
+                                    "dedupe": {"keys": ["order_id"]}})
+    cond = eventually(lambda: (c := cluster.condition(ns, "keep", "Ready")) and "spec.dedupe.keys[0]" in c["message"]
+                      and c, "InvalidSpec naming spec.dedupe.keys[0]")
+    assert cond["reason"] == "InvalidSpec" and "'order_id' is not a declared column" in cond["message"], cond
+    out = kubectl(cluster.kubeconfig, "get", "sth", "keep", "-n", ns)
+    assert "Failed" in out.stdout, out.stdout
+
+    cluster.patch_spec(ns, "keep", {"dedupe": {"keys": ["id"]}})
+    eventually(lambda: cluster.children(ns, "keep")["Deployment"], "the driver after the fix")
+
+
+def test_a_driver_that_refuses_its_transform_is_degraded_transform_invalid(cluster: Cluster,
+                                                                           operator: Operator) -> None:
+    ns = cluster.new_namespace()
+    cluster.create(ns, "badsql", _frames_spec())
+    line = "TransformInvalid: spec.transform.sql: [UNRESOLVED_COLUMN.WITH_SUGGESTION] `nope` cannot be resolved"
+    cluster.make_driver_crash(ns, "badsql", restarts=2, message=line + "\n")
+    cond = cluster.wait_condition(ns, "badsql", "Degraded", "True", "TransformInvalid")
+    assert cond["message"].startswith(line), cond
+    ready = cluster.condition(ns, "badsql", "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "TransformInvalid")
+    out = kubectl(cluster.kubeconfig, "get", "sth", "badsql", "-n", ns)
+    assert "Degraded" in out.stdout.splitlines()[1], out.stdout

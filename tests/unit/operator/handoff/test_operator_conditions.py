@@ -73,6 +73,10 @@ def test_a_refused_transform_is_degraded_with_reason_transform_invalid():
     assert ev.phase == "Degraded"
     assert (c["Degraded"].status, c["Degraded"].reason) == ("True", "TransformInvalid")
     assert c["Ready"].reason == "TransformInvalid" and c["Degraded"].message.startswith(line)
+    # Every condition it changes is told as a Warning Event (kubectl describe / events), Ready's included.
+    events = transitions(None, ev.conditions)
+    assert events and {e.type for e in events} == {"Warning"}, events
+    assert {e.reason for e in events if e.message.startswith("Ready=")} == {"TransformInvalid"}
 
 
 def test_suspended_progressing_until_stopped():

@@ -113,3 +113,20 @@ def test_argocd_cm_keys() -> None:
     assert set(data) == {"resource.customizations.health.handoff.io_StreamTableHandoff",
                          "resource.customizations.health.handoff.io_ReplayRequest"}
     assert all(text.lstrip().startswith("--") for text in data.values())
+
+
+def test_a_refused_transform_is_degraded_in_argo_cd_with_the_drivers_line() -> None:
+    """From the operator's own evaluation (conditions.evaluate) to what Argo CD shows: a driver that exited 3 with
+    `TransformInvalid: …` is Degraded with that line, so the application page says what to fix."""
+    from handoff_operator.conditions import DriverFacts, Facts, evaluate, merge_conditions
+
+    line = "TransformInvalid: spec.transform.sql: [UNRESOLVED_COLUMN.WITH_SUGGESTION] `amout` cannot be resolved"
+    driver = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="orders-driver-0",
+                         pod_phase="Running", pod_config_hash="h2", restart_count=3,
+                         waiting_reason="CrashLoopBackOff", last_termination_reason="Error (exit code 3)",
+                         last_termination_message=line + "\n")
+    ev = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", driver=driver))
+    conditions = merge_conditions(None, ev.conditions, 2, "2026-11-22T03:00:00Z")
+    status, message = health("StreamTableHandoff", sth(status={"observedGeneration": 2, "phase": ev.phase,
+                                                               "conditions": conditions}))
+    assert status == "Degraded" and "TransformInvalid: " + line in message, message

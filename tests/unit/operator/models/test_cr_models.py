@@ -25,6 +25,7 @@ def _load(name: str) -> dict:
 
 @pytest.mark.parametrize("name,model", [("orders-to-iceberg.yaml", StreamTableHandoff),
                                         ("clicks-to-bigquery.yaml", StreamTableHandoff),
+                                        ("orders-transform-to-iceberg.yaml", StreamTableHandoff),
                                         ("replay-rollback.yaml", ReplayRequest)])
 def test_example_round_trip(name: str, model: type) -> None:
     manifest = _load(name)
@@ -194,3 +195,60 @@ def test_resource_name_rule_matches_the_renderer() -> None:
     manifest["metadata"]["name"] = "Orders"
     with pytest.raises(ValidationError, match="metadata.name must be at most"):
         StreamTableHandoff.model_validate(manifest)
+
+
+# ---- transform, dedupe, eventTime (issue 31)
+
+FRAMES = {**MINIMAL, "deadLetter": {"topic": "orders-dlq"},
+          "transform": {"sql": "SELECT * FROM source WHERE amount > 0",
+                        "lookups": [{"name": "customers", "table": "crm.customers"}]},
+          "dedupe": {"keys": ["order_id"], "within": "1h"},
+          "eventTime": {"column": "created_at", "watermark": "30s", "lateRecords": "deadLetter"}}
+
+
+def test_transform_dedupe_and_event_time_round_trip_under_their_camel_case_names() -> None:
+    spec = StreamTableHandoffSpec.model_validate(FRAMES)
+    dumped = spec.model_dump(by_alias=True, exclude_none=True)
+    for key in ("transform", "dedupe", "eventTime"):
+        assert dumped[key] == FRAMES[key], key
+    assert StreamTableHandoffSpec.model_validate(dumped) == spec
+
+
+def test_the_three_fields_are_absent_by_default_and_event_time_has_its_defaults() -> None:
+    plain = StreamTableHandoffSpec.model_validate(MINIMAL)
+    assert plain.transform is None and plain.dedupe is None and plain.event_time is None
+    spec = StreamTableHandoffSpec.model_validate({**MINIMAL, "deadLetter": {"topic": "orders-dlq"},
+                                                  "eventTime": {"column": "ts"},
+                                                  "transform": {"sql": "SELECT * FROM source"}})
+    assert spec.event_time is not None
+    assert (spec.event_time.watermark, spec.event_time.late_records) == ("0s", "deadLetter")
+    assert spec.transform is not None and spec.transform.lookups == []
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"dedupe": {"keys": ["order_id"], "within": "1 hour"}}, "dedupe.within"),
+    ({"dedupe": {"keys": ["order_id"], "within": "60"}}, "dedupe.within"),
+    ({"eventTime": {"column": "created_at", "watermark": "soon"}}, "eventTime.watermark"),
+    ({"eventTime": {"column": "created_at", "lateRecords": "drop"}}, "eventTime.lateRecords"),
+    ({"eventTime": {"column": "created-at"}}, "eventTime.column"),
+    ({"dedupe": {"keys": [], "within": "1h"}}, "dedupe.keys"),
+    ({"transform": {"sql": ""}}, "transform.sql"),
+    ({"transform": {"sql": "SELECT * FROM source", "lookups": [{"name": "c", "table": "customers"}]}},
+     "transform.lookups.0.table"),
+    ({"transform": {"sql": "SELECT * FROM source", "lookups": [{"name": "my customers", "table": "crm.c"}]}},
+     "transform.lookups.0.name"),
+    ({"dedupe": {"keys": ["order_id"], "within": "1h", "window": "2h"}}, "dedupe.window"),
+])
+def test_bad_values_are_refused_naming_the_field(change: dict, where: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        StreamTableHandoffSpec.model_validate({**FRAMES, **change})
+    locs = [".".join(str(p) for p in e["loc"]) for e in err.value.errors()]
+    assert where in locs, locs
+
+
+def test_event_time_may_repeat_schema_event_time_column_but_not_contradict_it() -> None:
+    columns = [{"name": "created_at", "type": "timestamp"}, {"name": "sent_at", "type": "timestamp"}]
+    same = {**FRAMES, "schema": {"columns": columns, "eventTimeColumn": "created_at"}}
+    assert StreamTableHandoffSpec.model_validate(same).event_time is not None
+    with pytest.raises(ValidationError, match="schema.eventTimeColumn differs from eventTime.column"):
+        StreamTableHandoffSpec.model_validate({**same, "schema": {"columns": columns, "eventTimeColumn": "sent_at"}})

@@ -302,3 +302,46 @@ def test_transform_dedupe_and_event_time_reach_the_app_config_and_change_the_has
 def test_combinations_that_cannot_work_are_invalid_specs_naming_the_field(fields, message):
     _parsed, problems = parse_spec(spec(**fields))
     assert problems and any(message in str(p) for p in problems), problems
+
+
+def test_lookups_and_the_late_record_policy_reach_the_configmap_the_user_reads():
+    """The ConfigMap's app.json (what `kubectl get cm <name>-app` shows) carries the three fields as the driver
+    reads them: durations in seconds, lookups by name and table."""
+    fields = {**TRANSFORM, "transform": {"sql": "SELECT s.*, c.tier FROM source s JOIN customers c USING (id)",
+                                         "lookups": [{"name": "customers", "table": "crm.customers"}]},
+              "eventTime": {"column": "created_at", "watermark": "1m30s", "lateRecords": "deadLetter"}}
+    app = json.loads(_render(spec(**fields)).child("ConfigMap")["data"]["app.json"])
+    assert app["transform"] == {"sql": "SELECT s.*, c.tier FROM source s JOIN customers c USING (id)",
+                                "lookups": [{"name": "customers", "table": "crm.customers"}]}
+    assert app["dedupe"] == {"keys": ["id"], "withinSeconds": 3600.0}
+    assert app["eventTime"] == {"column": "created_at", "watermarkSeconds": 90.0, "lateRecords": "deadLetter"}
+    plain = json.loads(_render().child("ConfigMap")["data"]["app.json"])
+    assert plain["transform"] is None and plain["dedupe"] is None and plain["eventTime"] is None
+
+
+def test_event_time_sets_the_freshness_column_when_schema_names_none():
+    s = spec(**{**DLQ, "eventTime": {"column": "created_at"}})
+    s["schema"].pop("eventTimeColumn")
+    cfg = _render(s).config
+    assert cfg.schema_.event_time_column == "created_at" and cfg.event_time is not None
+    assert cfg.event_time.watermark_seconds == 0 and cfg.event_time.late_records == "deadLetter"
+
+
+@pytest.mark.parametrize("change", [
+    {"transform": {"sql": "SELECT * FROM source WHERE amount > 1"}},
+    {"transform": {"sql": "SELECT * FROM source WHERE amount > 0",
+                   "lookups": [{"name": "customers", "table": "crm.customers"}]}},
+    {"dedupe": {"keys": ["id", "created_at"], "within": "1h"}},
+    {"dedupe": {"keys": ["id"], "within": "2h"}},
+    {"eventTime": {"column": "created_at", "watermark": "31s"}},
+    {"dedupe": None},
+    {"eventTime": None},
+])
+def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
+    """The config hash is the driver pod template's annotation: a different hash restarts the driver on the new
+    transform (a driver keeps the SQL it started with)."""
+    fields = {**TRANSFORM, **change}
+    for key in [k for k, v in fields.items() if v is None]:
+        del fields[key]
+    assert _render(spec(**fields)).config_hash != _render(spec(**TRANSFORM)).config_hash
+    assert _render(spec(**TRANSFORM)).config_hash == _render(spec(**TRANSFORM)).config_hash

@@ -1,6 +1,8 @@
 """validation: specs the CRD allows but that cannot work → InvalidSpec naming the field and the fix."""
 from __future__ import annotations
 
+import pytest
+
 from handoff_operator.spec.validation import check, parse_spec
 
 from operator_spec_support import SECRETS, spec
@@ -91,3 +93,141 @@ def test_bigquery_cluster_by_undeclared():
     problems = _problems(s)
     assert "spec.sink.bigquery.clusterBy[0]" in problems
     assert "timestamp or date" in problems["spec.sink.bigquery.partitionBy"]
+
+
+# ---- transform, dedupe, eventTime (issue 31): what the driver would refuse, refused before anything runs
+
+DLQ = {"deadLetter": {"topic": "orders-dlq"}}
+
+
+def _frame_spec(**fields):
+    """The base spec (columns id: long, created_at: timestamp) with a dead-letter topic and no eventTimeColumn."""
+    s = spec(**DLQ, **fields)
+    s["schema"].pop("eventTimeColumn")
+    return s
+
+
+def test_transform_dedupe_and_event_time_on_declared_columns_have_no_problems():
+    assert _problems(_frame_spec(transform={"sql": "SELECT * FROM source"},
+                                 dedupe={"keys": ["id"], "within": "1h"},
+                                 eventTime={"column": "created_at", "watermark": "30s"})) == {}
+
+
+def test_dedupe_key_that_is_not_declared_names_the_key():
+    problems = _problems(_frame_spec(dedupe={"keys": ["id", "order_id"], "within": "1h"}))
+    assert list(problems) == ["spec.dedupe.keys[1]"]
+    assert "'order_id' is not a declared column" in problems["spec.dedupe.keys[1]"]
+
+
+def test_kafka_metadata_columns_are_known_without_a_transform():
+    assert _problems(_frame_spec(dedupe={"keys": ["_kafka_offset"], "within": "1h"},
+                                 eventTime={"column": "_kafka_timestamp"})) == {}
+
+
+def test_event_time_column_that_is_not_declared():
+    problems = _problems(_frame_spec(eventTime={"column": "ordered_at"}))
+    assert list(problems) == ["spec.eventTime.column"]
+    assert "'ordered_at' is not a declared column" in problems["spec.eventTime.column"]
+
+
+def test_with_a_transform_undeclared_columns_are_left_to_the_driver():
+    """The SQL's output is only known to Spark (it may derive the key): the driver checks it."""
+    assert _problems(_frame_spec(transform={"sql": "SELECT *, id * 2 AS order_id FROM source"},
+                                 dedupe={"keys": ["order_id"], "within": "1h"},
+                                 eventTime={"column": "derived_ts"})) == {}
+
+
+@pytest.mark.parametrize("with_transform", [False, True])
+def test_event_time_column_declared_with_another_type(with_transform):
+    fields = {"transform": {"sql": "SELECT * FROM source"}} if with_transform else {}
+    problems = _problems(_frame_spec(eventTime={"column": "id"}, **fields))
+    assert list(problems) == ["spec.eventTime.column"]
+    assert "'id' is declared long" in problems["spec.eventTime.column"]
+    assert "timestamp" in problems["spec.eventTime.column"]
+
+
+def test_a_zero_dedupe_window_is_refused_before_the_app_config_is():
+    problems = _problems(_frame_spec(dedupe={"keys": ["id"], "within": "0s"}))
+    assert list(problems) == ["spec.dedupe.within"] and "positive duration" in problems["spec.dedupe.within"]
+
+
+def test_frame_path_without_declared_columns():
+    s = _frame_spec(dedupe={"keys": ["id"], "within": "1h"})
+    s["schema"] = {}
+    s["sink"]["iceberg"]["partitionBy"] = []
+    problems = _problems(s)
+    assert list(problems) == ["spec.schema.columns"] and "declare them" in problems["spec.schema.columns"]
+
+
+def test_lookup_named_source_is_refused():
+    problems = _problems(_frame_spec(transform={"sql": "SELECT * FROM source",
+                                                "lookups": [{"name": "Source", "table": "crm.customers"}]}))
+    assert list(problems) == ["spec.transform.lookups[0].name"]
+    assert "the records' view" in problems["spec.transform.lookups[0].name"]
+
+
+def test_lookup_names_are_unique():
+    problems = _problems(_frame_spec(transform={"sql": "SELECT * FROM source", "lookups": [
+        {"name": "customers", "table": "crm.customers"}, {"name": "Customers", "table": "crm.customers_v2"}]}))
+    assert list(problems) == ["spec.transform.lookups[1].name"]
+    assert "names two lookups" in problems["spec.transform.lookups[1].name"]
+
+
+BIGQUERY_SINK = {"bigquery": {"project": "shop-analytics", "dataset": "shop", "table": "orders"}}
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"eventTime": {"column": "created_at", "lateRecords": "keep"}, "dedupe": {"keys": ["id"], "within": "1h"}},
+     "eventTime.lateRecords=keep cannot be checked with a dedupe"),
+    ({"eventTime": {"column": "created_at", "watermark": "2h"}, "dedupe": {"keys": ["id"], "within": "1h"}},
+     "eventTime.watermark must be at most dedupe.within"),
+    ({"transform": {"sql": "SELECT * FROM source", "lookups": [{"name": "c", "table": "crm.customers"}]},
+      "sink": BIGQUERY_SINK}, "transform, dedupe and eventTime need sink.iceberg"),
+    ({"dedupe": {"keys": ["id"], "within": "1h"}, "sink": BIGQUERY_SINK},
+     "the BigQuery sink's DataFrame path is not built yet"),
+    ({"eventTime": {"column": "created_at"}, "schema": {"columns": [{"name": "id", "type": "long"},
+                                                                    {"name": "created_at", "type": "timestamp"}],
+                                                        "eventTimeColumn": "created_at"}}, None),
+])
+def test_rules_between_the_fields_are_invalid_specs_naming_the_field(fields, message):
+    problems = _problems(_frame_spec(**fields))
+    if message is None:  # eventTime.column equal to schema.eventTimeColumn: both accepted
+        assert problems == {}
+    else:
+        assert any(message in m for m in problems.values()), problems
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"eventTime": {"column": "created_at"}}, "eventTime.lateRecords=deadLetter needs deadLetter.topic"),
+    ({"dedupe": {"keys": ["id"], "within": "1h"}}, "dedupe needs deadLetter.topic"),
+])
+def test_dead_letter_policies_need_the_dead_letter_topic(fields, message):
+    s = spec(**fields)
+    s["schema"].pop("eventTimeColumn")
+    problems = _problems(s)
+    assert any(message in m for m in problems.values()), problems
+    s["deadLetter"] = {"topic": "orders-dlq"}
+    assert _problems(s) == {}
+
+
+def test_late_records_kept_need_no_dead_letter_topic():
+    s = spec(eventTime={"column": "created_at", "lateRecords": "keep"})
+    s["schema"].pop("eventTimeColumn")
+    assert _problems(s) == {}
+
+
+def test_a_data_plane_refusal_the_operator_does_not_mirror_is_a_problem_not_a_crash(monkeypatch):
+    """render validates the AppConfig; a rule only the data plane has must end as InvalidSpec, not an exception."""
+    import handoff_operator.spec.validation as validation
+    from handoff_spark.config import AppConfig
+
+    real = validation.app_config
+
+    def stricter(*args, **kwargs):
+        cfg = real(*args, **kwargs)
+        AppConfig.model_validate({**cfg.model_dump(by_alias=True), "triggerIntervalSeconds": -1})
+        return cfg
+
+    monkeypatch.setattr(validation, "app_config", stricter)
+    problems = _problems(spec())
+    assert list(problems) == ["spec"] and problems["spec"].startswith("the Spark app would refuse its config: ")

@@ -194,6 +194,11 @@ def test_overlay_reports_the_rollback_as_degraded():
     failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h1")))
     assert {c.type: c for c in overlay(failing, rolled, _crashing("h1")).conditions}["Degraded"].reason \
         == "DriverFailing"
+    # So does a last good driver that now refuses its transform (e.g. a lookup table it joins is gone).
+    refusing = replace(_crashing("h1"), last_termination_message="TransformInvalid: spec.transform.sql: no table")
+    refused = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=refusing))
+    assert {c.type: c for c in overlay(refused, rolled, refusing).conditions}["Degraded"].reason \
+        == "TransformInvalid"
     # ... but the rolled back config's pod, crashing until the Deployment replaces it, is old news.
     leaving = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h2")))
     shown = {c.type: c for c in overlay(leaving, rolled, _crashing("h2")).conditions}
