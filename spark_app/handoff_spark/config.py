@@ -235,6 +235,9 @@ class AppConfig(_Model):
 
     @model_validator(mode="after")
     def _late_needs_a_dead_letter_topic(self) -> "AppConfig":
+        if self.transform is not None and not self.dead_letter_topic:
+            raise ValueError("transform needs deadLetterTopic (a record the SQL fails on becomes a dead letter with "
+                             "reason transform-error, never a stopped stream); set one")
         if self.event_time is not None and self.event_time.late_records == "deadLetter" and not self.dead_letter_topic:
             raise ValueError("eventTime.lateRecords=deadLetter needs deadLetterTopic; set one or use keep")
         if self.dedupe is not None and self.event_time is None and not self.dead_letter_topic:

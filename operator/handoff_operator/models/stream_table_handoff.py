@@ -560,6 +560,9 @@ class StreamTableHandoffSpec(SpecModel):
             raise ValueError("deadLetter.topic must not be one of source.topics")
         # Duration comparisons live here only: CEL's duration() has no days, and "7d" is how people
         # say replay windows.
+        if self.transform is not None and self.dead_letter is None:
+            raise ValueError("transform needs deadLetter.topic (a record the SQL fails on becomes a dead letter "
+                             "with reason transform-error, never a stopped stream); set one")
         if self.event_time is not None and self.event_time.late_records == "deadLetter" and self.dead_letter is None:
             raise ValueError("eventTime.lateRecords=deadLetter needs deadLetter.topic; set one or use keep")
         if self.dedupe is not None:

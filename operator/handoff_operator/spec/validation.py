@@ -172,11 +172,11 @@ def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
                 f"{spec.event_time.column!r} is not a declared column; declare it (type timestamp) in "
                 f"schema.columns or use one of: {choices}")))
     if spec.event_time is not None and spec.event_time.column in declared \
-            and declared[spec.event_time.column].type != "timestamp":
+            and declared[spec.event_time.column].type not in ("timestamp", "timestamptz"):
         column = declared[spec.event_time.column]
         problems.append(Problem("spec.eventTime.column", (
             f"{column.name!r} is declared {column.type}; the driver measures event time on a column of type "
-            f"timestamp only: declare it as timestamp or name another column")))
+            f"timestamp (or timestamptz) only: declare it as timestamp or name another column")))
     if spec.transform is not None:
         seen: set[str] = set()
         for i, lookup in enumerate(spec.transform.lookups):

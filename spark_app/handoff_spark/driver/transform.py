@@ -130,7 +130,7 @@ def check(spark: Any, cfg: AppConfig) -> None:
             raise TransformInvalid("spec.transform.sql", f"column {column.name} is {got} in the output, declared "
                                                          f"{column.type}; CAST it to the declared type")
     if cfg.event_time is not None and cfg.event_time.column in declared and \
-            declared[cfg.event_time.column].type != "timestamp":
+            declared[cfg.event_time.column].type not in ("timestamp", "timestamptz"):  # both UTC instants
         raise TransformInvalid("spec.eventTime.column", f"{cfg.event_time.column} is declared "
                                                         f"{declared[cfg.event_time.column].type}; it must be a "
                                                         f"timestamp column")
