@@ -13,6 +13,8 @@ equivalent (see the callers):
   (the JVM writes its class-data archive as it exits).
 * `spark_home()` (`pyspark.find_spark_home._find_spark_home`): the Spark whose jars spark-submit puts on the
   class path, by PySpark's own rules (`jvm_cds`'s cache key).
+* `plan_deterministic(df)` (`DataFrame._jdf`): whether a transform's analysed plan is deterministic
+  (`driver.transform`: a replay must drop and derive what the first run did).
 * `daemon_manager()` (`pyspark.daemon.manager`): PySpark's worker daemon loop, which Handoff's daemon runs after
   preloading modules (`worker_daemon`). Not underscored, but `pyspark.daemon` is the internal entry point
   `spark.python.daemon.module` names, not documented API.
@@ -80,6 +82,13 @@ def spark_home() -> str:
     return find()
 
 
+def plan_deterministic(df: Any) -> bool:
+    """Whether the DataFrame's analysed plan is deterministic (Catalyst's `LogicalPlan.deterministic`: no `rand()`,
+    `uuid()`, `shuffle()` … anywhere), through the JVM Dataset behind it (PySpark has no Python equivalent)."""
+    jdf = attribute(df, "_jdf", api="pyspark.sql.DataFrame._jdf", fence=FENCE)
+    return bool(jdf.queryExecution().analyzed().deterministic())
+
+
 def daemon_manager() -> Callable[[], None]:
     """PySpark's worker daemon loop (forks a worker per task)."""
     from pyspark import daemon
@@ -88,4 +97,4 @@ def daemon_manager() -> Callable[[], None]:
 
 
 __all__ = ["PRIVATE_APIS", "jvm", "scala_context", "java_session", "set_active_session", "gateway_process",
-           "spark_home", "daemon_manager"]
+           "spark_home", "daemon_manager", "plan_deterministic"]

@@ -139,6 +139,16 @@ def test_bad_sql_refuses_the_start_in_one_line_and_writes_nothing(kafka, tmp_pat
     assert table.current_snapshot() is None
 
 
+def test_a_non_deterministic_transform_is_refused(kafka, tmp_path):
+    topic = "tx-rand"
+    kafka.create_topic(topic, partitions=1)
+    cfg = config(tmp_path, kafka, topic, transform={"sql": SQL.replace("WHERE amount >= 5", "WHERE rand() < 0.5")})
+    run = run_app(tmp_path, cfg=cfg, timeout=180)
+    assert run.returncode == 3
+    lines = [line for line in run.log.read_text().splitlines() if line.startswith("TransformInvalid:")]
+    assert len(lines) == 1 and "non-deterministic" in lines[0], lines
+
+
 def test_a_transform_missing_the_kafka_columns_is_refused_with_the_fix(kafka, tmp_path):
     topic = "tx-no-kafka-cols"
     kafka.create_topic(topic, partitions=1)

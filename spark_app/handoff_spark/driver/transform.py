@@ -110,6 +110,12 @@ def check(spark: Any, cfg: AppConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - py4j errors of a SQL Spark cannot plan
         raise TransformInvalid("spec.transform.sql", f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}") \
             from None
+    from handoff_spark.pyspark_private import plan_deterministic
+
+    if cfg.transform is not None and not plan_deterministic(spark.sql(cfg.transform.sql)):
+        raise TransformInvalid("spec.transform.sql", "uses a non-deterministic expression (rand(), uuid(), shuffle() "
+                                                     "…); a replay must drop and derive what the first run did: "
+                                                     "derive the value from the record instead (e.g. hash of a key)")
     names = schema.fieldNames()
     missing = [c for c in KAFKA_METADATA_COLUMNS if c not in names]
     if missing:

@@ -92,6 +92,8 @@ def test_pyspark_fence_accessors_work_on_a_real_session(spark):
     assert pyspark_private.gateway_process(sc).poll() is None  # the driver JVM, running
     assert (Path(pyspark_private.spark_home()) / "jars").is_dir()
     assert callable(pyspark_private.daemon_manager())
+    assert pyspark_private.plan_deterministic(spark.range(3).selectExpr("id * 2 AS x"))
+    assert not pyspark_private.plan_deterministic(spark.range(3).selectExpr("id + rand() AS x"))
 
 
 # What a private name of these libraries looks like in code: `from lib... import _x`, or `._x` read off an object
