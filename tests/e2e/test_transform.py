@@ -202,3 +202,66 @@ def test_a_lost_checkpoint_keeps_the_dedupe_window(kafka, tmp_path):
     expected = {i for i in range(650) if i % 20 >= 5}
     check_table(cfg, kafka, topic, expected, len(phase1) + len(again) + len(fresh))
     assert "dedupe window rebuilt from Kafka" in runs[0].log.read_text()
+
+
+def test_a_lookup_joins_the_catalogs_table_and_its_new_content_after_it_changes(kafka, tmp_path):
+    """Enrichment: the SQL joins a table of the handoff's catalog; when that table changes, the running driver
+    restarts its query (same session, same checkpoint) and the next batches join the new content."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow as pa
+
+    from handoff_spark.iceberg.table import load_catalog_cached
+    from iceberg_drill_support import REPO
+
+    topic = "tx-lookup"
+    kafka.create_topic(topic, partitions=1)
+    sql = ("SELECT s.id, s.ts, c.segment AS customer, s.amount, s.region, s._kafka_topic, s._kafka_partition, "
+           "s._kafka_offset, s._kafka_timestamp FROM source s JOIN customers c ON s.customer = c.customer")
+    cfg = config(tmp_path, kafka, topic, transform={"sql": sql, "lookups": [{"name": "customers",
+                                                                              "table": "crm.customers"}]},
+                 dedupe=None, eventTime=None, triggerIntervalSeconds=1)
+    catalog = load_catalog_cached(cfg.sink.catalog_name, cfg.sink.catalog_properties)
+    catalog.create_namespace_if_not_exists("crm")
+    customers = pa.table({"customer": [f"c{k}" for k in range(7)], "segment": ["gold"] * 7})
+    catalog.create_table("crm.customers", schema=customers.schema).append(customers)
+    produce(kafka.bootstrap, topic, [order(i, i) for i in range(100)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")])}
+    log = tmp_path / "lookup.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
+    try:
+        def rows() -> list[dict[str, Any]]:
+            try:
+                return open_table(cfg, create=False).scan().to_arrow().to_pylist()
+            except Exception:  # noqa: BLE001 - not created yet
+                return []
+
+        def until(check, what: str, timeout: float = 180) -> None:
+            deadline = time.monotonic() + timeout
+            while not check():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"no {what}: " + log.read_text()[-3000:]
+                time.sleep(0.5)
+
+        until(lambda: len(rows()) == 100, "first rows")
+        assert {r["customer"] for r in rows()} == {"gold"}
+        catalog.load_table("crm.customers").overwrite(pa.table({"customer": [f"c{k}" for k in range(7)],
+                                                                "segment": ["platinum"] * 7}))
+        until(lambda: "restarted with the lookups' new content" in log.read_text(), "restart")
+        produce(kafka.bootstrap, topic, [order(i, i) for i in range(100, 150)])
+        until(lambda: len(rows()) == 150, "rows after the change")
+        by_id = {r["id"]: r["customer"] for r in rows()}
+        assert {by_id[i] for i in range(100)} == {"gold"} and {by_id[i] for i in range(100, 150)} == {"platinum"}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -430,12 +430,21 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if scaler is not None:
             scaler.start()
         quarantined = 0
+        restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
         while True:
             try:
-                rc = wait(query, stop_requested, echo, reporter)
+                rc = wait(query, stop_requested, echo, reporter, restart_when=restart_when, stop_marker=stop_marker)
             except KeyboardInterrupt:
                 query.stop()
                 return 130
+            if rc == RESTART_QUERY and not stop_requested.is_set():
+                query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
+                                    sink_format=sink_format, min_partitions_file=min_partitions_file)
+                echo(f"query {query.id} restarted with the lookups' new content (run {query.runId})")
+                restart_when = lookups_changed(cfg)
+                continue
+            if rc == RESTART_QUERY:
+                rc = 0
             if rc != 1 or sink_format is not None or not cfg.frame_path or stop_requested.is_set():
                 return rc
             # One record must never stop a stream: the records the transform fails on become dead letters and
@@ -458,6 +467,28 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(markers)
+
+
+def frames_query(cfg: AppConfig, sink_format: str | None) -> bool:
+    return cfg.frame_path and sink_format is None
+
+
+def lookups_changed(cfg: AppConfig) -> Callable[[], str | None] | None:
+    """`wait`'s `restart_when` for a transform with lookups: the names of the lookups whose table changed since
+    now (None without lookups)."""
+    if cfg.transform is None or not cfg.transform.lookups:
+        return None
+    seen = transform.lookup_versions(cfg)
+
+    def changed() -> str | None:
+        try:
+            now = transform.lookup_versions(cfg)
+        except Exception as exc:  # noqa: BLE001 - a catalog hiccup: ask again at the next check
+            log.warning("lookup versions unavailable: %s", exc)
+            return None
+        names = sorted(name for name, version in now.items() if version != seen.get(name))
+        return f"lookup {', '.join(names)} changed" if names else None
+    return changed
 
 
 #: Where Kubernetes reads a container's termination message (the pod spec's default `terminationMessagePath`).
@@ -484,10 +515,21 @@ def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:
     return StartPlan(ledger={**start.ledger, **ledger}, discarded=start.discarded)
 
 
+#: `wait`'s answer when `restart_when` asked for the query to start again (a lookup table changed).
+RESTART_QUERY = -1
+#: How often `restart_when` is asked.
+LOOKUP_CHECK_SECONDS = 10.0
+
+
 def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],
-         reporter: ProgressReporter | None = None) -> int:
+         reporter: ProgressReporter | None = None, restart_when: Callable[[], str | None] | None = None,
+         stop_marker: str | None = None) -> int:
+    """Follow the query until it ends (0 done or stopped, 1 failed). `restart_when`: asked every
+    `LOOKUP_CHECK_SECONDS`; a reason stops the query at a batch boundary (through the stop marker) and returns
+    `RESTART_QUERY`."""
     from pyspark.errors import StreamingQueryException
 
+    next_check = time.monotonic() + LOOKUP_CHECK_SECONDS
     try:
         while query.isActive:
             if reporter is not None:
@@ -495,6 +537,19 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
             if stop_requested.is_set():
                 stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
                 break
+            if restart_when is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + LOOKUP_CHECK_SECONDS
+                reason = restart_when()
+                if reason and stop_marker:
+                    echo(f"{reason}: restarting the query at the batch boundary")
+                    Path(stop_marker).touch()
+                    try:
+                        stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
+                    finally:
+                        Path(stop_marker).unlink(missing_ok=True)
+                    if reporter is not None:
+                        reporter.poll(query)
+                    return RESTART_QUERY
             query.awaitTermination(0.5)
         if reporter is not None:
             reporter.poll(query)

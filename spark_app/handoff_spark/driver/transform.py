@@ -71,9 +71,19 @@ def pipeline(spark: Any, cfg: AppConfig, frame: Any) -> Any:
     return out
 
 
+def lookup_versions(cfg: AppConfig) -> dict[str, str | None]:
+    """Each lookup's current version (its table's snapshot): the driver restarts the query, in the same session,
+    when one changes, so the SQL joins the lookup's new content from the next batch on."""
+    from handoff_spark.sink.registry import get as sink_backend
+
+    backend = sink_backend(cfg.sink.kind)
+    return {lookup.name: backend.table_version(cfg, lookup.table)
+            for lookup in (cfg.transform.lookups if cfg.transform is not None else [])}
+
+
 def register_lookups(spark: Any, cfg: AppConfig) -> None:
-    """Each `transform.lookups` table as a view of its name: the table as of the query's start (a restart, e.g.
-    after a spec change, reads it again). Iceberg's catalog only: the handoff's own."""
+    """Each `transform.lookups` table as a view of its name: the table as of the query's start; the driver starts
+    the query again when a lookup's table changes (`lookup_versions`). Iceberg's catalog only: the handoff's own."""
     if cfg.transform is None or not cfg.transform.lookups:
         return
     from handoff_spark.sink.registry import get as sink_backend

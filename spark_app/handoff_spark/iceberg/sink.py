@@ -86,6 +86,14 @@ def read_table(cfg: AppConfig, identifier: str) -> pa.Table:
     return load_catalog_cached(sink.catalog_name, sink.catalog_properties).load_table(identifier).scan().to_arrow()
 
 
+def table_version(cfg: AppConfig, identifier: str) -> str | None:
+    """The current snapshot of a table of the handoff's catalog (a lookup changed when this did)."""
+    sink = _sink(cfg)
+    catalog = load_catalog_cached(sink.catalog_name, sink.catalog_properties)
+    snap = catalog.load_table(identifier).current_snapshot()
+    return str(snap.snapshot_id) if snap is not None else None
+
+
 def warm_up(cfg: AppConfig) -> None:
     """Executors: what a fresh Python worker sets up before its first write (the catalog and its connection,
     the table's metadata, the file system), done ahead on a new executor (executor_warmup). Writes nothing."""

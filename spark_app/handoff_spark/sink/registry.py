@@ -14,8 +14,8 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
   driver-side commit (called by the writer);
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
   connections), done ahead on a new executor by `executor_warmup`; writes nothing;
-- optionally `read_table(cfg, identifier) -> pyarrow.Table`: another table of the sink's catalog (a transform's
-  lookup, `driver.transform`); the DataFrame path's writer takes option `rows=true` (rows, not records).
+- optionally `read_table(cfg, identifier) -> pyarrow.Table` and `table_version(cfg, identifier) -> str | None`:
+  another table of the sink's catalog and its current version (a transform's lookup, `driver.transform`); the DataFrame path's writer takes option `rows=true` (rows, not records).
 Modules are imported on first use, so the operator can import this package without pyspark or a sink's client.
 Iceberg keeps its data source apart (`iceberg.stream`, light for Spark's planner interpreters, which import it
 to unpickle the class); the writer there imports `iceberg.sink` when it runs, so `iceberg.sink` does not import
@@ -79,6 +79,10 @@ class SinkBackend:
         if not hasattr(self.module, "read_table"):
             raise SinkUnavailable(f"the {self.kind} sink has no lookups")
         return self.module.read_table(cfg, identifier)
+
+    def table_version(self, cfg: Any, identifier: str) -> str | None:
+        """What changes when that table's content does (Iceberg: its current snapshot id)."""
+        return self.module.table_version(cfg, identifier)
 
 
 def kinds() -> list[str]:
