@@ -5,6 +5,7 @@ context's namespace otherwise), `-o text|json|yaml`.
   kubectl handoff status NAME
   kubectl handoff ledger NAME [--limit N] [--catalog-property KEY=VALUE ...]
   kubectl handoff replay NAME (--to-snapshot ID | --to-time T) [--mode RollbackAndReplay|Rollback] [--dry-run]
+  kubectl handoff timeline NAME [--since 2h] [--limit N] [--catalog-property KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -73,18 +74,51 @@ def _ledger(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
 
     from handoff_operator.kubectl_plugin.ledger import LedgerError, entries
 
-    overrides = {}
-    for item in args.catalog_property:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise Failure(f"--catalog-property {item!r}: use KEY=VALUE, e.g. uri=http://localhost:8181")
-        overrides[key] = value
+    overrides = _catalog_overrides(args.catalog_property)
     obj = _handoff(kube, namespace, args.name)
     try:
         rows = entries(kube, obj, overrides, args.limit)
     except LedgerError as exc:
         raise Failure(f"{namespace}/{args.name}: {exc}") from None
     _print(rows, args.output, format_entries)
+    return 0
+
+
+def _catalog_overrides(items: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise Failure(f"--catalog-property {item!r}: use KEY=VALUE, e.g. uri=http://localhost:8181")
+        overrides[key] = value
+    return overrides
+
+
+def _timeline(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
+    """The ledger, the handoff's Events and its ReplayRequests merged, newest first (kubectl_plugin.timeline). A
+    source that cannot be read is named on stderr; the others are still shown."""
+    import json as _json
+
+    from handoff_operator.kubectl_plugin import timeline
+    from handoff_operator.kubectl_plugin.ledger import LedgerError, entries
+
+    try:
+        since = timeline.parse_since(args.since, int(time.time() * 1000))
+    except ValueError:
+        raise Failure(f"--since {args.since!r}: use a duration such as 90s, 15m, 2h or 7d") from None
+    obj = _handoff(kube, namespace, args.name)
+    overrides = _catalog_overrides(args.catalog_property)
+    try:
+        ledger = entries(kube, obj, overrides, None)
+    except (LedgerError, Exception) as exc:  # noqa: BLE001 - the other sources still tell the story
+        print(f"warning: the table's ledger was not read ({str(exc).splitlines()[0][:200]}); "
+              f"reach the catalog with --catalog-property", file=sys.stderr)
+        ledger = []
+    events = _json.loads(kube.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=StreamTableHandoff,involvedObject.name={args.name}",
+        _preload_content=False).data).get("items") or []
+    requests = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL).get("items") or []
+    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit), args.output, timeline.format_text)
     return 0
 
 
@@ -172,6 +206,14 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--timeout", type=float, default=3600, help="seconds to follow before giving up (the "
                                                                  "request goes on)")
     rep.set_defaults(func=_replay)
+    tl = sub.add_parser("timeline", parents=[common], help="what happened, newest first: ledger commits, gaps and "
+                                                           "epochs, the handoff's Events, its ReplayRequests' steps")
+    tl.add_argument("name")
+    tl.add_argument("--since", metavar="DURATION", help="only what happened this recently, e.g. 2h")
+    tl.add_argument("--limit", type=int, default=None, help="newest N rows only")
+    tl.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a catalog property (e.g. uri of a port-forwarded catalog); repeatable")
+    tl.set_defaults(func=_timeline)
     return p
 
 

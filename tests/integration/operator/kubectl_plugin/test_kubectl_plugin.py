@@ -135,3 +135,57 @@ def test_status_ledger_and_replay_through_kubectl(cluster: Cluster, operator: Op
     failure = next(line for line in text.splitlines() if line.startswith("  last failure  "))
     assert code == 0 and failure.endswith("boom: the catalog refused the commit"), text
     cluster.delete_all_handoffs()
+
+
+def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(cluster: Cluster, operator: Operator,
+                                                                             kafka, tmp_path) -> None:
+    """`kubectl handoff timeline`: commits (with their snapshots), the operator's Events (a crash-looping driver) and
+    a ReplayRequest, in one list, newest first; `--since` cuts it; an unreachable catalog is a warning, not an end."""
+    topic = f"tl-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=1)
+    props, table = sqlite_ledger_table(tmp_path)
+    ns = cluster.new_namespace("ktl")
+    hid = f"{ns}/orders"
+    now_ms = int(time.time() * 1000)
+    snapshots = [ledger_commit(table, hid, b, {topic: {"0": [s, e]}}, now_ms, e - s)
+                 for b, (s, e) in enumerate([(0, 10), (10, 20)])]
+    spec = base_spec(kafka.bootstrap)
+    spec["source"]["topics"] = [topic]
+    spec["sink"]["iceberg"]["catalog"]["properties"] = props
+    spec["sink"]["iceberg"]["partitionBy"] = []
+    cluster.create(ns, "orders", spec)
+    eventually(lambda: cluster.core.read_namespaced_config_map("orders-progress", ns), "orders-progress")
+    time.sleep(1.1)  # the crash's Event lands after the commits, on the API server's second-resolution clock
+    cluster.make_driver_crash(ns, "orders", 3, "boom: the catalog refused the commit")
+    eventually(lambda: any(e.reason == "DriverFailing" for e in cluster.core.list_namespaced_event(ns).items),
+               "the DriverFailing Event")
+    out = plugin(cluster.kubeconfig, "replay", "orders", "-n", ns, "--to-snapshot", str(snapshots[0]), "--dry-run",
+                 "--request-name", "look-back")
+    assert out.returncode == 0, out.stderr
+
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    times = [r["timeMs"] for r in rows]
+    assert times == sorted(times, reverse=True)
+    commits = [r for r in rows if r["source"] == "ledger"]
+    assert [r["snapshot"] for r in commits] == snapshots[::-1]
+    assert commits[0]["what"].startswith("batch 1 (handoff): 10 rows") and f"{topic}[0] 10→20" in commits[0]["what"]
+    failing = [r for r in rows if r["source"] == "event" and r["kind"] == "DriverFailing"]
+    assert failing and "boom: the catalog refused the commit" in failing[0]["what"]
+    replays = [r for r in rows if r["source"] == "replay"]
+    assert any(r["kind"] == "ReplayRequested" and str(snapshots[0]) in r["what"] and "(dry run)" in r["what"]
+               for r in replays), replays
+    assert rows.index(failing[0]) < rows.index(commits[0])  # the crash came after the commits
+
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns)
+    assert out.returncode == 0 and f"[snapshot {snapshots[-1]}]" in out.stdout and "DriverFailing" in out.stdout
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "--since", "1ms", "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout) == []
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "--since", "soon")
+    assert out.returncode == 1 and "--since 'soon': use a duration such as 90s" in out.stderr
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "-o", "json",
+                 "--catalog-property", f"uri=sqlite:///{tmp_path}/absent/none.db")
+    assert out.returncode == 0 and "warning: the table's ledger was not read" in out.stderr
+    assert all(r["source"] != "ledger" for r in json.loads(out.stdout))
+    cluster.delete_all_handoffs()

@@ -1,0 +1,126 @@
+"""`kubectl handoff timeline NAME`: what happened to a handoff's table, in one list, newest first (issue 35).
+
+Why merged when read: each source keeps its own home — the table's ledger (every commit with its snapshot and
+Kafka offsets, gaps, epochs), the Kubernetes Events of the handoff (condition changes the operator posts: driver
+failures, rollbacks, scaling, retention; kopf's own), and the ReplayRequests that name it (each completed step with
+its time). The rows are plain dicts, so `-o json|yaml` is the same data as the text.
+
+Pure: `rows` and `format_text` take what was read. What the API server drops (Events after an hour) is not
+kept anywhere else yet: the timeline shows what still exists.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def _ms(value: Any) -> int | None:
+    """Epoch ms of an API timestamp (RFC 3339 string or datetime), None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)
+
+
+def _ranges(offsets: Mapping[str, Mapping[str, list[int]]]) -> str:
+    return " ".join(f"{t}[{p}] {se[0]}→{se[1]}" for t, parts in sorted(offsets.items())
+                    for p, se in sorted(parts.items(), key=lambda kv: int(kv[0])))
+
+
+def ledger_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (or BigQuery
+    batch) so the table can be read as of that row."""
+    out = []
+    for e in entries:
+        if e["kind"] == "batch":
+            what = f"batch {e['batch']} ({e['query']}): {e['rows']} rows"
+            if e.get("deadLetters"):
+                what += f", {e['deadLetters']} dead letters"
+            what += f"; {_ranges(e['offsets'])}"
+        else:
+            what = f"{e['kind']} ({e['query']}): {_ranges(e['offsets'])}" + (f" — {e['reason']}" if e.get("reason")
+                                                                               else "")
+        out.append({"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
+                    "snapshot": e["snapshot"]})
+    return out
+
+
+def event_rows(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The handoff's Events (core/v1, as the API returns them) as rows; a repeated Event counts its repeats."""
+    out = []
+    for ev in events:
+        at = _ms(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
+                 or (ev.get("metadata") or {}).get("creationTimestamp"))
+        if at is None:
+            continue
+        count = int(ev.get("count") or 1)
+        what = f"{ev.get('type', 'Normal')} {ev.get('reason', '')}: {ev.get('message', '')}".strip()
+        out.append({"timeMs": at, "source": "event", "kind": ev.get("reason") or "Event",
+                    "what": what + (f" (×{count})" if count > 1 else "")})
+    return out
+
+
+def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dict[str, Any]]:
+    """ReplayRequests naming `handoff`: when each was made, and each completed step."""
+    out = []
+    for req in requests:
+        spec, status = req.get("spec") or {}, req.get("status") or {}
+        if (spec.get("handoffRef") or {}).get("name") != handoff:
+            continue
+        name = req["metadata"]["name"]
+        created = _ms(req["metadata"].get("creationTimestamp"))
+        if created is not None:
+            target = spec.get("target") or {}
+            out.append({"timeMs": created, "source": "replay", "kind": "ReplayRequested",
+                        "what": f"ReplayRequest {name}: {spec.get('mode', '')} to "
+                                f"{target.get('snapshotId') or target.get('timestamp') or target.get('tag') or 'a range'}"
+                                + (" (dry run)" if spec.get("dryRun") else ""), "request": name})
+        for step in status.get("steps") or []:
+            at = _ms(step.get("at"))
+            if at is not None:
+                out.append({"timeMs": at, "source": "replay", "kind": step.get("name", "Step"),
+                            "what": f"ReplayRequest {name}: {step.get('name')}"
+                                    + (f" — {step['message']}" if step.get("message") else ""), "request": name})
+        done = _ms(status.get("completedAt"))
+        if done is not None:
+            out.append({"timeMs": done, "source": "replay", "kind": status.get("phase") or "Ended",
+                        "what": f"ReplayRequest {name}: {status.get('phase')}", "request": name})
+    return out
+
+
+def rows(ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
+         requests: Iterable[Mapping[str, Any]], handoff: str, since_ms: int | None = None,
+         limit: int | None = None) -> list[dict[str, Any]]:
+    """All sources merged, newest first, from `since_ms` on; at most `limit` rows."""
+    merged = ledger_rows(ledger) + event_rows(events) + replay_rows(requests, handoff)
+    merged = [r for r in merged if since_ms is None or r["timeMs"] >= since_ms]
+    merged.sort(key=lambda r: r["timeMs"], reverse=True)
+    for r in merged:
+        r["time"] = dt.datetime.fromtimestamp(r["timeMs"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return merged[:limit]
+
+
+def format_text(timeline: list[dict[str, Any]]) -> str:
+    """One line per row: time, source, what (and the snapshot a commit made)."""
+    if not timeline:
+        return "(nothing in this window)"
+    lines = []
+    for r in timeline:
+        snap = f"  [snapshot {r['snapshot']}]" if r.get("snapshot") is not None else ""
+        lines.append(f"{r['time'][:23]}Z  {r['source']:<6}  {r['what']}{snap}")
+    return "\n".join(lines)
+
+
+def parse_since(text: str | None, now_ms: int) -> int | None:
+    """`--since 2h` → epoch ms (the operator's duration grammar: 90s, 15m, 2h, 7d)."""
+    if not text:
+        return None
+    from handoff_operator.models import parse_duration
+
+    return now_ms - int(parse_duration(text) * 1000)

@@ -1,0 +1,44 @@
+"""The timeline's merge (pure): every source's rows, newest first, cut by --since and --limit."""
+from __future__ import annotations
+
+from handoff_operator.kubectl_plugin import timeline
+
+
+def entry(snapshot: int, batch: int, ts: int, kind: str = "batch", reason: str | None = None) -> dict:
+    return {"kind": kind, "snapshot": snapshot, "query": "handoff", "batch": batch, "timestampMs": ts, "rows": 5,
+            "deadLetters": 1, "offsets": {"t": {"0": [batch * 5, batch * 5 + 5]}}, "reason": reason}
+
+
+EVENTS = [{"type": "Warning", "reason": "DriverFailing", "message": "boom", "count": 3,
+           "lastTimestamp": "1970-01-01T00:00:02Z"},
+          {"type": "Normal", "reason": "Scaled", "message": "2 → 3 executors", "eventTime": "1970-01-01T00:00:04.500000Z"}]
+REQUESTS = [{"metadata": {"name": "r1", "creationTimestamp": "1970-01-01T00:00:05Z"},
+             "spec": {"handoffRef": {"name": "orders"}, "mode": "RollbackAndReplay", "target": {"snapshotId": "11"}},
+             "status": {"phase": "Succeeded", "steps": [{"name": "RolledBack", "at": "1970-01-01T00:00:06Z",
+                                                         "message": "to 11"}],
+                        "completedAt": "1970-01-01T00:00:07Z"}},
+            {"metadata": {"name": "other", "creationTimestamp": "1970-01-01T00:00:08Z"},
+             "spec": {"handoffRef": {"name": "payments"}, "mode": "Rollback", "target": {"tag": "x"}}}]
+
+
+def test_sources_merge_newest_first_and_only_this_handoffs_replays():
+    rows = timeline.rows([entry(11, 0, 1000), entry(12, 1, 3000), entry(13, 2, 3500, kind="gap", reason="lost")],
+                         EVENTS, REQUESTS, "orders")
+    assert [(r["source"], r["kind"]) for r in rows] == [
+        ("replay", "Succeeded"), ("replay", "RolledBack"), ("replay", "ReplayRequested"), ("event", "Scaled"),
+        ("ledger", "gap"), ("ledger", "batch"), ("event", "DriverFailing"), ("ledger", "batch")]
+    assert rows[-1]["snapshot"] == 11 and rows[-1]["what"] == "batch 0 (handoff): 5 rows, 1 dead letters; t[0] 0→5"
+    assert rows[4]["what"] == "gap (handoff): t[0] 10→15 — lost"
+    assert rows[6]["what"] == "Warning DriverFailing: boom (×3)"
+    assert rows[2]["what"] == "ReplayRequest r1: RollbackAndReplay to 11"
+    assert rows[0]["time"] == "1970-01-01T00:00:07.000000Z"
+
+
+def test_since_and_limit_cut_the_list():
+    rows = timeline.rows([entry(11, 0, 1000), entry(12, 1, 3000)], EVENTS, REQUESTS, "orders", since_ms=3000,
+                         limit=3)
+    assert [r["timeMs"] for r in rows] == [7000, 6000, 5000]
+    assert timeline.parse_since("2h", 10_000_000) == 10_000_000 - 7_200_000
+    assert timeline.format_text([]) == "(nothing in this window)"
+    text = timeline.format_text(timeline.rows([entry(11, 0, 1000)], [], [], "orders"))
+    assert text.startswith("1970-01-01T00:00:01.000Z  ledger  batch 0") and text.endswith("[snapshot 11]")
