@@ -473,7 +473,8 @@ class TransformSpec(SpecModel):
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
         "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
-        "Iceberg tables of the sink's catalog joinable in the SQL under their name; read when the driver starts."))
+        "Iceberg tables of the sink's catalog joinable in the SQL under their name; read when the driver starts. "
+        "Iceberg sink only (BigQuery lookups are not built)."))
 
 
 class DedupeSpec(SpecModel):
@@ -482,7 +483,8 @@ class DedupeSpec(SpecModel):
     keys: list[str] = Field(min_length=1, max_length=16, description="Columns of the business key, e.g. [order_id].")
     within: Duration = Field(description=(
         "The window, in event time (eventTime.column, else the Kafka timestamp): a record whose keys were seen "
-        "this recently is dropped and counted (ledger handoff.dropped-rows, metric handoff_duplicates_dropped). "
+        "this recently is dropped and counted (ledger handoff.dropped-rows; BigQuery: dropped_rows; metric "
+        "handoff_duplicates_dropped). "
         "Records older than the window's watermark are dead letters with reason late. Example: 1h."))
 
 
@@ -496,7 +498,7 @@ class EventTimeSpec(SpecModel):
         "when a dedupe is set. Example: 30s."))
     late_records: Literal["deadLetter", "keep"] = Field(default="deadLetter", description=(
         "A record at or below the watermark: deadLetter (to deadLetter.topic, reason late) or keep (written; "
-        "not allowed with a dedupe). Counted in the ledger (handoff.late-rows)."))
+        "not allowed with a dedupe). Counted in the ledger (handoff.late-rows; BigQuery: late_rows)."))
 
 
 class StreamTableHandoffSpec(SpecModel):
@@ -527,11 +529,11 @@ class StreamTableHandoffSpec(SpecModel):
                                  description="Automatic rollback of a spec change whose driver fails.")
     transform: TransformSpec | None = Field(default=None, description=(
         "Spark SQL over each micro-batch's records before the table (filter, derive, cast, enrich). Records then "
-        "travel as Spark rows (the DataFrame path). Iceberg sink only so far."))
+        "travel as Spark rows (the DataFrame path). Iceberg and BigQuery sinks; lookups Iceberg only."))
     dedupe: DedupeSpec | None = Field(default=None, description="Drop records whose business key was seen within "
-                                                                "a window (by Spark). Iceberg sink only so far.")
+                                                                "a window (by Spark). Iceberg and BigQuery sinks.")
     event_time: EventTimeSpec | None = Field(default=None, description=(
-        "Event time: a watermark and what happens to late records. Iceberg sink only so far."))
+        "Event time: a watermark and what happens to late records. Iceberg and BigQuery sinks."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 
@@ -555,10 +557,9 @@ class StreamTableHandoffSpec(SpecModel):
             if self.event_time is not None and \
                     parse_duration(self.event_time.watermark) > parse_duration(self.dedupe.within):
                 raise ValueError("eventTime.watermark must be at most dedupe.within")
-        if (self.transform is not None or self.dedupe is not None or self.event_time is not None) \
-                and self.sink.iceberg is None:
-            raise ValueError("transform, dedupe and eventTime need sink.iceberg (the BigQuery sink's DataFrame "
-                             "path is not built yet); remove them or write to Iceberg")
+        if self.transform is not None and self.transform.lookups and self.sink.iceberg is None:
+            raise ValueError("transform.lookups need sink.iceberg (they are tables of its catalog; BigQuery "
+                             "lookups are not built); remove them or write to Iceberg")
         if self.event_time is not None and self.schema_.event_time_column not in (None, self.event_time.column):
             raise ValueError("schema.eventTimeColumn differs from eventTime.column; remove schema.eventTimeColumn "
                              "(eventTime supersedes it)")

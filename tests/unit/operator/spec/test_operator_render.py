@@ -302,3 +302,17 @@ def test_transform_dedupe_and_event_time_reach_the_app_config_and_change_the_has
 def test_combinations_that_cannot_work_are_invalid_specs_naming_the_field(fields, message):
     _parsed, problems = parse_spec(spec(**fields))
     assert problems and any(message in str(p) for p in problems), problems
+
+
+BIGQUERY = {"sink": {"bigquery": {"project": "p1", "dataset": "d", "table": "t"}}}
+
+
+def test_transform_dedupe_and_event_time_are_accepted_on_bigquery_but_lookups_are_not():
+    _parsed, problems = parse_spec(spec(**BIGQUERY, **TRANSFORM))
+    assert not [p for p in problems if "transform" in str(p) or "dedupe" in str(p) or "eventTime" in str(p)], problems
+    lookups = {**TRANSFORM, "transform": {"sql": "SELECT * FROM source",
+                                          "lookups": [{"name": "customers", "table": "crm.customers"}]}}
+    _parsed, problems = parse_spec(spec(**BIGQUERY, **lookups))
+    assert problems and any("transform.lookups need sink.iceberg" in str(p) for p in problems), problems
+    _parsed, problems = parse_spec(spec(**lookups))  # Iceberg: lookups are its catalog's tables
+    assert not problems, problems
