@@ -8,22 +8,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
-from google.cloud import bigquery as bq
 
 from handoff_spark import checkpoint as ckpt
-from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
+from handoff_spark.bigquery import ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
 from handoff_spark.driver.resume import checkpoint_problems, prepare_start
 from handoff_spark.sink import registry
 
 from bq_common import read_dead_letters, table_counts
-from bq_support import bq_config
+from bq_support import bq_config, old_ledger_table
 from sink_support import write_offsets
 
 pytestmark = [pytest.mark.bigquery, pytest.mark.kafka]
@@ -159,14 +156,8 @@ def test_a_crash_between_the_data_commit_and_the_index_row_of_a_filtered_tail_re
 
 
 def test_an_old_ledger_table_grows_the_late_and_dropped_columns(bigquery, tmp_path):
-    dataset = f"rowsledger_{uuid.uuid4().hex[:8]}"
+    cfg, ref = old_ledger_table(bigquery, tmp_path, without=("late_rows", "dropped_rows"))
     client = bigquery.bq_client()
-    client.create_dataset(f"{bigquery.project}.{dataset}")
-    cfg = bq_config(tmp_path, bigquery, "127.0.0.1:9", "orders", dataset=dataset, table="orders",
-                    handoffId="ns/orders")
-    ref = bigquery_client.table_ref(cfg.sink, bigquery_ledger.ledger_table(cfg.sink))
-    old: list[Any] = [f for f in bigquery_ledger._LEDGER_FIELDS if f[0] not in ("late_rows", "dropped_rows")]
-    client.create_table(bq.Table(ref, schema=[bq.SchemaField(n, t, mode=m) for n, t, m in old]))
     ms = int(time.time() * 1000)
     assert bigquery_ledger.record_batch(cfg, 0, {"orders": {"0": [0, 5]}}, 5, 0, ms, ms * 1000)
     assert bigquery_ledger.record_batch(cfg, 1, {"orders": {"0": [5, 20]}}, 4, 3, ms, ms * 1000 + 1,
