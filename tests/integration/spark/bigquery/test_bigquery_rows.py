@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from handoff_spark import checkpoint as ckpt
+from handoff_spark import checkpoint as ckpt, ledger as ledger_face
 from handoff_spark.bigquery import ledger as bigquery_ledger
 from handoff_spark.bigquery import sink
 from handoff_spark.driver.resume import checkpoint_problems, prepare_start
@@ -82,6 +82,8 @@ def test_rows_path_commit_counts_dead_letters_and_replay(bigquery, kafka, tmp_pa
     assert not ckpt.read_frame_stats(str(cp), 0)  # summed, then cleared
     (c0,) = bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id)
     assert (c0.offsets, c0.rows, c0.dlq_rows, c0.late_rows, c0.dropped_rows) == ({topic: {0: (0, 100)}}, 68, 4, 2, 28)
+    (shown,) = ledger_face.entries(cfg)  # `handoff ledger show -o json`
+    assert (shown["rows"], shown["deadLetters"], shown["lateRows"], shown["droppedRows"]) == (68, 4, 2, 28)
     # the table's own end is 80 (the tail was filtered); the ledger index covers the batch to 100
     assert bigquery_ledger.table_offsets(cfg.sink) == {topic: {0: 80}}
     assert bigquery_ledger.resume_offsets(cfg.sink, cfg.handoff_id) == {topic: {0: 100}}
