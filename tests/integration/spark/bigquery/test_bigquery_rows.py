@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -169,3 +170,48 @@ def test_an_old_ledger_table_grows_the_late_and_dropped_columns(bigquery, tmp_pa
     assert [f.mode for f in client.get_table(ref).schema][-2:] == ["NULLABLE", "NULLABLE"]
     commits = bigquery_ledger.list_commits(cfg.sink, "ns/orders")
     assert [(c.batch_id, c.late_rows, c.dropped_rows) for c in commits] == [(1, 3, 8), (0, None, None)]
+
+
+def test_rows_bigquery_refuses_are_row_dead_letters_behind_rows_the_sink_refused(bigquery, kafka, tmp_path):
+    """BigQuery's own row errors on the rows path (the test bed's fault proxy refuses a request holding a row whose
+    region starts with REJECT, as BigQuery would): each refused row is one dead letter whose value is that row, found
+    by position past the rows the sink itself dead-lettered earlier in the same chunk (null required ids)."""
+    from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
+
+    topic, dlq = "bq-rows-row-errors", "bq-rows-row-errors-dlq"
+    kafka.create_topic(topic, partitions=1)
+    kafka.create_topic(dlq, partitions=1)
+    proxy = BigQueryWriteFaultProxy(bigquery.grpc_endpoint).start()
+    try:
+        cfg = bq_config(tmp_path, bigquery, kafka.bootstrap, topic, deadLetterTopic=dlq,
+                        sink={"grpcEndpoint": proxy.endpoint, "maxRowsPerRequest": 20})
+        plan = sink.prepare(cfg)
+        cp = tmp_path / "checkpoint"
+        write_offsets(cp, 0, {topic: {"0": 120}}, initial={topic: {"0": 0}})
+        frame_counts(cp, 0, topic, 0, 0, 120)
+        offsets = list(range(120))
+        rows = frame_rows(topic, 0, offsets, null_id={4, 9, 33})
+        refused = {17, 50, 51, 118}
+        region = rows.column(rows.schema.get_field_index("region")).to_pylist()
+        rows = rows.set_column(rows.schema.get_field_index("region"), "region",
+                               pa.array([f"REJECT-{o}" if o in refused else r for o, r in zip(offsets, region)]))
+        (msg,) = [sink.write_rows_partition(cfg, plan, iter([rows]), 0)]
+        assert (msg.rows, msg.dlq_rows) == (113, 7)
+        r0 = sink.commit_batch(cfg, [msg], 0, frames=True)
+        assert (r0.rows, r0.dlq_rows, r0.records) == (113, 7, 120) and table_counts(cfg) == (113, 113)
+        (c0,) = bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id)
+        assert (c0.dlq_rows, c0.dropped_rows) == (7, 0)
+        seen: dict[int, tuple[str, dict[str, Any]]] = {}
+        for m in read_dead_letters(kafka.bootstrap, dlq, 7):
+            h = {k: v.decode() for k, v in m.headers()}
+            assert h["handoff.value"] == "row-json"
+            row = json.loads(m.value())
+            assert row["_kafka_offset"] == int(h["handoff.source.offset"])
+            seen[row["_kafka_offset"]] = (h["handoff.reason"], row)
+            if h["handoff.reason"] == "rejected-by-bigquery":
+                assert row_error_message("region", row["region"]) in h["handoff.error"]
+        assert {o: reason for o, (reason, _) in seen.items()} == {
+            **{o: "missing-required" for o in (4, 9, 33)}, **{o: "rejected-by-bigquery" for o in refused}}
+        assert all(seen[o][1]["region"] == f"REJECT-{o}" for o in refused)
+    finally:
+        proxy.stop()
