@@ -76,10 +76,11 @@ def assert_exactly_once(cfg: AppConfig, bootstrap: str, produced: int, topic: st
 
 
 def run_bq_app(tmp_path: Path, cfg: AppConfig, env: dict[str, str] | None = None, timeout: float = 300,
-               on_commits: tuple[int, Callable[[], None]] | None = None) -> Run:
+               on_commits: tuple[int, Callable[[], None]] | None = None, kill_after_commits: int | None = None) -> Run:
     """One run of the real driver entry point (`python -m handoff_spark run --available-now`) in its own
     session, so a fault hook's kill -9 takes driver, JVM and Python workers. `on_commits=(n, fn)`: call fn once
-    while the app runs, when n batches are in the table (emulator restart)."""
+    while the app runs, when n batches are in the table (emulator restart). `kill_after_commits`: kill -9 the
+    app's process group once that many batches are in the table (at whatever point the app is then in)."""
     n = len(list(tmp_path.glob("app-*.log")))
     log = tmp_path / f"app-{n}.log"
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
@@ -96,6 +97,10 @@ def run_bq_app(tmp_path: Path, cfg: AppConfig, env: dict[str, str] | None = None
                 if on_commits is not None and bq_commits(cfg) >= on_commits[0]:
                     on_commits[1]()
                     on_commits = None
+                if kill_after_commits is not None and bq_commits(cfg) >= kill_after_commits:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    break
                 time.sleep(0.3)
         finally:
             if proc.poll() is None:
@@ -114,5 +119,6 @@ def run_bq_to_completion(tmp_path: Path, cfg: AppConfig, max_runs: int = 4, **kw
             return runs
         kw.pop("env", None)
         kw.pop("on_commits", None)
+        kw.pop("kill_after_commits", None)
     raise AssertionError(f"app never finished cleanly: {[(r.returncode, str(r.log)) for r in runs]}\n"
                          + runs[-1].log.read_text()[-4000:])

@@ -478,7 +478,9 @@ class TransformSpec(SpecModel):
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
         "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
         "[{name: customers, table: crm.customers}] for ... FROM source s JOIN customers c ON s.customer_id = c.id. "
-        "Each is read once when the driver starts: a change to the table shows after the next restart."))
+        "Each is read when the query starts; the driver checks the tables every 10 s and, when one changed, "
+        "restarts the query at a batch boundary to join the new content. Iceberg sink only (BigQuery lookups "
+        "are not built)."))
 
 
 class DedupeSpec(SpecModel):
@@ -488,9 +490,10 @@ class DedupeSpec(SpecModel):
         "Columns of the business key, after the transform if one is set, e.g. [order_id]."))
     within: Duration = Field(description=(
         "The window, in event time (eventTime.column, else the Kafka timestamp): a record whose keys were seen "
-        "this recently is dropped and counted (ledger handoff.dropped-rows, metric handoff_duplicates_dropped). "
-        "It is also the delay of Spark's watermark; without eventTime, a record whose Kafka timestamp is this far "
-        "behind the newest one of an earlier batch is late: a dead letter with reason late. Example: 1h."))
+        "this recently is dropped and counted (ledger handoff.dropped-rows; BigQuery: dropped_rows; metric "
+        "handoff_duplicates_dropped). It is also the delay of Spark's watermark; without eventTime, a record "
+        "whose Kafka timestamp is this far behind the newest one of an earlier batch is late: a dead letter "
+        "with reason late. Example: 1h."))
 
 
 class EventTimeSpec(SpecModel):
@@ -507,7 +510,7 @@ class EventTimeSpec(SpecModel):
     late_records: Literal["deadLetter", "keep"] = Field(default="deadLetter", description=(
         "What happens to a late record: deadLetter (sent to deadLetter.topic with reason late, not written) or "
         "keep (written like the others; not allowed with a dedupe). Counted either way in the ledger "
-        "(handoff.late-rows)."))
+        "(handoff.late-rows; BigQuery: late_rows)."))
 
 
 class StreamTableHandoffSpec(SpecModel):
@@ -539,16 +542,16 @@ class StreamTableHandoffSpec(SpecModel):
     transform: TransformSpec | None = Field(default=None, description=(
         "Spark SQL over each micro-batch's records before the table (filter, derive, cast, enrich). With any of "
         "transform, dedupe or eventTime, records travel as Spark rows (the DataFrame path) and the driver checks "
-        "the pipeline before it starts. Iceberg sink only so far (refused with BigQuery)."))
+        "the pipeline before it starts. Iceberg and BigQuery sinks (lookups: Iceberg only)."))
     dedupe: DedupeSpec | None = Field(default=None, description=(
         "Drop records whose business key was seen within a window, by Spark (withWatermark + "
         "dropDuplicatesWithinWatermark). The keys seen are kept in the checkpoint; a driver that starts without "
         "one (lost or discarded) first re-reads from Kafka the records the table's ledger committed within the "
         "window, as far back as Kafka still holds them, to rebuild the keys without writing them again. Needs "
-        "deadLetter.topic. Iceberg sink only so far. Example: {keys: [order_id], within: 1h}."))
+        "deadLetter.topic.  Iceberg and BigQuery sinks. Example: {keys: [order_id], within: 1h}."))
     event_time: EventTimeSpec | None = Field(default=None, description=(
-        "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg sink only so "
-        "far. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}."))
+        "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg and BigQuery "
+        "sinks. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 
@@ -575,10 +578,9 @@ class StreamTableHandoffSpec(SpecModel):
             if self.event_time is not None and \
                     parse_duration(self.event_time.watermark) > parse_duration(self.dedupe.within):
                 raise ValueError("eventTime.watermark must be at most dedupe.within")
-        if (self.transform is not None or self.dedupe is not None or self.event_time is not None) \
-                and self.sink.iceberg is None:
-            raise ValueError("transform, dedupe and eventTime need sink.iceberg (the BigQuery sink's DataFrame "
-                             "path is not built yet); remove them or write to Iceberg")
+        if self.transform is not None and self.transform.lookups and self.sink.iceberg is None:
+            raise ValueError("transform.lookups need sink.iceberg (they are tables of its catalog; BigQuery "
+                             "lookups are not built); remove them or write to Iceberg")
         if self.event_time is not None and self.schema_.event_time_column not in (None, self.event_time.column):
             raise ValueError("schema.eventTimeColumn differs from eventTime.column; remove schema.eventTimeColumn "
                              "(eventTime supersedes it)")

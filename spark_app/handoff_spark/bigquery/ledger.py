@@ -4,7 +4,7 @@ Two sources, with different standing (docs/bigquery-exactly-once.md):
 - the data table is the truth: each row carries `_kafka_topic/_kafka_partition/_kafka_offset`, committed
   atomically with the batch that wrote it (`table_offsets`);
 - `<table>__handoff_ledger` is an index, one row per committed micro-batch (batch id, exact offset range,
-  rows, dead letters, BigQuery commit time, the Schema Registry writer schemas of its rows, the Kafka cluster id
+  rows, dead letters, on the DataFrame path late and dropped records, BigQuery commit time, the Schema Registry writer schemas of its rows, the Kafka cluster id
   and topic ids it read), written after the data commit. BatchCommitWriteStreams is atomic
   only within one table, so this row can be missing (crash in between; it is written again when the batch is
   replayed and skipped) but never ahead of the data. It also covers ranges whose records all went to the DLQ,
@@ -46,7 +46,12 @@ _LEDGER_FIELDS = [("handoff_id", "STRING", "REQUIRED"), ("query", "STRING", "REQ
                   # the entry's kind (batch | gap | epoch; NULL: batch, or gap for batch id -1) and why (markers),
                   # and the Kafka identity it read: cluster id, {topic: topic id} as JSON
                   ("kind", "STRING", "NULLABLE"), ("reason", "STRING", "NULLABLE"),
-                  ("kafka_cluster_id", "STRING", "NULLABLE"), ("topic_ids", "STRING", "NULLABLE")]
+                  ("kafka_cluster_id", "STRING", "NULLABLE"), ("topic_ids", "STRING", "NULLABLE"),
+                  # the DataFrame path's counts (NULL on the fused path, or when the read tasks' counts were not
+                  # on the driver's machine): records at or below the watermark line (dead letters or kept), and
+                  # records the transform filtered or the dedupe dropped (Iceberg's handoff.late-rows and
+                  # handoff.dropped-rows)
+                  ("late_rows", "INT64", "NULLABLE"), ("dropped_rows", "INT64", "NULLABLE")]
 _ARROW_TYPES = {"STRING": "string", "INT64": "int64"}
 
 
@@ -125,17 +130,20 @@ def _identity_columns(kafka: dict[str, Any] | None) -> dict[str, Any]:
 def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, list[int]]], rows: int,
                  dlq_rows: int, max_event_time_ms: int | None, commit_time_us: int | None,
                  only_if_missing: bool = False, schemas: dict[str, list[str]] | None = None,
-                 kafka: dict[str, Any] | None = None) -> bool:
+                 kafka: dict[str, Any] | None = None, late_rows: int | None = None,
+                 dropped_rows: int | None = None) -> bool:
     """Append the batch's ledger row through the `_default` stream. Best effort: a failure is logged and
     returns False — correctness never depends on this table. `schemas`: the registry writer schemas of the
     batch's rows, {"<schema id>": ["<subject>:<version>", ...]} (Iceberg's `handoff.schemas`); `kafka`: the
     Kafka identity the batch was read from, `{"cluster": id, "topics": {topic: id}}` (Iceberg's
-    `handoff.kafka`), which the driver compares with Kafka's at the next start."""
+    `handoff.kafka`), which the driver compares with Kafka's at the next start. `late_rows`, `dropped_rows`: the
+    DataFrame path's counts (`sink.commit_batch(frames=True)`), None elsewhere."""
     try:
         _append(cfg, {"batch_id": batch_id, "offsets": json.dumps(offsets, separators=(",", ":")), "rows": rows,
                       "dlq_rows": dlq_rows, "max_event_time_ms": max_event_time_ms, "commit_time_us": commit_time_us,
                       "schemas": json.dumps(schemas, separators=(",", ":"), sort_keys=True) if schemas else None,
-                      "kind": BATCH, **_identity_columns(kafka)}, only_if_missing=only_if_missing)
+                      "kind": BATCH, "late_rows": late_rows, "dropped_rows": dropped_rows,
+                      **_identity_columns(kafka)}, only_if_missing=only_if_missing)
         return True
     except Exception:  # noqa: BLE001 — the ledger is an index, not the truth
         log.warning("batch %s: could not record the ledger row (the data commit stands)", batch_id, exc_info=True)
@@ -249,7 +257,9 @@ def _select(sink: BigQuerySink, handoff_id: str | None, client: Any | None, wher
                    kind=r.get("kind") or (GAP if batch_id < 0 else BATCH), reason=r.get("reason") or None,
                    kafka_cluster_id=r.get("kafka_cluster_id") or None,
                    topic_ids=json.loads(r["topic_ids"]) if r.get("topic_ids") else None,
-                   schemas=json.loads(r["schemas"]) if r.get("schemas") else None)
+                   schemas=json.loads(r["schemas"]) if r.get("schemas") else None,
+                   late_rows=None if r.get("late_rows") is None else int(r["late_rows"]),
+                   dropped_rows=None if r.get("dropped_rows") is None else int(r["dropped_rows"]))
         # At-least-once index: a row written twice is one entry (first row wins). Markers all have batch id -1,
         # and a fresh checkpoint (or a recreated topic's) counts batches from 0 again: the key says which.
         key = (c.handoff_id, c.query, c.batch_id, c.kind, r["offsets"], r.get("topic_ids"))

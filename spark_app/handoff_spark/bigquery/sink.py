@@ -163,16 +163,17 @@ def writer_settings(sink: BigQuerySink) -> dict[str, Any]:
 
 
 class _DeadLetters:
-    """Dead letters of one task, grouped by the raw batch they came from (the DLQ record keeps the original
-    key, value and headers)."""
+    """Dead letters of one task, grouped by what they are made of: the raw Kafka batch they came from (the DLQ
+    record keeps the original key, value and headers), or, on the DataFrame path, the Spark rows (the value is the
+    row as JSON: `sink.dead_letters.send_row_dead_letters`)."""
 
     def __init__(self) -> None:
-        self.by_raw: list[tuple[pa.Table, list[DeadLetter]]] = []
+        self.groups: list[tuple[pa.Table, list[DeadLetter], bool]] = []
         self.count = 0
 
-    def add(self, raw: pa.Table, dead: list[DeadLetter]) -> None:
+    def add(self, source: pa.Table, dead: list[DeadLetter], as_rows: bool = False) -> None:
         if dead:
-            self.by_raw.append((raw, dead))
+            self.groups.append((source, dead, as_rows))
             self.count += len(dead)
 
     def send(self, cfg: AppConfig) -> None:
@@ -180,52 +181,149 @@ class _DeadLetters:
             return
         from handoff_spark.sink import dead_letters as dlq
 
-        for raw, dead in self.by_raw:
-            dlq.send_dead_letters(cfg, raw, dead)
+        for source, dead, as_rows in self.groups:
+            if as_rows:
+                dlq.send_row_dead_letters(cfg, source, dead)
+            else:
+                dlq.send_dead_letters(cfg, source, dead)
 
 
-def _rejections_to_dead(raw: pa.Table, decoded: pa.Table, rejected: list[tuple[int, str]], reason: str
-                        ) -> list[DeadLetter]:
-    """Rows of `decoded` (by index) → dead letters pointing at their rows in `raw` (by Kafka coordinates)."""
-    if not rejected:
-        return []
-    where = {(t, p, o): i for i, (t, p, o) in enumerate(zip(raw.column("topic").to_pylist(),
-                                                           raw.column("partition").to_pylist(),
-                                                           raw.column("offset").to_pylist()))}
-    topics = decoded.column(KAFKA_TOPIC).to_pylist()
-    parts = decoded.column(KAFKA_PARTITION).to_pylist()
-    offs = decoded.column(KAFKA_OFFSET).to_pylist()
-    out = []
-    for i, detail in rejected:
-        key = (topics[i], parts[i], offs[i])
-        out.append(DeadLetter(index=where[key], topic=key[0], partition=int(key[1]), offset=int(key[2]),
-                              reason=reason, detail=detail))  # type: ignore[arg-type]
-    return out
+@dataclass(frozen=True)
+class _Chunk:
+    """Decoded rows on their way to the table, and what a dead letter of one of them is made of.
+
+    `source`: the raw Kafka records the rows were decoded from (a row finds its record by Kafka coordinates:
+    decoding drops and reorders nothing it keeps, but dead letters leave gaps), or, on the DataFrame path, the rows
+    themselves as Spark handed them over (`by_position`: row i is source row i; there is no record to keep, and a
+    transform may even make two rows of one record, so coordinates would not tell them apart)."""
+
+    source: pa.Table
+    rows: pa.Table
+    by_position: bool = False
+
+    def dead(self, rejected: list[tuple[int, str]], reason: str) -> list[DeadLetter]:
+        """Rows of `rows` (position, detail) → dead letters pointing at their rows in `source`."""
+        if not rejected:
+            return []
+        at = pa.array([i for i, _ in rejected], pa.int64())
+        topics, parts, offs = (self.rows.column(n).take(at).to_pylist()
+                               for n in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET))
+        if self.by_position:
+            index = [i for i, _ in rejected]
+        else:
+            where = {(t, p, o): i for i, (t, p, o) in enumerate(zip(self.source.column("topic").to_pylist(),
+                                                                   self.source.column("partition").to_pylist(),
+                                                                   self.source.column("offset").to_pylist()))}
+            index = [where[key] for key in zip(topics, parts, offs)]
+        return [DeadLetter(index=j, topic=t, partition=int(p), offset=int(o), reason=reason,  # type: ignore[arg-type]
+                           detail=detail) for j, t, p, o, (_, detail) in zip(index, topics, parts, offs, rejected)]
+
+
+def _nth_kept(n: int, rejected: list[int]) -> int:
+    """The position of the `n`-th row (from 0) that is not in `rejected` (sorted positions)."""
+    pos = n
+    for r in rejected:
+        if r > pos:
+            break
+        pos += 1
+    return pos
+
+
+class _TaskAppender:
+    """What both write tasks do with decoded rows (`write_partition`: decoded here from Kafka records;
+    `write_rows_partition`: rows Spark made on the DataFrame path): stamp the batch id and the topic id, conform to
+    the table's fields (adding discovered columns under evolution=compatible), dead-letter the rows BigQuery would
+    reject, append the rest (PENDING streams under exactlyOnce), and, once the streams are closed, dead-letter the
+    rows BigQuery itself rejected. One class so that the two paths cannot drift apart in what reaches the table."""
+
+    def __init__(self, cfg: AppConfig, plan: TablePlan, batch_id: int | None) -> None:
+        self.cfg, self.plan, self.batch_id = cfg, plan, batch_id
+        self.sink = _sink(cfg)
+        self.fields = list(plan.fields)
+        self.settings = writer_settings(self.sink)
+        self.requests_sent = 0
+        self.msg = BigQueryCommitMessage()
+        self.dead = _DeadLetters()
+        # Each appended chunk with its rejected positions (sorted) and its appended row count, for BigQuery row
+        # errors found after the fact (`writer.rejected` numbers rows across all appends).
+        self.appended: list[tuple[_Chunk, list[int], int]] = []
+        self.event_times: list[int] = []
+        self.writer = StreamWriter(bigquery_client.write_client(self.sink), bigquery_client.table_path(self.sink),
+                                   arrow_schema(self.fields), pending=self.sink.write_mode == "exactlyOnce",
+                                   retry=RetryPolicy(), on_request=self._on_request, **self.settings)
+
+    def _on_request(self) -> None:
+        self.requests_sent += 1
+        if self.batch_id is not None and self.requests_sent == 2:
+            faults.maybe_crash("crash-mid-write", self.batch_id)  # kill -9 mid-append
+
+    def append(self, chunk: _Chunk) -> None:
+        cfg, plan = self.cfg, self.plan
+        decoded = chunk.rows
+        decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
+                                        pa.array([self.batch_id] * decoded.num_rows, pa.int64()))
+        if plan.topic_ids:
+            stamp = dict(plan.topic_ids)
+            decoded = decoded.append_column(pa.field(KAFKA_TOPIC_ID, pa.string()), pa.array(
+                [stamp.get(t) for t in decoded.column(KAFKA_TOPIC).to_pylist()], pa.string()))
+        try:
+            shaped, rejected = conform(decoded, self.fields, plan.dropped)
+        except UnknownColumns as exc:
+            # Discovered columns (evolution=compatible in decode): BigQuery would reject the append. Add them
+            # (NULLABLE) when allowed, else follow onIncompatible.
+            if cfg.schema_.evolution == "compatible":
+                self.fields = _add_discovered(cfg, decoded, exc.names)
+                self.writer = _reopen(self.writer, arrow_schema(self.fields), self.sink, self._on_request,
+                                      self.settings, self.msg)
+                self.msg.new_columns += exc.names
+                shaped, rejected = conform(decoded, self.fields, plan.dropped)
+            elif cfg.schema_.on_incompatible == "halt":
+                raise SchemaIncompatibleError(
+                    f"handoff {cfg.handoff_id}: records have columns {exc.names} the BigQuery table lacks and "
+                    f"schema.evolution is none") from exc
+            else:
+                decoded = decoded.drop_columns(exc.names)
+                shaped, rejected = conform(decoded, self.fields, plan.dropped)
+        self.dead.add(chunk.source, chunk.dead([(r.index, r.reason) for r in rejected],
+                                               "missing-required" if all("REQUIRED" in r.reason for r in rejected)
+                                               else "type-mismatch"), as_rows=chunk.by_position)
+        met = max_event_time_ms(shaped, cfg.schema_.event_time_column)
+        if met is not None:
+            self.event_times.append(met)
+        if shaped.num_rows:
+            self.appended.append((chunk, sorted(r.index for r in rejected), shaped.num_rows))
+            self.writer.write(shaped)
+
+    def finish(self) -> BigQueryCommitMessage:
+        """Close the streams, dead-letter BigQuery's row errors, send every dead letter (durable before the task
+        reports success) and say what the task did."""
+        msg = self.msg
+        streams = self.writer.close()
+        msg.stats.merge(self.writer.stats)
+        # Rows BigQuery refused (row errors): the rest of their requests was resent, these go to the DLQ with
+        # BigQuery's message.
+        for i, text in sorted(self.writer.rejected):
+            base = 0
+            for chunk, rejected, count in self.appended:
+                if i < base + count:
+                    pos = _nth_kept(i - base, rejected)
+                    self.dead.add(chunk.source, chunk.dead([(pos, text)], "rejected-by-bigquery"),
+                                  as_rows=chunk.by_position)
+                    break
+                base += count
+        self.dead.send(self.cfg)  # durable before the task reports success
+        msg.streams = streams
+        msg.rows = msg.stats.rows
+        msg.dlq_rows = self.dead.count
+        msg.max_event_time_ms = max(self.event_times) if self.event_times else None
+        return msg
 
 
 def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.RecordBatch],
                     batch_id: int | None) -> BigQueryCommitMessage:
     """One write task: decode, dead-letter what BigQuery would reject, append the rest, return the streams."""
-    sink = _sink(cfg)
-    exactly_once = sink.write_mode == "exactlyOnce"
-    fields = list(plan.fields)
-    schema = arrow_schema(fields)
-    settings = writer_settings(sink)
-    requests_sent = 0
-
-    def on_request() -> None:
-        nonlocal requests_sent
-        requests_sent += 1
-        if batch_id is not None and requests_sent == 2:
-            faults.maybe_crash("crash-mid-write", batch_id)  # kill -9 mid-append
-
-    writer = StreamWriter(bigquery_client.write_client(sink), bigquery_client.table_path(sink), schema,
-                          pending=exactly_once, retry=RetryPolicy(), on_request=on_request, **settings)
-    msg = BigQueryCommitMessage()
-    dead = _DeadLetters()
-    # Each appended row's origin, for BigQuery row errors found after the fact: (raw batch no., row no.).
-    origins: list[tuple[pa.Table, pa.Table]] = []
-    event_times: list[int] = []
+    task = _TaskAppender(cfg, plan, batch_id)
+    msg = task.msg
     for rb in task_records(cfg, batches):
         if rb.num_rows == 0:
             continue
@@ -233,62 +331,45 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
         raw = pa.Table.from_batches([rb])
         decoded, dead_decode, schemas = decode_source(raw, cfg)
         msg.schemas.update(schemas)
-        dead.add(raw, dead_decode)
-        decoded = decoded.append_column(pa.field(BATCH_ID, pa.int64()),
-                                        pa.array([batch_id] * decoded.num_rows, pa.int64()))
-        if plan.topic_ids:
-            stamp = dict(plan.topic_ids)
-            decoded = decoded.append_column(pa.field(KAFKA_TOPIC_ID, pa.string()), pa.array(
-                [stamp.get(t) for t in decoded.column(KAFKA_TOPIC).to_pylist()], pa.string()))
-        try:
-            shaped, rejected = conform(decoded, fields, plan.dropped)
-        except UnknownColumns as exc:
-            # Discovered columns (evolution=compatible in decode): BigQuery would reject the append. Add them
-            # (NULLABLE) when allowed, else follow onIncompatible.
-            if cfg.schema_.evolution == "compatible":
-                fields = _add_discovered(cfg, decoded, exc.names)
-                schema = arrow_schema(fields)
-                writer = _reopen(writer, schema, sink, on_request, settings, msg)
-                msg.new_columns += exc.names
-                shaped, rejected = conform(decoded, fields, plan.dropped)
-            elif cfg.schema_.on_incompatible == "halt":
-                raise SchemaIncompatibleError(
-                    f"handoff {cfg.handoff_id}: records have columns {exc.names} the BigQuery table lacks and "
-                    f"schema.evolution is none") from exc
-            else:
-                decoded = decoded.drop_columns(exc.names)
-                shaped, rejected = conform(decoded, fields, plan.dropped)
-        dead.add(raw, _rejections_to_dead(raw, decoded, [(r.index, r.reason) for r in rejected],
-                                          "missing-required" if all("REQUIRED" in r.reason for r in rejected)
-                                          else "type-mismatch"))
-        met = max_event_time_ms(shaped, cfg.schema_.event_time_column)
-        if met is not None:
-            event_times.append(met)
-        if shaped.num_rows:
-            origins.append((raw, shaped.select([KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET])))
-            writer.write(shaped)
-    streams = writer.close()
-    msg.stats.merge(writer.stats)
-    if writer.rejected:
-        # Rows BigQuery refused (row errors): the rest of their requests was resent, these go to the DLQ with
-        # BigQuery's message.
-        coords = pa.concat_tables([c for _, c in origins])
-        row_of = {}
-        for raw, _ in origins:
-            for j, key in enumerate(zip(raw.column("topic").to_pylist(), raw.column("partition").to_pylist(),
-                                        raw.column("offset").to_pylist())):
-                row_of[key] = (raw, j)
-        t, p, o = (coords.column(n).to_pylist() for n in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET))
-        for i, text in writer.rejected:
-            raw, j = row_of[(t[i], p[i], o[i])]
-            dead.add(raw, [DeadLetter(index=j, topic=t[i], partition=int(p[i]), offset=int(o[i]),
-                                      reason="rejected-by-bigquery", detail=text)])  # type: ignore[arg-type]
-    dead.send(cfg)  # durable before the task reports success
-    msg.streams = streams
-    msg.rows = msg.stats.rows
-    msg.dlq_rows = dead.count
-    msg.max_event_time_ms = max(event_times) if event_times else None
-    return msg
+        task.dead.add(raw, dead_decode)
+        task.append(_Chunk(raw, decoded))
+    return task.finish()
+
+
+def write_rows_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.RecordBatch],
+                         batch_id: int | None) -> BigQueryCommitMessage:
+    """One write task of the DataFrame path (option `rows=true`): its input is rows Spark made (the frame source's
+    decoded records through the transform and the dedupe), not Kafka records. Nothing is decoded and no decode or
+    late dead letter is sent here (the frame source did both, and counted the records: `commit_batch(frames=True)`
+    takes them from there); rows BigQuery would reject, or rejects, are dead letters whose value is the row as
+    JSON. `records` stays 0: the batch's records are the frame source's count, and its Kafka ranges, so the
+    ledger, come from Spark's offset log at commit, never from the rows.
+
+    A declared `required` column the transform left null is a dead letter (`missing-required`) here: on the fused
+    path decode enforces it, and the table Handoff creates has every declared column NULLABLE."""
+    import pyarrow.compute as pc
+
+    task = _TaskAppender(cfg, plan, batch_id)
+    required = [c.name for c in cfg.schema_.columns if c.required]
+    for rb in batches:
+        if not rb.num_rows:
+            continue
+        rows = pa.Table.from_batches([rb])
+        present = [n for n in required if n in rows.column_names]
+        if present:
+            missing = pc.is_null(rows.column(present[0]))
+            for name in present[1:]:
+                missing = pc.or_(missing, pc.is_null(rows.column(name)))
+            if pc.any(missing).as_py():
+                at = [i for i, hit in enumerate(missing.to_pylist()) if hit]
+                names = {i: [n for n in present if rows.column(n)[i].as_py() is None] for i in at}
+                task.dead.add(rows, _Chunk(rows, rows, by_position=True).dead(
+                    [(i, f"missing required field {', '.join(names[i])} (required in schema.columns; null after "
+                         f"the transform)") for i in at], "missing-required"), as_rows=True)
+                rows = rows.filter(pc.invert(missing))
+        if rows.num_rows:
+            task.append(_Chunk(rows, rows, by_position=True))
+    return task.finish()
 
 
 def _add_discovered(cfg: AppConfig, decoded: pa.Table, names: list[str]) -> list[Field]:
@@ -320,18 +401,26 @@ def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_requ
 
 
 class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
-    def __init__(self, config_json: str, plan: TablePlan) -> None:
+    """Write tasks (executors) append to PENDING streams; the commit (driver side) commits them at once.
+
+    `rows`: the DataFrame path (option `rows=true`): the tasks' input is rows Spark made (`sink.frames` and the
+    transform), not Kafka records or ranges."""
+
+    def __init__(self, config_json: str, plan: TablePlan, rows: bool = False) -> None:
         super().__init__(config_json)
         self.plan = plan
+        self.rows = rows
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
         batch_id = task_batch_id()
         if faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
-        return write_partition(self.cfg, self.plan, iterator, batch_id)
+        task = write_rows_partition if self.rows else write_partition
+        return task(self.cfg, self.plan, iterator, batch_id)
 
     def commit(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        commit_batch(self.cfg, [m for m in messages if m is not None], batchId, dict(self.plan.topic_ids))
+        commit_batch(self.cfg, [m for m in messages if m is not None], batchId, dict(self.plan.topic_ids),
+                     frames=self.rows)
 
     def abort(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
         # Nothing to undo: uncommitted PENDING streams never become visible and BigQuery drops them.
@@ -340,7 +429,8 @@ class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type
 
 
 class BigQuerySinkDataSource(DataSource):  # type: ignore[misc,valid-type]
-    """`df.writeStream.format("handoff-bigquery").option("config", AppConfig JSON)`."""
+    """`df.writeStream.format("handoff-bigquery").option("config", AppConfig JSON)`; `.option("rows", "true")`
+    on the DataFrame path."""
 
     @classmethod
     def name(cls) -> str:
@@ -348,7 +438,8 @@ class BigQuerySinkDataSource(DataSource):  # type: ignore[misc,valid-type]
 
     def streamWriter(self, schema: Any, overwrite: bool) -> BigQueryStreamWriter:  # noqa: N802
         cfg = AppConfig.model_validate_json(self.options["config"])
-        return BigQueryStreamWriter(self.options["config"], prepare(cfg))
+        return BigQueryStreamWriter(self.options["config"], prepare(cfg),
+                                    rows=self.options.get("rows", "false") == "true")
 
 
 DATA_SOURCE = BigQuerySinkDataSource
@@ -360,13 +451,54 @@ def register(spark: Any) -> None:
 
 def ledger_end(cfg: AppConfig) -> dict[tuple[str, int], int]:
     """Where the table ends for this handoff: past every offset in the data table and every range the ledger
-    index records (DLQ-only batches, gaps). A Backfill's own query: the ends its ledger-index rows record."""
+    index records (DLQ-only batches, filtered tails, gaps), and past the checkpoint's pending batch when its rows
+    are in the table (`_with_landed_pending_batch`). A Backfill's own query: the ends its ledger-index rows
+    record."""
     if cfg.backfill is not None:
         commits = bigquery_ledger.list_commits(_sink(cfg), cfg.handoff_id)
         held = bigquery_ledger.ends(commits, incarnations(commits), cfg.query_name)
         return {(t, p): end for t, parts in held.items() for p, end in parts.items()}
+    return _with_landed_pending_batch(cfg, _table_end(cfg))
+
+
+def _table_end(cfg: AppConfig) -> dict[tuple[str, int], int]:
+    """The stream's end as BigQuery alone says it: the data table's offsets and the ledger index's ranges."""
     offsets = bigquery_ledger.resume_offsets(_sink(cfg), cfg.handoff_id)
     return {(t, p): off for t, parts in offsets.items() for p, off in parts.items()}
+
+
+def _with_landed_pending_batch(cfg: AppConfig, end: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """`end`, moved to the end of the checkpoint's pending batch (planned by Spark, not marked done) when that batch
+    is in the data table but its ledger-index row is not (a crash between the two commits).
+
+    Why: the data table's end is the offset after its last row, so when a batch's last records left no row (dead
+    letters; on the DataFrame path also rows the transform filtered or the dedupe dropped) only the index row says
+    where the batch ended, and that row is best effort. Without this the start would see a table ending inside the
+    pending batch, discard the checkpoint (and with it the dedupe's state) and re-read the batch's tail. The rule
+    is the replay check's (`commit_batch`): a batch commit is all-or-nothing, so any row of the batch's range means
+    the whole batch landed; Spark then re-runs the batch, the commit skips it and writes the missing index row.
+    Asked only when the table ends inside the batch's range (at or below its end everywhere, past its start
+    somewhere): a table past the batch is another writer's or a stale checkpoint's case, left to `driver.resume`."""
+    point = ckpt.resume_point(cfg.checkpoint_location)
+    if point.pending_batch is None:
+        return end
+    try:
+        ranges = ckpt.batch_range(cfg.checkpoint_location, point.pending_batch)
+    except ckpt.OffsetLogError:
+        return end
+    moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
+    if not moving or any(end.get(tp, se[0]) > se[1] for tp, se in moving.items()) \
+            or all(end.get(tp, se[0]) >= se[1] for tp, se in moving.items()) \
+            or all(end.get(tp, se[0]) <= se[0] for tp, se in moving.items()):
+        return end
+    sink = _sink(cfg)
+    present = rows_in_range(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), moving,
+                            current_topic_ids(cfg))
+    if not present:
+        return end
+    log.info("batch %s (pending in the checkpoint) is in %s (%d rows) without its ledger-index row: the table ends "
+             "at the batch's end", point.pending_batch, bigquery_client.table_ref(sink), present)
+    return {**end, **{tp: max(end.get(tp, 0), se[1]) for tp, se in moving.items()}}
 
 
 def backfill_overlap(cfg: AppConfig) -> list[str]:
@@ -411,7 +543,7 @@ def overlap_problems(cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[str]:
     duplicate rows. (A start past the end is not refused here: a batch whose last records all went to the DLQ
     leaves no rows, and its ledger-index row is best effort, so the table's end can lag the true one.)"""
     moving = {tp: se for tp, se in ranges.items() if se[1] > se[0]}
-    end = ledger_end(cfg)
+    end = _table_end(cfg)
     return [p for p in contiguity_problems(moving, {tp: end[tp] for tp in moving if tp in end})
             if "already holds" in p]
 
@@ -511,13 +643,35 @@ def degraded_reason(stats: AppendStats) -> str | None:
 
 
 def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: int,
-                 topic_ids: dict[str, str] | None = None) -> CommitResult:
+                 topic_ids: dict[str, str] | None = None, frames: bool = False) -> CommitResult:
     """Driver: make batch `batch_id` visible exactly once (see the module docstring), then record it.
-    `topic_ids`: the writer's `TablePlan.topic_ids` (None: read from the ledger when the replay check runs)."""
+    `topic_ids`: the writer's `TablePlan.topic_ids` (None: read from the ledger when the replay check runs).
+
+    `frames`: the DataFrame path (`sink.frames`): the write tasks saw rows, not records; what the batch read, sent
+    to dead letters (decode, late) and its newest event time come from the read tasks' counts (as Iceberg's
+    `commit_batch(frames=True)`), and the ledger index records how many records were late and how many the
+    transform filtered or the dedupe dropped (read − dead letters − rows). The replay check is unchanged: a
+    replayed batch's SQL and dedupe (the state of the batch before) give the same rows."""
     sink = _sink(cfg)
     t0 = time.monotonic()
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
     offsets_json = ckpt.to_json_ranges(ranges)
+    late_rows: int | None = None
+    dropped_rows: int | None = None
+    if frames:
+        from handoff_spark.sink.frames import frame_counts
+
+        counts = frame_counts(cfg, batch_id, ranges)
+        if counts.complete:
+            written = sum(m.rows for m in msgs)
+            rejected = sum(m.dlq_rows for m in msgs)  # rows BigQuery would reject or rejected: dead letters too
+            msgs = [*msgs, BigQueryCommitMessage(records=counts.records, dlq_rows=counts.dlq_rows,
+                                                 max_event_time_ms=counts.max_event_time_ms)]
+            late_rows = counts.late_rows
+            dropped_rows = max(0, counts.records - counts.dlq_rows - rejected - written)
+        else:
+            log.warning("batch %s: the read tasks' counts are not all on this machine (executors without the "
+                        "checkpoint's volume): the ledger index records rows only", batch_id)
     ref = bigquery_client.table_ref(sink)
     rows = sum(m.rows for m in msgs)
     dlq_rows = sum(m.dlq_rows for m in msgs)
@@ -569,7 +723,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event, snapshot_id,
                                      only_if_missing=skipped,
                                      schemas={sid: v for m in msgs for sid, v in m.schemas.items()},
-                                     kafka=ckpt.read_kafka_identity(cfg.checkpoint_location))
+                                     kafka=ckpt.read_kafka_identity(cfg.checkpoint_location),
+                                     late_rows=late_rows, dropped_rows=dropped_rows)
     # a backfill never moves the stream's group offsets
     group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
         if nonempty and cfg.backfill is None else True
@@ -581,6 +736,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
         degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs), max_event_time_ms=newest_event)
     write_last_commit(cfg.checkpoint_location, result)
+    if frames:
+        ckpt.clear_frame_stats(cfg.checkpoint_location, up_to=batch_id)
     return result
 
 
@@ -588,5 +745,5 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
 
 __all__ = ["DATA_SOURCE", "BigQuerySinkDataSource", "ledger_end", "ledger_identity", "current_topic_ids",
            "record_epoch", "overlap_problems", "BigQueryStreamWriter", "BigQueryCommitMessage", "CommitResult", "TablePlan",
-           "prepare", "register", "commit_batch", "write_partition", "rows_in_range", "read_last_commit",
+           "prepare", "register", "commit_batch", "write_partition", "write_rows_partition", "rows_in_range", "read_last_commit",
            "SchemaIncompatibleError", "BatchCommitError"]

@@ -30,7 +30,9 @@ log = logging.getLogger("handoff.transform")
 #: The view the SQL reads (`spec.transform.sql: SELECT … FROM source`).
 SOURCE_VIEW = "source"
 #: The sinks whose rows writer is built (`rows=true`).
-ROWS_SINKS = frozenset({"iceberg"})
+ROWS_SINKS = frozenset({"iceberg", "bigquery"})
+#: The sinks whose catalog can serve `transform.lookups` (BigQuery lookups are not built).
+LOOKUP_SINKS = frozenset({"iceberg"})
 
 
 class TransformInvalid(HandoffConfigError):
@@ -101,8 +103,13 @@ def check(spark: Any, cfg: AppConfig) -> None:
     from handoff_spark.decode.frame import frame_schema
 
     if cfg.sink.kind not in ROWS_SINKS:
-        raise TransformInvalid("spec.sink", f"transform, dedupe and eventTime run on the Iceberg sink only so far "
-                                            f"(not {cfg.sink.kind}); remove them or write to Iceberg")
+        raise TransformInvalid("spec.sink", f"transform, dedupe and eventTime run on the "
+                                            f"{' and '.join(sorted(ROWS_SINKS))} sinks (not {cfg.sink.kind}); remove "
+                                            f"them or write to one of those")
+    if cfg.transform is not None and cfg.transform.lookups and cfg.sink.kind not in LOOKUP_SINKS:
+        raise TransformInvalid("spec.transform.lookups", f"lookups are read from the Iceberg sink's catalog; the "
+                                                         f"{cfg.sink.kind} sink has none (BigQuery lookups are not "
+                                                         f"built); remove them or write to Iceberg")
     if not cfg.schema_.columns:
         raise TransformInvalid("spec.schema.columns", "transform, dedupe and eventTime need the records' columns "
                                                       "declared (or a Schema Registry format); declare them")

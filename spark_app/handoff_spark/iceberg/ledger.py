@@ -80,6 +80,8 @@ def commit_of(snapshot: Snapshot) -> Commit | None:
         lost={t: {int(p): (int(se[0]), int(se[1])) for p, se in parts.items()}
               for t, parts in json.loads(props[LOST]).items()} if props.get(LOST) else None,
         schemas=json.loads(props[SCHEMAS]) if props.get(SCHEMAS) else None,
+        late_rows=int(props[LATE_ROWS]) if props.get(LATE_ROWS) else None,
+        dropped_rows=int(props[DROPPED_ROWS]) if props.get(DROPPED_ROWS) else None,
     )
 
 

@@ -141,7 +141,9 @@ def entries(cfg: AppConfig, limit: int | None = None) -> list[dict[str, Any]]:
         out.append({"kind": c.kind, "snapshot": c.snapshot_id, "query": c.query, "batch": c.batch_id,
                     "timestampMs": c.timestamp_ms, "rows": c.rows, "deadLetters": c.dlq_rows,
                     "offsets": {t: {str(p): list(se) for p, se in parts.items()} for t, parts in c.offsets.items()},
-                    "kafkaCluster": c.kafka_cluster_id, "topicIds": c.topic_ids, "reason": c.reason})
+                    "kafkaCluster": c.kafka_cluster_id, "topicIds": c.topic_ids, "reason": c.reason,
+                    # the DataFrame path's counts (None elsewhere)
+                    "lateRows": c.late_rows, "droppedRows": c.dropped_rows})
     return out
 
 

@@ -44,6 +44,10 @@ class Commit:
     lost: Ranges | None = None  # offsets of the range retention deleted unread
     #: Schema Registry writer schemas of the entry's rows: {"<schema id>": ["<subject>:<version>", ...]}
     schemas: dict[str, list[str]] | None = None
+    #: The DataFrame path's counts (None elsewhere): records at or below the watermark line, and records the
+    #: transform filtered or the dedupe dropped (Iceberg: handoff.late-rows, handoff.dropped-rows).
+    late_rows: int | None = None
+    dropped_rows: int | None = None
 
     @property
     def end_offsets(self) -> Offsets:

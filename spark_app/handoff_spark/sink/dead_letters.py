@@ -16,10 +16,21 @@ A dead letter too large for the dead-letter topic (a `too-large` record, or any 
 `TRUNCATED_BYTES` and the header `handoff.truncated` = `key=<bytes>,value=<bytes>` (their full lengths), and,
 if even that is refused, cut to `LAST_RESORT_BYTES` and without its original headers (`handoff.headers.omitted`).
 The full record stays where the source headers say until the source topic's retention deletes it.
+
+Dead letters of rows (`send_row_dead_letters`): on the DataFrame path a row BigQuery rejects was made by Spark (the
+transform), and its Kafka record is no longer beside it. Such a dead letter's value is the row as JSON (as the
+transform made it), its key null, its timestamp the row's `_kafka_timestamp`, and it carries one more header,
+`handoff.value` = `row-json`, so a person re-producing it knows the value is not the original record (that one is
+in the source topic at `handoff.source.*` until retention deletes it). Other dead letters are unchanged.
 """
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import decimal
+import json
 import threading
+from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
@@ -36,6 +47,8 @@ LAST_RESORT_BYTES = 1024
 #: Kafka's MSG_SIZE_TOO_LARGE (librdkafka's own check against message.max.bytes, or the broker's against the
 #: topic's max.message.bytes) and RECORD_LIST_TOO_LARGE: the dead letter itself is too big.
 _TOO_LARGE = (10, 18)
+#: The header a row dead letter adds (see the module docstring).
+ROW_VALUE_HEADER = ("handoff.value", b"row-json")
 _producers: dict[tuple[tuple[str, str], ...], Any] = {}
 _lock = threading.Lock()
 
@@ -94,8 +107,51 @@ def _shrunk(key: bytes | None, value: bytes | None, headers: list[tuple[str, byt
     return None if key is None else key[:cut], None if value is None else value[:cut], kept + extra
 
 
-def send_dead_letters(cfg: AppConfig, raw: pa.Table | pa.RecordBatch, dead: Iterable[DeadLetter]) -> int:
-    """Produce `dead` (rows of `raw`) to `cfg.dead_letter_topic`, flush, raise if any failed. Returns count."""
+def _json_value(value: Any) -> Any:
+    """What `json` cannot write itself, as a row's columns hold it: timestamps and dates as ISO 8601, bytes as
+    base64, decimals as their exact text."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def row_values(rows: pa.Table, indices: list[int]) -> list[bytes]:
+    """Rows `indices` of `rows` as compact JSON objects, columns in the table's order."""
+    picked = rows.take(pa.array(indices, pa.int64())).to_pylist()
+    return [json.dumps(r, default=_json_value, separators=(",", ":"), ensure_ascii=False).encode() for r in picked]
+
+
+def send_row_dead_letters(cfg: AppConfig, rows: pa.Table, dead: Iterable[DeadLetter]) -> int:
+    """Produce `dead` (rows of `rows`, Spark rows with the `_kafka_*` columns, not Kafka records) as dead letters
+    whose value is the row as JSON (see the module docstring), with the usual headers and `handoff.value`.
+    Returns count."""
+    from handoff_spark.contract import KAFKA_TIMESTAMP
+
+    dead = list(dead)
+    if not dead:
+        return 0
+    indices = [d.index for d in dead]
+    n = len(indices)
+    if KAFKA_TIMESTAMP in rows.column_names:
+        ts = rows.column(KAFKA_TIMESTAMP).take(pa.array(indices, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
+    else:
+        ts = pa.nulls(n, pa.timestamp("us", tz="UTC"))
+    records = pa.table({"key": pa.nulls(n, pa.binary()), "value": pa.array(row_values(rows, indices), pa.binary()),
+                        "headers": pa.nulls(n), "timestamp": ts})
+    return send_dead_letters(cfg, records, [replace(d, index=i) for i, d in enumerate(dead)],
+                             extra_headers=[ROW_VALUE_HEADER])
+
+
+def send_dead_letters(cfg: AppConfig, raw: pa.Table | pa.RecordBatch, dead: Iterable[DeadLetter],
+                      extra_headers: list[tuple[str, bytes]] | None = None) -> int:
+    """Produce `dead` (rows of `raw`) to `cfg.dead_letter_topic`, flush, raise if any failed. Returns count.
+    `extra_headers`: added after Handoff's usual ones (`send_row_dead_letters`' `handoff.value`)."""
     dead = list(dead)
     if not dead:
         return 0
@@ -113,7 +169,8 @@ def send_dead_letters(cfg: AppConfig, raw: pa.Table | pa.RecordBatch, dead: Iter
 
     producer = _producer(producer_conf(cfg))
     pending = [(dl, key, value, [(h["key"], h["value"]) for h in (hdrs or [])]
-                + dead_letter_headers(dl, cfg.handoff_id, None if t_us is None else t_us // 1000))
+                + dead_letter_headers(dl, cfg.handoff_id, None if t_us is None else t_us // 1000)
+                + list(extra_headers or ()))
                for dl, key, value, hdrs, t_us in zip(dead, keys, values, orig_headers, ts)]
     for shrink in range(3):  # as is; key and value cut; original headers left out too
         too_large: list[int] = []

@@ -4,28 +4,19 @@ next time a row is written: no migration step. Against the emulator."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
-from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
+from handoff_spark.bigquery import ledger as bigquery_ledger
 
-from bq_support import bq_config
+from bq_support import old_ledger_table
 
 pytestmark = pytest.mark.bigquery
 
 
 def test_ledger_rows_carry_writer_schemas_and_an_old_ledger_table_grows_the_column(bigquery, tmp_path):
-    from google.cloud import bigquery as bq
-
-    dataset = f"schemas_{uuid.uuid4().hex[:8]}"
+    cfg, ref = old_ledger_table(bigquery, tmp_path, without=("schemas",))
     client = bigquery.bq_client()
-    client.create_dataset(f"{bigquery.project}.{dataset}")
-    cfg = bq_config(tmp_path, bigquery, "127.0.0.1:9", "orders", dataset=dataset, table="orders",
-                    handoffId="ns/orders")
-    ref = bigquery_client.table_ref(cfg.sink, bigquery_ledger.ledger_table(cfg.sink))
-    old_fields = [f for f in bigquery_ledger._LEDGER_FIELDS if f[0] != "schemas"]
-    client.create_table(bq.Table(ref, schema=[bq.SchemaField(n, t, mode=m) for n, t, m in old_fields]))
 
     ms = int(time.time() * 1000)
     assert bigquery_ledger.record_batch(cfg, 0, {"orders": {"0": [0, 5]}}, 5, 0, ms, ms * 1000)  # json format

@@ -345,3 +345,17 @@ def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
         del fields[key]
     assert _render(spec(**fields)).config_hash != _render(spec(**TRANSFORM)).config_hash
     assert _render(spec(**TRANSFORM)).config_hash == _render(spec(**TRANSFORM)).config_hash
+
+
+BIGQUERY = {"sink": {"bigquery": {"project": "p1", "dataset": "d", "table": "t"}}}
+
+
+def test_transform_dedupe_and_event_time_are_accepted_on_bigquery_but_lookups_are_not():
+    _parsed, problems = parse_spec(spec(**BIGQUERY, **TRANSFORM))
+    assert not [p for p in problems if "transform" in str(p) or "dedupe" in str(p) or "eventTime" in str(p)], problems
+    lookups = {**TRANSFORM, "transform": {"sql": "SELECT * FROM source",
+                                          "lookups": [{"name": "customers", "table": "crm.customers"}]}}
+    _parsed, problems = parse_spec(spec(**BIGQUERY, **lookups))
+    assert problems and any("transform.lookups need sink.iceberg" in str(p) for p in problems), problems
+    _parsed, problems = parse_spec(spec(**lookups))  # Iceberg: lookups are its catalog's tables
+    assert not problems, problems
