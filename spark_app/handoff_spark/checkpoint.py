@@ -393,3 +393,9 @@ def write_seed_line(checkpoint: str, line: dict[TopicPartition, int]) -> None:
 
 def read_seed_line(checkpoint: str) -> dict[TopicPartition, int]:
     return parse_seed_line(read_text(checkpoint, SEED_FILE))
+
+
+def clip_to_seed_line(ranges: OffsetRange, line: dict[TopicPartition, int]) -> OffsetRange:
+    """A batch's ranges as its commit records them: starting at the seed line where the batch began below it (its
+    records below the line only rebuilt the dedupe's window and are in the table already; `driver.seed`)."""
+    return {tp: (max(s, min(line.get(tp, s), e)), e) for tp, (s, e) in ranges.items()}

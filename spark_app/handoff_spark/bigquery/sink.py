@@ -50,7 +50,7 @@ from handoff_spark.decode.records import DeadLetter
 from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
-from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, above_seed_line, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -400,23 +400,34 @@ def _reopen(writer: StreamWriter, schema: pa.Schema, sink: BigQuerySink, on_requ
     return fresh
 
 
+def _above_line(batches: Iterator[pa.RecordBatch], seed_line: str | None) -> Iterator[pa.RecordBatch]:
+    """The rows writer's input without the seed rows (`sink.common.above_seed_line`)."""
+    line = ckpt.parse_seed_line(seed_line)
+    for rb in batches:
+        if line and rb.num_rows:
+            yield from above_seed_line(pa.Table.from_batches([rb]), line).to_batches()
+        else:
+            yield rb
+
+
 class BigQueryStreamWriter(ConfigOnDemand, DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
     """Write tasks (executors) append to PENDING streams; the commit (driver side) commits them at once.
 
     `rows`: the DataFrame path (option `rows=true`): the tasks' input is rows Spark made (`sink.frames` and the
     transform), not Kafka records or ranges."""
 
-    def __init__(self, config_json: str, plan: TablePlan, rows: bool = False) -> None:
+    def __init__(self, config_json: str, plan: TablePlan, rows: bool = False, seed_line: str | None = None) -> None:
         super().__init__(config_json)
         self.plan = plan
-        self.rows = rows
+        self.rows, self.seed_line = rows, seed_line
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BigQueryCommitMessage:
         batch_id = task_batch_id()
         if faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
-        task = write_rows_partition if self.rows else write_partition
-        return task(self.cfg, self.plan, iterator, batch_id)
+        if self.rows:
+            return write_rows_partition(self.cfg, self.plan, _above_line(iterator, self.seed_line), batch_id)
+        return write_partition(self.cfg, self.plan, iterator, batch_id)
 
     def commit(self, messages: list[BigQueryCommitMessage | None], batchId: int) -> None:  # noqa: N803
         commit_batch(self.cfg, [m for m in messages if m is not None], batchId, dict(self.plan.topic_ids),
@@ -438,8 +449,9 @@ class BigQuerySinkDataSource(DataSource):  # type: ignore[misc,valid-type]
 
     def streamWriter(self, schema: Any, overwrite: bool) -> BigQueryStreamWriter:  # noqa: N802
         cfg = AppConfig.model_validate_json(self.options["config"])
-        return BigQueryStreamWriter(self.options["config"], prepare(cfg),
-                                    rows=self.options.get("rows", "false") == "true")
+        options = {k.lower(): v for k, v in self.options.items()}
+        return BigQueryStreamWriter(self.options["config"], prepare(cfg), rows=options.get("rows", "false") == "true",
+                                    seed_line=options.get("seedline"))
 
 
 DATA_SOURCE = BigQuerySinkDataSource
@@ -655,6 +667,8 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     sink = _sink(cfg)
     t0 = time.monotonic()
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
+    if frames:  # a seed batch's records are in the table already (driver.seed): the ledger starts at the line
+        ranges = ckpt.clip_to_seed_line(ranges, ckpt.read_seed_line(cfg.checkpoint_location))
     offsets_json = ckpt.to_json_ranges(ranges)
     late_rows: int | None = None
     dropped_rows: int | None = None

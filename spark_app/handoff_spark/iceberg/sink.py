@@ -38,7 +38,6 @@ from pyiceberg.types import IcebergType
 
 from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
-from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
 from handoff_spark.ledger.record import contiguity_problems, overlap_problems
@@ -50,7 +49,7 @@ from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declare
                             plan_schema_changes)
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
-from handoff_spark.sink.common import (CommitResult as SinkCommitResult, SchemaIncompatibleError, configured_sink, max_event_time_ms,
+from handoff_spark.sink.common import (CommitResult as SinkCommitResult, above_seed_line, SchemaIncompatibleError, configured_sink, max_event_time_ms,
                            task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.decode.records import DeadLetter
@@ -328,13 +327,9 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch],
     if not batches:
         return msg
     rows = pa.Table.from_batches(batches)
-    line = ckpt.parse_seed_line(seed_line)
-    if line:
-        rows = rows.filter(pa.array([off >= line.get((t, p), -1) for t, p, off in zip(
-            rows.column(KAFKA_TOPIC).to_pylist(), rows.column(KAFKA_PARTITION).to_pylist(),
-            rows.column(KAFKA_OFFSET).to_pylist())], pa.bool_()))
-        if not rows.num_rows:
-            return msg
+    rows = above_seed_line(rows, ckpt.parse_seed_line(seed_line))
+    if not rows.num_rows:
+        return msg
     table = open_table(cfg)
     shaped, meta, plan = prepare_batch(rows, table.metadata, cfg.schema_.evolution)
     if plan.incompatible:
@@ -576,8 +571,7 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
     ranges = ckpt.batch_range(cfg.checkpoint_location, batch_id)
     extra: dict[str, str] = {}
     if frames:  # a seed batch's records are in the table already (driver.seed): the ledger starts at the line
-        line = ckpt.read_seed_line(cfg.checkpoint_location)
-        ranges = {tp: (max(s, min(line.get(tp, s), e)), e) for tp, (s, e) in ranges.items()}
+        ranges = ckpt.clip_to_seed_line(ranges, ckpt.read_seed_line(cfg.checkpoint_location))
         from handoff_spark.sink.frames import frame_counts
 
         counts = frame_counts(cfg, batch_id, ranges)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 from dataclasses import dataclass
 
-from handoff_spark.contract import KAFKA_TIMESTAMP
+from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,3 +140,16 @@ def task_records(cfg: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         for rng in kafka_source.ranges_of(itertools.chain([first], it)):
             yield from kafka_source.read_range(opts, rng)
         return
+
+
+def above_seed_line(rows: pa.Table, line: dict[tuple[str, int], int]) -> pa.Table:
+    """The DataFrame path's rows at or above the seed line (`driver.seed`): the rows below it only rebuilt the
+    dedupe's window and are in the table already. Both sinks' rows writers drop them first."""
+    import pyarrow as pa
+
+    if not line or not rows.num_rows:
+        return rows
+    keep = [off >= line.get((t, p), -1) for t, p, off in zip(rows.column(KAFKA_TOPIC).to_pylist(),
+                                                            rows.column(KAFKA_PARTITION).to_pylist(),
+                                                            rows.column(KAFKA_OFFSET).to_pylist())]
+    return rows.filter(pa.array(keep, pa.bool_()))
