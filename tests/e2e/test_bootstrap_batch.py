@@ -130,7 +130,11 @@ def test_a_running_stream_keeps_committing_while_spark_starts_then_hands_over(ka
     assert len({c.query_id for c in boots}) == 1 and [c.batch_id for c in boots] == list(range(len(boots)))
     assert [c.rows for c in boots[:2]] == [300, 300]
     first_spark = commits[len(boots)]
-    assert first_spark.batch_id == 0  # Spark's fresh query, from the ledger's end after the last bootstrap batch
+    # Spark's fresh query, from the ledger's end after the last bootstrap batch. Its batch 0 runs even when nothing
+    # arrived since that batch (Spark runs a fresh query's first batch whatever it holds) and then commits nothing
+    # (CI saw it under load): the first committed batch is then 1, after an empty batch 0.
+    assert first_spark.batch_id == 0 or (first_spark.batch_id == 1 and re.search(r"^batch 0: 0 rows", text, re.M)), \
+        text[-4000:]
     assert {t: {p: se[0] for p, se in parts.items()} for t, parts in first_spark.offsets.items()} \
         == boots[-1].end_offsets
     assert re.search(r"session warm-up done in [0-9.]+ s", text), text[-4000:]
