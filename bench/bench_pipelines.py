@@ -44,19 +44,25 @@ def spark_kafka_jars() -> list[str]:
     return sorted(str(p) for p in home.glob("*.jar"))
 
 
-def produce(bootstrap: str, topic: str, records: int) -> int:
+def order_value(i: int) -> bytes:
+    """Record i of the benchmarks' topic: an order whose event time is i ms after 2026-01-01."""
+    import datetime as dt
+
+    ts = (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=i)).isoformat(
+        timespec="milliseconds")
+    return json.dumps({"id": i, "ts": ts, "customer": f"c{i % 9973:05d}", "amount": round(i * 0.37 % 500, 2),
+                       "region": ("eu", "us", "ap")[i % 3], "note": "x" * 60}).encode()
+
+
+def produce(bootstrap: str, topic: str, records: int, value: Any = order_value) -> int:
+    """Produce `value(i)` for i in range(records) as fast as the client goes; the bytes produced."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
                   "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
     total = 0
-    import datetime as dt
-
-    base = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     for i in range(records):
-        ts = (base + dt.timedelta(milliseconds=i)).isoformat(timespec="milliseconds")
-        v = json.dumps({"id": i, "ts": ts, "customer": f"c{i % 9973:05d}", "amount": round(i * 0.37 % 500, 2),
-                        "region": ("eu", "us", "ap")[i % 3], "note": "x" * 60}).encode()
+        v = value(i)
         total += len(v)
         while True:
             try:

@@ -72,6 +72,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_kafka import add_broker_argument, broker  # noqa: E402
 from bench_report import add_out_argument, machine_facts, one_decimal, write_json  # noqa: E402
 from bench_pipelines import COLUMNS, await_query, best_of, measured, raw_consume, spark_kafka_jars  # noqa: E402
+from bench_pipelines import produce as shared_produce  # noqa: E402
 
 #: The transform of candidates c, d and e: a projection with a derived column and a filter (~10 % of the orders
 #: have an amount under 50). Its output has the table's columns.
@@ -124,22 +125,8 @@ def expected_rows(records: int) -> dict[str, int]:
 
 
 def produce(bootstrap: str, topic: str, records: int) -> int:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                  "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
-    total = 0
-    for i in range(records):
-        v = json.dumps(order(order_of_record(i))).encode()
-        total += len(v)
-        while True:
-            try:
-                p.produce(topic, v)
-                break
-            except BufferError:
-                p.poll(0.05)
-    assert p.flush(120) == 0
-    return total
+    """The throughput bench's producer, with every 50th record a duplicate order (`order_of_record`)."""
+    return shared_produce(bootstrap, topic, records, lambda i: json.dumps(order(order_of_record(i))).encode())
 
 
 # ------------------------------------------------------------------------- Spark pieces (pickled by value)
