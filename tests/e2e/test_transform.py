@@ -211,3 +211,19 @@ def test_a_lookup_joins_the_catalogs_table_and_its_new_content_after_it_changes(
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_row_the_transform_leaves_without_a_required_value_is_a_dead_letter(kafka, tmp_path):
+    """`id` is required; the SQL nulls it for two orders: those rows are dead letters (the row as JSON), the batch
+    commits the rest, and the ledger's counts still add up."""
+    topic = "tx-required-null"
+    kafka.create_topic(topic, partitions=1)
+    sql = SQL.replace("SELECT id,", "SELECT CASE WHEN id IN (77, 88) THEN NULL ELSE id END AS id,")
+    cfg = config(tmp_path, kafka, topic, transform={"sql": sql}, dedupe=None, eventTime=None)
+    orders = [order(i, i) for i in range(200)]
+    produce(kafka.bootstrap, topic, orders)
+    run_to_completion(tmp_path, max_runs=1, cfg=cfg)
+    check_table(cfg, kafka, topic, {i for i in range(200) if i % 20 >= 5} - {77, 88}, len(orders))
+    dead = dead_letters(kafka.bootstrap, topic + "-dlq")
+    assert sorted(o["_kafka_offset"] for o, _ in dead) == [77, 88]
+    assert {reason for _, reason in dead} == {"missing-required"}

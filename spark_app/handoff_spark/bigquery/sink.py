@@ -347,7 +347,7 @@ def write_rows_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.R
 
     A declared `required` column the transform left null is a dead letter (`missing-required`) here: on the fused
     path decode enforces it, and the table Handoff creates has every declared column NULLABLE."""
-    import pyarrow.compute as pc
+    from handoff_spark.sink.dead_letters import split_missing_required
 
     task = _TaskAppender(cfg, plan, batch_id)
     required = [c.name for c in cfg.schema_.columns if c.required]
@@ -355,18 +355,9 @@ def write_rows_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.R
         if not rb.num_rows:
             continue
         rows = pa.Table.from_batches([rb])
-        present = [n for n in required if n in rows.column_names]
-        if present:
-            missing = pc.is_null(rows.column(present[0]))
-            for name in present[1:]:
-                missing = pc.or_(missing, pc.is_null(rows.column(name)))
-            if pc.any(missing).as_py():
-                at = [i for i, hit in enumerate(missing.to_pylist()) if hit]
-                names = {i: [n for n in present if rows.column(n)[i].as_py() is None] for i in at}
-                task.dead.add(rows, _Chunk(rows, rows, by_position=True).dead(
-                    [(i, f"missing required field {', '.join(names[i])} (required in schema.columns; null after "
-                         f"the transform)") for i in at], "missing-required"), as_rows=True)
-                rows = rows.filter(pc.invert(missing))
+        kept, dead = split_missing_required(rows, required)
+        task.dead.add(rows, dead, as_rows=True)
+        rows = kept
         if rows.num_rows:
             task.append(_Chunk(rows, rows, by_position=True))
     return task.finish()

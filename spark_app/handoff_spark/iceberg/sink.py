@@ -53,6 +53,7 @@ from handoff_spark.sink.common import (CommitResult as SinkCommitResult, above_s
                            task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.decode.records import DeadLetter
+from handoff_spark.sink.dead_letters import send_row_dead_letters, split_missing_required
 from handoff_spark.iceberg.misfits import misfits
 from handoff_spark.decode.batch import decode_source, decode_while_reading
 
@@ -310,8 +311,9 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch],
                     seed_line: str | None = None) -> IcebergCommitMessage:
     """A write task whose input is rows already decoded (a `decode.frame` frame, or what Spark made of one: a SQL
     transform's output), not Kafka records: shaped to the table and written as Parquet files, like `write_task`'s
-    rows after its decode. Nothing is decoded here and no dead letter is sent (the frame source did both, and
-    counted the records: `commit_batch(frames=True)` takes them from there).
+    rows after its decode. Nothing is decoded here (the frame source did it, sent the decode and late dead letters
+    and counted the records: `commit_batch(frames=True)` takes them from there); a row whose required column the
+    transform left null is a dead letter (its value the row as JSON), as on BigQuery.
 
     Why apart from `write_task`: on a DataFrame path the task's rows are no longer the batch's records (a filter
     or a dedupe dropped some), so `records` counts the rows received; the batch's Kafka ranges, and so the ledger,
@@ -328,6 +330,12 @@ def write_rows_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch],
         return msg
     rows = pa.Table.from_batches(batches)
     rows = above_seed_line(rows, ckpt.parse_seed_line(seed_line))
+    # A required column the transform left null: a dead letter, not a failed batch (sink.dead_letters).
+    kept, dead = split_missing_required(rows, [c.name for c in cfg.schema_.columns if c.required])
+    if dead:
+        send_row_dead_letters(cfg, rows, dead)
+        msg.dlq_rows = len(dead)
+    rows = kept
     if not rows.num_rows:
         return msg
     table = open_table(cfg)
@@ -576,11 +584,12 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
 
         counts = frame_counts(cfg, batch_id, ranges)
         rows = sum(m.rows for m in msgs)
+        rejected = sum(m.dlq_rows for m in msgs)  # rows the writers dead-lettered (sink.dead_letters)
         if counts.complete:
             msgs = [*msgs, IcebergCommitMessage(write_uuid="frame-counts", records=counts.records,
                                                 dlq_rows=counts.dlq_rows, max_event_time_ms=counts.max_event_time_ms)]
             extra[ledger.LATE_ROWS] = str(counts.late_rows)
-            extra[ledger.DROPPED_ROWS] = str(max(0, counts.records - counts.dlq_rows - rows))
+            extra[ledger.DROPPED_ROWS] = str(max(0, counts.records - counts.dlq_rows - rejected - rows))
         else:
             log.warning("batch %s: the read tasks' counts are not all on this machine (executors without the "
                         "checkpoint's volume): the ledger entry records rows only", batch_id)

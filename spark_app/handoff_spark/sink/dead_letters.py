@@ -127,6 +127,33 @@ def row_values(rows: pa.Table, indices: list[int]) -> list[bytes]:
     return [json.dumps(r, default=_json_value, separators=(",", ":"), ensure_ascii=False).encode() for r in picked]
 
 
+def split_missing_required(rows: pa.Table, required: list[str]) -> tuple[pa.Table, list[DeadLetter]]:
+    """The DataFrame path's rows with a declared `required` column left null by the transform: (the other rows,
+    those as dead letters by position, reason `missing-required`). Both sinks' rows writers take them out before
+    writing, so one such row becomes a dead letter instead of failing its batch (on the fused path the decoder
+    enforces `required`)."""
+    import pyarrow.compute as pc
+
+    from handoff_spark.contract import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+
+    present = [n for n in required if n in rows.column_names]
+    if not present or not rows.num_rows:
+        return rows, []
+    missing = pc.is_null(rows.column(present[0]))
+    for name in present[1:]:
+        missing = pc.or_(missing, pc.is_null(rows.column(name)))
+    if not pc.any(missing).as_py():
+        return rows, []
+    at = [i for i, hit in enumerate(missing.to_pylist()) if hit]
+    take = pa.array(at, pa.int64())
+    topics, parts, offs = (rows.column(n).take(take).to_pylist() for n in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET))
+    dead = [DeadLetter(index=i, topic=t, partition=int(p), offset=int(o), reason="missing-required",
+                       detail=f"missing required field {', '.join(n for n in present if rows.column(n)[i].as_py() is None)}"
+                              f" (required in schema.columns; null after the transform)")
+            for i, t, p, o in zip(at, topics, parts, offs)]
+    return rows.filter(pc.invert(missing)), dead
+
+
 def send_row_dead_letters(cfg: AppConfig, rows: pa.Table, dead: Iterable[DeadLetter]) -> int:
     """Produce `dead` (rows of `rows`, Spark rows with the `_kafka_*` columns, not Kafka records) as dead letters
     whose value is the row as JSON (see the module docstring), with the usual headers and `handoff.value`.

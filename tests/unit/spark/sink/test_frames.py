@@ -71,3 +71,18 @@ def test_the_config_refuses_what_cannot_be_checked(tmp_path):
             eventTime={"column": "ts", "lateRecords": "keep"})
     with pytest.raises(ValueError, match="watermark is longer than dedupe.within"):
         cfg(tmp_path, dedupe={"keys": ["id"], "withinSeconds": 60}, eventTime={"column": "ts", "watermarkSeconds": 61})
+
+
+def test_rows_with_a_required_column_left_null_are_split_off_as_dead_letters_by_position():
+    import pyarrow as pa
+
+    from handoff_spark.sink.dead_letters import split_missing_required
+
+    rows = pa.table({"id": [1, None, 3, None], "name": ["a", "b", None, "d"], "_kafka_topic": ["t"] * 4,
+                     "_kafka_partition": [0, 0, 1, 1], "_kafka_offset": [10, 11, 12, 13]})
+    kept, dead = split_missing_required(rows, ["id", "absent"])
+    assert kept["id"].to_pylist() == [1, 3]
+    assert [(d.index, d.partition, d.offset, d.reason) for d in dead] == [(1, 0, 11, "missing-required"),
+                                                                          (3, 1, 13, "missing-required")]
+    assert dead[0].detail.startswith("missing required field id ")
+    assert split_missing_required(rows, ["absent"]) == (rows, [])
