@@ -474,7 +474,7 @@ class TransformSpec(SpecModel):
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
         "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. A "
         "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
-        "transform-error and the stream goes on; without a deadLetter.topic it stops the driver."))
+        "transform-error and the stream goes on (so a transform needs deadLetter.topic)."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
         "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
         "[{name: customers, table: crm.customers}] for ... FROM source s JOIN customers c ON s.customer_id = c.id. "
