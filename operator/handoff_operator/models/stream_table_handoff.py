@@ -460,7 +460,7 @@ class LookupSpec(SpecModel):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128,
                       description="The name the SQL uses for it, e.g. customers.")
     table: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$", max_length=512,
-                       description="The catalog table, e.g. crm.customers. Read when the driver starts.")
+                       description="The catalog table, e.g. crm.customers. Read when the query starts and again when it changes.")
 
 
 class TransformSpec(SpecModel):
