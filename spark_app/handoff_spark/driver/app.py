@@ -173,7 +173,7 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     those always get the record source. `start_offsets`: the table ledger's end (where a fresh checkpoint starts).
     `min_partitions_file`: rewritten when the executors change (executor_scaler), so each batch is split for the
     cores there are now; unused when the spec sets `minPartitions` itself."""
-    frames = cfg.frame_path and sink_format is None
+    frames = frames_query(cfg, sink_format)
     reader = spark.readStream.format(FRAMES_SOURCE_NAME if frames else
                                      RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
@@ -237,6 +237,8 @@ class ProgressReporter:
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
         self.spark_batches = 0  # Spark's batches reported (the bootstrap batch is not one)
+        #: The seed line of this driver's checkpoint (driver.seed): batches below it are reported as seed batches.
+        self.seed_line: dict[tuple[str, int], int] = {}
 
     def poll(self, query: Any) -> None:
         try:
@@ -268,7 +270,7 @@ class ProgressReporter:
                                       self.max_event_time_ms,
                                       initial_offsets=read_initial_offsets(cfg.checkpoint_location))
         # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
-        line = ckpt.read_seed_line(cfg.checkpoint_location) if cfg.frame_path else {}
+        line = self.seed_line
         if line and report.end and all(end <= line.get(tp, report.start.get(tp, end)) for tp, end in report.end.items()):
             # The dedupe's window being rebuilt after a lost checkpoint (driver.seed): read, nothing written.
             self._emit(report, {"firstOfDriver": first, "seed": True}, prefix="seed ")
@@ -391,7 +393,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 log.info("bootstrap batch off: %s", off)
         spark = build_session(cfg)
         log.info("spark session started")
-        if cfg.frame_path and sink_format is None:
+        if frames_query(cfg, sink_format):
             try:
                 transform.check(spark, cfg)
             except transform.TransformInvalid as exc:
@@ -414,10 +416,14 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             echo("stopped")
             return 0
         start_offsets = start.start_offsets() if start is not None else None
-        if start is not None and cfg.frame_path and sink_format is None:
+        if start is not None and frames_query(cfg, sink_format):
             # A dedupe on an empty checkpoint: start earlier, to rebuild its window (driver.seed).
             for (topic, partition), offset in seed.plan(cfg, start.ledger).items():
                 start_offsets.setdefault(topic, {})[partition] = offset  # type: ignore[union-attr]
+        # The lookups' versions before the query reads them: a change in between restarts it rather than being missed.
+        restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
+        if frames_query(cfg, sink_format):
+            reporter.seed_line = ckpt.read_seed_line(cfg.checkpoint_location)
         query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                             sink_format=sink_format, start_offsets=start_offsets,
                             min_partitions_file=min_partitions_file)
@@ -430,7 +436,6 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if scaler is not None:
             scaler.start()
         quarantined = 0
-        restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
         while True:
             try:
                 rc = wait(query, stop_requested, echo, reporter, restart_when=restart_when, stop_marker=stop_marker)
@@ -438,10 +443,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 query.stop()
                 return 130
             if rc == RESTART_QUERY and not stop_requested.is_set():
+                restart_when = lookups_changed(cfg)
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, min_partitions_file=min_partitions_file)
                 echo(f"query {query.id} restarted with the lookups' new content (run {query.runId})")
-                restart_when = lookups_changed(cfg)
                 continue
             if rc == RESTART_QUERY:
                 rc = 0
@@ -470,6 +475,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
 
 def frames_query(cfg: AppConfig, sink_format: str | None) -> bool:
+    """This driver's query runs the DataFrame path (a transform, dedupe or event time, and the configured sink)."""
     return cfg.frame_path and sink_format is None
 
 
