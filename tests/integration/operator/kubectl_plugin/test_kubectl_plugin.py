@@ -180,6 +180,8 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
 
     out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns)
     assert out.returncode == 0 and f"[snapshot {snapshots[-1]}]" in out.stdout and "DriverFailing" in out.stdout
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "--limit", "2", "-o", "yaml")
+    assert out.returncode == 0 and yaml.safe_load(out.stdout) == rows[:2]
     out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "--since", "1ms", "-o", "json")
     assert out.returncode == 0 and json.loads(out.stdout) == []
     out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "--since", "soon")
