@@ -245,6 +245,7 @@ def _pod_option_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
                     f"{env.name}: Spark sets SPARK_* on its executors itself; use spark.sparkConf "
                     f"(spark.executorEnv.* or the setting) instead"
                     + (" or set it in spec.spark.driver.pod" if len(roles) > 1 else ""))))
+    missing: dict[tuple[str, str], list[str]] = {}  # (field, volume) → the roles whose pod lacks it
     for role, options, own in (("driver", spec.spark.driver_pod(), spec.spark.driver.pod),
                                ("executor", spec.spark.executor_pod(), spec.spark.executor.pod)):
         names = {v.name for v in options.volumes or ()}
@@ -255,9 +256,12 @@ def _pod_option_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
             where, mounts = ((f"spec.spark.{role}.pod", mine) if mount.mount_path in mine
                              else ("spec.spark.pod", [m.mount_path for m in spec.spark.pod.volume_mounts or ()]
                                    if spec.spark.pod is not None else []))
-            problems.append(Problem(f"{where}.volumeMounts[{mounts.index(mount.mount_path)}].name", (
-                f"the {role}'s pod has no volume {mount.name!r}; add it to volumes (here or in spec.spark.pod) or "
-                f"correct the name")))
+            missing.setdefault((f"{where}.volumeMounts[{mounts.index(mount.mount_path)}].name", mount.name),
+                               []).append(role)
+    for (where, volume), roles_ in missing.items():
+        problems.append(Problem(where, (
+            f"the {' and the '.join(roles_)}'s pod has no volume {volume!r}; add it to volumes (here or in "
+            f"spec.spark.pod) or correct the name")))
     if not spec.spark.executor_pod().is_empty():
         for key in POD_TEMPLATE_CONF:
             if key in spec.spark.spark_conf:
