@@ -28,7 +28,7 @@ LABEL_KEY = "e2e.handoff.io/pool"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with cluster_from_environment(LOG_ROOT / "in-cluster-pod-options") as cluster:
+    with cluster_from_environment(LOG_ROOT / "pod-options"  # short: the kubelet binds unix sockets below it (108 bytes)) as cluster:
         yield cluster
 
 
