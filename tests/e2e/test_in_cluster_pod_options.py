@@ -28,7 +28,8 @@ LABEL_KEY = "e2e.handoff.io/pool"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with cluster_from_environment(LOG_ROOT / "pod-options"  # short: the kubelet binds unix sockets below it (108 bytes)) as cluster:
+    # A short folder: the kubelet binds unix sockets below it, whose paths may not exceed 108 bytes.
+    with cluster_from_environment(LOG_ROOT / "pod-options") as cluster:
         yield cluster
 
 
