@@ -198,15 +198,13 @@ def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
     return problems
 
 
-_POD_BLOCKS = (("spec.spark.pod", ("driver", "executor")), ("spec.spark.driver.pod", ("driver",)),
-               ("spec.spark.executor.pod", ("executor",)))
-
-
 def _pod_blocks(spec: StreamTableHandoffSpec) -> list[tuple[str, tuple[str, ...], PodOptions]]:
+    """The pod option blocks the spec sets: (field path, the roles whose pods they reach, the block)."""
     spark = spec.spark
-    blocks = dict(zip(("spec.spark.pod", "spec.spark.driver.pod", "spec.spark.executor.pod"),
-                      (spark.pod, spark.driver.pod, spark.executor.pod)))
-    return [(path, roles, blocks[path]) for path, roles in _POD_BLOCKS if blocks[path] is not None]
+    blocks = (("spec.spark.pod", ("driver", "executor"), spark.pod),
+              ("spec.spark.driver.pod", ("driver",), spark.driver.pod),
+              ("spec.spark.executor.pod", ("executor",), spark.executor.pod))
+    return [(path, roles, block) for path, roles, block in blocks if block is not None]
 
 
 def _pod_option_problems(spec: StreamTableHandoffSpec) -> list[Problem]:

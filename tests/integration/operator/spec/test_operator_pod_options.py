@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +19,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from operator_support import Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf, stop_driver
+from operator_support import (PROBE_DRIVER, Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf,
+                              stop_driver)
 
 pytestmark = pytest.mark.apiserver
 
@@ -133,20 +133,6 @@ def test_pod_options_applied_with_kubectl_reach_the_driver_deployment_and_pass_p
         op.stop()
 
 
-DRIVER = textwrap.dedent("""
-    import json, sys
-    from pyspark.sql import SparkSession
-    conf = json.loads(sys.argv[1])
-    builder = SparkSession.builder.appName("handoff-executor-template-probe")
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    print("driver up", flush=True)
-    sys.stdin.read()          # until the test closes stdin
-    spark.stop()
-""")
-
-
 @pytest.mark.e2e
 def test_spark_creates_executor_pods_from_the_rendered_pod_template(cluster: Cluster, apiserver,
                                                                      tmp_path: Path) -> None:
@@ -168,7 +154,7 @@ def test_spark_creates_executor_pods_from_the_rendered_pod_template(cluster: Clu
         template.write_text(cluster.core.read_namespaced_config_map("orders-app", ns).data[template.name])
         assert conf["spark.kubernetes.executor.podTemplateFile"] == f"/etc/handoff/{template.name}"
         conf["spark.kubernetes.executor.podTemplateFile"] = str(template)
-        driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
+        driver = subprocess.Popen([sys.executable, "-c", PROBE_DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
                                   stdout=open(tmp_path / "driver.log", "w"), stderr=subprocess.STDOUT, text=True)
         selector = "handoff.io/name=orders,app.kubernetes.io/component=executor"
         try:
