@@ -3,7 +3,8 @@
 What the operator creates for a handoff `<name>` in namespace `<ns>`:
 
 - ConfigMap `<name>-app`: `app.json`, the rendered `handoff_spark.config.AppConfig` (values that came
-  from Secrets are shown as `<from Secret …>` there);
+  from Secrets are shown as `<from Secret …>` there), and `executor-pod-template.json` when the executors have pod
+  options (spec.spark.pod / spec.spark.executor.pod): the pod template Spark creates each executor from;
 - Secret `<name>-app` (only when propertiesFrom resolved something): the real `app.json`, mounted by
   the driver instead of the ConfigMap, so credentials never sit in a ConfigMap;
 - ServiceAccount + Role + RoleBinding `<name>-driver`: exactly what a client-mode Spark driver needs to
@@ -14,8 +15,9 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
-  Spark client mode; Spark then creates the executor pods itself (spark.kubernetes.*), owned by the
-  driver pod, so they go when the driver goes;
+  Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
+  template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
+  owned by the driver pod, so they go when the driver goes;
 - PersistentVolumeClaim `<name>-checkpoint` when spec.checkpoint.location is empty. It is deliberately
   NOT owned by the handoff: deleting a handoff keeps its table and its checkpoint.
 
