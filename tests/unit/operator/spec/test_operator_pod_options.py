@@ -250,3 +250,23 @@ def test_an_own_executor_pod_template_setting_conflicts_with_executor_options():
     assert problem.startswith("spec.spark.sparkConf[spark.kubernetes.executor.podTemplateFile]: ")
     # Without executor options it is the user's setting, as before.
     assert _problems(_spec(sparkConf={"spark.kubernetes.executor.podTemplateFile": "/x.yaml"})) == []
+
+
+def test_a_backfill_job_runs_with_the_drivers_pod_options():
+    """Backfill Jobs (ReplayRequest) are built from the driver Deployment's pod template: a pod that must tolerate
+    a taint, pull with a secret or mount a CA as the stream's driver must do so as a backfill too."""
+    from handoff_operator.replay.backfill import backfill_job
+
+    r = _render(_spec(SHARED))
+    request = {"metadata": {"name": "fill", "namespace": "shop", "uid": "uid-r"}}
+    job = backfill_job(r.child("Deployment"), request, "orders", {"orders": {"0": 0}}, {"orders": {"0": 10}})
+    pod = job["spec"]["template"]["spec"]
+    for key, field in (("nodeSelector", "nodeSelector"), ("tolerations", "tolerations"),
+                       ("imagePullSecrets", "imagePullSecrets"), ("securityContext", "podSecurityContext")):
+        assert pod[key] == SHARED[field], key
+    (container,) = pod["containers"]
+    assert {"TZ", "API_TOKEN"} <= {e["name"] for e in container["env"]}
+    assert {"certs", "tmp"} <= {v["name"] for v in pod["volumes"]}
+    assert container["securityContext"] == SHARED["containerSecurityContext"]
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(job, version, strict=True)
