@@ -117,3 +117,43 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
         seen = cluster.kubectl("exec", "-n", ns, name, "-c", "driver", "--", "sh", "-c",
                                "printf '%s ' \"$EXTRA_TOKEN\"; cat /etc/extra/token; echo; id -u")
         assert seen.split() == [f"token-{dedicated_nodes}", f"token-{dedicated_nodes}", "185"], seen
+
+
+@pytest.mark.timeout(2400)
+def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Cluster, pod_kafka: Kafka,
+                                                                  postgres: Any, s3: Any) -> None:
+    """The confinement a restricted namespace asks for (Pod Security Standard "restricted"): non-root, no privilege
+    escalation, no capabilities, RuntimeDefault seccomp, and a read-only root filesystem with an emptyDir for
+    scratch space at /tmp; the driver and Spark's executors run with it and commit."""
+    with handoff_namespace(cluster, pod_kafka, "ro", NAME, {"statusInterval": 3}) as where:
+        ns = where.namespace
+        catalog = lake_catalog(postgres, s3, f"{BUCKET}-ro")
+        handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
+                               postgres=postgres, s3=s3, bucket=f"{BUCKET}-ro", table=TABLE,
+                               scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi",
+                               spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+        handoff["spec"]["spark"]["pod"] = {
+            "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containerSecurityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                         "capabilities": {"drop": ["ALL"]}},
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        }
+        produced = produce(pod_kafka.bootstrap, where.topic, range(0, 500))
+        cluster.apply(handoff)
+        try:
+            eventually(lambda: table_rows(catalog, TABLE) == produced, "the records in the table", timeout=900,
+                       interval=2)
+            executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                         f"app.kubernetes.io/component=executor")
+                                            if running(p)] or None, "a running executor pod", timeout=300)
+            # Spark's own tasks ran on the executor (not only the driver's bootstrap batches): more records, after
+            # the executor is up, through Spark's query.
+            more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
+            eventually(lambda: table_rows(catalog, TABLE) == produced + more, "more records in the table",
+                       timeout=600, interval=2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        for pod in executors:
+            (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
