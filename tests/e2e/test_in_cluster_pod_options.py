@@ -147,8 +147,8 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
             executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
                                                                          f"app.kubernetes.io/component=executor")
                                             if running(p)] or None, "a running executor pod", timeout=300)
-            # Spark's own tasks ran on the executor (not only the driver's bootstrap batches): more records, after
-            # the executor is up, through Spark's query.
+            # More records once the executor runs: the stream keeps committing with the executors confined too (the
+            # first records may have been committed by the driver's bootstrap batches alone).
             more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
             eventually(lambda: table_rows(catalog, TABLE) == produced + more, "more records in the table",
                        timeout=600, interval=2)
