@@ -3,7 +3,8 @@ and labelled for this test only, so nothing schedules there but pods that tolera
 runs because the chart's `tolerations` value says so; the driver and the executors Spark creates run, and commit
 records to the table, because the handoff's `spec.spark.pod` tolerates the taint and its nodeSelector matches the
 label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
-variable and a volume from a Secret, and runs with runAsNonRoot."""
+variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
+namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit."""
 from __future__ import annotations
 
 import uuid
