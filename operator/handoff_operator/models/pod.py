@@ -257,20 +257,21 @@ class KeyToPath(SpecModel):
     mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode (decimal, e.g. 256 = 0400).")
 
 
-class SecretVolume(SpecModel):
+class _FilesVolume(SpecModel):
+    """What a Secret and a ConfigMap volume share: which keys become which files, and their mode."""
+
+    items: list[KeyToPath] | None = Field(default=None, max_length=64, description="Only these keys, at "
+                                                                                   "these paths.")
+    default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode (decimal).")
+    optional: bool | None = Field(default=None, description="Start the pod even when it is missing.")
+
+
+class SecretVolume(_FilesVolume):
     secret_name: _NAME = Field(description="Secret in the handoff's namespace.")
-    items: list[KeyToPath] | None = Field(default=None, max_length=64, description="Only these keys, at "
-                                                                                   "these paths.")
-    default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode (decimal).")
-    optional: bool | None = Field(default=None, description="Start the pod even when it is missing.")
 
 
-class ConfigMapVolume(SpecModel):
+class ConfigMapVolume(_FilesVolume):
     name: _NAME = Field(description="ConfigMap in the handoff's namespace.")
-    items: list[KeyToPath] | None = Field(default=None, max_length=64, description="Only these keys, at "
-                                                                                   "these paths.")
-    default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode (decimal).")
-    optional: bool | None = Field(default=None, description="Start the pod even when it is missing.")
 
 
 class EmptyDirVolume(SpecModel):
