@@ -86,6 +86,23 @@ def local_driver_conf(cluster: "Cluster", apiserver: Any, namespace: str, name: 
     return conf, token
 
 
+#: A Spark driver on this machine for `python -c PROBE_DRIVER '<sparkConf as JSON>'`: it starts a SparkSession with
+#: that conf (so Spark's Kubernetes backend creates the executor pods the conf says), prints "driver up" and runs
+#: until its stdin closes (`stop_driver`).
+PROBE_DRIVER = """
+import json, sys
+from pyspark.sql import SparkSession
+conf = json.loads(sys.argv[1])
+builder = SparkSession.builder.appName("handoff-executor-probe")
+for key, value in conf.items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+print("driver up", flush=True)
+sys.stdin.read()          # until the test closes stdin
+spark.stop()
+"""
+
+
 def stop_driver(driver: subprocess.Popen[str] | None) -> None:
     """End a local driver started with stdin=PIPE: closing stdin asks it to stop; killed if it does not."""
     if driver is None:

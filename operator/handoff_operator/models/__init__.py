@@ -1,6 +1,7 @@
 """Pydantic models of the Handoff custom resources (spec + status). The CRDs in `crds/` are generated
 from these (`python -m handoff_operator.crd.generate`), so the models are the single source of truth for the
-API: field docs, defaults and validation live here.
+API: field docs, defaults and validation live here. `pod` holds the pod options of the Spark pods
+(spec.spark.pod), a faithful subset of Kubernetes' own shapes.
 
 May import: `handoff_spark.config` (the column-type grammar and the record limits: the CRD checks what the decoder
 takes). Nothing else of either package, so the models and the CRD generator import without kopf, Kubernetes or Kafka.

@@ -20,6 +20,7 @@ from handoff_spark.config import (COLUMN_TYPE_PATTERN, DEFAULT_MAX_DEPTH, DEFAUL
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
                      MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
                      TopicName, parse_duration)
+from handoff_operator.models.pod import PodOptions
 
 
 # The column-type grammar lives in the data plane (`handoff_spark.decode.column_types`, re-exported by its public
@@ -368,7 +369,7 @@ class ScalingSpec(SpecModel):
 
 
 class DriverSpec(SpecModel):
-    """The Spark driver pod: cores, memory, and its bootstrap batch at start."""
+    """The Spark driver pod: cores, memory, its pod options, and its bootstrap batch at start."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores of the driver.")
     memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 1Gi "
@@ -381,14 +382,20 @@ class DriverSpec(SpecModel):
                                   "commit and ledger check as Spark's: the first commit after a restart comes "
                                   "within seconds and the table keeps being committed through the start. false: "
                                   "Spark's path only. Iceberg sink only.")
+    pod: PodOptions | None = Field(default=None, description="Pod options of the driver only, laid over "
+                                                             "spec.spark.pod (the driver's wins; see spec.spark.pod "
+                                                             "for how each field merges).")
 
 
 class ExecutorSpec(SpecModel):
-    """Cores and memory of each Spark executor pod."""
+    """Cores, memory and pod options of each Spark executor pod."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores (task slots) per executor.")
     memory: MemoryQuantity = Field(default="2Gi", description="Memory as a Kubernetes quantity, e.g. 2Gi "
                                                               "(JVM heap; Spark adds overhead).")
+    pod: PodOptions | None = Field(default=None, description="Pod options of the executors only, laid over "
+                                                             "spec.spark.pod (the executors' wins), rendered as "
+                                                             "Spark's executor pod template.")
 
 
 class SparkSpec(SpecModel):
@@ -405,8 +412,13 @@ class SparkSpec(SpecModel):
                               description="Container image with the Handoff Spark app; default: the operator's image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Pull policy for the Spark pods.")
-    driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver pod resources.")
-    executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Resources of each executor pod.")
+    driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver pod resources and options.")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec,
+                                   description="Resources and pod options of each executor pod.")
+    pod: PodOptions | None = Field(default=None, description="Pod options of the driver and the executors "
+                                                             "(scheduling, pull secrets, labels, environment, "
+                                                             "volumes, security contexts); driver.pod and "
+                                                             "executor.pod override them per role.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128,
         description="Extra Spark configuration (spark.* keys). It overrides the operator's defaults, e.g. "
@@ -422,6 +434,14 @@ class SparkSpec(SpecModel):
         if bad:
             raise ValueError(f"spark.sparkConf must not set {', '.join(bad)} (the operator sets them)")
         return self
+
+    def driver_pod(self) -> PodOptions:
+        """The driver's pod options: spec.spark.pod with spec.spark.driver.pod laid over it."""
+        return (self.pod or PodOptions()).overlaid(self.driver.pod or PodOptions())
+
+    def executor_pod(self) -> PodOptions:
+        """The executors' pod options: spec.spark.pod with spec.spark.executor.pod laid over it."""
+        return (self.pod or PodOptions()).overlaid(self.executor.pod or PodOptions())
 
 
 class CheckpointSpec(SpecModel):

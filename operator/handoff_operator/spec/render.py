@@ -3,7 +3,8 @@
 What the operator creates for a handoff `<name>` in namespace `<ns>`:
 
 - ConfigMap `<name>-app`: `app.json`, the rendered `handoff_spark.config.AppConfig` (values that came
-  from Secrets are shown as `<from Secret …>` there);
+  from Secrets are shown as `<from Secret …>` there), and `executor-pod-template.json` when the executors have pod
+  options (spec.spark.pod / spec.spark.executor.pod): the pod template Spark creates each executor from;
 - Secret `<name>-app` (only when propertiesFrom resolved something): the real `app.json`, mounted by
   the driver instead of the ConfigMap, so credentials never sit in a ConfigMap;
 - ServiceAccount + Role + RoleBinding `<name>-driver`: exactly what a client-mode Spark driver needs to
@@ -14,8 +15,9 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
-  Spark client mode; Spark then creates the executor pods itself (spark.kubernetes.*), owned by the
-  driver pod, so they go when the driver goes;
+  Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
+  template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
+  owned by the driver pod, so they go when the driver goes;
 - PersistentVolumeClaim `<name>-checkpoint` when spec.checkpoint.location is empty. It is deliberately
   NOT owned by the handoff: deleting a handoff keeps its table and its checkpoint.
 
@@ -52,6 +54,7 @@ from handoff_spark.contract import progress_configmap_name
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      quantity_to_bytes, spark_memory)
 from handoff_operator.models.common import PropertyFrom, parse_duration
+from handoff_operator.models.pod import PodOptions
 
 KIND: str = StreamTableHandoff.model_fields["kind"].default
 PLURAL = StreamTableHandoff.plural
@@ -72,6 +75,21 @@ RUN_DIR = "/var/run/handoff"
 PROGRESS_FILE = f"{RUN_DIR}/progress.json"
 BIGQUERY_CREDENTIALS_DIR = "/var/run/secrets/handoff/bigquery"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The executors' pod template (spec.spark.pod + spec.spark.executor.pod), a file beside app.json in the driver's
+#: /etc/handoff (ConfigMap or Secret `<name>-app`): Spark reads it when it creates an executor pod.
+EXECUTOR_TEMPLATE_FILE = "executor-pod-template.json"
+EXECUTOR_TEMPLATE_PATH = f"{CONFIG_DIR}/{EXECUTOR_TEMPLATE_FILE}"
+EXECUTOR_CONTAINER = "executor"
+POD_TEMPLATE_CONF = ("spark.kubernetes.executor.podTemplateFile", "spark.kubernetes.executor.podTemplateContainerName")
+#: What the operator and Spark mount, name and set themselves in the Spark pods: a user's pod options may not
+#: take these (spec.validation says which field to change).
+OPERATOR_VOLUMES = ("app-config", "run", "checkpoint", "bigquery-credentials")
+RESERVED_VOLUME_PREFIX = "spark-"
+RESERVED_MOUNT_DIRS = (CONFIG_DIR, RUN_DIR, "/var/lib/handoff", "/opt/spark/conf", SA_DIR)
+OPERATOR_DRIVER_ENV = ("POD_NAME", "POD_NAMESPACE", "POD_IP", "PYSPARK_SUBMIT_ARGS", contract.ENV_SPARK_MASTER,
+                       contract.ENV_STOP_GRACE_SECONDS, contract.ENV_DRIVER_POD_NAME,
+                       contract.ENV_PROGRESS_CONFIGMAP, contract.ENV_PROGRESS_NAMESPACE)
+RESERVED_EXECUTOR_ENV_PREFIX = "SPARK_"
 
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
@@ -290,6 +308,9 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         conf["spark.kubernetes.container.image.pullPolicy"] = spec.spark.image_pull_policy
     for key, value in exec_labels.items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
+    if not spec.spark.executor_pod().is_empty():
+        conf[POD_TEMPLATE_CONF[0]] = EXECUTOR_TEMPLATE_PATH
+        conf[POD_TEMPLATE_CONF[1]] = EXECUTOR_CONTAINER
     conf.update(spec.spark.spark_conf)
     return conf
 
@@ -476,7 +497,7 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     }
     if spec.spark.image_pull_policy:
         container["imagePullPolicy"] = spec.spark.image_pull_policy
-    return {
+    template: dict[str, Any] = {
         "metadata": {"labels": {**labels(name, "driver")}},
         "spec": {
             "serviceAccountName": service_account_name(spec, name),
@@ -485,6 +506,50 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
             "volumes": volumes,
         },
     }
+    apply_pod_options(template, container, spec.spark.driver_pod())
+    return template
+
+
+def apply_pod_options(template: dict[str, Any], container: dict[str, Any], options: PodOptions) -> None:
+    """Lay the user's pod options into a pod template and its Spark container: only what is set, after (never
+    instead of) what the operator sets, so an unset option renders nothing the API server would default and a
+    spec without options renders exactly what it did before they existed (the config hash stays)."""
+    meta, pod = template["metadata"], template["spec"]
+    if options.labels:
+        meta["labels"] = {**options.labels, **meta.get("labels", {})}
+    if options.annotations:
+        meta["annotations"] = {**options.annotations, **meta.get("annotations", {})}
+    for field, key in (("node_selector", "nodeSelector"), ("tolerations", "tolerations"),
+                       ("affinity", "affinity"), ("topology_spread_constraints", "topologySpreadConstraints"),
+                       ("priority_class_name", "priorityClassName"), ("image_pull_secrets", "imagePullSecrets"),
+                       ("pod_security_context", "securityContext")):
+        value = options.wire(field)
+        if value is not None:
+            pod[key] = value
+    if options.volumes:
+        pod["volumes"] = pod.get("volumes", []) + options.wire("volumes")
+    for field, key in (("env", "env"), ("env_from", "envFrom"), ("volume_mounts", "volumeMounts")):
+        value = options.wire(field)
+        if value:
+            container[key] = container.get(key, []) + value
+    security = options.wire("container_security_context")
+    if security is not None:
+        container["securityContext"] = security
+
+
+def executor_pod_template(spec: StreamTableHandoffSpec) -> dict[str, Any] | None:
+    """The executors' pod template (a Pod manifest Spark starts each executor pod from), or None when the spec
+    sets no executor pod options (Spark's own executor pods then, as before). Spark fills in the container's
+    image, command, resources and its own env, labels and volumes; the template holds only the user's options,
+    with the Spark container named by spark.kubernetes.executor.podTemplateContainerName."""
+    options = spec.spark.executor_pod()
+    if options.is_empty():
+        return None
+    container: dict[str, Any] = {"name": EXECUTOR_CONTAINER}
+    template: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {},
+                                "spec": {"containers": [container]}}
+    apply_pod_options(template, container, options)
+    return template
 
 
 #: Only the count a new driver starts with: the running driver follows the operator's desired count live, so a
@@ -494,15 +559,19 @@ LIVE_EXECUTORS_KEY = "spark.executor.instances"
 MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
-def config_hash(app_json: str, template: Mapping[str, Any]) -> str:
+def config_hash(app_json: str, template: Mapping[str, Any],
+                executor_template: Mapping[str, Any] | None = None) -> str:
     """Hash of everything the driver runs with, but the live executor count: a change means one restart, no
-    change none."""
+    change none. The executors' pod template counts (the driver reads it at start); without one the hash is what
+    it was before executor templates existed, so an operator upgrade restarts no driver."""
     doc = json.loads(app_json)
     for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
         (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()
     digest.update(json.dumps(doc, sort_keys=True).encode())
     digest.update(json.dumps(template, sort_keys=True).encode())
+    if executor_template is not None:
+        digest.update(json.dumps(executor_template, sort_keys=True).encode())
     return digest.hexdigest()[:16]
 
 
@@ -526,21 +595,26 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     config = app_config(spec, namespace, name, image, resolved)
     full_json = config.to_json()
     template = driver_pod_template(spec, namespace, name, image, resolved.secret_values, grace_seconds)
-    digest = config_hash(full_json, template)
-    template["metadata"]["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
+    executor_template = executor_pod_template(spec)
+    digest = config_hash(full_json, template, executor_template)
+    template["metadata"]["annotations"] = {**template["metadata"].get("annotations", {}),
+                                           CONFIG_HASH_ANNOTATION: digest}
+    # Beside app.json in whichever of the two the driver mounts at /etc/handoff.
+    template_files = ({EXECUTOR_TEMPLATE_FILE: json.dumps(executor_template, indent=2, sort_keys=True)}
+                      if executor_template is not None else {})
     held = REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {})
     replicas = 0 if spec.suspend or held else 1
 
     children: list[dict[str, Any]] = [{
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": _meta(app_config_name(name), namespace, "config", owner),
-        "data": {contract.APP_CONFIG_FILE: redacted_json(config, resolved, spec)},
+        "data": {contract.APP_CONFIG_FILE: redacted_json(config, resolved, spec), **template_files},
     }]
     if resolved.secret_values:
         children.append({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(app_config_name(name), namespace, "config", owner),
-            "stringData": {contract.APP_CONFIG_FILE: full_json},
+            "stringData": {contract.APP_CONFIG_FILE: full_json, **template_files},
         })
     if spec.spark.service_account_name is None:
         children += rbac(owner, name, namespace)

@@ -20,7 +20,10 @@ from handoff_spark.contract import KAFKA_METADATA_COLUMNS
 
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.models.common import parse_duration
-from handoff_operator.spec.render import MAX_NAME_LENGTH, Resolved, app_config, partition_source_column, resolve
+from handoff_operator.models.pod import KEYED_LISTS, PodOptions
+from handoff_operator.spec.render import (MAX_NAME_LENGTH, OPERATOR_DRIVER_ENV, OPERATOR_VOLUMES, POD_TEMPLATE_CONF,
+                                          RESERVED_EXECUTOR_ENV_PREFIX, RESERVED_MOUNT_DIRS, RESERVED_VOLUME_PREFIX,
+                                          Resolved, app_config, partition_source_column, resolve)
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
 #: Spark's checkpoint and the source's side files (initial offsets, retention gaps) are read and written as
@@ -119,6 +122,7 @@ def check(name: str, spec: StreamTableHandoffSpec,
                     f"{column!r} is not a declared column; declare it in schema.columns or remove it")))
 
     problems += _frame_path_problems(spec)
+    problems += _pod_option_problems(spec)
 
     location = spec.checkpoint.location
     if location is not None:
@@ -192,6 +196,86 @@ def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
                     f"own name")))
             seen.add(folded)
     return problems
+
+
+def _pod_blocks(spec: StreamTableHandoffSpec) -> list[tuple[str, tuple[str, ...], PodOptions]]:
+    """The pod option blocks the spec sets: (field path, the roles whose pods they reach, the block)."""
+    spark = spec.spark
+    blocks = (("spec.spark.pod", ("driver", "executor"), spark.pod),
+              ("spec.spark.driver.pod", ("driver",), spark.driver.pod),
+              ("spec.spark.executor.pod", ("executor",), spark.executor.pod))
+    return [(path, roles, block) for path, roles, block in blocks if block is not None]
+
+
+def _pod_option_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
+    """Pod options the schema takes but the pods cannot: what would collide with what the operator and Spark put
+    into the same pods (their volumes, mounts, environment, the executors' template setting), a name given twice in
+    one list, a mount of a volume the role does not have. Each is named where it was written."""
+    problems: list[Problem] = []
+    for path, roles, block in _pod_blocks(spec):
+        for field, key in KEYED_LISTS.items():
+            seen: set[str] = set()
+            for i, item in enumerate(getattr(block, field) or ()):
+                value = getattr(item, key)
+                if value in seen:
+                    problems.append(Problem(f"{path}.{_camel(field)}[{i}].{_camel(key)}", (
+                        f"{value!r} is given twice in this list; give each entry once")))
+                seen.add(value)
+        for i, volume in enumerate(block.volumes or ()):
+            if volume.name in OPERATOR_VOLUMES or volume.name.startswith(RESERVED_VOLUME_PREFIX):
+                problems.append(Problem(f"{path}.volumes[{i}].name", (
+                    f"{volume.name!r} is a volume the operator or Spark adds to the pod "
+                    f"({', '.join(OPERATOR_VOLUMES)}, {RESERVED_VOLUME_PREFIX}*); give yours another name")))
+        for i, mount in enumerate(block.volume_mounts or ()):
+            taken = next((d for d in RESERVED_MOUNT_DIRS if _within(mount.mount_path, d) or _within(d, mount.mount_path)),
+                         None)
+            if taken is not None:
+                problems.append(Problem(f"{path}.volumeMounts[{i}].mountPath", (
+                    f"{mount.mount_path!r} overlaps {taken}, where the operator or Spark mounts its own files; "
+                    f"mount elsewhere")))
+        for i, env in enumerate(block.env or ()):
+            if "driver" in roles and env.name in OPERATOR_DRIVER_ENV:
+                problems.append(Problem(f"{path}.env[{i}].name", (
+                    f"{env.name} is set by the operator on the driver (it runs the driver with it); remove it"
+                    + (" or set it in spec.spark.executor.pod" if len(roles) > 1 else ""))))
+            if "executor" in roles and env.name.startswith(RESERVED_EXECUTOR_ENV_PREFIX):
+                problems.append(Problem(f"{path}.env[{i}].name", (
+                    f"{env.name}: Spark sets SPARK_* on its executors itself; use spark.sparkConf "
+                    f"(spark.executorEnv.* or the setting) instead"
+                    + (" or set it in spec.spark.driver.pod" if len(roles) > 1 else ""))))
+    missing: dict[tuple[str, str], list[str]] = {}  # (field, volume) → the roles whose pod lacks it
+    for role, options, own in (("driver", spec.spark.driver_pod(), spec.spark.driver.pod),
+                               ("executor", spec.spark.executor_pod(), spec.spark.executor.pod)):
+        names = {v.name for v in options.volumes or ()}
+        for mount in options.volume_mounts or ():
+            if mount.name in names:
+                continue
+            mine = [m.mount_path for m in (own.volume_mounts if own is not None else None) or ()]
+            where, mounts = ((f"spec.spark.{role}.pod", mine) if mount.mount_path in mine
+                             else ("spec.spark.pod", [m.mount_path for m in spec.spark.pod.volume_mounts or ()]
+                                   if spec.spark.pod is not None else []))
+            missing.setdefault((f"{where}.volumeMounts[{mounts.index(mount.mount_path)}].name", mount.name),
+                               []).append(role)
+    for (where, volume), roles_ in missing.items():
+        problems.append(Problem(where, (
+            f"the {' and the '.join(roles_)}'s pod has no volume {volume!r}; add it to volumes (here or in "
+            f"spec.spark.pod) or correct the name")))
+    if not spec.spark.executor_pod().is_empty():
+        for key in POD_TEMPLATE_CONF:
+            if key in spec.spark.spark_conf:
+                problems.append(Problem(f"spec.spark.sparkConf[{key}]", (
+                    "the operator renders the executors' pod template from spec.spark.pod and "
+                    "spec.spark.executor.pod; remove this key and put the options there")))
+    return problems
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path.rstrip("/") == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _data_plane_refusals(name: str, spec: StreamTableHandoffSpec, resolved: Resolved) -> list[Problem]:

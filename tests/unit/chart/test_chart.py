@@ -27,6 +27,17 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                       "extraEnv": [{"name": "HANDOFF_X", "value": "1"}], "nodeSelector": {"pool": "ops"}},
     "metrics-off": {"metrics": {"enabled": False}, "serviceAccount": {"create": False, "name": "existing"}},
     "retention-enforce": {"retention": {"enforce": True}},
+    "placement": {"nodeSelector": {"pool": "ops"}, "priorityClassName": "system-cluster-critical",
+                  "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"},
+                                  {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                   "effect": "NoExecute", "tolerationSeconds": 30}],
+                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                      "nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+                  "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                         "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+                  "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                      "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}},
     "retention-enforce-namespaced": {"watchNamespaces": ["shop"],
                                      "retention": {"enforce": True, "kafkaTopicNamespaces": ["kafka"]}},
 }
@@ -71,8 +82,13 @@ def test_rendered_manifests_are_valid(name: str, kube_version: str) -> None:
 def test_values_schema_rejects_bad_values() -> None:
     chart = helm.Chart.load(CHART)
     chart.validate_schema({})
+    chart.validate_schema(VALUE_SETS["placement"])
     for bad in ({"watchNamespaces": ["Not_A_Namespace"]}, {"metrics": {"port": 0}},
-                {"image": {"pullPolicy": "Sometimes"}}, {"replicaCount": 3}, {"logLevel": "LOUD"}):
+                {"image": {"pullPolicy": "Sometimes"}}, {"replicaCount": 3}, {"logLevel": "LOUD"},
+                {"tolerations": [{"key": "x", "effect": "Sometimes"}]}, {"tolerations": [{"efect": "NoSchedule"}]},
+                {"tolerations": {"key": "x"}}, {"affinity": {"nodeAfinity": {}}}, {"priorityClassName": "Not Valid"},
+                {"podSecurityContext": {"runAsNonRoot": "yes"}}, {"securityContext": {"runAsUser": -1}},
+                {"nodeSelector": {"pool": 1}}):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(bad)
 
@@ -102,6 +118,23 @@ def test_deployment_wiring() -> None:
                ["containers"][0]["env"]}
     assert env_off["HANDOFF_METRICS_PORT"] == "0"
     assert by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+
+
+def test_operator_pod_placement_and_security_values_reach_its_deployment() -> None:
+    """nodeSelector, tolerations, affinity, priorityClassName and both security contexts: where a platform team
+    must put the operator's pod, as it set them, and the chart's defaults (non-root, read-only root) otherwise."""
+    values = VALUE_SETS["placement"]
+    (deploy,) = by_kind(render(values), "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert pod[key] == values[key], key
+    assert pod["securityContext"] == values["podSecurityContext"]
+    assert pod["containers"][0]["securityContext"] == values["securityContext"]
+    (default,) = by_kind(render({}), "Deployment")
+    pod = default["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(pod)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

@@ -10,28 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 
 
 import pytest
 
-from operator_support import Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf, stop_driver
+from operator_support import (PROBE_DRIVER, Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf,
+                              stop_driver)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.e2e]
-
-DRIVER = textwrap.dedent("""
-    import json, sys, time
-    from pyspark.sql import SparkSession
-    conf = json.loads(sys.argv[1])
-    builder = SparkSession.builder.appName("handoff-executor-probe")
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    print("driver up", flush=True)
-    sys.stdin.read()          # until the test closes stdin
-    spark.stop()
-""")
-
 
 def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster, apiserver, tmp_path) -> None:
     ns = cluster.new_namespace("spark")
@@ -50,7 +36,7 @@ def test_spark_creates_executor_pods_from_the_rendered_settings(cluster: Cluster
         can = lambda *a: kubectl(cluster.kubeconfig, "auth", "can-i", *a, "-n", ns, "--as", sa,  # noqa: E731
                                  check=False).stdout.strip()
         assert can("create", "pods") == "yes" and can("list", "secrets") == "no"
-        driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
+        driver = subprocess.Popen([sys.executable, "-c", PROBE_DRIVER, json.dumps(conf)], stdin=subprocess.PIPE,
                                   stdout=open(tmp_path / "driver.log", "w"), stderr=subprocess.STDOUT, text=True)
         selector = "handoff.io/name=orders,app.kubernetes.io/component=executor"
         pods = eventually(lambda: cluster.core.list_namespaced_pod(ns, label_selector=selector).items,

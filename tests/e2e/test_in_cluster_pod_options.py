@@ -1,0 +1,160 @@
+"""Pod options on a real node (the test bed's kubelet, or any cluster: in_cluster_support): every node is tainted
+and labelled for this test only, so nothing schedules there but pods that tolerate the taint. The operator pod
+runs because the chart's `tolerations` value says so; the driver and the executors Spark creates run, and commit
+records to the table, because the handoff's `spec.spark.pod` tolerates the taint and its nodeSelector matches the
+label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
+variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
+namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit."""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from handoff_testbed.kafka import Kafka
+from handoff_testbed.pytest_plugin import LOG_ROOT
+from iceberg_drill_support import produce
+from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, handoff_namespace,
+                                kafka_for_pods, lake_catalog, lake_handoff, pods, running, table_rows)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
+
+NAME = "placed"
+TABLE = "e2e.placed"
+BUCKET = "e2e-placed"
+TAINT_KEY = "e2e.handoff.io/dedicated"
+LABEL_KEY = "e2e.handoff.io/pool"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # A short folder: the kubelet binds unix sockets below it, whose paths may not exceed 108 bytes.
+    with cluster_from_environment(LOG_ROOT / "pod-options") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
+    with kafka_for_pods(cluster) as kafka:
+        yield kafka
+
+
+@pytest.fixture()
+def dedicated_nodes(cluster: Cluster) -> Iterator[str]:
+    """Every node tainted `<TAINT_KEY>=<value>:NoSchedule` and labelled `<LABEL_KEY>=<value>` for this test."""
+    value = uuid.uuid4().hex[:8]
+    cluster.kubectl("taint", "nodes", "--all", f"{TAINT_KEY}={value}:NoSchedule")
+    cluster.kubectl("label", "nodes", "--all", f"{LABEL_KEY}={value}")
+    try:
+        yield value
+    finally:
+        cluster.kubectl("taint", "nodes", "--all", f"{TAINT_KEY}-", check=False)
+        cluster.kubectl("label", "nodes", "--all", f"{LABEL_KEY}-", check=False)
+
+
+def _unschedulable(cluster: Cluster, ns: str, name: str) -> str | None:
+    pod = cluster.get("pod", name, "-n", ns)
+    cond = next((c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
+    return cond.get("message") if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" \
+        else None
+
+
+@pytest.mark.timeout(2400)
+def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster: Cluster, pod_kafka: Kafka,
+                                                                        postgres: Any, s3: Any,
+                                                                        dedicated_nodes: str) -> None:
+    toleration = {"key": TAINT_KEY, "operator": "Equal", "value": dedicated_nodes, "effect": "NoSchedule"}
+    # The operator's own pod needs the chart's tolerations to run at all on these nodes.
+    with handoff_namespace(cluster, pod_kafka, "pods", NAME,
+                           {"statusInterval": 3, "tolerations": [toleration]}) as where:
+        ns = where.namespace
+        catalog = lake_catalog(postgres, s3, BUCKET)
+        handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
+                               postgres=postgres, s3=s3, bucket=BUCKET, table=TABLE,
+                               scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi",
+                               spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+        cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "extra", "namespace": ns},
+                       "stringData": {"token": f"token-{dedicated_nodes}"}})
+        handoff["spec"]["spark"]["pod"] = {
+            "tolerations": [toleration],
+            "nodeSelector": {LABEL_KEY: dedicated_nodes},
+            "labels": {"team": "e2e"},
+            "env": [{"name": "EXTRA_TOKEN", "valueFrom": {"secretKeyRef": {"name": "extra", "key": "token"}}}],
+            "volumes": [{"name": "extra", "secret": {"secretName": "extra"}}],
+            "volumeMounts": [{"name": "extra", "mountPath": "/etc/extra", "readOnly": True}],
+            "podSecurityContext": {"runAsNonRoot": True},
+        }
+
+        # The taint bites: a pod without the toleration is not scheduled.
+        cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "untolerated", "namespace": ns},
+                       "spec": {"containers": [{"name": "c", "image": cluster.image, "command": ["sleep", "600"]}]}})
+        message = eventually(lambda: _unschedulable(cluster, ns, "untolerated"), "the untolerated pod Unschedulable",
+                             timeout=120)
+        assert "taint" in message, message
+
+        produced = produce(pod_kafka.bootstrap, where.topic, range(0, 500))
+        cluster.apply(handoff)
+        try:
+            eventually(lambda: table_rows(catalog, TABLE) == produced, "the records in the table", timeout=900,
+                       interval=2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+
+        (driver,) = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                     f"app.kubernetes.io/component=driver")
+                                        if running(p)] or None, "the running driver pod")
+        executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                     f"app.kubernetes.io/component=executor")
+                                        if running(p)] or None, "a running executor pod", timeout=300)
+        for pod in (driver, *executors):
+            assert toleration in pod["spec"]["tolerations"], pod["metadata"]["name"]
+            assert pod["spec"]["nodeSelector"][LABEL_KEY] == dedicated_nodes
+            assert pod["metadata"]["labels"]["team"] == "e2e"
+            assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert _unschedulable(cluster, ns, "untolerated")  # still not scheduled
+        # The Secret's key as environment and as a file, inside the driver.
+        name = driver["metadata"]["name"]
+        seen = cluster.kubectl("exec", "-n", ns, name, "-c", "driver", "--", "sh", "-c",
+                               "printf '%s ' \"$EXTRA_TOKEN\"; cat /etc/extra/token; echo; id -u")
+        assert seen.split() == [f"token-{dedicated_nodes}", f"token-{dedicated_nodes}", "185"], seen
+
+
+@pytest.mark.timeout(2400)
+def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Cluster, pod_kafka: Kafka,
+                                                                  postgres: Any, s3: Any) -> None:
+    """The confinement a restricted namespace asks for (Pod Security Standard "restricted"): non-root, no privilege
+    escalation, no capabilities, RuntimeDefault seccomp, and a read-only root filesystem with an emptyDir for
+    scratch space at /tmp; the driver and Spark's executors run with it and commit."""
+    with handoff_namespace(cluster, pod_kafka, "ro", NAME, {"statusInterval": 3}) as where:
+        ns = where.namespace
+        catalog = lake_catalog(postgres, s3, f"{BUCKET}-ro")
+        handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
+                               postgres=postgres, s3=s3, bucket=f"{BUCKET}-ro", table=TABLE,
+                               scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi",
+                               spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+        handoff["spec"]["spark"]["pod"] = {
+            "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containerSecurityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                         "capabilities": {"drop": ["ALL"]}},
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        }
+        produced = produce(pod_kafka.bootstrap, where.topic, range(0, 500))
+        cluster.apply(handoff)
+        try:
+            eventually(lambda: table_rows(catalog, TABLE) == produced, "the records in the table", timeout=900,
+                       interval=2)
+            executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                         f"app.kubernetes.io/component=executor")
+                                            if running(p)] or None, "a running executor pod", timeout=300)
+            # More records once the executor runs: the stream keeps committing with the executors confined too (the
+            # first records may have been committed by the driver's bootstrap batches alone).
+            more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
+            eventually(lambda: table_rows(catalog, TABLE) == produced + more, "more records in the table",
+                       timeout=600, interval=2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        for pod in executors:
+            (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
