@@ -13,8 +13,8 @@ from __future__ import annotations
 from xdist.scheduler import LoadScopeScheduling
 
 #: Test files whose tests start the real node (marker `node`); the unit test checks the marker and this list agree.
-NODE_TEST_FILES = ("tests/e2e/test_in_cluster.py", "tests/e2e/test_in_cluster_scaling.py",
-                   "tests/integration/testbed/test_testbed_node.py")
+NODE_TEST_FILES = ("tests/e2e/test_in_cluster.py", "tests/e2e/test_in_cluster_pod_options.py",
+                   "tests/e2e/test_in_cluster_scaling.py", "tests/integration/testbed/test_testbed_node.py")
 NODE_SCOPE = "the real node"
 
 
