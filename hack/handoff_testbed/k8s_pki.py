@@ -47,7 +47,11 @@ def _name(common_name: str) -> x509.Name:
 
 
 def write_pki(directory: Path, service_ip: str) -> Pki:
-    """CA, an apiserver serving cert it signs, and the service-account token signing key pair."""
+    """CA, an apiserver serving cert it signs, and the service-account token signing key pair.
+
+    Both certificates carry key identifiers (RFC 5280): Python 3.13's default TLS context verifies with
+    `VERIFY_X509_STRICT`, which rejects a chain without an Authority Key Identifier, so on Debian 13 every
+    readiness probe of the apiserver failed ("Missing Authority Key Identifier") until they did."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=30)
@@ -61,6 +65,7 @@ def write_pki(directory: Path, service_ip: str) -> Pki:
         .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                      content_commitment=False, key_encipherment=False, data_encipherment=False,
                                      key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     serving_key = _rsa_key()
@@ -72,6 +77,8 @@ def write_pki(directory: Path, service_ip: str) -> Pki:
         .not_valid_before(now).not_valid_after(later)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(serving_key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     sa_key = _rsa_key()
