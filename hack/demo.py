@@ -377,12 +377,15 @@ def main(argv: list[str] | None = None) -> int:
             say(f"    {line}")
 
         step("Rendering the app config as the operator does, then starting the Spark app (local[2])")
-        say("    handoff run -f orders-to-iceberg.yaml --print-config > app.json")
+        say("    handoff run -f orders-to-iceberg.yaml --metrics-port 0 --print-config > app.json")
         say("    python -m handoff_spark run --config app.json        # micro-batches every 2 s")
         app_json = workdir / "app.json"
         rendered = subprocess.run(
             [sys.executable, "-m", "handoff_operator", "run", "-f", str(manifest), "--print-config",
-             "--checkpoint", str(workdir / "checkpoint"), "--master", "local[2]"],
+             "--checkpoint", str(workdir / "checkpoint"), "--master", "local[2]",
+             # any free port for the driver's metrics: 9090 (the pods' port) is Prometheus's own default, so a
+             # newcomer's machine may well have it taken
+             "--metrics-port", "0"],
             capture_output=True, text=True)
         if rendered.returncode != 0:
             raise SystemExit(f"handoff run --print-config failed:\n{rendered.stdout}{rendered.stderr}")
