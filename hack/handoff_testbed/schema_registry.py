@@ -73,10 +73,15 @@ class SchemaRegistry(ServiceComponent):
             if self._built():
                 return
             tmp = self.home / "app.tmp"
+            build_dir = self.home / "maven-build"  # the plugin's "already unpacked" markers: fresh with the unpack
             shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(build_dir, ignore_errors=True)
             run(["mvn", "-q", "-B", "-f", str(POM), f"-Dapicurio.version={self.version}",
+                 f"-Dhandoff.build.directory={build_dir}",
                  "dependency:unpack-dependencies", f"-DoutputDirectory={tmp}"],
                 log=self.home / "build.log")
+            if not tmp.exists():
+                raise RuntimeError(f"mvn unpacked nothing into {tmp}: see {self.home / 'build.log'}")
             shutil.rmtree(self.app, ignore_errors=True)
             tmp.rename(self.app)
             (self.home / ".built").write_text(self._stamp_value())
