@@ -69,6 +69,7 @@ def test_plan_refuse_and_roll_back_with_a_gap(kafka, tmp_path: Path) -> None:
     dry = _replay(tmp_path, "look", "RollbackAndReplay", snapshots[1], dry=True)
     assert dry.returncode == 0, dry.stderr
     assert "re-read 20 records" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    assert "cost: 2 data files to rewrite; 20 records" in dry.stdout
 
     refused = _replay(tmp_path, "nope", "Rollback", 424242)
     assert refused.returncode == 2 and "refused (SnapshotNotFound)" in refused.stdout
