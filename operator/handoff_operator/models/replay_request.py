@@ -114,7 +114,7 @@ class ReplayCost(StatusModel):
 
     rows_to_delete: int | None = Field(default=None, ge=0, description="BigQuery: rows the rollback deletes.")
     bytes_to_delete: int | None = Field(default=None, ge=0,
-                                        description="BigQuery: their logical bytes (the table's bytes per row).")
+                                        description="BigQuery: their logical bytes (each value sized as BigQuery sizes it).")
     files_to_rewrite: int | None = Field(default=None, ge=0, description="Iceberg: data files the discarded "
                                                                          "snapshots added (written again by a re-read).")
     records_to_reread: int | None = Field(default=None, ge=0, description="Records to re-read from Kafka.")

@@ -125,7 +125,7 @@ class BigQueryReplayTable:
 
     def cost(self, plan: Plan) -> TableCost:
         rows, size = self.steps.rows_past(self.sink, _cut(plan), self.client)
-        if not rows:
+        if not rows:   # nothing to delete (a Backfill): the table's average row, from its metadata
             info = self.steps.table_info(self.sink, self.client)
             return TableCost(rows_to_delete=0, bytes_to_delete=0, sample_rows=info.num_rows,
                              sample_bytes=info.num_bytes, billed_writes=True)

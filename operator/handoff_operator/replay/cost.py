@@ -5,6 +5,7 @@ discarded snapshots added (Iceberg, `filesToRewrite`: the re-read writes that mu
 billed per byte (BigQuery's Storage Write API). The re-read's size comes from the table too: Kafka tells offsets,
 not bytes, for a range, so the bytes to re-read are estimated as records × the table's bytes per row of the
 discarded range (a row is what a record becomes; a good estimate when the re-read writes the same rows again).
+BigQuery's row bytes are measured over the rows to delete, each value sized as BigQuery sizes it.
 
 The money estimate is the Storage Write API bytes × the operator's price setting
 (`OperatorSettings.bigquery_write_price_per_gib`, chart value `bigqueryWritePricePerGiB`; default the public list
