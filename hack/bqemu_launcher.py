@@ -12,14 +12,24 @@ table with a RECORD column fails at commit with DuckDB's "Attempted to convert a
 The REST path (`tabledata._build_arrow_schema`) already recurses into `fields`; the write path is given
 the same nested field list here. Nothing else about the write path changes.
 
+Also: the emulator shares ONE DuckDB connection between its REST worker threads and its gRPC (Storage Write)
+threads, and deadlocked under concurrent use (seen with the replay drills: the operator's status reads, a test's
+polling and a driver's appends at once): a thread holding the GIL waited for DuckDB's connection lock while the
+thread holding that lock waited for the GIL to drop a registered Arrow table (`unregister` →
+`PythonDependencyItem`'s destructor). Every call into the connection is made under one process-wide lock here
+(`_SerializedConnection`): a thread blocked on a Python lock has released the GIL, so the holder can finish. Calls
+were never safe to interleave on one connection anyway; they are now one at a time.
+
 Runs inside the emulator's own virtualenv (see hack/handoff_testbed/bigquery.py), never the repo's.
 Usage: <emulator-venv>/bin/python hack/bqemu_launcher.py start --rest-port P1 --grpc-port P2 ...
 """
 from __future__ import annotations
 
 import sys
+import threading
 
 from bqemulator.grpc_api import write_servicer
+from bqemulator.storage import engine
 from bqemulator.versioning import snapshots
 
 _original_capture = snapshots.SnapshotManager.capture
@@ -45,6 +55,42 @@ def _table_arrow_schema_with_nested_fields(table_meta):
 
 
 write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
+
+_DUCKDB_LOCK = threading.RLock()
+
+
+class _SerializedConnection:
+    """The engine's DuckDB connection, each attribute read and call made under `_DUCKDB_LOCK` (module docstring).
+    A call that returns the connection itself (`execute` returns it as its own cursor) returns this wrapper, so
+    the fetch that follows is serialized too."""
+
+    def __init__(self, connection):
+        self._connection = connection
+
+    def __getattr__(self, name):
+        with _DUCKDB_LOCK:
+            attr = getattr(self._connection, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            with _DUCKDB_LOCK:
+                out = attr(*args, **kwargs)
+            return self if out is self._connection else out
+
+        return call
+
+
+def _serialized_connection(self):
+    raw = _original_connection.fget(self)
+    wrapped = getattr(self, "_handoff_serialized", None)
+    if wrapped is None or wrapped._connection is not raw:
+        wrapped = self._handoff_serialized = _SerializedConnection(raw)
+    return wrapped
+
+
+_original_connection = engine.DuckDBEngine.connection
+engine.DuckDBEngine.connection = property(_serialized_connection)
 
 if __name__ == "__main__":
     from bqemulator.cli import main

@@ -5,7 +5,8 @@ Google client libraries), so the server runs from `<cache>/bqemulator-1.4.0/venv
 to it only over the wire, exactly as the Spark sink talks to real BigQuery.
 
 Why a launcher (`hack/bqemu_launcher.py`): it turns off the emulator's per-write full-table snapshot
-copy, which otherwise makes streaming appends quadratic.
+copy, which otherwise makes streaming appends quadratic, and makes the calls into its one DuckDB connection one at a
+time (concurrent REST and Storage Write requests deadlocked it: the GIL against DuckDB's connection lock).
 
 Why `--persistent --data-dir`: restart drills need the tables to survive an emulator restart.
 """

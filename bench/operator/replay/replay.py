@@ -8,13 +8,18 @@ Setup: a seed of `--seed` records is committed first (snapshot S0), then `--reco
     checkpoint disagreeing with the ledger, resumes from the ledger and re-reads the same N records.
 Both runs pay one Spark start-up; the ratio is replay / once (the goal: ≤ 1.5). The table is checked after the
 replay: rows == distinct (partition, offset) == seed + N.
-Prints a table and writes bench/results/replay.json.
+`--sink bigquery`: the same on the test bed's BigQuery emulator (the rollback: undo snapshot tables and the
+one-transaction DELETE of `bigquery.rollback`; S0 is the seed's newest ledger entry). Figures from the emulator say
+how Handoff's side scales, not what BigQuery would take.
+Prints a table and writes bench/results/replay.json (bigquery: replay_bigquery.json).
 
     .venv/bin/python bench/operator/replay/replay.py [--records 1000000] [--partitions 3] [--bootstrap HOST:PORT]
+        [--sink iceberg|bigquery]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -66,19 +71,48 @@ def run_app(app_json: Path, log: Path, tries: int = 3) -> float:
     raise SystemExit(f"the app exited {rc}; see {log}")
 
 
+def _head(cfg: Any) -> int:
+    """The table's newest ledger entry: the Iceberg snapshot, or BigQuery's ledger key (`target.snapshotId`)."""
+    if cfg.sink.kind == "bigquery":
+        from handoff_spark.bigquery import ledger as bigquery_ledger, rollback
+
+        return rollback.entry_key(bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id)[0])
+    from handoff_spark.iceberg import ledger
+
+    return ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay").metadata.current_snapshot_id
+
+
+def _counts(cfg: Any) -> tuple[int, int]:
+    """(rows, distinct (partition, offset)) of the table."""
+    if cfg.sink.kind == "bigquery":
+        from handoff_spark.bigquery import client as bigquery_client
+
+        sql = (f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(CAST(_kafka_partition AS STRING), ':', "
+               f"CAST(_kafka_offset AS STRING))) AS d FROM `{bigquery_client.table_ref(cfg.sink)}`")
+        row = list(bigquery_client.rest_client(cfg.sink).query(sql).result())[0]
+        return int(row["n"]), int(row["d"])
+    from handoff_spark.iceberg import ledger
+
+    table = ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay")
+    data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+    return data.num_rows, len(set(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist())))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--sink", choices=("iceberg", "bigquery"), default="iceberg")
     add_broker_argument(ap)
     add_out_argument(ap, "replay.json")
     args = ap.parse_args(argv)
-    with broker(args.bootstrap) as (bootstrap, kafka):
+    if args.sink == "bigquery" and Path(args.out).name == "replay.json":
+        args.out = str(Path(args.out).with_name("replay_bigquery.json"))
+    with broker(args.bootstrap) as (bootstrap, kafka), contextlib.ExitStack() as stack:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         from handoff_operator.replay.local import replay
-        from handoff_spark.iceberg import ledger
         from handoff_spark.config import AppConfig
 
         topic = f"replay-{uuid.uuid4().hex[:6]}"
@@ -89,12 +123,22 @@ def main(argv: list[str] | None = None) -> int:
             admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
             time.sleep(1)
         tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
+        sink: dict[str, Any] = {"kind": "iceberg", "catalogName": "bench",
+                                "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db",
+                                                      "warehouse": f"file://{tmp}/warehouse"},
+                                "table": "bench.replay"}
+        if args.sink == "bigquery":
+            from handoff_testbed.bigquery import BigQueryEmulator
+
+            emu = BigQueryEmulator()
+            emu.build()
+            emu.start(tmp / "bqemulator")
+            stack.callback(emu.stop)
+            sink = {"kind": "bigquery", "project": emu.project, "dataset": "bench", "table": "replay",
+                    "restEndpoint": emu.rest_endpoint, "grpcEndpoint": emu.grpc_endpoint}
         cfg = AppConfig.model_validate({
             "handoffId": "bench/replay", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-            "sink": {"kind": "iceberg", "catalogName": "bench",
-                     "catalogProperties": {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db",
-                                           "warehouse": f"file://{tmp}/warehouse"},
-                     "table": "bench.replay"},
+            "sink": sink,
             "schema": {"columns": COLUMNS, "onIncompatible": "halt"},
             "checkpointLocation": str(tmp / "checkpoint"), "triggerIntervalSeconds": 0,
             "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}})
@@ -104,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
         produce(bootstrap, topic, args.seed)
         run_app(app_json, log)
-        table = ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay")  # type: ignore[union-attr]
-        seed_snapshot = table.metadata.current_snapshot_id
+        seed_snapshot = _head(cfg)
         produce(bootstrap, topic, args.records)
         once = run_app(app_json, log)
         print(f"consume once: {args.records:,} records in {once:.1f} s", flush=True)
@@ -122,12 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         total = rollback + reread
         print(f"rollback + replay: {rollback:.2f} s + {reread:.1f} s", flush=True)
 
-        table = ledger.load_table("bench", dict(cfg.sink.catalog_properties), "bench.replay")  # type: ignore[union-attr]
-        data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
-        distinct = len(set(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist())))
-        whole = data.num_rows == distinct == args.seed + args.records
+        rows, distinct = _counts(cfg)
+        whole = rows == distinct == args.seed + args.records
         results: dict[str, Any] = {
-            "records": args.records, "partitions": args.partitions,
+            "sink": args.sink, "records": args.records, "partitions": args.partitions,
             "consume_once_seconds": round(once, 2), "rollback_seconds": round(rollback, 3),
             "replay_seconds": round(reread, 2), "rollback_and_replay_seconds": round(total, 2),
             "ratio": round(total / once, 2), "table_whole_after_replay": whole,

@@ -40,11 +40,13 @@ class ReplayTarget(SpecModel):
          "message": "target.snapshotId must be an integer (or a string of digits)"},
     ]})
 
-    snapshot_id: SnapshotId | None = Field(default=None, description="Iceberg snapshot id to go back to.")
+    snapshot_id: SnapshotId | None = Field(default=None, description="Iceberg snapshot id to go back to; on a "
+                                           "BigQuery sink, the key of a ledger entry (its commit time in µs: the "
+                                           "first column of `handoff ledger show` / `kubectl handoff ledger`).")
     timestamp: datetime | None = Field(default=None, description="Go back to the table as of this time "
                                                                  "(the newest snapshot at or before it).")
     tag: str | None = Field(default=None, min_length=1, max_length=255,
-                            description="Iceberg tag naming the snapshot to go back to.")
+                            description="Iceberg tag naming the snapshot to go back to (Iceberg sinks only).")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "ReplayTarget":
@@ -107,6 +109,26 @@ class ReplayRequestSpec(SpecModel):
 ReplayPhase = Literal["Pending", "Planned", "Running", "Succeeded", "Failed"]
 
 
+class ReplayCost(StatusModel):
+    """What the replay weighs, measured before anything changes (docs/operator.md, "What a replay costs")."""
+
+    rows_to_delete: int | None = Field(default=None, ge=0, description="BigQuery: rows the rollback deletes.")
+    bytes_to_delete: int | None = Field(default=None, ge=0,
+                                        description="BigQuery: their logical bytes (each value sized as BigQuery sizes it).")
+    files_to_rewrite: int | None = Field(default=None, ge=0, description="Iceberg: data files the discarded "
+                                                                         "snapshots added (written again by a re-read).")
+    records_to_reread: int | None = Field(default=None, ge=0, description="Records to re-read from Kafka.")
+    bytes_to_reread: int | None = Field(default=None, ge=0, description="Estimated bytes to re-read (records × the "
+                                                                        "table's bytes per row of the range).")
+    write_api_bytes: int | None = Field(default=None, ge=0,
+                                        description="BigQuery: bytes the re-read appends through the Storage Write API.")
+    write_api_price_per_gib: float | None = Field(default=None, ge=0, alias="writeApiPricePerGiB",
+                                                   description="USD per GiB the estimate uses (operator setting "
+                                                               "HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB).")
+    estimated_cost_usd: float | None = Field(default=None, ge=0, alias="estimatedCostUSD",
+                                             description="writeApiBytes priced at writeApiPricePerGiB, in USD.")
+
+
 class ReplayPlan(StatusModel):
     """What the request will do (or did), computed before anything changes."""
 
@@ -124,6 +146,8 @@ class ReplayPlan(StatusModel):
     gap_to: OffsetsMap | None = Field(default=None, description="Rollback: end of the skipped range (exclusive).")
     records: int | None = Field(default=None, ge=0, description="Records (offsets) to re-read.")
     summary: str | None = Field(default=None, max_length=4096, description="The plan in one sentence.")
+    cost: ReplayCost | None = Field(default=None, description="What the replay weighs and, on BigQuery, an estimate "
+                                                              "in money.")
 
 
 class ReplayProgress(StatusModel):
@@ -159,8 +183,9 @@ class ReplayRequestStatus(StatusModel):
     steps: list[ReplayStep] = Field(default_factory=list, max_length=16,
                                     description="Steps completed so far, in order.")
     undo_tag: str | None = Field(default=None, max_length=255,
-                                 description="Iceberg tag on the table's snapshot before the rollback (the "
-                                             "undo point; see docs/operator.md).")
+                                 description="The undo point: the Iceberg tag on the table's snapshot before the "
+                                             "rollback, or the BigQuery snapshot table of the table before it (its "
+                                             "ledger's beside it, suffix __handoff_ledger); see docs/operator.md.")
     started_at: datetime | None = None
     completed_at: datetime | None = None
 

@@ -1,5 +1,6 @@
-"""The ReplayRequest controller: what a request will do (`plan`, pure), the table's steps (`table`), a Backfill
-as a Kubernetes Job (`backfill`, pure), the kopf daemon that runs a request one idempotent step at a time
+"""The ReplayRequest controller: what a request will do (`plan`, pure) and what it costs (`cost`, pure), the
+table's steps behind one sink contract (`contract`; `table` picks the sink's: `iceberg_table`, `bigquery_table`),
+a Backfill as a Kubernetes Job (`backfill`, pure), the kopf daemon that runs a request one idempotent step at a time
 (`handlers`) and `handoff replay` for a handoff run locally (`local`).
 
 May import: `models`, `spec`, `truth`, `upgrade`, `conditions`, `runtime`, `handoff_spark.config`,

@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from handoff_operator.runtime import metrics
 from handoff_operator.replay import backfill as replay_backfill
 from handoff_operator.replay import plan as replay_plan
+from handoff_operator.replay import cost as replay_cost
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
@@ -53,6 +54,7 @@ from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
                      referenced_secrets, render)
+from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.truth.reading import kafka_offsets
 from handoff_operator.spec.validation import check, parse_spec
 
@@ -104,7 +106,19 @@ def _apply_handoff(kube: Kube, namespace: str, name: str) -> None:
     reconcile_handoff(namespace, name, kube)
 
 
-def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
+class HandoffConfig:
+    """The app config the driver runs, and a BigQuery sink's service-account key from `credentialsFrom` (the
+    operator reads the table with it: the driver's key file is mounted in the driver pod, not here)."""
+
+    def __init__(self, config: Any, key_json: str | None) -> None:
+        self.config, self.key_json = config, key_json
+
+    def table(self) -> replay_table.ReplayTable | None:
+        """The handoff's table through the sink contract, freshly read (None: it does not exist yet)."""
+        return replay_table.open_table(self.config, self.key_json)
+
+
+def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> HandoffConfig:
     """The app config the driver runs (the last good spec's while a failed upgrade is rolled back)."""
     meta = handoff["metadata"]
     spec, problems = parse_spec(handoff.get("spec") or {})
@@ -113,7 +127,8 @@ def _handoff_config(kube: Kube, handoff: Mapping[str, Any]) -> Any:
         secrets = kube.read_secrets(meta["namespace"], sorted(referenced_secrets(spec)))
         resolved, problems = check(meta["name"], spec, secrets)
         if not problems:
-            return render(handoff, spec, current_settings().default_image, resolved).config
+            return HandoffConfig(render(handoff, spec, current_settings().default_image, resolved).config,
+                                 service_account_key(spec, secrets))
     raise Refused("HandoffInvalid", f"StreamTableHandoff {meta['name']} has an invalid spec ("
                   + "; ".join(str(p) for p in problems) + "); fix it, then create a new ReplayRequest")
 
@@ -178,8 +193,9 @@ class Request:
         self.write("Running", name, message, steps=steps, **fields)
 
 
-def _plan_status(p: replay_plan.Plan) -> dict[str, Any]:
+def _plan_status(p: replay_plan.Plan, cost: replay_cost.Cost | None = None) -> dict[str, Any]:
     gap = p.gap or {}
+    summary = p.summary + (f"; cost: {cost.summary()}" if cost is not None and cost.summary() else "")
     return {k: v for k, v in {
         "headSnapshot": str(p.head_snapshot) if p.head_snapshot is not None else None,
         "rollbackToSnapshot": str(p.target_snapshot) if p.target_snapshot is not None else None,
@@ -188,7 +204,8 @@ def _plan_status(p: replay_plan.Plan) -> dict[str, Any]:
         "replayFrom": replay_plan.wire(p.replay_from), "replayTo": replay_plan.wire(p.replay_to),
         "gapFrom": replay_plan.wire({t: {q: r[0] for q, r in parts.items()} for t, parts in gap.items()}) if gap else None,
         "gapTo": replay_plan.wire({t: {q: r[1] for q, r in parts.items()} for t, parts in gap.items()}) if gap else None,
-        "records": p.records, "summary": p.summary[:4096]}.items() if v is not None}
+        "records": p.records, "summary": summary[:4096],
+        "cost": cost.status() if cost is not None else None}.items() if v is not None}
 
 
 def _offsets(wire_: Mapping[str, Mapping[str, int]] | None) -> replay_plan.Offsets:
@@ -208,29 +225,38 @@ def _active_others(kube: Kube, handoff: Mapping[str, Any], me: str) -> list[str]
     return [holder]
 
 
-def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any], config: Any,
-               claimed: bool) -> replay_plan.Plan:
+def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any], hc: HandoffConfig,
+               claimed: bool) -> tuple[replay_plan.Plan, replay_cost.Cost | None]:
+    """The plan against the table and Kafka as they are now, the sink's own refusals, and what it will cost."""
+    config = hc.config
     request = replay_plan.request_from_spec(spec, config.handoff_id, config.query_name, config.source.topics,
                                             config.sink.kind, config.source.starting_offsets)
-    table = facts = kafka = None
-    if request.sink == "iceberg":
-        try:
-            table = replay_table.load(config)
-            facts = replay_table.table_facts(table) if table is not None else None
-        except Exception as exc:  # noqa: BLE001 - the catalog may come back: plan again next tick
-            raise Wait(f"cannot read the table: {type(exc).__name__}: {exc}") from exc
-        try:
-            latest, earliest = kafka_offsets(config)
-            kafka = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
-        except Exception as exc:  # noqa: BLE001 - reported as KafkaUnavailable when the plan needs it
-            log.info(f"{req.namespace}/{req.name}: cannot read Kafka offsets: {exc}")
+    kafka = None
+    try:
+        table = hc.table()
+        facts = table.facts() if table is not None else None
+    except Exception as exc:  # noqa: BLE001 - the catalog may come back: plan again next tick
+        raise Wait(f"cannot read the table: {type(exc).__name__}: {exc}") from exc
+    try:
+        latest, earliest = kafka_offsets(config)
+        kafka = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
+    except Exception as exc:  # noqa: BLE001 - reported as KafkaUnavailable when the plan needs it
+        log.info(f"{req.namespace}/{req.name}: cannot read Kafka offsets: {exc}")
     others = [] if claimed else _active_others(req.kube, handoff, req.name)
     result = replay_plan.plan(request, facts, kafka, others)
+    if isinstance(result, replay_plan.Plan) and table is not None:
+        result = table.refusal(result) or result
     if isinstance(result, replay_plan.Failure):
         if result.reason == "KafkaUnavailable":
             raise Wait(result.message)
         raise Refused(result.reason, result.message)
-    return result
+    assert table is not None
+    try:
+        cost = replay_cost.estimate(table.cost(result), result.records, current_settings().bigquery_write_price_per_gib)
+    except Exception as exc:  # noqa: BLE001 - the estimate is information; the plan stands without it
+        log.info(f"{req.namespace}/{req.name}: cannot estimate the cost: {exc}")
+        cost = None
+    return result, cost
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -260,10 +286,11 @@ def _claim(req: Request, handoff: Mapping[str, Any]) -> None:
         raise
 
 
-def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config: Any) -> None:
+def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: HandoffConfig) -> None:
     """The next step of a running request (each returns; the daemon calls again)."""
+    config = hc.config
     if spec.mode == "Backfill":
-        _run_backfill(req, handoff, config)
+        _run_backfill(req, handoff, hc)
         return
     ns, handoff_name = handoff["metadata"]["namespace"], handoff["metadata"]["name"]
     annotations = handoff["metadata"].get("annotations") or {}
@@ -288,27 +315,32 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config:
         if pods:
             raise Wait(f"waiting for driver pod {pods[0].metadata.name} to stop at a batch boundary")
         # The driver may have committed batches since the plan: plan again against the quiet table.
-        p = _make_plan(req, spec, handoff, config, claimed=True)
-        req.step("DriverStopped", f"driver of {handoff_name} stopped; plan: {p.summary}", plan=_plan_status(p))
+        p, cost = _make_plan(req, spec, handoff, hc, claimed=True)
+        req.step("DriverStopped", f"driver of {handoff_name} stopped; plan: {p.summary}",
+                 plan=_plan_status(p, cost))
         return
     plan = req.status.get("plan") or {}
     head, target = int(plan["headSnapshot"]), int(plan["rollbackToSnapshot"])
-    table = replay_table.load(config)
+    table = hc.table()
     if table is None:
         raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
     if "Tagged" not in steps:
-        tag = replay_table.undo_tag_name(req.namespace, req.name)
+        tag = table.undo_point_name(req.namespace, req.name)
         try:
-            replay_table.ensure_tag(table, tag, head)
-        except replay_table.TagTaken as exc:
+            table.ensure_undo_point(tag, head)
+        except replay_table.UndoPointTaken as exc:
             raise Refused("UndoTagExists", f"{exc} (left by an earlier request of this name?); nothing was "
-                          f"rolled back: remove the tag or create the request under another name") from exc
-        req.step("Tagged", f"tagged snapshot {head} (the table before the rollback) as {tag}", undoTag=tag)
+                          f"rolled back: remove it or create the request under another name") from exc
+        req.step("Tagged", f"kept snapshot {head} (the table before the rollback) as {tag}", undoTag=tag)
         return
     if "RolledBack" not in steps:
-        current = replay_table.current_snapshot(table)
+        current = table.current()
         if current == head:
-            replay_table.rollback(table, target)
+            try:
+                table.rollback(replay_table.RollbackStep(config.handoff_id, config.query_name, head, target,
+                                                         replay_table.cut_of(plan)))
+            except replay_table.RollbackRefused as exc:
+                raise Wait(str(exc)) from exc
         elif current != target:
             raise Refused("TableMoved", f"the table's current snapshot is {current}, neither {head} (planned) "
                           f"nor {target} (target): another writer changed it; nothing was rolled back")
@@ -317,13 +349,13 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config:
     if spec.mode == "Rollback" and "GapRecorded" not in steps:
         gap = {t: {int(p): (int(plan["gapFrom"][t][p]), int(plan["gapTo"][t][p])) for p in parts}
                for t, parts in (plan.get("gapFrom") or {}).items()}
-        now = replay_table.stream_offsets(table, config.handoff_id, config.query_name)
+        now = table.stream_offsets(config.handoff_id, config.query_name)
         pending = {t: {p: r for p, r in parts.items() if now.get(t, {}).get(p, r[0]) < r[1]}
                    for t, parts in gap.items()}
         pending = {t: parts for t, parts in pending.items() if parts}
         if pending:
-            replay_table.record_gap(table, config.handoff_id, config.query_name, pending,
-                                    f"ReplayRequest {req.namespace}/{req.name} (mode Rollback)")
+            table.record_gap(config.handoff_id, config.query_name, pending,
+                             f"ReplayRequest {req.namespace}/{req.name} (mode Rollback)")
         req.step("GapRecorded", "recorded the discarded offsets as a deliberate gap in the ledger: "
                  + ", ".join(f"{t}[{p}] {s}-{e}" for t, parts in gap.items() for p, (s, e) in parts.items()))
         return
@@ -338,9 +370,9 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], config:
                   f"where it was", steps=req.status.get("steps"))
         return
     start, end = _offsets(plan.get("replayFrom")), _offsets(plan.get("replayTo"))
-    now = replay_table.stream_offsets(table, config.handoff_id, config.query_name)
+    now = table.stream_offsets(config.handoff_id, config.query_name)
     done, finished = replay_plan.progress(start, end, now)
-    snapshot = replay_table.current_snapshot(table)
+    snapshot = table.current()
     progress = {"offsets": replay_plan.wire({t: {p: now.get(t, {}).get(p, o) for p, o in parts.items()}
                                              for t, parts in start.items()}),
                 "records": done, "total": int(plan.get("records") or 0),
@@ -367,17 +399,18 @@ def _read_job(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     return kube.api.sanitize_for_serialization(job)
 
 
-def _run_backfill(req: Request, handoff: Mapping[str, Any], config: Any) -> None:
+def _run_backfill(req: Request, handoff: Mapping[str, Any], hc: HandoffConfig) -> None:
     """The next step of a running Backfill: its Job (replay_backfill) runs while the stream's driver goes on;
     progress and the end come from the table's ledger of the backfill's own query."""
     plan = req.status.get("plan") or {}
     start, end = _offsets(plan.get("replayFrom")), _offsets(plan.get("replayTo"))
     query, job_name = replay_backfill.backfill_query(req.name), replay_backfill.job_name(req.name)
     job = _read_job(req.kube, req.namespace, job_name)
-    table = replay_table.load(config)
+    config = hc.config
+    table = hc.table()
     if table is None:
         raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
-    now = replay_table.stream_offsets(table, config.handoff_id, query)
+    now = table.stream_offsets(config.handoff_id, query)
     done, reached = replay_plan.progress(start, end, now)
     progress = {"offsets": replay_plan.wire({t: {p: now.get(t, {}).get(p, o) for p, o in parts.items()}
                                              for t, parts in start.items()}),
@@ -439,10 +472,11 @@ def advance(namespace: str, name: str, kube: Kube) -> bool:
                           f"{namespace}; correct spec.handoffRef.name in a new ReplayRequest")
         config = _handoff_config(kube, handoff)
         if req.phase == "Pending":
-            p = _make_plan(req, spec, handoff, config, claimed=False)
+            p, cost = _make_plan(req, spec, handoff, config, claimed=False)
+            status = _plan_status(p, cost)
             req.write("Planned", "DryRun" if req.dry_run else "Planned",
-                      ("dry run, nothing changed: " if req.dry_run else "planned: ") + p.summary,
-                      plan=_plan_status(p))
+                      ("dry run, nothing changed: " if req.dry_run else "planned: ") + status["summary"],
+                      plan=status)
             return req.dry_run
         _run(req, spec, handoff, config)
         return req.phase in FINAL

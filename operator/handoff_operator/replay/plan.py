@@ -1,8 +1,8 @@
 """What a ReplayRequest will do, decided before anything changes (pure; no I/O).
 
-The facts are plain data the I/O layer (`replay_table`, `truth.kafka_offsets`) gathers: the table's
-current ancestry with the ledger record of each snapshot, the tags and every snapshot id the metadata
-still holds, and Kafka's earliest/latest offsets. `plan()` turns them and the request into a `Plan`, or
+The facts are plain data the I/O layer (the sink contract `replay.table`, `truth.kafka_offsets`) gathers: the
+table's current ancestry with the ledger record of each snapshot (on BigQuery: each ledger entry, keyed by its
+commit time in µs), the tags and every snapshot id the metadata still holds, and Kafka's earliest/latest offsets. `plan()` turns them and the request into a `Plan`, or
 a `Failure` naming the reason and the fix. A plan that cannot succeed fails here, so a refused request
 never stops a driver or touches a table.
 
@@ -218,10 +218,9 @@ def plan(req: Request, table: TableFacts | None, kafka: KafkaFacts | None,
     if active_replays:
         return Failure("AnotherReplayRunning", f"ReplayRequest {', '.join(sorted(active_replays))} is running for "
                        f"this handoff; create this request again once it has finished")
-    if req.sink == "bigquery":
-        return Failure("UnsupportedSink", "BigQuery sinks cannot be replayed by Handoff yet (a BigQuery table has "
-                       "no snapshots to roll back to and the ledger's rows would have to be deleted with the data); "
-                       "use an Iceberg sink, or restore the table with BigQuery time travel yourself")
+    if req.sink == "bigquery" and req.mode == "Backfill":
+        return Failure("UnsupportedSink", "mode Backfill is not available for BigQuery sinks yet; use mode "
+                       "RollbackAndReplay to re-read a range the table held, or an Iceberg sink")
     if table is None or table.head is None:
         return Failure("NothingCommitted", "the handoff's table does not exist or has no snapshot yet; there is "
                        "nothing to roll back or backfill into")

@@ -16,7 +16,8 @@ Imported by the sinks, `driver`, `entry`, and the operator (its public face for 
 from typing import TYPE_CHECKING
 
 from handoff_spark.ledger.backends import (bigquery_credential_choice, bigquery_credentials, bigquery_latest_commit,
-                                           bigquery_ledger_ref, committed_group_offsets, entries,
+                                           bigquery_ledger_ref, bigquery_list_commits, bigquery_query_ends,
+                                           bigquery_record_gap, bigquery_resume_offsets, bigquery_rollback_steps, committed_group_offsets, entries,
                                            forget_iceberg_catalog, format_entries, iceberg_ancestry, iceberg_catalog,
                                            iceberg_latest_commit, iceberg_record_gap, iceberg_resume_offsets,
                                            iceberg_table, list_commits)
@@ -31,7 +32,8 @@ if TYPE_CHECKING:  # a Literal for annotations; importing it at run time would i
 __all__ = [
     "BATCH", "EPOCH", "GAP", "Commit", "Offsets", "Ranges", "contiguity_problems", "identity_problems",
     "incarnations", "ledger_end", "newest_identity", "of_incarnation", "overlap_problems", "flat", "lag_per_partition", "nested", "bigquery_credential_choice", "bigquery_credentials",
-    "bigquery_latest_commit", "bigquery_ledger_ref", "committed_group_offsets", "entries", "forget_iceberg_catalog",
+    "bigquery_latest_commit", "bigquery_ledger_ref", "bigquery_list_commits", "bigquery_query_ends",
+    "bigquery_record_gap", "bigquery_resume_offsets", "bigquery_rollback_steps", "committed_group_offsets", "entries", "forget_iceberg_catalog",
     "format_entries", "iceberg_ancestry", "iceberg_catalog", "iceberg_latest_commit", "iceberg_record_gap",
     "iceberg_resume_offsets", "iceberg_table", "list_commits",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from handoff_spark.ledger.record import BATCH, Commit, Offsets
+from handoff_spark.ledger.record import BATCH, Commit, Offsets, incarnations
 
 if TYPE_CHECKING:
     from handoff_spark.bigquery.client import CredentialChoice
@@ -104,6 +104,45 @@ def bigquery_latest_commit(sink: BigQuerySink, handoff_id: str | None = None, cl
     from handoff_spark.bigquery import ledger
 
     return ledger.latest_commit(sink, handoff_id, client=client)
+
+
+def bigquery_list_commits(sink: BigQuerySink, handoff_id: str | None = None, client: Any | None = None
+                          ) -> list[Commit]:
+    """The ledger index's entries (of `handoff_id`; all: None), newest first."""
+    from handoff_spark.bigquery import ledger
+
+    return ledger.list_commits(sink, handoff_id, client)
+
+
+def bigquery_resume_offsets(sink: BigQuerySink, handoff_id: str, client: Any | None = None) -> Offsets:
+    """Where the handoff's stream resumes on this table: past every row and every ledger entry (what the driver
+    reads at start)."""
+    from handoff_spark.bigquery import ledger
+
+    return ledger.resume_offsets(sink, handoff_id, client)
+
+
+def bigquery_query_ends(sink: BigQuerySink, handoff_id: str, query: str, client: Any | None = None) -> Offsets:
+    """The ledger end of one query (a Backfill's own) per partition, each topic's current incarnation only."""
+    from handoff_spark.bigquery import ledger
+
+    commits = ledger.list_commits(sink, handoff_id, client)
+    return ledger.ends(commits, incarnations(commits), query)
+
+
+def bigquery_record_gap(cfg: AppConfig, ranges: dict[str, dict[str, list[int]]], reason: str) -> bool:
+    """Record offsets deliberately left out of the table as a `gap` marker of `cfg`'s query (False: not recorded)."""
+    from handoff_spark.bigquery import ledger
+
+    return ledger.record_gap(cfg, ranges, reason)
+
+
+def bigquery_rollback_steps() -> Any:
+    """`handoff_spark.bigquery.rollback`: a table's undo point (snapshot tables), the one-transaction delete past a
+    ledger entry, and what it weighs (imported when a BigQuery replay runs)."""
+    from handoff_spark.bigquery import rollback
+
+    return rollback
 
 
 # ------------------------------------------------------------------------------------------------ Kafka

@@ -104,6 +104,8 @@ def test_deployment_wiring() -> None:
     assert env["HANDOFF_DEFAULT_IMAGE"] == "registry.local/spark:1"
     assert env["HANDOFF_METRICS_PORT"] == "8080" and env["HANDOFF_X"] == "1"
     assert env["HANDOFF_UPGRADE_READINESS_TIMEOUT"] == "300" and env["HANDOFF_UPGRADE_CRASH_RESTARTS"] == "3"
+    # the one price a ReplayRequest's plan prices BigQuery writes with, read back by the operator's settings
+    assert env["HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB"] == "0.025"
     assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]

@@ -4,8 +4,12 @@ sink's own ledger writer: a batch, then the epoch `handoff ledger accept-kafka` 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +52,78 @@ def test_kubectl_handoff_ledger_shows_the_bigquery_ledgers_kafka_identity(cluste
     code = main(["ledger", "views", "-n", ns, "--kubeconfig", cluster.kubeconfig])
     text = capsys.readouterr().out
     assert code == 0 and "EPOCH" in text.splitlines()[0] and "(topic recreated)" in text.splitlines()[0]
+
+
+def _plugin(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl handoff ...` through the real kubectl, the package's scripts on PATH (where pip put kubectl-handoff)."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["kubectl", "handoff", *args], capture_output=True, text=True, env=env, timeout=180)
+
+
+@pytest.mark.kafka
+def test_kubectl_handoff_replay_plans_prices_and_rolls_back_a_bigquery_table(cluster: Cluster, kafka, bigquery,
+                                                                            tmp_path) -> None:
+    """`kubectl handoff replay` (the real kubectl, the plugin on PATH) against a BigQuery handoff, the operator
+    in-process: a dry run prints the plan with its cost, a Rollback runs to Succeeded and the table loses exactly
+    the rows past the target (batches committed by the sink's own write/commit path)."""
+    from confluent_kafka import Producer
+
+    from handoff_spark.bigquery import client as bigquery_client, rollback, sink as bigquery_sink
+    from operator_support import eventually, operator_running
+    from sink_support import raw_batch, record, write_offsets
+
+    ns = cluster.new_namespace("kbqr")
+    topic = f"kbqr-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for p in (0, 1):
+        for i in range(40):
+            producer.produce(topic, json.dumps({"id": i}).encode(), partition=p)
+    assert producer.flush(30) == 0
+    sink = {"project": bigquery.project, "dataset": f"kbqr_{uuid.uuid4().hex[:8]}", "table": "orders",
+            "restEndpoint": bigquery.rest_endpoint, "grpcEndpoint": bigquery.grpc_endpoint}
+    cfg = AppConfig.model_validate({
+        "handoffId": f"{ns}/orders", "source": {"bootstrapServers": kafka.bootstrap, "topics": [topic]},
+        "sink": {"kind": "bigquery", **sink},
+        "schema": {"columns": [{"name": "id", "type": "long", "required": True}], "onIncompatible": "halt"},
+        "checkpointLocation": str(tmp_path / "checkpoint")})
+    plan = bigquery_sink.prepare(cfg)
+    for b in range(4):   # four batches of 10 + 10 records
+        write_offsets(tmp_path / "checkpoint", b, {topic: {"0": 10 * b + 10, "1": 10 * b + 10}},
+                      initial={topic: {"0": 0, "1": 0}} if b == 0 else None)
+        msgs = [bigquery_sink.write_partition(cfg, plan, iter([raw_batch(topic, p, 10 * b,
+                                                                         [record(i) for i in range(10)])]), b)
+                for p in (0, 1)]
+        assert not bigquery_sink.commit_batch(cfg, msgs, b).skipped
+    batches = [c for c in bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id) if c.batch_id >= 0]
+    target = rollback.entry_key(batches[2])      # batch 1: the table keeps offsets < 20
+    spec = base_spec(kafka.bootstrap, sink={"bigquery": sink})
+    spec["source"]["topics"] = [topic]
+    spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True}], "onIncompatible": "halt"}
+    with operator_running(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0):
+        cluster.create(ns, "orders", spec)
+        eventually(lambda: cluster.driver_pods(ns, "orders"), "driver pod")
+
+        dry = _plugin(cluster.kubeconfig, "replay", "orders", "-n", ns, "--to-snapshot", str(target), "--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        plan_line = next(line for line in dry.stdout.splitlines() if line.startswith("plan: "))
+        assert f"to {target}" in plan_line and "re-read 40 records" in plan_line
+        assert "cost: 40 rows" in plan_line and "USD" in plan_line and "Storage Write API" in plan_line
+        assert dry.stdout.splitlines()[-1].startswith("phase Planned (DryRun: ")
+
+        done = _plugin(cluster.kubeconfig, "replay", "orders", "-n", ns, "--to-snapshot", str(target),
+                      "--mode", "Rollback", "--request-name", "drop", "--timeout", "120")
+        assert done.returncode == 0, done.stdout + done.stderr
+        steps = [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("step ")]
+        assert steps == ["step DriverStopped", "step Tagged", "step RolledBack", "step GapRecorded",
+                         "step DriverStarted"], done.stdout
+        assert done.stdout.splitlines()[-1].startswith("phase Succeeded")
+    client = bigquery_client.rest_client(cfg.sink)
+    rows = client.query(f"SELECT _kafka_partition AS p, MAX(_kafka_offset) AS m, COUNT(*) AS n "
+                        f"FROM `{bigquery_client.table_ref(cfg.sink)}` GROUP BY 1 ORDER BY 1").result()
+    assert [(r["p"], r["m"], r["n"]) for r in rows] == [(0, 19, 20), (1, 19, 20)]
+    entries = bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id)
+    assert entries[0].kind == "gap" and entries[0].offsets == {topic: {0: (20, 40), 1: (20, 40)}}
+    assert bigquery_ledger.resume_offsets(cfg.sink, cfg.handoff_id) == {topic: {0: 40, 1: 40}}
+    assert rollback.undo_point_exists(cfg.sink, rollback.undo_name(cfg.sink, ns, "drop"))

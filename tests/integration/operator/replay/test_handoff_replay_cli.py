@@ -1,5 +1,6 @@
 """`handoff replay -f handoff.yaml -r replay.yaml`: the operator's plan and table steps for a locally run handoff
-(real Kafka, a real Iceberg table in a SQLite catalog, ledger commits as the sink writes them)."""
+(real Kafka; a real Iceberg table in a SQLite catalog, or a BigQuery table in the test bed's emulator; ledger
+commits as the sink writes them)."""
 from __future__ import annotations
 
 import json
@@ -69,6 +70,7 @@ def test_plan_refuse_and_roll_back_with_a_gap(kafka, tmp_path: Path) -> None:
     dry = _replay(tmp_path, "look", "RollbackAndReplay", snapshots[1], dry=True)
     assert dry.returncode == 0, dry.stderr
     assert "re-read 20 records" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    assert "cost: 2 data files to rewrite; 20 records" in dry.stdout
 
     refused = _replay(tmp_path, "nope", "Rollback", 424242)
     assert refused.returncode == 2 and "refused (SnapshotNotFound)" in refused.stdout
@@ -83,3 +85,69 @@ def test_plan_refuse_and_roll_back_with_a_gap(kafka, tmp_path: Path) -> None:
     gap = ledger.list_commits(table, "shop/orders")[0]
     assert gap.kind == ledger.GAP and gap.offsets == {topic: {0: (20, 40)}}
     assert ledger.resume_offsets(table, handoff_id="shop/orders", query="handoff") == {topic: {0: 40}}
+
+
+BQ_HANDOFF = """\
+apiVersion: handoff.io/v1alpha1
+kind: StreamTableHandoff
+metadata: {{name: orders, namespace: shop}}
+spec:
+  source: {{bootstrapServers: "{bootstrap}", topics: [{topic}]}}
+  sink:
+    bigquery: {{project: {project}, dataset: {dataset}, table: orders, restEndpoint: "{rest}", grpcEndpoint: "{grpc}"}}
+  schema: {{columns: [{{name: id, type: long, required: true}}], onIncompatible: halt}}
+"""
+
+
+@pytest.mark.bigquery
+def test_a_bigquery_handoff_is_planned_priced_and_rolled_back_locally(kafka, bigquery, tmp_path: Path) -> None:
+    """The same `handoff replay` on a BigQuery sink (the emulator): batches committed by the sink's own
+    write/commit path, a dry run with what it costs, then a RollbackAndReplay's table steps."""
+    from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger, rollback
+    from handoff_spark.bigquery import sink as bigquery_sink
+    from handoff_spark.config import AppConfig
+    from sink_support import raw_batch, record, write_offsets
+
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(40):
+        producer.produce(topic, json.dumps({"id": i}).encode(), partition=0)
+    assert producer.flush(30) == 0
+    dataset = f"cli_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "sth.yaml").write_text(BQ_HANDOFF.format(
+        bootstrap=kafka.bootstrap, topic=topic, project=bigquery.project, dataset=dataset,
+        rest=bigquery.rest_endpoint, grpc=bigquery.grpc_endpoint))
+    cfg = AppConfig.model_validate({
+        "handoffId": "shop/orders", "source": {"bootstrapServers": kafka.bootstrap, "topics": [topic]},
+        "sink": {"kind": "bigquery", "project": bigquery.project, "dataset": dataset, "table": "orders",
+                 "restEndpoint": bigquery.rest_endpoint, "grpcEndpoint": bigquery.grpc_endpoint},
+        "schema": {"columns": [{"name": "id", "type": "long", "required": True}], "onIncompatible": "halt"},
+        "checkpointLocation": str(tmp_path / "checkpoint")})
+    plan = bigquery_sink.prepare(cfg)
+    for b in range(4):
+        write_offsets(tmp_path / "checkpoint", b, {topic: {"0": 10 * b + 10}}, initial={topic: {"0": 0}} if b == 0 else None)
+        msgs = [bigquery_sink.write_partition(cfg, plan, iter([raw_batch(topic, 0, 10 * b, [record(i) for i in range(10)])]), b)]
+        assert not bigquery_sink.commit_batch(cfg, msgs, b).skipped
+    keys = [rollback.entry_key(c) for c in bigquery_ledger.list_commits(cfg.sink, "shop/orders")][::-1]
+
+    dry = _replay(tmp_path, "look", "RollbackAndReplay", keys[1], dry=True)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "re-read 20 records" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    assert "cost: 20 rows" in dry.stdout and "Storage Write API" in dry.stdout and "USD" in dry.stdout
+    refused = _replay(tmp_path, "nope", "Rollback", 424242)
+    assert refused.returncode == 2 and "refused (SnapshotNotFound)" in refused.stdout
+
+    done = _replay(tmp_path, "again", "RollbackAndReplay", keys[1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kept snapshot" in done.stdout and "start the driver again: it re-reads 20 records" in done.stdout
+    client = bigquery_client.rest_client(cfg.sink)
+    offsets = sorted(int(r["o"]) for r in client.query(
+        f"SELECT _kafka_offset AS o FROM `{bigquery_client.table_ref(cfg.sink)}`").result())
+    assert offsets == list(range(20))
+    assert [c.batch_id for c in bigquery_ledger.list_commits(cfg.sink, "shop/orders")] == [1, 0]
+    assert bigquery_ledger.resume_offsets(cfg.sink, "shop/orders") == {topic: {0: 20}}
+    assert rollback.undo_point_exists(cfg.sink, "orders__handoff_undo_shop_again")
+    # Run again: the table is at the target now, so there is nothing to roll back.
+    twice = _replay(tmp_path, "again", "RollbackAndReplay", keys[1])
+    assert twice.returncode == 2 and "NothingToRollBack" in twice.stdout

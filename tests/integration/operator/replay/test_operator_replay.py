@@ -126,6 +126,10 @@ def test_dry_run_plans_and_changes_nothing_and_refusals_change_nothing(cluster: 
     assert plan["headSnapshot"] == str(head) and plan["rollbackToSnapshot"] == str(s.snapshots[1])
     assert plan["discardedSnapshots"] == 3 and plan["records"] == 30 + 15
     assert plan["replayFrom"] == {s.topic: {"0": 20, "1": 10}} and plan["replayTo"] == {s.topic: {"0": 50, "1": 25}}
+    # What it costs: the three discarded snapshots' data files are written again; no money estimate on Iceberg.
+    cost = plan["cost"]
+    assert cost["filesToRewrite"] == 3 and cost["recordsToReread"] == 45 and cost["bytesToReread"] > 0
+    assert "estimatedCostUSD" not in cost and "3 data files to rewrite" in plan["summary"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["reason"] == "DryRun" and "45 records" in ready["message"]
     assert "DryRun" in s.events("plan-only")

@@ -8,111 +8,17 @@ Done when: after rolling back the last three snapshots and replaying, the table 
 before (same rows, no duplicates), plus what arrived meanwhile."""
 from __future__ import annotations
 
-import datetime as dt
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from kubernetes.client.rest import ApiException
 
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig
-from operator_support import REPO, Cluster, Operator, base_spec, eventually
+from operator_support import Cluster, Operator, base_spec, eventually
+from replay_drill_support import Kubelet, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
-PY = sys.executable
-
-
-def produce(bootstrap: str, topic: str, ids: range) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    for i in ids:
-        ts = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=i)
-        producer.produce(topic, key=str(i).encode(), value=json.dumps(
-            {"id": i, "ts": ts.isoformat(), "region": ["eu", "us", "ap"][i % 3]}).encode())
-    assert producer.flush(30) == 0
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "replay-probe"})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
-
-
-class Kubelet:
-    """Runs the driver Deployment as a local process: the rendered app config, Spark in local mode."""
-
-    def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path) -> None:
-        self.cluster, self.ns, self.name, self.workdir = cluster, ns, name, workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def config(self) -> AppConfig:
-        cm = self.cluster.core.read_namespaced_config_map(f"{self.name}-app", self.ns)
-        rendered = AppConfig.model_validate(json.loads(cm.data["app.json"]))
-        return rendered.model_copy(update={"spark_conf": {"spark.master": "local[2]",
-                                                          "spark.sql.shuffle.partitions": "2"},
-                                           "progress_file": None, "metrics_port": None})
-
-    def _start(self) -> None:
-        path = self.workdir / "app.json"
-        path.write_text(self.config().to_json())
-        log = (self.workdir / f"driver-{self.starts}.log").open("w")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
-               "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
-        self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
-        self.starts += 1
-
-    def _terminate(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGTERM)   # the app finishes its micro-batch and exits
-        try:
-            self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                replicas = self.cluster.apps.read_namespaced_deployment(f"{self.name}-driver",
-                                                                        self.ns).spec.replicas
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                replicas = 0      # not created yet
-            if replicas and self.proc is None:
-                self._start()
-            elif not replicas and self.proc is not None:
-                self._terminate()
-            elif self.proc is not None and self.proc.poll() is not None:
-                self.proc = None          # crashed: restart it, as the kubelet would
-            time.sleep(0.5)
-        if self.proc is not None:
-            self._terminate()
-
-    def __enter__(self) -> "Kubelet":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.stop.set()
-        self.thread.join(180)
 
 
 def _rows(cfg: AppConfig) -> list[tuple[int, int, int]]:

@@ -126,9 +126,20 @@ def test_commits_of_another_writer_would_be_discarded() -> None:
     assert reason(plan(req(snapshot_id=1), backfilled, KAFKA)) == "OtherWritersInRange"
 
 
-def test_bigquery_and_empty_tables_are_refused() -> None:
-    assert reason(plan(Request("Rollback", HID, Q, (T,), sink="bigquery", snapshot_id=1), TABLE, KAFKA)) \
-        == "UnsupportedSink"
+def test_bigquery_plans_rollbacks_over_its_ledger_entries_as_iceberg_over_snapshots() -> None:
+    """A BigQuery table's facts are its ledger entries (keyed by commit time in µs): the same plan."""
+    bq = TableFacts(tuple(SnapshotInfo(1_000_000 * s.snapshot_id, s.timestamp_ms, s.entry) for s in TABLE.ancestry),
+                    frozenset(1_000_000 * i for i in TABLE.snapshot_ids))
+    p = plan(Request("RollbackAndReplay", HID, Q, (T,), sink="bigquery", snapshot_id=2_000_000), bq, KAFKA)
+    assert isinstance(p, Plan) and (p.head_snapshot, p.target_snapshot) == (5_000_000, 2_000_000)
+    assert p.replay_from == {T: {0: 20, 1: 10}} and p.records == 45
+    gap = plan(Request("Rollback", HID, Q, (T,), sink="bigquery", timestamp_ms=3500), bq, None)
+    assert isinstance(gap, Plan) and gap.gap == {T: {0: (30, 50), 1: (15, 25)}}
+
+
+def test_bigquery_backfill_and_empty_tables_are_refused() -> None:
+    fill = Request("Backfill", HID, Q, (T,), sink="bigquery", from_={T: {0: 50}}, to={T: {0: 60}})
+    assert reason(plan(fill, TABLE, KAFKA)) == "UnsupportedSink"
     assert reason(plan(req(snapshot_id=1), None, KAFKA)) == "NothingCommitted"
     assert reason(plan(req(snapshot_id=1), TableFacts((), frozenset()), KAFKA)) == "NothingCommitted"
 
