@@ -1,12 +1,13 @@
 """`kubectl handoff timeline NAME`: what happened to a handoff's table, in one list, newest first (issue 35).
 
 Why merged when read: each source keeps its own home — the table's ledger (every commit with its snapshot and
-Kafka offsets, gaps, epochs), the Kubernetes Events of the handoff (condition changes the operator posts: driver
-failures, rollbacks, scaling, retention; kopf's own), and the ReplayRequests that name it (each completed step with
-its time). The rows are plain dicts, so `-o json|yaml` is the same data as the text.
+Kafka offsets, gaps, epochs), the operator's timeline record (`<name>-timeline`, handoff.journal: every Event it
+posted, spec changes, driver starts and restarts, retention checks — kept after the API server drops the Events,
+an hour on), the Kubernetes Events of the handoff (kopf's own, and the operator's not yet in an older record), and
+the ReplayRequests that name it (each completed step with its time). An Event the record also holds is shown
+once. The rows are plain dicts, so `-o json|yaml` is the same data as the text.
 
-Pure: `rows` and `format_text` take what was read. What the API server drops (Events after an hour) is not
-kept anywhere else yet: the timeline shows what still exists.
+Pure: `rows` and `format_text` take what was read.
 """
 from __future__ import annotations
 
@@ -66,6 +67,22 @@ def event_rows(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def record_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's timeline record (handoff.journal entries) as rows."""
+    return [{"timeMs": int(e["timeMs"]), "source": "operator", "kind": e.get("reason") or "Entry",
+             "what": f"{e.get('type', 'Normal')} {e.get('reason', '')}: {e.get('message', '')}".strip()}
+            for e in entries if isinstance(e.get("timeMs"), int)]
+
+
+#: An Event and a record entry of the same reason and message this close in time are one happening.
+SAME_HAPPENING_MS = 5_000
+
+
+def _recorded(event: Mapping[str, Any], recorded: Mapping[str, list[int]]) -> bool:
+    times = recorded.get(event["what"].split(" (×")[0])
+    return bool(times) and any(abs(t - event["timeMs"]) <= SAME_HAPPENING_MS for t in times)
+
+
 def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dict[str, Any]]:
     """ReplayRequests naming `handoff`: when each was made, and each completed step."""
     out = []
@@ -96,9 +113,15 @@ def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dic
 
 def rows(ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
          requests: Iterable[Mapping[str, Any]], handoff: str, since_ms: int | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
-    """All sources merged, newest first, from `since_ms` on; at most `limit` rows."""
-    merged = ledger_rows(ledger) + event_rows(events) + replay_rows(requests, handoff)
+         limit: int | None = None, record: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """All sources merged, newest first, from `since_ms` on; at most `limit` rows. `record`: the operator's
+    timeline record; an Event it also holds (same reason and message, within SAME_HAPPENING_MS) is shown once."""
+    kept = record_rows(record)
+    recorded: dict[str, list[int]] = {}
+    for r in kept:
+        recorded.setdefault(r["what"], []).append(r["timeMs"])
+    merged = (ledger_rows(ledger) + kept + [e for e in event_rows(events) if not _recorded(e, recorded)]
+              + replay_rows(requests, handoff))
     merged = [r for r in merged if since_ms is None or r["timeMs"] >= since_ms]
     merged.sort(key=lambda r: r["timeMs"], reverse=True)
     for r in merged:

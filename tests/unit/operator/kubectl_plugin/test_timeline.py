@@ -42,3 +42,15 @@ def test_since_and_limit_cut_the_list():
     assert timeline.format_text([]) == "(nothing in this window)"
     text = timeline.format_text(timeline.rows([entry(11, 0, 1000)], [], [], "orders"))
     assert text.startswith("1970-01-01T00:00:01.000Z  ledger  batch 0") and text.endswith("[snapshot 11]")
+
+
+def test_the_operators_record_is_merged_and_an_event_it_holds_is_shown_once():
+    record = [{"timeMs": 4400, "type": "Normal", "reason": "Scaled", "message": "2 → 3 executors"},
+              {"timeMs": 900, "type": "Normal", "reason": "SpecChanged", "message": "generation 2 of the spec (was 1)"}]
+    rows = timeline.rows([], EVENTS, [], "orders", record=record)
+    assert [(r["source"], r["kind"]) for r in rows] == [
+        ("operator", "Scaled"), ("event", "DriverFailing"), ("operator", "SpecChanged")]
+    # The same reason and message long apart are two happenings.
+    later = [{**record[0], "timeMs": 4400 + timeline.SAME_HAPPENING_MS + 200}]
+    assert [r["source"] for r in timeline.rows([], EVENTS, [], "orders", record=later)] == [
+        "operator", "event", "event"]
