@@ -119,7 +119,8 @@ def _timeline(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
         _preload_content=False).data).get("items") or []
     requests = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL).get("items") or []
     record = _timeline_record(kube, namespace, args.name)
-    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit, record), args.output,
+    bigquery = bool(((obj.get("spec") or {}).get("sink") or {}).get("bigquery"))
+    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit, record, bigquery), args.output,
            timeline.format_text)
     return 0
 

@@ -34,9 +34,18 @@ def _ranges(offsets: Mapping[str, Mapping[str, list[int]]]) -> str:
                     for p, se in sorted(parts.items(), key=lambda kv: int(kv[0])))
 
 
-def ledger_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (or BigQuery
-    batch) so the table can be read as of that row."""
+def as_of(snapshot: int | None, bigquery: bool) -> str | None:
+    """The SQL clause that reads the table as of a commit (docs/observability.md, "The table as of a row"):
+    Iceberg's snapshot (Spark SQL `FOR VERSION AS OF`), BigQuery's commit time, which is the ledger's snapshot
+    there, in µs (`FOR SYSTEM_TIME AS OF`, within the dataset's time-travel window)."""
+    if snapshot is None:
+        return None
+    return f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({snapshot})" if bigquery else f"FOR VERSION AS OF {snapshot}"
+
+
+def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) -> list[dict[str, Any]]:
+    """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (for BigQuery:
+    the batch and its commit time) and `asOf`, the clause that reads the table as of that row."""
     out = []
     for e in entries:
         if e["kind"] == "batch":
@@ -47,8 +56,12 @@ def ledger_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         else:
             what = f"{e['kind']} ({e['query']}): {_ranges(e['offsets'])}" + (f" — {e['reason']}" if e.get("reason")
                                                                                else "")
-        out.append({"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
-                    "snapshot": e["snapshot"]})
+        row = {"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
+               "snapshot": e["snapshot"], "asOf": as_of(e["snapshot"], bigquery)}
+        if bigquery and e["snapshot"] is not None:
+            row["commitTime"] = dt.datetime.fromtimestamp(int(e["snapshot"]) / 1e6, dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ")
+        out.append(row)
     return out
 
 
@@ -113,14 +126,15 @@ def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dic
 
 def rows(ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
          requests: Iterable[Mapping[str, Any]], handoff: str, since_ms: int | None = None,
-         limit: int | None = None, record: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+         limit: int | None = None, record: Iterable[Mapping[str, Any]] = (), bigquery: bool = False
+         ) -> list[dict[str, Any]]:
     """All sources merged, newest first, from `since_ms` on; at most `limit` rows. `record`: the operator's
     timeline record; an Event it also holds (same reason and message, within SAME_HAPPENING_MS) is shown once."""
     kept = record_rows(record)
     recorded: dict[str, list[int]] = {}
     for r in kept:
         recorded.setdefault(r["what"], []).append(r["timeMs"])
-    merged = (ledger_rows(ledger) + kept + [e for e in event_rows(events) if not _recorded(e, recorded)]
+    merged = (ledger_rows(ledger, bigquery) + kept + [e for e in event_rows(events) if not _recorded(e, recorded)]
               + replay_rows(requests, handoff))
     merged = [r for r in merged if since_ms is None or r["timeMs"] >= since_ms]
     merged.sort(key=lambda r: r["timeMs"], reverse=True)
@@ -135,7 +149,10 @@ def format_text(timeline: list[dict[str, Any]]) -> str:
         return "(nothing in this window)"
     lines = []
     for r in timeline:
-        snap = f"  [snapshot {r['snapshot']}]" if r.get("snapshot") is not None else ""
+        if r.get("commitTime") is not None:
+            snap = f"  [BigQuery commit {r['commitTime']}]"
+        else:
+            snap = f"  [snapshot {r['snapshot']}]" if r.get("snapshot") is not None else ""
         lines.append(f"{r['time'][:23]}Z  {r['source']:<6}  {r['what']}{snap}")
     return "\n".join(lines)
 

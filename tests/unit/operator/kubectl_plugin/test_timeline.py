@@ -54,3 +54,13 @@ def test_the_operators_record_is_merged_and_an_event_it_holds_is_shown_once():
     later = [{**record[0], "timeMs": 4400 + timeline.SAME_HAPPENING_MS + 200}]
     assert [r["source"] for r in timeline.rows([], EVENTS, [], "orders", record=later)] == [
         "operator", "event", "event"]
+
+
+def test_each_commit_row_says_how_to_read_the_table_as_of_it():
+    [row] = timeline.rows([entry(11, 0, 1000)], [], [], "orders")
+    assert row["asOf"] == "FOR VERSION AS OF 11" and "commitTime" not in row
+    us = 1_700_000_000_123_456  # BigQuery's ledger: the snapshot is the commit time in µs
+    [row] = timeline.rows([entry(us, 3, 1000)], [], [], "orders", bigquery=True)
+    assert row["asOf"] == f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({us})"
+    assert row["commitTime"] == "2023-11-14T22:13:20.123456Z" and "batch 3" in row["what"]
+    assert timeline.format_text([row]).endswith("[BigQuery commit 2023-11-14T22:13:20.123456Z]")
