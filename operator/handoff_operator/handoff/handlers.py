@@ -278,6 +278,7 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
                                            "freshnessTargetSeconds": facts.freshness_target_seconds})
     restarts = facts.driver.restart_count if facts.driver is not None and facts.driver.pod_name else None
     metrics.set_driver_restarts(namespace, name, restarts)
+    metrics.set_cost(namespace, name, status.get("cost") or (obj.get("status") or {}).get("cost"))
     if observed.retained is not None and observed.retained.gauges is not None:
         metrics.set_retention(namespace, name, *observed.retained.gauges)
     for kind, reason, message in decision.events:

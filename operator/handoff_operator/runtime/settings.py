@@ -44,6 +44,9 @@ class OperatorSettings(BaseSettings):
     # Image used when a StreamTableHandoff names none. The chart sets it (its image, or sparkImage); this
     # default is the chart's default image, so both name the same image when run without the chart.
     default_image: str = "ghcr.io/handoff-io/handoff:0.1.0"
+    # Money per GiB appended through BigQuery's Storage Write API, for status.cost.writeApiCost: the public list
+    # price (USD 0.025/GiB; the monthly free tier is not taken off). Set your own contract's price here.
+    write_api_price_per_gib: float = Field(default=0.025, ge=0)
 
     @field_validator("namespaces", "kafka_topic_namespaces", mode="before")
     @classmethod
