@@ -72,6 +72,8 @@ _locks: state.HandoffMemory[threading.Lock] = state.HandoffMemory("handoff.locks
 _known: state.HandoffMemory[Mapping[str, Any]] = state.HandoffMemory("handoff.known")
 #: Each handoff's driver container restart count as last seen (pod, count): a rise is a timeline entry.
 _restarts_seen: state.HandoffMemory[tuple[str, int]] = state.HandoffMemory("handoff.restarts_seen")
+#: Each handoff's driver pod whose checkpoint discard this process recorded.
+_discards_seen: state.HandoffMemory[str] = state.HandoffMemory("handoff.discards_seen")
 log = logging.getLogger("handoff.operator")
 
 
@@ -284,11 +286,11 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
     for kind, reason, message in decision.events:
         kopf.event(obj, type=kind, reason=reason, message=message)
     if not seen.deleting:
-        _record(kube, obj, decision.status, decision.events, check, facts.driver)
+        _record(kube, obj, decision.status, decision.events, check, facts.driver, seen.report)
 
 
 def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], events: list[tuple[str, str, str]],
-            check: Any, driver: Any) -> None:
+            check: Any, driver: Any, report: DriverReport | None) -> None:
     """Append what this reconcile owes to the handoff's timeline record (handoff.journal), when it owes
     anything. A record that cannot be written loses that history, never the reconcile: logged, not raised."""
     meta = obj["metadata"]
@@ -298,13 +300,19 @@ def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], event
     if now_count is not None:
         _restarts_seen.set(key, (driver.pod_name, now_count))
     verdict = retention_condition(check) if check is not None else None
+    discarded = None
+    if report is not None and report.checkpoint_discarded and report.driver_pod \
+            and _discards_seen.get(key) != report.driver_pod:
+        _discards_seen.set(key, report.driver_pod)  # once per driver by this process; the ring dedupes after that
+        discarded = (report.driver_pod, report.checkpoint_discarded)
     owed = journal.owed(
         now_ms=int(time.time() * 1000), generation=int(meta.get("generation") or 0),
         old_status=obj.get("status") or {}, new_status=status, events=events,
         retention_checked=f"{verdict.reason}: {verdict.message}" if verdict is not None else None,
         driver_restarts=(before[1] if before is not None and driver is not None and before[0] == driver.pod_name
                          else None, now_count),
-        last_termination=driver.last_termination_reason if driver is not None else None)
+        last_termination=driver.last_termination_reason if driver is not None else None,
+        checkpoint_discarded=discarded)
     if not owed:
         return
     for _attempt in range(2):

@@ -10,7 +10,8 @@ when this reconcile owes an entry; the entries are decided here from plain data.
 
 An entry: `{"timeMs", "type" (Normal|Warning), "reason", "message"}`. Besides every Event the reconcile posts,
 it records what no Event says: a spec change (a new generation), the driver pod starting or being replaced (a
-kill, an eviction, a restart's new pod), the driver's container restarting in place, and each retention check.
+kill, an eviction, a restart's new pod), the driver's container restarting in place, each retention check, and a
+driver that discarded its checkpoint at start (it resumed from the table's ledger; its published record says why).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ LIMIT = 200
 MESSAGE_LIMIT = 600
 
 Entry = dict[str, Any]
+#: Reasons recorded once per message: the driver's report repeats them while the driver lives.
+ONCE_REASONS = frozenset({"CheckpointDiscarded"})
 
 
 def entry(time_ms: int, kind: str, reason: str, message: str) -> Entry:
@@ -33,13 +36,15 @@ def entry(time_ms: int, kind: str, reason: str, message: str) -> Entry:
 def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_status: Mapping[str, Any],
          events: Sequence[tuple[str, str, str]], retention_checked: str | None = None,
          driver_restarts: tuple[int | None, int | None] = (None, None),
-         last_termination: str | None = None) -> list[Entry]:
+         last_termination: str | None = None,
+         checkpoint_discarded: tuple[str, str] | None = None) -> list[Entry]:
     """The entries one reconcile owes, oldest first: a spec change, the driver's pod starting or being replaced,
     its container restarting, a retention check (`retention_checked`: the check's verdict in a line, None: no
     check this time), then every Event posted (`events`: (type, reason, message)).
 
     `driver_restarts`: the driver container's restart count as last seen by this process and now (None:
-    unknown); only a rise in the same pod is a restart."""
+    unknown); only a rise in the same pod is a restart. `checkpoint_discarded`: (driver pod, why) from the
+    driver's published record."""
     out: list[Entry] = []
     observed = old_status.get("observedGeneration")
     if observed is not None and generation > int(observed):
@@ -58,6 +63,10 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
         out.append(entry(now_ms, "Warning", "DriverRestarted",
                          f"the driver container of pod {new_pod} restarted ({now} restarts)"
                          + (f"; last termination: {last_termination}" if last_termination else "")))
+    if checkpoint_discarded is not None:
+        pod, why = checkpoint_discarded
+        out.append(entry(now_ms, "Normal", "CheckpointDiscarded",
+                         f"driver pod {pod} discarded its checkpoint and resumed from the table's ledger: {why}"))
     if retention_checked is not None:
         out.append(entry(now_ms, "Normal", "RetentionChecked", retention_checked))
     out += [entry(now_ms, kind, reason, message) for kind, reason, message in events]
@@ -65,8 +74,10 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
 
 
 def appended(existing: Sequence[Entry], new: Iterable[Entry], limit: int = LIMIT) -> list[Entry]:
-    """The ring after `new`: the newest `limit` entries, oldest first."""
-    merged = [*existing, *new]
+    """The ring after `new`: the newest `limit` entries, oldest first. An entry of ONCE_REASONS already there
+    (the same reason and message) is not added again."""
+    there = {(e.get("reason"), e.get("message")) for e in existing if e.get("reason") in ONCE_REASONS}
+    merged = [*existing, *(e for e in new if (e.get("reason"), e.get("message")) not in there)]
     return merged[-limit:] if limit > 0 else []
 
 

@@ -61,3 +61,14 @@ def test_an_unreadable_record_is_empty():
     assert journal.parse(None) == [] and journal.parse("{") == [] and journal.parse('{"a": 1}') == []
     assert journal.parse('[{"timeMs": "x", "reason": "R"}, {"timeMs": 1, "reason": "R"}]') == [
         {"timeMs": 1, "reason": "R"}]
+
+
+def test_a_checkpoint_discard_is_recorded_once_per_message():
+    [e] = owed(checkpoint_discarded=("p1", "the table was rolled back"))
+    assert e["reason"] == "CheckpointDiscarded" and "p1 discarded its checkpoint" in e["message"]
+    assert "the table was rolled back" in e["message"]
+    ring = journal.appended([], [e])
+    again = journal.appended(ring, [{**e, "timeMs": 2000}, journal.entry(2000, "Normal", "Scaled", "x")])
+    assert reasons(again) == ["CheckpointDiscarded", "Scaled"]
+    assert reasons(journal.appended(again, [journal.entry(3000, "Normal", "Scaled", "x")])) == [
+        "CheckpointDiscarded", "Scaled", "Scaled"]  # other reasons repeat: each is a happening
