@@ -137,7 +137,8 @@ def rows(ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]
     merged = (ledger_rows(ledger, bigquery) + kept + [e for e in event_rows(events) if not _recorded(e, recorded)]
               + replay_rows(requests, handoff))
     merged = [r for r in merged if since_ms is None or r["timeMs"] >= since_ms]
-    merged.sort(key=lambda r: r["timeMs"], reverse=True)
+    # Newest first; rows of the same millisecond (one reconcile's entries) newest-recorded first too.
+    merged = [r for _, r in sorted(enumerate(merged), key=lambda ir: (ir[1]["timeMs"], ir[0]), reverse=True)]
     for r in merged:
         r["time"] = dt.datetime.fromtimestamp(r["timeMs"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return merged[:limit]

@@ -35,7 +35,8 @@ from confluent_kafka import Producer
 
 from handoff_spark.driver.publisher import ProgressPublisher
 from kubernetes import config as kube_config
-from operator_support import REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, operator_running
+from operator_support import (REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, first_index,
+                              operator_running, timeline)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 NAME = "orders"
@@ -183,6 +184,19 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert "rolledBackGeneration" not in status["upgrade"] and status["lastGoodGeneration"] == 1
             eventually(lambda: (c := cluster.condition(ns, NAME, "Degraded"))["observedGeneration"] == 3
                        and c["reason"] != "UpgradeRolledBack", "no rollback reported for generation 3")
+
+            # The timeline, oldest first (issue 35): generation 1's driver and its commit (with its snapshot), the
+            # spec change, generation 2's driver and its crash, the rollback, the next spec change.
+            rows = timeline(cluster.kubeconfig, ns, NAME)
+            started = first_index(rows, "DriverStarted", v1_pod.metadata.name)
+            commit = next(i for i, r in enumerate(rows) if r["source"] == "ledger"
+                          and r["snapshot"] == record["committedSnapshot"])
+            assert rows[commit]["asOf"] == f"FOR VERSION AS OF {record['committedSnapshot']}"
+            changed = first_index(rows, "SpecChanged", "generation 2 of the spec (was 1)")
+            rolled = first_index(rows, "UpgradeRolledBack", "generation 2")
+            assert started < commit < changed < rolled < first_index(rows, "SpecChanged", "generation 3")
+            assert rows[rolled]["source"] == "operator" and "NoSuchMethodError" in rows[rolled]["what"]
+            assert changed < first_index(rows, "DriverReplaced") < rolled
         finally:
             cluster.delete_all_handoffs()
 

@@ -64,3 +64,8 @@ def test_each_commit_row_says_how_to_read_the_table_as_of_it():
     assert row["asOf"] == f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({us})"
     assert row["commitTime"] == "2023-11-14T22:13:20.123456Z" and "batch 3" in row["what"]
     assert timeline.format_text([row]).endswith("[BigQuery commit 2023-11-14T22:13:20.123456Z]")
+
+
+def test_rows_of_the_same_moment_keep_the_order_they_were_recorded_in():
+    record = [{"timeMs": 5, "type": "Normal", "reason": r, "message": r} for r in ("SpecChanged", "Scaled", "X")]
+    assert [r["kind"] for r in timeline.rows([], [], [], "orders", record=record)] == ["X", "Scaled", "SpecChanged"]
