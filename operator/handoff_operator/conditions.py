@@ -95,6 +95,10 @@ class DriverReport:
     first_of_driver: bool = False            # the driver's first batch: it paid the start-up costs
     dlq_rows: int | None = None
     committed_snapshot: int | None = None    # the batch's table commit (upgrade.committed_by)
+    #: What this driver committed since it started, running sums (`handoff_spark.driver.progress.Totals`:
+    #: records, kafkaBytes, tableBytes, writeApiBytes, files, snapshots); None: not published.
+    totals: Mapping[str, int] | None = None
+    checkpoint_discarded: str | None = None  # why this driver discarded its checkpoint at start (resume)
 
 
 # What a sink's degradedReason means, for the condition message.

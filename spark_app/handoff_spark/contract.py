@@ -124,6 +124,8 @@ class ProgressDocument(TypedDict, total=False):
     firstOfDriver: bool           # the driver's first batch (it paid the start-up costs)
     dlqRows: int                  # dead letters of the batch
     committedSnapshot: int | None  # the batch's table commit (Iceberg snapshot id)
+    totals: dict[str, int]        # what this driver committed since it started, running sums (the cost surface)
+    checkpointDiscarded: str      # why this driver discarded its checkpoint at start (resumed from the ledger)
 
 
 #: Published by the driver as `degradedReason` when BigQuery refused requests for quota or size limits.

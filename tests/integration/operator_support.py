@@ -38,6 +38,28 @@ STRIMZI_KAFKATOPIC_CRD = Path(__file__).resolve().parent / "data" / "strimzi-kaf
 NOT_YET = (ApiException, KeyError)
 
 
+def timeline(kubeconfig: str, namespace: str, name: str) -> list[dict[str, Any]]:
+    """`kubectl handoff timeline NAME -o json` as a person runs it (the real kubectl finds the installed plugin),
+    oldest first for the drills' order checks."""
+    import json
+    import sys
+
+    env = {**os.environ, "KUBECONFIG": kubeconfig,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = subprocess.run(["kubectl", "handoff", "timeline", name, "-n", namespace, "-o", "json"],
+                         capture_output=True, text=True, env=env, timeout=180)
+    assert out.returncode == 0, out.stderr
+    return list(reversed(json.loads(out.stdout)))
+
+
+def first_index(rows: list[dict[str, Any]], kind: str, contains: str = "") -> int:
+    """Where the first row of `kind` (whose text holds `contains`) stands; fails naming what the rows were."""
+    for i, row in enumerate(rows):
+        if row["kind"] == kind and contains in row["what"]:
+            return i
+    raise AssertionError(f"no {kind} row with {contains!r}: {[(r['source'], r['kind']) for r in rows]}")
+
+
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
     """handoff_testbed.eventually for the operator's tests: the API server's "not yet" retried."""
     return _eventually(probe, what, timeout=timeout, retry_on=NOT_YET)

@@ -43,7 +43,9 @@ from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.conditions import READY, DriverReport, condition_true
+from handoff_operator.handoff import journal
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
+from handoff_operator.retention.report import retention_condition
 from handoff_operator.runtime.controllers import serve_handoff_reconcile
 from handoff_operator.runtime.kube import Kube, in_cluster_server, operator_kube
 from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, referenced_secrets,
@@ -68,6 +70,10 @@ _locks: state.HandoffMemory[threading.Lock] = state.HandoffMemory("handoff.locks
 #: Each handoff as this process last read it under its lock or made it by a status patch (its
 #: watched.reconciled_view; _handoff_under_lock).
 _known: state.HandoffMemory[Mapping[str, Any]] = state.HandoffMemory("handoff.known")
+#: Each handoff's driver container restart count as last seen (pod, count): a rise is a timeline entry.
+_restarts_seen: state.HandoffMemory[tuple[str, int]] = state.HandoffMemory("handoff.restarts_seen")
+#: Each handoff's driver pod whose checkpoint discard this process recorded.
+_discards_seen: state.HandoffMemory[str] = state.HandoffMemory("handoff.discards_seen")
 log = logging.getLogger("handoff.operator")
 
 
@@ -274,10 +280,53 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
                                            "freshnessTargetSeconds": facts.freshness_target_seconds})
     restarts = facts.driver.restart_count if facts.driver is not None and facts.driver.pod_name else None
     metrics.set_driver_restarts(namespace, name, restarts)
+    metrics.set_cost(namespace, name, status.get("cost") or (obj.get("status") or {}).get("cost"))
     if observed.retained is not None and observed.retained.gauges is not None:
         metrics.set_retention(namespace, name, *observed.retained.gauges)
     for kind, reason, message in decision.events:
         kopf.event(obj, type=kind, reason=reason, message=message)
+    if not seen.deleting:
+        _record(kube, obj, decision.status, decision.events, check, facts.driver, seen.report)
+
+
+def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], events: list[tuple[str, str, str]],
+            check: Any, driver: Any, report: DriverReport | None) -> None:
+    """Append what this reconcile owes to the handoff's timeline record (handoff.journal), when it owes
+    anything. A record that cannot be written loses that history, never the reconcile: logged, not raised."""
+    meta = obj["metadata"]
+    key = (meta["namespace"], meta["name"])
+    before = _restarts_seen.get(key)
+    now_count = driver.restart_count if driver is not None and driver.pod_name else None
+    if now_count is not None:
+        _restarts_seen.set(key, (driver.pod_name, now_count))
+    verdict = retention_condition(check) if check is not None else None
+    discarded = None
+    if report is not None and report.checkpoint_discarded and report.driver_pod \
+            and _discards_seen.get(key) != report.driver_pod:
+        _discards_seen.set(key, report.driver_pod)  # once per driver by this process; the ring dedupes after that
+        discarded = (report.driver_pod, report.checkpoint_discarded)
+    owed = journal.owed(
+        now_ms=int(time.time() * 1000), generation=int(meta.get("generation") or 0),
+        old_status=obj.get("status") or {}, new_status=status, events=events,
+        retention_checked=f"{verdict.reason}: {verdict.message}" if verdict is not None else None,
+        driver_restarts=(before[1] if before is not None and driver is not None and before[0] == driver.pod_name
+                         else None, now_count),
+        last_termination=driver.last_termination_reason if driver is not None else None,
+        checkpoint_discarded=discarded)
+    if not owed:
+        return
+    for _attempt in range(2):
+        try:
+            text, version = kube.read_timeline(*key)
+            kube.write_timeline(obj, journal.dumps(journal.appended(journal.parse(text), owed)), version)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                log.warning(f"cannot write the timeline record of {key[0]}/{key[1]}: {exc.status} {exc.reason}")
+                return
+        except OSError as exc:
+            log.warning(f"cannot write the timeline record of {key[0]}/{key[1]}: {exc}")
+            return
 
 
 def _run(namespace: str, name: str, memo: Any, *, refresh_truth: bool, permanent_on_invalid: bool,

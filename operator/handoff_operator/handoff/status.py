@@ -20,6 +20,7 @@ from typing import Any
 
 from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, iso, iso_ms,
                                          live_report, merge_conditions, transitions)
+from handoff_operator.handoff import cost as cost_figures
 from handoff_operator.models import StreamTableHandoffSpec, StreamTableHandoffStatus, format_duration
 from handoff_operator.retention import report as retention_report
 from handoff_operator.retention import step as retention_step
@@ -157,7 +158,8 @@ def observe(seen: Gathered, plan: Plan, driver: DriverFacts | None, retention: R
                     upgrade_status=upgrade.status() if upgrade is not None else None, retained=retained,
                     refresh_truth=seen.refresh_truth,
                     executors=plan.scaling.status if plan.scaling is not None else None,
-                    report_read=seen.report_read, events=list(events), now=now)
+                    report_read=seen.report_read, events=list(events), now=now,
+                    write_api_price_per_gib=seen.settings.bigquery_write_price_per_gib)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ class Observed:
     report_read: bool = False                 # the driver's progress ConfigMap could be read
     events: Sequence[Event] = ()              # from the children step (restart, rollback, PVC, scaling)
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    write_api_price_per_gib: float = 0.0      # for status.cost's money estimate (settings)
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,10 @@ def decide(seen: Observed) -> Decision:
         status.update(seen.upgrade_status)
     if seen.report_read:
         status["lastBatch"] = driver_report.last_batch_status(live_report(facts))  # None clears it
+    cost = cost_figures.accumulate(seen.status.get("cost"), facts.driver_report, seen.now,
+                                   seen.write_api_price_per_gib)
+    if cost is not None:
+        status["cost"] = cost
     typed = StreamTableHandoffStatus.model_validate(status)
     return Decision(typed.model_dump(mode="json", by_alias=True, exclude_unset=True), evaluation.phase,
                     _once_per_reason(events))

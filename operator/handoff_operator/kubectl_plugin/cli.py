@@ -118,8 +118,27 @@ def _timeline(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
         namespace, field_selector=f"involvedObject.kind=StreamTableHandoff,involvedObject.name={args.name}",
         _preload_content=False).data).get("items") or []
     requests = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL).get("items") or []
-    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit), args.output, timeline.format_text)
+    record = _timeline_record(kube, namespace, args.name)
+    bigquery = bool(((obj.get("spec") or {}).get("sink") or {}).get("bigquery"))
+    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit, record, bigquery), args.output,
+           timeline.format_text)
     return 0
+
+
+def _timeline_record(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The operator's timeline record (`<name>-timeline`); unreadable or absent: none (said on stderr when it
+    could not be read)."""
+    try:
+        text, _version = kube.read_timeline(namespace, name)
+    except ApiException as exc:
+        print(f"warning: the operator's timeline record was not read ({exc.status} {exc.reason}); only the "
+              f"Events the API server still keeps are shown", file=sys.stderr)
+        return []
+    try:
+        doc = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [e for e in doc if isinstance(e, dict)] if isinstance(doc, list) else []
 
 
 def _replay(args: argparse.Namespace, kube: Kube, namespace: str) -> int:

@@ -1,12 +1,13 @@
 """`kubectl handoff timeline NAME`: what happened to a handoff's table, in one list, newest first (issue 35).
 
 Why merged when read: each source keeps its own home — the table's ledger (every commit with its snapshot and
-Kafka offsets, gaps, epochs), the Kubernetes Events of the handoff (condition changes the operator posts: driver
-failures, rollbacks, scaling, retention; kopf's own), and the ReplayRequests that name it (each completed step with
-its time). The rows are plain dicts, so `-o json|yaml` is the same data as the text.
+Kafka offsets, gaps, epochs), the operator's timeline record (`<name>-timeline`, handoff.journal: every Event it
+posted, spec changes, driver starts and restarts, retention checks — kept after the API server drops the Events,
+an hour on), the Kubernetes Events of the handoff (kopf's own, and the operator's not yet in an older record), and
+the ReplayRequests that name it (each completed step with its time). An Event the record also holds is shown
+once. The rows are plain dicts, so `-o json|yaml` is the same data as the text.
 
-Pure: `rows` and `format_text` take what was read. What the API server drops (Events after an hour) is not
-kept anywhere else yet: the timeline shows what still exists.
+Pure: `rows` and `format_text` take what was read.
 """
 from __future__ import annotations
 
@@ -33,9 +34,18 @@ def _ranges(offsets: Mapping[str, Mapping[str, list[int]]]) -> str:
                     for p, se in sorted(parts.items(), key=lambda kv: int(kv[0])))
 
 
-def ledger_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (or BigQuery
-    batch) so the table can be read as of that row."""
+def as_of(snapshot: int | None, bigquery: bool) -> str | None:
+    """The SQL clause that reads the table as of a commit (docs/observability.md, "The table as of a row"):
+    Iceberg's snapshot (Spark SQL `FOR VERSION AS OF`), BigQuery's commit time, which is the ledger's snapshot
+    there, in µs (`FOR SYSTEM_TIME AS OF`, within the dataset's time-travel window)."""
+    if snapshot is None:
+        return None
+    return f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({snapshot})" if bigquery else f"FOR VERSION AS OF {snapshot}"
+
+
+def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) -> list[dict[str, Any]]:
+    """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (for BigQuery:
+    the batch and its commit time) and `asOf`, the clause that reads the table as of that row."""
     out = []
     for e in entries:
         if e["kind"] == "batch":
@@ -46,8 +56,12 @@ def ledger_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         else:
             what = f"{e['kind']} ({e['query']}): {_ranges(e['offsets'])}" + (f" — {e['reason']}" if e.get("reason")
                                                                                else "")
-        out.append({"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
-                    "snapshot": e["snapshot"]})
+        row = {"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
+               "snapshot": e["snapshot"], "asOf": as_of(e["snapshot"], bigquery)}
+        if bigquery and e["snapshot"] is not None:
+            row["commitTime"] = dt.datetime.fromtimestamp(int(e["snapshot"]) / 1e6, dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ")
+        out.append(row)
     return out
 
 
@@ -64,6 +78,22 @@ def event_rows(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"timeMs": at, "source": "event", "kind": ev.get("reason") or "Event",
                     "what": what + (f" (×{count})" if count > 1 else "")})
     return out
+
+
+def record_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's timeline record (handoff.journal entries) as rows."""
+    return [{"timeMs": int(e["timeMs"]), "source": "operator", "kind": e.get("reason") or "Entry",
+             "what": f"{e.get('type', 'Normal')} {e.get('reason', '')}: {e.get('message', '')}".strip()}
+            for e in entries if isinstance(e.get("timeMs"), int)]
+
+
+#: An Event and a record entry of the same reason and message this close in time are one happening.
+SAME_HAPPENING_MS = 5_000
+
+
+def _recorded(event: Mapping[str, Any], recorded: Mapping[str, list[int]]) -> bool:
+    times = recorded.get(event["what"].split(" (×")[0])
+    return bool(times) and any(abs(t - event["timeMs"]) <= SAME_HAPPENING_MS for t in times)
 
 
 def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dict[str, Any]]:
@@ -96,11 +126,19 @@ def replay_rows(requests: Iterable[Mapping[str, Any]], handoff: str) -> list[dic
 
 def rows(ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
          requests: Iterable[Mapping[str, Any]], handoff: str, since_ms: int | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
-    """All sources merged, newest first, from `since_ms` on; at most `limit` rows."""
-    merged = ledger_rows(ledger) + event_rows(events) + replay_rows(requests, handoff)
+         limit: int | None = None, record: Iterable[Mapping[str, Any]] = (), bigquery: bool = False
+         ) -> list[dict[str, Any]]:
+    """All sources merged, newest first, from `since_ms` on; at most `limit` rows. `record`: the operator's
+    timeline record; an Event it also holds (same reason and message, within SAME_HAPPENING_MS) is shown once."""
+    kept = record_rows(record)
+    recorded: dict[str, list[int]] = {}
+    for r in kept:
+        recorded.setdefault(r["what"], []).append(r["timeMs"])
+    merged = (ledger_rows(ledger, bigquery) + kept + [e for e in event_rows(events) if not _recorded(e, recorded)]
+              + replay_rows(requests, handoff))
     merged = [r for r in merged if since_ms is None or r["timeMs"] >= since_ms]
-    merged.sort(key=lambda r: r["timeMs"], reverse=True)
+    # Newest first; rows of the same millisecond (one reconcile's entries) newest-recorded first too.
+    merged = [r for _, r in sorted(enumerate(merged), key=lambda ir: (ir[1]["timeMs"], ir[0]), reverse=True)]
     for r in merged:
         r["time"] = dt.datetime.fromtimestamp(r["timeMs"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return merged[:limit]
@@ -112,7 +150,10 @@ def format_text(timeline: list[dict[str, Any]]) -> str:
         return "(nothing in this window)"
     lines = []
     for r in timeline:
-        snap = f"  [snapshot {r['snapshot']}]" if r.get("snapshot") is not None else ""
+        if r.get("commitTime") is not None:
+            snap = f"  [BigQuery commit {r['commitTime']}]"
+        else:
+            snap = f"  [snapshot {r['snapshot']}]" if r.get("snapshot") is not None else ""
         lines.append(f"{r['time'][:23]}Z  {r['source']:<6}  {r['what']}{snap}")
     return "\n".join(lines)
 

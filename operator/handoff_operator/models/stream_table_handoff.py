@@ -697,6 +697,47 @@ class LastBatchStatus(StatusModel):
                     "Degraded=True reason SinkDegraded while set.")
 
 
+class CostFigures(StatusModel):
+    """What the handoff's committed batches read and wrote, summed (the driver's running totals, `handoff.cost`)."""
+
+    records: int = Field(default=0, ge=0, description="Kafka records read into committed batches.")
+    kafka_bytes: int = Field(default=0, ge=0, description="Bytes of those records' keys and values read from Kafka.")
+    table_bytes: int = Field(default=0, ge=0,
+                             description="Bytes the commits added to the table: Iceberg's data files, BigQuery's "
+                                         "Storage Write API appends.")
+    write_api_bytes: int = Field(default=0, ge=0, description="Bytes appended through BigQuery's Storage Write API.")
+    files: int = Field(default=0, ge=0, description="Data files the commits added (Iceberg).")
+    snapshots: int = Field(default=0, ge=0, description="Table commits made (Iceberg snapshots, BigQuery batches).")
+
+
+class CostDay(CostFigures):
+    """The figures of one UTC day."""
+
+    date: str = Field(max_length=10, description="The UTC day, YYYY-MM-DD.")
+
+
+class CostDriver(CostFigures):
+    """The running totals the current driver last published: the base its next report's rise is taken from."""
+
+    pod: str | None = Field(default=None, max_length=253, description="The driver pod that published them.")
+
+
+class CostStatus(CostFigures):
+    """What this handoff read and wrote since the operator first counted it, today's share, and the Storage Write
+    API's money estimate (docs/observability.md, "Cost"). Counted from the driver's published totals: re-reads
+    of a RollbackAndReplay are in them; a Backfill Job's are not (it publishes nothing)."""
+
+    since: datetime | None = Field(default=None, description="When counting began (the first report counted).")
+    write_api_cost: float | None = Field(
+        default=None, ge=0, description="writeApiBytes in GiB times the operator's HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB "
+                                        "(list price, no free tier taken off).")
+    today: CostDay | None = Field(default=None, description="The current UTC day's figures.")
+    driver: CostDriver | None = Field(default=None, description="The current driver's last published totals.")
+    summary: str | None = Field(default=None, max_length=64,
+                                description="Bytes read from Kafka → written to the table, e.g. '1.2GiB→310MiB' "
+                                            "(kubectl get's Cost column).")
+
+
 class TopicRetentionStatus(StatusModel):
     """One topic's retention against the handoff's needs (see docs/operator.md, "Retention")."""
 
@@ -785,6 +826,7 @@ class StreamTableHandoffStatus(StatusModel):
         default=None, ge=0, description="Newest generation whose driver committed a batch (what a failed spec "
                                         "change is rolled back to).")
     upgrade: UpgradeStatus | None = Field(default=None, description="Automatic rollback of failed spec changes.")
+    cost: CostStatus | None = Field(default=None, description="Bytes read and written, files and snapshots made.")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -809,6 +851,7 @@ class StreamTableHandoff(CustomResource):
         {"name": "Freshness", "type": "string", "jsonPath": ".status.freshness"},
         {"name": "Executors", "type": "integer", "jsonPath": ".status.executors.current"},
         {"name": "Snapshot", "type": "string", "priority": 1, "jsonPath": ".status.committed.snapshot"},
+        {"name": "Cost", "type": "string", "priority": 1, "jsonPath": ".status.cost.summary"},
         AGE_COLUMN,
     ]
 

@@ -28,7 +28,8 @@ from handoff_operator.runtime.settings import current_settings
 from handoff_operator.runtime.state import STORE
 from handoff_operator.truth.driver_report import DATA_KEY as DRIVER_REPORT_KEY
 from handoff_operator.spec.render import (CONFIG_HASH_ANNOTATION, COMPONENT_LABEL, GROUP, NAME_LABEL, PLURAL, VERSION,
-                     driver_name, progress_configmap_name)
+                     TIMELINE_DATA_KEY, driver_name, progress_configmap_name, timeline_configmap,
+                     timeline_configmap_name)
 
 FIELD_MANAGER = "handoff-operator"
 
@@ -240,6 +241,24 @@ class Kube:
         """`progress.json` of the ConfigMap the driver publishes into (None: not there or not yet)."""
         cm = unless_gone(self.core.read_namespaced_config_map, progress_configmap_name(name), namespace)
         return None if cm is None else (cm.data or {}).get(DRIVER_REPORT_KEY)
+
+    def read_timeline(self, namespace: str, name: str) -> tuple[str | None, str | None]:
+        """The timeline record's text and the ConfigMap's resourceVersion ((None, None): not made yet)."""
+        cm = unless_gone(self.core.read_namespaced_config_map, timeline_configmap_name(name), namespace)
+        if cm is None:
+            return None, None
+        return (cm.data or {}).get(TIMELINE_DATA_KEY), cm.metadata.resource_version
+
+    def write_timeline(self, owner: Mapping[str, Any], text: str, resource_version: str | None) -> None:
+        """Create the timeline record, or replace it at `resource_version` (a 409 means another writer came
+        first: the caller reads it again)."""
+        body = timeline_configmap(owner, text)
+        namespace = body["metadata"]["namespace"]
+        if resource_version is None:
+            self.core.create_namespaced_config_map(namespace, body)
+        else:
+            body["metadata"]["resourceVersion"] = resource_version
+            self.core.replace_namespaced_config_map(body["metadata"]["name"], namespace, body)
 
     def scale_driver(self, namespace: str, name: str, replicas: int) -> bool:
         try:

@@ -56,12 +56,29 @@ KAFKA_REQUESTS = Counter("handoff_kafka_requests_total", "Kafka requests made fo
 CATALOG_READS = Counter("handoff_catalog_reads_total", "Table ledger reads for status refreshes (Iceberg "
                         "table loads, BigQuery ledger queries)", ["kind"])
 
+# What each handoff read and wrote since counting began (status.cost, handoff.cost): gauges of running sums, so
+# Grafana's per-day figures are `increase(...[1d])` and they survive an operator restart (read back from status).
+COST_KAFKA_BYTES = Gauge("handoff_cost_kafka_read_bytes", "Bytes of Kafka records (keys and values) read into "
+                         "committed batches, since counting began (status.cost.kafkaBytes)", ["namespace", "name"])
+COST_TABLE_BYTES = Gauge("handoff_cost_table_written_bytes", "Bytes the commits added to the table (Iceberg data "
+                         "files, BigQuery appends), since counting began", ["namespace", "name"])
+COST_WRITE_API_BYTES = Gauge("handoff_cost_write_api_bytes", "Bytes appended through BigQuery's Storage Write API, "
+                             "since counting began", ["namespace", "name"])
+COST_WRITE_API_MONEY = Gauge("handoff_cost_write_api_estimate", "Storage Write API bytes in GiB × "
+                             "HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB (status.cost.writeApiCost)", ["namespace", "name"])
+COST_FILES = Gauge("handoff_cost_files", "Data files the commits added, since counting began", ["namespace", "name"])
+COST_SNAPSHOTS = Gauge("handoff_cost_snapshots", "Table commits made, since counting began", ["namespace", "name"])
+COST_GAUGES: dict[str, Gauge] = {"kafkaBytes": COST_KAFKA_BYTES, "tableBytes": COST_TABLE_BYTES,
+                                 "writeApiBytes": COST_WRITE_API_BYTES, "writeApiCost": COST_WRITE_API_MONEY,
+                                 "files": COST_FILES, "snapshots": COST_SNAPSHOTS}
+
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
 _seen_phases: set[str] = set()
 #: The gauges with a series per handoff (labels namespace, name[, topic]).
 PER_HANDOFF: tuple[Gauge, ...] = (LAG, FRESHNESS, FRESHNESS_TARGET, DRIVER_RESTARTS, EXECUTORS_DESIRED,
-                                  EXECUTORS_CURRENT, RETENTION_HEADROOM, RETENTION_NEED, RETENTION_HAVE, LOST_RECORDS)
+                                  EXECUTORS_CURRENT, RETENTION_HEADROOM, RETENTION_NEED, RETENTION_HAVE, LOST_RECORDS,
+                                  *COST_GAUGES.values())
 
 
 class _HandoffSeries:
@@ -108,7 +125,8 @@ def set_phase(namespace: str, name: str, phase: str | None) -> None:
     key = (namespace, name)
     if phase is None:
         _phases.pop(key, None)
-        for gauge in (LAG, FRESHNESS, FRESHNESS_TARGET, DRIVER_RESTARTS, EXECUTORS_DESIRED, EXECUTORS_CURRENT):
+        for gauge in (LAG, FRESHNESS, FRESHNESS_TARGET, DRIVER_RESTARTS, EXECUTORS_DESIRED, EXECUTORS_CURRENT,
+                      *COST_GAUGES.values()):
             try:
                 gauge.remove(namespace, name)
             except KeyError:
@@ -147,6 +165,16 @@ def _set_or_remove(gauge: Gauge, namespace: str, name: str, value: float | None)
             pass
     else:
         gauge.labels(namespace, name).set(value)
+
+
+def set_cost(namespace: str, name: str, cost: Mapping[str, Any] | None) -> None:
+    """The cost gauges from `status.cost` (None: none counted yet, nothing exported)."""
+    if cost is None:
+        return
+    for key, gauge in COST_GAUGES.items():
+        value = cost.get(key)
+        if isinstance(value, (int, float)):
+            gauge.labels(namespace, name).set(value)
 
 
 def set_driver_restarts(namespace: str, name: str, restarts: int | None) -> None:

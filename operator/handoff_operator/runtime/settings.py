@@ -41,9 +41,9 @@ class OperatorSettings(BaseSettings):
     upgrade_readiness_timeout: float = Field(default=300.0, gt=0)
     # A changed spec's driver in CrashLoopBackOff with at least this many restarts is rolled back at once.
     upgrade_crash_restarts: int = Field(default=3, ge=1)
-    # USD per GiB appended through BigQuery's Storage Write API: a ReplayRequest's plan (and dryRun) prices the
-    # bytes it re-writes with it (status.plan.cost). The ONE price setting; default the public list price
-    # (before the monthly free tier). Chart value bigqueryWritePricePerGiB.
+    # USD per GiB appended through BigQuery's Storage Write API: status.cost.writeApiCost prices what a handoff
+    # appended, and a ReplayRequest's plan (and dryRun) what it re-writes (status.plan.cost). The ONE price
+    # setting; default the public list price (before the monthly free tier). Chart value bigqueryWritePricePerGiB.
     bigquery_write_price_per_gib: float = Field(default=0.025, ge=0)
     # Image used when a StreamTableHandoff names none. The chart sets it (its image, or sparkImage); this
     # default is the chart's default image, so both name the same image when run without the chart.

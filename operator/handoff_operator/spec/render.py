@@ -395,6 +395,24 @@ def redacted_json(config: AppConfig, resolved: Resolved, spec: StreamTableHandof
 
 # -------------------------------------------------------------------------------------- manifests
 
+#: The key of the timeline record's `data` (`<name>-timeline`, handoff.journal): a JSON list of entries.
+TIMELINE_DATA_KEY = "timeline.json"
+
+
+def timeline_configmap_name(handoff: str) -> str:
+    """`<handoff>-timeline`: what the operator decided and saw, kept beyond the hour Kubernetes keeps Events.
+    Written by the operator's reconcile (handoff.journal); read by `kubectl handoff timeline`."""
+    return f"{handoff}-timeline"
+
+
+def timeline_configmap(owner: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The timeline record, owned by the handoff (garbage-collected with it)."""
+    meta = owner["metadata"]
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(timeline_configmap_name(meta["name"]), meta["namespace"], "timeline", owner),
+            "data": {TIMELINE_DATA_KEY: text}}
+
+
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     meta = owner["metadata"]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta["uid"],

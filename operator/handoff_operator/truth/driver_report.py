@@ -59,7 +59,25 @@ def parse(text: str | None) -> DriverReport | None:
         timestamp_ms=_int(doc.get("timestampMs")), rows=_int(doc.get("rows")),
         duration_ms=_int(doc.get("durationMs")), input_rows_per_second=_float(doc.get("inputRowsPerSecond")),
         work_ms=_int(doc.get("workMs")), first_of_driver=doc.get("firstOfDriver") is True,
-        dlq_rows=_int(doc.get("dlqRows")), committed_snapshot=_int(doc.get("committedSnapshot")))
+        dlq_rows=_int(doc.get("dlqRows")), committed_snapshot=_int(doc.get("committedSnapshot")),
+        totals=totals(doc.get("totals")),
+        checkpoint_discarded=(doc["checkpointDiscarded"][:500] if isinstance(doc.get("checkpointDiscarded"), str)
+                              and doc["checkpointDiscarded"] else None))
+
+
+#: The driver's running totals the operator reads (`handoff_spark.driver.progress.Totals.record`).
+TOTAL_KEYS = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots")
+
+
+def totals(value: Any) -> dict[str, int] | None:
+    """The published totals; None unless every one is a whole number ≥ 0 (an unreadable part loses the lot,
+    never counts a wrong figure)."""
+    if not isinstance(value, dict):
+        return None
+    out = {k: _int(value.get(k, 0)) for k in TOTAL_KEYS}
+    if any(v is None or v < 0 for v in out.values()):
+        return None
+    return {k: int(v) for k, v in out.items() if v is not None}
 
 
 def last_batch_status(report: DriverReport | None) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ from handoff_spark.decode.batch import decode_source
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, ConfigOnDemand, above_seed_line, SchemaIncompatibleError, configured_sink, max_event_time_ms,
-                           task_batch_id, task_records, write_last_commit)
+                           record_bytes, task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -153,6 +153,7 @@ class BigQueryCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     new_columns: list[str] = field(default_factory=list)
     records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
     schemas: dict[str, list[str]] = field(default_factory=dict)  # registry writer schemas of the rows
+    kafka_bytes: int | None = 0  # the records' keys and values (sink.common.record_bytes); None: not counted
 
 
 
@@ -328,6 +329,7 @@ def write_partition(cfg: AppConfig, plan: TablePlan, batches: Iterator[pa.Record
         if rb.num_rows == 0:
             continue
         msg.records += rb.num_rows
+        msg.kafka_bytes = (msg.kafka_bytes or 0) + record_bytes(rb)
         raw = pa.Table.from_batches([rb])
         decoded, dead_decode, schemas = decode_source(raw, cfg)
         msg.schemas.update(schemas)
@@ -671,12 +673,15 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
             written = sum(m.rows for m in msgs)
             rejected = sum(m.dlq_rows for m in msgs)  # rows BigQuery would reject or rejected: dead letters too
             msgs = [*msgs, BigQueryCommitMessage(records=counts.records, dlq_rows=counts.dlq_rows,
-                                                 max_event_time_ms=counts.max_event_time_ms)]
+                                                 max_event_time_ms=counts.max_event_time_ms,
+                                                 kafka_bytes=counts.kafka_bytes)]
             late_rows = counts.late_rows
             dropped_rows = max(0, counts.records - counts.dlq_rows - rejected - written)
         else:
             log.warning("batch %s: the read tasks' counts are not all on this machine (executors without the "
                         "checkpoint's volume): the ledger index records rows only", batch_id)
+            for m in msgs:
+                m.kafka_bytes = None  # the rows tasks read no Kafka records; what the read tasks read is unknown
     ref = bigquery_client.table_ref(sink)
     rows = sum(m.rows for m in msgs)
     dlq_rows = sum(m.dlq_rows for m in msgs)
@@ -739,7 +744,9 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
         group_offsets_committed=group_ok, bytes=stats.bytes, append_requests=stats.requests,
         append_retries=dict(stats.retries), append_errors=dict(stats.errors),
         append_latency_p50_ms=percentile(stats.latencies_ms, 50), append_latency_p99_ms=percentile(stats.latencies_ms, 99),
-        degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs), max_event_time_ms=newest_event)
+        degraded_reason=degraded_reason(stats), records=sum(m.records for m in msgs), max_event_time_ms=newest_event,
+        kafka_bytes=(None if not msgs or any(m.kafka_bytes is None for m in msgs)
+                     else sum(int(m.kafka_bytes or 0) for m in msgs)))
     write_last_commit(cfg.checkpoint_location, result)
     if frames:
         ckpt.clear_frame_stats(cfg.checkpoint_location, up_to=batch_id)

@@ -33,7 +33,7 @@ from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
 from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
-                       report_from_progress, write_progress_file)
+                       report_from_progress, write_progress_file, Totals)
 from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
@@ -236,6 +236,7 @@ class ProgressReporter:
         self.last_batch_id = -1
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
+        self.totals = Totals()  # published with every record (the operator's cost figures)
         self.spark_batches = 0  # Spark's batches reported (the bootstrap batch is not one)
         #: The seed line of this driver's checkpoint (driver.seed): batches below it are reported as seed batches.
         self.seed_line: dict[tuple[str, int], int] = {}
@@ -291,8 +292,10 @@ class ProgressReporter:
         self.echo(prefix + report.line())
         if self.metrics is not None:
             self.metrics.observe(report)
+        self.totals.add(report)
         record = report.record(cfg.handoff_id)
         record.update(extra)
+        record["totals"] = self.totals.record()
         if self.checkpoint_discarded:
             record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:

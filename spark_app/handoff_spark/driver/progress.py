@@ -120,6 +120,41 @@ class BatchReport:
         }
 
 
+@dataclass
+class Totals:
+    """What this driver committed since it started (issue 35's cost surface), published with every progress
+    record as `totals`: running sums, so a record the operator missed (it reads the newest one per status
+    refresh) loses nothing; the operator adds their rise to the handoff's own totals (handoff.cost).
+
+    `kafkaBytes`: the Kafka records' keys and values read into committed batches; `tableBytes`: the bytes the
+    commits added to the table (Iceberg: the data files; BigQuery: the Storage Write API's appended bytes, also
+    `writeApiBytes`); `files` and `snapshots` the commits made (a batch already in the table made none)."""
+
+    records: int = 0
+    kafka_bytes: int = 0
+    table_bytes: int = 0
+    write_api_bytes: int = 0
+    files: int = 0
+    snapshots: int = 0
+
+    def add(self, report: BatchReport) -> None:
+        commit = report.commit or {}
+        self.records += report.rows
+        self.kafka_bytes += int(commit.get("kafka_bytes") or 0)
+        if commit.get("skipped") or commit.get("snapshot_id") is None:
+            return
+        self.snapshots += 1
+        self.files += int(commit.get("files_added") or 0)
+        written = int(commit.get("file_bytes") or 0)
+        appended = int(commit.get("bytes") or 0)  # BigQuery's Storage Write API bytes
+        self.table_bytes += written + appended
+        self.write_api_bytes += appended
+
+    def record(self) -> dict[str, int]:
+        return {"records": self.records, "kafkaBytes": self.kafka_bytes, "tableBytes": self.table_bytes,
+                "writeApiBytes": self.write_api_bytes, "files": self.files, "snapshots": self.snapshots}
+
+
 def _nest(flat: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for (t, p), v in sorted(flat.items()):

@@ -50,7 +50,7 @@ from handoff_spark.iceberg.table import (SchemaPlan, apply_plan_locally, declare
 from handoff_spark.kafka.offsets import commit_group_offsets
 from handoff_spark.checkpoint import read_last_commit
 from handoff_spark.sink.common import (CommitResult as SinkCommitResult, above_seed_line, SchemaIncompatibleError, configured_sink, max_event_time_ms,
-                           task_batch_id, task_records, write_last_commit)
+                           record_bytes, task_batch_id, task_records, write_last_commit)
 
 from handoff_spark.decode.records import DeadLetter
 from handoff_spark.sink.dead_letters import send_row_dead_letters, split_missing_required
@@ -151,6 +151,7 @@ class IcebergCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     widen: list[tuple[str, IcebergType]] = field(default_factory=list)
     added_ids: dict[str, int] = field(default_factory=dict)
     records: int = 0  # Kafka records read (rows + dead letters); the fused path's Spark row count is ranges
+    kafka_bytes: int | None = 0  # their keys' and values' bytes (sink.common.record_bytes); None: not counted
     task_ms: dict[str, float] = field(default_factory=dict)  # where the task's time went (profiling)
     schemas: dict[str, list[str]] = field(default_factory=dict)  # registry writer schemas of the rows
 
@@ -269,6 +270,7 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
     if raw is None:
         return msg
     msg.records = raw.num_rows
+    msg.kafka_bytes = record_bytes(raw)
     t2 = time.perf_counter()
     t1 = t2 - decode_s
     msg.dlq_rows = len(dead)
@@ -587,12 +589,15 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
         rejected = sum(m.dlq_rows for m in msgs)  # rows the writers dead-lettered (sink.dead_letters)
         if counts.complete:
             msgs = [*msgs, IcebergCommitMessage(write_uuid="frame-counts", records=counts.records,
-                                                dlq_rows=counts.dlq_rows, max_event_time_ms=counts.max_event_time_ms)]
+                                                dlq_rows=counts.dlq_rows, max_event_time_ms=counts.max_event_time_ms,
+                                                kafka_bytes=counts.kafka_bytes)]
             extra[ledger.LATE_ROWS] = str(counts.late_rows)
             extra[ledger.DROPPED_ROWS] = str(max(0, counts.records - counts.dlq_rows - rejected - rows))
         else:
             log.warning("batch %s: the read tasks' counts are not all on this machine (executors without the "
                         "checkpoint's volume): the ledger entry records rows only", batch_id)
+            for m in msgs:
+                m.kafka_bytes = None  # the rows tasks read no Kafka records; what the read tasks read is unknown
     result = commit_ranges(cfg, msgs, batch_id, ranges, spark_query_id(cfg.checkpoint_location),
                            extra_props=extra)
     if frames:
@@ -624,13 +629,23 @@ def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: in
                           max_event_time_ms=max((m.max_event_time_ms for m in msgs
                                                  if m.max_event_time_ms is not None), default=None),
                           task_ms={k: round(sum(m.task_ms.get(k, 0.0) for m in msgs), 1)
-                                   for k in ("read", "decode", "open_table", "write", "dlq")})
+                                   for k in ("read", "decode", "open_table", "write", "dlq")},
+                          **cost_of(msgs, committed=tc.snapshot_id is not None and not tc.skipped))
     write_last_commit(cfg.checkpoint_location, result)
     if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
         from handoff_spark.iceberg import maintenance
         maintenance.after_commit(tc.table, cfg, batch_id)
     return result
 
+
+
+def cost_of(msgs: list[IcebergCommitMessage], committed: bool) -> dict[str, int | None]:
+    """What the batch cost: the Kafka bytes its tasks read (None when a task did not count them) and, when it
+    made a snapshot, the data files it added and their bytes."""
+    kafka = [m.kafka_bytes for m in msgs]
+    files = [f for m in msgs for f in m.files] if committed else []
+    return {"kafka_bytes": None if not msgs or any(b is None for b in kafka) else sum(b for b in kafka if b),
+            "files_added": len(files), "file_bytes": sum(int(f.file_size_in_bytes) for f in files)}
 
 
 def abort_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int) -> None:

@@ -56,6 +56,12 @@ class CommitResult:
     # Spark rows are ranges); None: not counted, Spark's numInputRows stands.
     records: int | None = None
     max_event_time_ms: int | None = None  # newest event time in the batch (the driver's freshness)
+    # What the batch cost (issue 35): bytes of the Kafka records it read (keys + values, `record_bytes`; None: not
+    # counted, as on the DataFrame path), and the data files it added to the table with their bytes (Iceberg;
+    # BigQuery reports its appended bytes as `bytes`).
+    kafka_bytes: int | None = None
+    files_added: int | None = None
+    file_bytes: int | None = None
 
 
 class ConfigOnDemand:
@@ -108,6 +114,19 @@ def max_event_time_ms(tbl: pa.Table, column: str | None) -> int | None:
     value = m.cast(pa.int64()).as_py()
     per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[col.type.unit]
     return value * 1000 if per_ms is None else value // per_ms
+
+
+def record_bytes(raw: pa.Table | pa.RecordBatch) -> int:
+    """Bytes of Kafka records as read: their keys and values (what the brokers count as the records' payload;
+    headers and the protocol's framing are left out). The cost surface's "bytes read from Kafka"."""
+    import pyarrow.compute as pc
+
+    total = 0
+    for name in ("key", "value"):
+        if name in raw.schema.names:
+            n = pc.sum(pc.binary_length(raw.column(name))).as_py()
+            total += int(n or 0)
+    return total
 
 
 def write_last_commit(checkpoint: str, result: Any) -> None:

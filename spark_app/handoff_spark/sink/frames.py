@@ -77,6 +77,7 @@ class FrameStats:
     dlq_rows: int = 0
     late_rows: int = 0
     max_event_time_ms: int | None = None
+    kafka_bytes: int = 0  # the records' keys and values (sink.common.record_bytes)
 
 
 class FramePartition(KafkaPartition):
@@ -195,7 +196,7 @@ def frames_of(raw_batches: Iterator[pa.RecordBatch], cfg: AppConfig, schema: pa.
     from handoff_spark.decode.batch import decode_source
     from handoff_spark.decode.frame import conform
     from handoff_spark.decode.records import DeadLetter
-    from handoff_spark.sink.common import max_event_time_ms
+    from handoff_spark.sink.common import max_event_time_ms, record_bytes
     from handoff_spark.sink.dead_letters import send_dead_letters
 
     column = time_column(cfg)
@@ -203,6 +204,7 @@ def frames_of(raw_batches: Iterator[pa.RecordBatch], cfg: AppConfig, schema: pa.
         if not raw.num_rows:
             continue
         stats.records += raw.num_rows
+        stats.kafka_bytes += record_bytes(raw)
         table = pa.Table.from_batches([raw])
         decoded, dead, _schemas = decode_source(table, cfg)
         newest = max_event_time_ms(decoded, column) if decoded.num_rows and column else None
@@ -248,6 +250,7 @@ class FrameCounts:
     late_rows: int
     max_event_time_ms: int | None
     complete: bool
+    kafka_bytes: int | None = None  # None: a read task's counts lack them (written by an older driver)
 
 
 def frame_counts(cfg: AppConfig, batch_id: int, ranges: dict[tuple[str, int], tuple[int, int]]) -> FrameCounts:
@@ -262,4 +265,6 @@ def frame_counts(cfg: AppConfig, batch_id: int, ranges: dict[tuple[str, int], tu
                        dlq_rows=sum(int(d.get("dlq_rows", 0)) for d in docs),
                        late_rows=sum(int(d.get("late_rows", 0)) for d in docs),
                        max_event_time_ms=max(times) if times else None,
-                       complete=covered == moving)
+                       complete=covered == moving,
+                       kafka_bytes=(sum(int(d["kafka_bytes"]) for d in docs)
+                                    if all("kafka_bytes" in d for d in docs) else None))

@@ -56,7 +56,13 @@ def _published(degraded: str | None) -> str:
     report = report_from_commit(commit, {("t", 0): (5, 15)}, {("t", 0): 20}, duration_ms=500,
                                 prev_max_event_time_ms=None)
     report.work_ms, report.timestamp_ms = 300, 1_700_000_000_000
-    record = {**report.record("shop/orders"), "firstOfDriver": True}  # what `driver.app` adds to each record
+    from handoff_spark.driver.progress import Totals
+
+    totals = Totals()
+    totals.add(report)
+    # what `driver.app` adds to each record
+    record = {**report.record("shop/orders"), "firstOfDriver": True, "totals": totals.record(),
+              "checkpointDiscarded": "the checkpoint is ahead of the table's ledger"}
     return document(record, "orders-driver-abc", 1_700_000_000_500)
 
 
@@ -69,6 +75,8 @@ def test_what_the_driver_publishes_is_what_the_operator_reads():
     assert report.input_rows_per_second == 20.0 and report.first_of_driver is True
     assert report.degraded_reason == contract.DEGRADED_BIGQUERY_UNAVAILABLE
     assert driver_report.parse(_published(None)).degraded_reason is None
+    assert report.totals is not None and report.totals["records"] == 10 and report.totals["snapshots"] == 1
+    assert report.checkpoint_discarded == "the checkpoint is ahead of the table's ledger"
 
 
 def test_the_documented_shape_is_the_published_one_and_covers_what_the_operator_reads():

@@ -175,8 +175,11 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
     commits = [r for r in rows if r["source"] == "ledger"]
     assert [r["snapshot"] for r in commits] == snapshots[::-1]
     assert commits[0]["what"].startswith("batch 1 (handoff): 10 rows") and f"{topic}[0] 10→20" in commits[0]["what"]
-    failing = [r for r in rows if r["source"] == "event" and r["kind"] == "DriverFailing"]
-    assert failing and "boom: the catalog refused the commit" in failing[0]["what"]
+    failing = [r for r in rows if r["kind"] == "DriverFailing"]
+    # Once: from the operator's timeline record, which also holds it (the Event is not shown twice).
+    assert failing and {r["source"] for r in failing} == {"operator"}, rows
+    assert "boom: the catalog refused the commit" in failing[0]["what"]
+    assert any(r["kind"] == "DriverStarted" for r in rows), rows
     replays = [r for r in rows if r["source"] == "replay"]
     assert any(r["kind"] == "ReplayRequested" and str(snapshots[0]) in r["what"] and "(dry run)" in r["what"]
                for r in replays), replays
@@ -194,4 +197,44 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
                  "--catalog-property", f"uri=sqlite:///{tmp_path}/absent/none.db")
     assert out.returncode == 0 and "warning: the table's ledger was not read" in out.stderr
     assert all(r["source"] != "ledger" for r in json.loads(out.stdout))
+
+    # Cost: the driver's running totals (published by its own publisher) rise; the operator adds the rise into
+    # status.cost, its gauges and kubectl get's Cost column. A checkpoint the driver discarded is a timeline row.
+    publisher = ProgressPublisher(ns, "orders-progress", api=cluster.api, pod="orders-driver-0")
+    report = BatchReport(batch_id=2, rows=10, duration_ms=800, start={}, end={(topic, 0): 20}, lag={(topic, 0): 0},
+                         commit=None, max_event_time_ms=now_ms)
+    for kafka_bytes, table_bytes in ((1000, 3 << 20), (2500, 5 << 20)):
+        totals = {"records": 10, "kafkaBytes": kafka_bytes, "tableBytes": table_bytes, "writeApiBytes": 0,
+                  "files": 2, "snapshots": 2}
+        publisher.offer({**report.record(hid), "totals": totals,
+                         "checkpointDiscarded": "the checkpoint is ahead of the table's ledger"})
+        eventually(lambda: ((cluster.get(ns, "orders").get("status") or {}).get("cost") or {}).get("kafkaBytes")
+                   == kafka_bytes, f"status.cost.kafkaBytes {kafka_bytes}")
+    publisher.close()
+    cost = cluster.get(ns, "orders")["status"]["cost"]
+    assert (cost["tableBytes"], cost["files"], cost["today"]["kafkaBytes"]) == (5 << 20, 2, 2500)
+    assert REGISTRY.get_sample_value("handoff_cost_kafka_read_bytes", {"namespace": ns, "name": "orders"}) == 2500
+    wide = subprocess.run(["kubectl", "get", "sth", "orders", "-n", ns, "-o", "wide"], capture_output=True,
+                          text=True, env={**os.environ, "KUBECONFIG": cluster.kubeconfig}, timeout=60)
+    header, line = wide.stdout.splitlines()[:2]
+    assert "COST" in header.split() and "2.4KiB→5.0MiB" in line.split(), wide.stdout
+    eventually(lambda: "CheckpointDiscarded" in (cluster.core.read_namespaced_config_map(
+        "orders-timeline", ns).data or {}).get("timeline.json", ""), "the checkpoint discard in the record")
+
+    # The API server drops Events after an hour; the operator's record keeps what it decided and saw.
+    cluster.core.delete_collection_namespaced_event(ns)
+    cluster.patch_spec(ns, "orders", {"freshness": {"target": "7m"}})
+    generation = cluster.get(ns, "orders")["metadata"]["generation"]
+    eventually(lambda: f"generation {generation} of the spec" in (cluster.core.read_namespaced_config_map(
+        "orders-timeline", ns).data or {}).get("timeline.json", ""), "the spec change in the timeline record")
+    out = plugin(cluster.kubeconfig, "timeline", "orders", "-n", ns, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    after = json.loads(out.stdout)
+    kept = [r["kind"] for r in after if r["source"] == "operator"]
+    assert kept.index("SpecChanged") < kept.index("CheckpointDiscarded") < kept.index("DriverFailing") \
+        < kept.index("DriverStarted"), kept
+    assert kept.count("CheckpointDiscarded") == 1, kept
+    assert not [r for r in after if r["source"] == "event" and r["kind"] == "DriverFailing"]
+    record = cluster.core.read_namespaced_config_map("orders-timeline", ns)
+    assert [ref.kind for ref in record.metadata.owner_references] == ["StreamTableHandoff"]
     cluster.delete_all_handoffs()

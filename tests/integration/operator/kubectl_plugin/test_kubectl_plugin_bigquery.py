@@ -53,6 +53,16 @@ def test_kubectl_handoff_ledger_shows_the_bigquery_ledgers_kafka_identity(cluste
     text = capsys.readouterr().out
     assert code == 0 and "EPOCH" in text.splitlines()[0] and "(topic recreated)" in text.splitlines()[0]
 
+    # `kubectl handoff timeline`: the batch's row names its batch id and BigQuery commit time, and the clause
+    # that reads the table as of it.
+    code = main(["timeline", "views", "-o", "json", "-n", ns, "--kubeconfig", cluster.kubeconfig])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    [batch] = [r for r in json.loads(out.out) if r["source"] == "ledger" and r["kind"] == "batch"]
+    commit_us = ms * 1000
+    assert batch["what"].startswith("batch 0 (") and batch["snapshot"] == commit_us
+    assert batch["asOf"] == f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({commit_us})"
+    assert batch["commitTime"] == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}000Z"
 
 def _plugin(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`kubectl handoff ...` through the real kubectl, the package's scripts on PATH (where pip put kubectl-handoff)."""

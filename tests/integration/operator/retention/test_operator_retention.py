@@ -17,7 +17,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from operator_support import (STRIMZI_KAFKATOPIC_CRD, Cluster, base_spec, eventually, kubectl, ledger_commit,
+from operator_support import (STRIMZI_KAFKATOPIC_CRD, Cluster, base_spec, eventually, first_index, kubectl, ledger_commit,
+                              timeline,
                               operator_running)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
@@ -89,6 +90,14 @@ def test_short_retention_is_reported_with_numbers_and_raised_in_enforce_mode(clu
                             == pytest.approx(1.5 * 3600 * 1.1)), "the check with the smaller need")
         assert cluster.condition(ns, "orders", "RetentionSufficient")["reason"] == "Sufficient"
         assert _retention_ms(kafka, topic) == str(RAISED_MS)
+        # The timeline, oldest first: the check that found it short, the switch to enforce, the raise, the
+        # smaller need (issue 35: from the operator's own record).
+        rows = timeline(cluster.kubeconfig, ns, "orders")
+        checked = first_index(rows, "RetentionChecked", "RetentionTooShort")
+        assert rows[checked]["source"] == "operator"
+        assert checked <= first_index(rows, "RetentionTooShort") < first_index(rows, "SpecChanged", "generation 2") \
+            < first_index(rows, "RetentionEnforced", f"{HOUR_MS} → {RAISED_MS}") \
+            < first_index(rows, "SpecChanged", "generation 3")
         cluster.delete_all_handoffs()
 
 

@@ -35,7 +35,8 @@ from confluent_kafka import Producer
 
 from handoff_spark.driver.publisher import ProgressPublisher
 from kubernetes import config as kube_config
-from operator_support import REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, operator_running
+from operator_support import (REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, first_index,
+                              operator_running, timeline)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 NAME = "orders"
@@ -138,6 +139,14 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert [r.kind for r in stored.metadata.owner_references] == ["StreamTableHandoff"]
             eventually(lambda: (cluster.get(ns, NAME)["status"].get("committed") or {}).get("offsets")
                        == {topic: {"0": RECORDS // 2, "1": RECORDS // 2}}, "the ledger's commit in the status")
+            # The timeline names the commit's snapshot and how to read the table as of it (issue 35). (Later
+            # the spec names generation 2's table, whose ledger is empty, so it is checked now.)
+            rows = timeline(cluster.kubeconfig, ns, NAME)
+            commit = next((i for i, r in enumerate(rows) if r["source"] == "ledger"
+                           and r["snapshot"] == record["committedSnapshot"]), None)
+            assert commit is not None, rows
+            assert rows[commit]["asOf"] == f"FOR VERSION AS OF {record['committedSnapshot']}"
+            assert first_index(rows, "DriverStarted", v1_pod.metadata.name) < commit
 
             # Generation 2 changes the app config (another table, among others); its driver crash-loops. While
             # it is tried, the status reads its table: nothing committed there, every record waits.
@@ -183,6 +192,16 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert "rolledBackGeneration" not in status["upgrade"] and status["lastGoodGeneration"] == 1
             eventually(lambda: (c := cluster.condition(ns, NAME, "Degraded"))["observedGeneration"] == 3
                        and c["reason"] != "UpgradeRolledBack", "no rollback reported for generation 3")
+
+            # The timeline, oldest first (issue 35): generation 1's driver, the spec change, generation 2's driver and
+            # its crash, the rollback, the next spec change.
+            rows = timeline(cluster.kubeconfig, ns, NAME)
+            started = first_index(rows, "DriverStarted", v1_pod.metadata.name)
+            changed = first_index(rows, "SpecChanged", "generation 2 of the spec (was 1)")
+            rolled = first_index(rows, "UpgradeRolledBack", "generation 2")
+            assert started < changed < rolled < first_index(rows, "SpecChanged", "generation 3")
+            assert rows[rolled]["source"] == "operator" and "NoSuchMethodError" in rows[rolled]["what"]
+            assert changed < first_index(rows, "DriverReplaced") < rolled
         finally:
             cluster.delete_all_handoffs()
 

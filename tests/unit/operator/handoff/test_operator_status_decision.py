@@ -92,3 +92,21 @@ def test_a_change_handler_after_a_refresh_writes_nothing_when_nothing_changed() 
     assert refreshed["committed"]["at"] == "2026-11-23T12:00:00Z"
     child = decide(observed(status_progress(refreshed), status=refreshed, refresh=False))
     assert not worth_writing(refreshed, child.status), child.status
+
+
+def test_the_status_counts_the_cost_the_drivers_totals_show():
+    """decide() puts handoff.cost's figures in status.cost (typed through the CRD's model) from the report."""
+    import dataclasses
+
+    from handoff_operator.conditions import DriverReport, Facts
+    from handoff_operator.handoff.status import Observed, decide
+
+    report = DriverReport(published_at_ms=1, driver_pod="p1",
+                          totals={"records": 4, "kafkaBytes": 100, "tableBytes": 2048, "writeApiBytes": 0,
+                                  "files": 1, "snapshots": 1})
+    observed = Observed(generation=1, status={"cost": {"kafkaBytes": 50, "since": "2026-11-27T00:00:00Z"}},
+                        app={}, facts=Facts(generation=1, suspended=False, desired_hash="h", driver_report=report), write_api_price_per_gib=0.025)
+    got = decide(observed).status["cost"]
+    assert (got["kafkaBytes"], got["tableBytes"], got["files"], got["summary"]) == (150, 2048, 1, "150B→2.0KiB")
+    assert got["since"] == "2026-11-27T00:00:00Z" and got["driver"]["pod"] == "p1"
+    assert "cost" not in decide(dataclasses.replace(observed, facts=Facts(generation=1, suspended=False, desired_hash="h"))).status

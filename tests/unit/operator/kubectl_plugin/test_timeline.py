@@ -42,3 +42,30 @@ def test_since_and_limit_cut_the_list():
     assert timeline.format_text([]) == "(nothing in this window)"
     text = timeline.format_text(timeline.rows([entry(11, 0, 1000)], [], [], "orders"))
     assert text.startswith("1970-01-01T00:00:01.000Z  ledger  batch 0") and text.endswith("[snapshot 11]")
+
+
+def test_the_operators_record_is_merged_and_an_event_it_holds_is_shown_once():
+    record = [{"timeMs": 4400, "type": "Normal", "reason": "Scaled", "message": "2 → 3 executors"},
+              {"timeMs": 900, "type": "Normal", "reason": "SpecChanged", "message": "generation 2 of the spec (was 1)"}]
+    rows = timeline.rows([], EVENTS, [], "orders", record=record)
+    assert [(r["source"], r["kind"]) for r in rows] == [
+        ("operator", "Scaled"), ("event", "DriverFailing"), ("operator", "SpecChanged")]
+    # The same reason and message long apart are two happenings.
+    later = [{**record[0], "timeMs": 4400 + timeline.SAME_HAPPENING_MS + 200}]
+    assert [r["source"] for r in timeline.rows([], EVENTS, [], "orders", record=later)] == [
+        "operator", "event", "event"]
+
+
+def test_each_commit_row_says_how_to_read_the_table_as_of_it():
+    [row] = timeline.rows([entry(11, 0, 1000)], [], [], "orders")
+    assert row["asOf"] == "FOR VERSION AS OF 11" and "commitTime" not in row
+    us = 1_700_000_000_123_456  # BigQuery's ledger: the snapshot is the commit time in µs
+    [row] = timeline.rows([entry(us, 3, 1000)], [], [], "orders", bigquery=True)
+    assert row["asOf"] == f"FOR SYSTEM_TIME AS OF TIMESTAMP_MICROS({us})"
+    assert row["commitTime"] == "2023-11-14T22:13:20.123456Z" and "batch 3" in row["what"]
+    assert timeline.format_text([row]).endswith("[BigQuery commit 2023-11-14T22:13:20.123456Z]")
+
+
+def test_rows_of_the_same_moment_keep_the_order_they_were_recorded_in():
+    record = [{"timeMs": 5, "type": "Normal", "reason": r, "message": r} for r in ("SpecChanged", "Scaled", "X")]
+    assert [r["kind"] for r in timeline.rows([], [], [], "orders", record=record)] == ["X", "Scaled", "SpecChanged"]

@@ -42,6 +42,8 @@ def _touch_everything(kube: Kube) -> None:
     kube.get_handoff = lambda namespace, name, plural=None: obj  # type: ignore[method-assign]
     assert handlers._handoff_under_lock(kube, NS, NAME, None) is obj           # the version last read
     handlers._children_due.put_new((NS, NAME), True)                            # a child-triggered reconcile due
+    handlers._restarts_seen.set((NS, NAME), ("orders-driver-1", 0))             # the driver's restarts last seen
+    handlers._discards_seen.set((NS, NAME), "orders-driver-1")                  # its checkpoint discard recorded
     prepared = rendering.prepare(kube, obj, "img:1")                            # the rendering
     assert prepared.rendered is not None
     kube.applied.remember(prepared.rendered.children[0], time.monotonic())      # an applied child
@@ -68,7 +70,8 @@ def test_forget_leaves_nothing_of_the_handoff_in_any_part_of_the_store() -> None
     # Every part the store knows was touched above: a module whose memory joins the store later is named here.
     assert set(held) == {part.name for part in state.STORE.parts()}, held
     assert {"handoff.locks", "handoff.known", "handoff.children_due", "spec.rendered", "scaling",
-            "retention.checked", "metrics", "kube.applied"} <= set(held)
+            "retention.checked", "metrics", "kube.applied", "handoff.restarts_seen",
+            "handoff.discards_seen"} <= set(held)
     other = ("ns-state", "orders-other")
     handlers._lock(*other)
 

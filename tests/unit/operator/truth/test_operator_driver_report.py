@@ -91,3 +91,20 @@ def test_unreadable_documents_are_no_report() -> None:
     assert parse(None) is None and parse("") is None and parse("{not json") is None and parse("[1]") is None
     assert parse(json.dumps({"batchId": 1})) is None  # no publishedAtMs: cannot tell its age
     assert parse(json.dumps({"publishedAtMs": NOW, "degradedReason": ""})).degraded_reason is None
+
+
+def test_the_published_totals_and_a_checkpoint_discard_are_read():
+    import json
+
+    from handoff_operator.truth import driver_report
+
+    doc = {"publishedAtMs": 1, "driverPod": "p1", "checkpointDiscarded": "the table was rolled back",
+           "totals": {"records": 3, "kafkaBytes": 30, "tableBytes": 2000, "writeApiBytes": 0, "files": 1,
+                      "snapshots": 1}}
+    report = driver_report.parse(json.dumps(doc))
+    assert report.totals == doc["totals"] and report.checkpoint_discarded == "the table was rolled back"
+    # An unreadable figure loses the totals rather than count a wrong one; absent keys are zero.
+    assert driver_report.parse(json.dumps({**doc, "totals": {"kafkaBytes": "many"}})).totals is None
+    assert driver_report.parse(json.dumps({**doc, "totals": {"kafkaBytes": -1}})).totals is None
+    assert driver_report.parse(json.dumps({**doc, "totals": {"kafkaBytes": 5}})).totals["tableBytes"] == 0
+    assert driver_report.parse(json.dumps({"publishedAtMs": 1})).totals is None

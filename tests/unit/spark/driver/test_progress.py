@@ -109,3 +109,33 @@ def test_an_idle_progress_is_not_reported_and_does_not_hide_the_batch_that_runs_
     reporter.poll(Query)
     assert [line.split(":")[0] for line in lines] == ["batch 1", "batch 2"]
     assert "t[0] 3000→6000" in lines[-1] and reporter.reports[-1].batch_id == 2
+
+
+def test_totals_sum_what_the_commits_read_and_wrote():
+    """The running totals every progress record carries (the operator's cost figures): a batch already in the
+    table (skipped) read its records but made no commit; BigQuery's appended bytes are table and Write API bytes."""
+    from handoff_spark.driver.progress import BatchReport, Totals
+
+    def batch(i, commit):
+        return BatchReport(batch_id=i, rows=10, duration_ms=1, start={}, end={}, lag={}, commit=commit,
+                           max_event_time_ms=None)
+
+    totals = Totals()
+    totals.add(batch(0, {"snapshot_id": 7, "kafka_bytes": 1000, "files_added": 2, "file_bytes": 4096}))
+    totals.add(batch(1, {"snapshot_id": 7, "skipped": True, "kafka_bytes": 500}))
+    totals.add(batch(2, {"snapshot_id": 1700000000000000, "kafka_bytes": 300, "bytes": 250}))
+    totals.add(batch(3, None))  # nothing committed (an empty batch)
+    assert totals.record() == {"records": 40, "kafkaBytes": 1800, "tableBytes": 4346, "writeApiBytes": 250,
+                               "files": 2, "snapshots": 2}
+
+
+def test_record_bytes_counts_keys_and_values_nulls_as_nothing():
+    import pyarrow as pa
+
+    from handoff_spark.sink.common import record_bytes
+
+    raw = pa.table({"key": pa.array([b"k1", None, b""], pa.binary()),
+                    "value": pa.array([b"hello", b"{}", None], pa.binary()), "offset": [1, 2, 3]})
+    assert record_bytes(raw) == 2 + 5 + 2
+    assert record_bytes(raw.to_batches()[0]) == 9
+    assert record_bytes(pa.table({"value": pa.array([], pa.binary())})) == 0

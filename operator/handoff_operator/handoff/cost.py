@@ -1,0 +1,67 @@
+"""What a handoff read and wrote, and what that costs (issue 35): `status.cost` from the driver's running totals
+(pure).
+
+Why from running totals: the driver publishes its newest progress record, and the operator reads it once per
+status refresh, so batches in between would be missed if each record carried only its own batch. Each record
+carries what the driver committed since it started (`handoff_spark.driver.progress.Totals`); the status keeps
+the totals this driver last showed (`cost.driver`), and every refresh adds their rise to the handoff's figures
+(since counting began, and today's, a UTC day). A new driver pod starts from zero; totals that fell in the same
+pod (its container restarted) are a new start too. What a driver committed after its last publication and
+before it died is not counted (at most one publication interval, ~15 s, of batches).
+
+The money estimate: Storage Write API bytes (BigQuery's appends) × the operator's price per GiB.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from handoff_operator.conditions import DriverReport
+
+#: The figures summed (status.cost's keys, the driver's `totals` keys).
+FIGURES = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots")
+GIB = 1 << 30
+
+
+def human_bytes(n: int) -> str:
+    """1023B, 1.5KiB, 310MiB, 1.2GiB: short enough for a `kubectl get` column."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(value)}B"
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _figures(doc: Mapping[str, Any] | None) -> dict[str, int]:
+    doc = doc or {}
+    return {k: int(doc.get(k) or 0) for k in FIGURES}
+
+
+def accumulate(cost: Mapping[str, Any] | None, report: DriverReport | None, now: dt.datetime,
+               price_per_gib: float) -> dict[str, Any] | None:
+    """`status.cost` after this report (None: nothing to count, the status keeps what it has)."""
+    if report is None or report.totals is None:
+        return None
+    cost = cost or {}
+    pod = report.driver_pod or ""
+    latest = _figures(report.totals)
+    shown = cost.get("driver") or {}
+    base = _figures(shown) if (shown.get("pod") or "") == pod else _figures(None)
+    if any(latest[k] < base[k] for k in FIGURES):  # the same pod's driver started again: its totals restarted
+        base = _figures(None)
+    rise = {k: latest[k] - base[k] for k in FIGURES}
+    total = {k: _figures(cost)[k] + rise[k] for k in FIGURES}
+    date = now.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
+    today = cost.get("today") or {}
+    day = _figures(today) if today.get("date") == date else _figures(None)
+    day = {k: day[k] + rise[k] for k in FIGURES}
+    since = cost.get("since") or now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {**total, "since": since,
+            "writeApiCost": round(total["writeApiBytes"] / GIB * price_per_gib, 6),
+            "today": {"date": date, **day},
+            "driver": {"pod": pod or None, **latest},
+            "summary": f"{human_bytes(total['kafkaBytes'])}→{human_bytes(total['tableBytes'])}"}

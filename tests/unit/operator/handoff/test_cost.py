@@ -1,0 +1,54 @@
+"""status.cost from the driver's running totals (handoff.cost, pure): rises are added, a new driver starts from
+zero, a day rolls over, the money estimate and the kubectl column."""
+from __future__ import annotations
+
+import datetime as dt
+
+from handoff_operator.conditions import DriverReport
+from handoff_operator.handoff import cost
+
+NOW = dt.datetime(2026, 11, 28, 10, 0, tzinfo=dt.timezone.utc)
+
+
+def report(pod: str | None = "p1", **totals: int) -> DriverReport:
+    return DriverReport(published_at_ms=1, driver_pod=pod, totals=totals)
+
+
+def test_nothing_to_count_keeps_the_status():
+    assert cost.accumulate(None, None, NOW, 0.025) is None
+    assert cost.accumulate({"kafkaBytes": 5}, DriverReport(published_at_ms=1), NOW, 0.025) is None
+
+
+def test_the_rise_of_one_drivers_totals_is_added_once():
+    first = cost.accumulate(None, report(kafkaBytes=1000, tableBytes=400, records=10, files=2, snapshots=1), NOW, 1)
+    assert (first["kafkaBytes"], first["tableBytes"], first["records"], first["files"], first["snapshots"]) == (
+        1000, 400, 10, 2, 1)
+    assert first["since"] == "2026-11-28T10:00:00Z" and first["driver"]["pod"] == "p1"
+    again = cost.accumulate(first, report(kafkaBytes=1000, tableBytes=400, records=10, files=2, snapshots=1), NOW, 1)
+    assert again["kafkaBytes"] == 1000  # the same report read twice counts once
+    later = cost.accumulate(again, report(kafkaBytes=1500, tableBytes=600, records=15, files=3, snapshots=2), NOW, 1)
+    assert (later["kafkaBytes"], later["tableBytes"], later["snapshots"]) == (1500, 600, 2)
+
+
+def test_a_new_driver_or_a_restarted_container_starts_from_zero():
+    base = cost.accumulate(None, report(kafkaBytes=1000), NOW, 1)
+    new_pod = cost.accumulate(base, report("p2", kafkaBytes=300), NOW, 1)
+    assert new_pod["kafkaBytes"] == 1300 and new_pod["driver"] == {"pod": "p2", **{k: 0 for k in cost.FIGURES},
+                                                                  "kafkaBytes": 300}
+    restarted = cost.accumulate(new_pod, report("p2", kafkaBytes=100), NOW, 1)  # totals fell: a new start
+    assert restarted["kafkaBytes"] == 1400
+
+
+def test_today_rolls_over_at_midnight_utc():
+    day1 = cost.accumulate(None, report(kafkaBytes=1000), NOW, 1)
+    assert day1["today"]["date"] == "2026-11-28" and day1["today"]["kafkaBytes"] == 1000
+    day2 = cost.accumulate(day1, report(kafkaBytes=1700), NOW + dt.timedelta(days=1), 1)
+    assert day2["today"] == {"date": "2026-11-29", **{k: 0 for k in cost.FIGURES}, "kafkaBytes": 700}
+    assert day2["kafkaBytes"] == 1700 and day2["since"] == "2026-11-28T10:00:00Z"
+
+
+def test_the_write_api_estimate_and_the_summary():
+    got = cost.accumulate(None, report(kafkaBytes=3 << 30, tableBytes=3 << 29, writeApiBytes=3 << 29), NOW, 0.025)
+    assert got["writeApiCost"] == 0.0375 and got["summary"] == "3.0GiB→1.5GiB"
+    assert [cost.human_bytes(n) for n in (0, 1023, 1536, 310 << 20, 12 << 30, 5 << 40)] == [
+        "0B", "1023B", "1.5KiB", "310MiB", "12GiB", "5.0TiB"]
