@@ -52,8 +52,8 @@ from handoff_spark.config import AppConfig
 from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
-                     quantity_to_bytes, spark_memory)
-from handoff_operator.models.common import PropertyFrom, parse_duration
+                     spark_memory)
+from handoff_operator.models.common import PropertyFrom, cpu_quantity, parse_duration
 from handoff_operator.models.pod import PodOptions
 
 KIND: str = StreamTableHandoff.model_fields["kind"].default
@@ -290,8 +290,8 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.cores": str(ex.cores),
         "spark.executor.memory": spark_memory(ex.memory),
-        "spark.kubernetes.executor.request.cores": str(ex.cores),
-        "spark.kubernetes.executor.limit.cores": str(ex.cores),
+        "spark.kubernetes.executor.request.cores": cpu_quantity(ex.request_millis()),
+        "spark.kubernetes.executor.limit.cores": cpu_quantity(ex.limit_millis()),
         # The operator scales on Kafka lag and the driver applies its count live (handoff.io/desired-executors
         # on the progress ConfigMap; handoff_spark.driver.executor_scaler): Spark's own allocation stays off.
         "spark.dynamicAllocation.enabled": "false",
@@ -304,6 +304,7 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.kubernetes.executor.deleteOnTermination": "true",
         **STRAGGLER_CONF,
     }
+    conf.update(overhead_conf(spec))
     if spec.spark.image_pull_policy:
         conf["spark.kubernetes.container.image.pullPolicy"] = spec.spark.image_pull_policy
     for key, value in exec_labels.items():
@@ -312,6 +313,30 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         conf[POD_TEMPLATE_CONF[0]] = EXECUTOR_TEMPLATE_PATH
         conf[POD_TEMPLATE_CONF[1]] = EXECUTOR_CONTAINER
     conf.update(spec.spark.spark_conf)
+    return conf
+
+
+#: Spark settings of a memory overhead. The driver's are the operator's alone (it sizes the driver's container, and
+#: Spark must be told the same); the executors' may come from spec.spark.sparkConf when the typed fields are unset.
+DRIVER_OVERHEAD_CONF = ("spark.driver.memory", "spark.driver.memoryOverhead", "spark.driver.memoryOverheadFactor",
+                        "spark.driver.minMemoryOverhead")
+EXECUTOR_OVERHEAD_CONF = ("spark.executor.memoryOverhead", "spark.executor.memoryOverheadFactor",
+                          "spark.executor.minMemoryOverhead", "spark.kubernetes.memoryOverheadFactor")
+EXECUTOR_CPU_CONF = ("spark.kubernetes.executor.request.cores", "spark.kubernetes.executor.limit.cores")
+
+
+def overhead_conf(spec: StreamTableHandoffSpec) -> dict[str, str]:
+    """What Spark is told of the memory overheads the spec sets (nothing when it sets none, so a spec from before
+    these fields keeps its config hash). The driver's is the number its container was sized with; the executors'
+    is what Spark sizes their pods with (memory + overhead, requested and limited)."""
+    driver, ex = spec.spark.driver, spec.spark.executor
+    conf: dict[str, str] = {}
+    if driver.memory_overhead is not None or driver.memory_overhead_factor is not None:
+        conf["spark.driver.memoryOverhead"] = f"{driver.overhead_mib('driver')}m"
+    if ex.memory_overhead is not None:
+        conf["spark.executor.memoryOverhead"] = f"{ex.overhead_mib('executor')}m"
+    elif ex.memory_overhead_factor is not None:
+        conf["spark.executor.memoryOverheadFactor"] = str(ex.memory_overhead_factor)
     return conf
 
 
@@ -410,17 +435,15 @@ def _meta(name: str, namespace: str, component: str, owner: Mapping[str, Any] | 
     return meta
 
 
-def _mib(n_bytes: int) -> int:
-    return -(-n_bytes // (1 << 20))
-
-
 def driver_pod_resources(spec: StreamTableHandoffSpec) -> dict[str, Any]:
-    """Container resources of the driver: JVM heap + Spark's non-JVM overhead (max(384Mi, 40%) for
-    PySpark, as Spark itself sizes a cluster-mode driver pod)."""
-    heap = _mib(quantity_to_bytes(spec.spark.driver.memory))
-    total = heap + max(384, int(heap * 0.4))
-    cpu = str(spec.spark.driver.cores)
-    return {"requests": {"cpu": cpu, "memory": f"{total}Mi"}, "limits": {"cpu": cpu, "memory": f"{total}Mi"}}
+    """Container resources of the driver: JVM heap + the overhead (spec.spark.driver.memoryOverhead, else
+    max(384Mi, memoryOverheadFactor × heap), the factor 0.4 for PySpark as Spark itself sizes a cluster-mode Python
+    driver pod), requested and limited alike; CPU as coreRequest/coreLimit, else cores. Quantities are written as
+    the API server writes them back (whole cores or millicores), so the Deployment reads back as applied."""
+    driver = spec.spark.driver
+    memory = f"{driver.heap_mib() + driver.overhead_mib('driver')}Mi"
+    return {"requests": {"cpu": cpu_quantity(driver.request_millis()), "memory": memory},
+            "limits": {"cpu": cpu_quantity(driver.limit_millis()), "memory": memory}}
 
 
 def driver_heap(spec: StreamTableHandoffSpec) -> str:
