@@ -4,9 +4,11 @@ runs because the chart's `tolerations` value says so; the driver and the executo
 records to the table, because the handoff's `spec.spark.pod` tolerates the taint and its nodeSelector matches the
 label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
 variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
-namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit."""
+namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit, and its
+Spark UI answers through the UI Service the operator made for it."""
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, Iterator
 
@@ -158,3 +160,12 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         for pod in executors:
             (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
             assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        # The running driver's Spark UI answers through its Service (`<name>-ui`, spec.spark.ui), here through the
+        # API server's service proxy: Spark's own REST API lists the application.
+        def applications() -> list[dict[str, Any]] | None:
+            out = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{NAME}-ui:http/proxy"
+                                                  f"/api/v1/applications", check=False)
+            return json.loads(out) if out.strip().startswith("[") else None
+
+        apps = eventually(applications, "the Spark UI's application list through the UI Service", timeout=120)
+        assert apps and all(a.get("id") and a.get("name") for a in apps), apps

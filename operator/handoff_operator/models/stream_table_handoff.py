@@ -470,6 +470,16 @@ class ExecutorSpec(PodResources):
                                                              "Spark's executor pod template.")
 
 
+class SparkUiSpec(SpecModel):
+    """The Spark UI of the running driver (port 4040): the operator gives it a Service of its own, `<name>-ui`
+    (ClusterIP, port 4040, owned by the handoff), to port-forward to or to put behind your Ingress. Only a running
+    driver has a UI: a stopped or restarted driver's is gone (Spark's history server is not part of Handoff)."""
+
+    service: bool | None = Field(default=None, description="false: no Service `<name>-ui` (the driver still serves "
+                                                           "its UI; the headless Service `<name>-driver` names it "
+                                                           "too). Default true.")
+
+
 class SparkSpec(SpecModel):
     """How the Spark driver and executors run."""
 
@@ -491,6 +501,8 @@ class SparkSpec(SpecModel):
                                                              "(scheduling, pull secrets, labels, environment, "
                                                              "volumes, security contexts); driver.pod and "
                                                              "executor.pod override them per role.")
+    ui: SparkUiSpec | None = Field(default=None, description="The running driver's Spark UI: a Service "
+                                                              "`<name>-ui` on port 4040 unless ui.service is false.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128,
         description="Extra Spark configuration (spark.* keys). It overrides the operator's defaults, e.g. "
@@ -506,6 +518,10 @@ class SparkSpec(SpecModel):
         if bad:
             raise ValueError(f"spark.sparkConf must not set {', '.join(bad)} (the operator sets them)")
         return self
+
+    def ui_service(self) -> bool:
+        """Whether the operator gives the driver's UI its own Service (`<name>-ui`)."""
+        return self.ui is None or self.ui.service is not False
 
     def driver_pod(self) -> PodOptions:
         """The driver's pod options: spec.spark.pod with spec.spark.driver.pod laid over it."""

@@ -14,6 +14,7 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
   Degraded condition. The operator's server-side apply never sets `data`, so the two never fight;
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
+- Service `<name>-ui` (unless spec.spark.ui.service is false): the driver's Spark UI, port 4040, ClusterIP;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
   template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
@@ -125,6 +126,11 @@ def driver_name(name: str) -> str:
 
 def app_config_name(name: str) -> str:
     return f"{name}-app"
+
+
+def ui_service_name(name: str) -> str:
+    """The Service of the driver's Spark UI (spec.spark.ui)."""
+    return f"{name}-ui"
 
 
 def checkpoint_pvc_name(name: str) -> str:
@@ -604,6 +610,9 @@ class Rendered:
     config_hash: str
     children: list[dict[str, Any]]        # owned by the handoff, applied in this order
     unowned: list[dict[str, Any]]         # created if missing, never deleted by the operator
+    #: Owned children the spec has turned off (apiVersion, kind, metadata name/namespace only): deleted when
+    #: present and owned by this handoff.
+    absent: list[dict[str, Any]] = field(default_factory=list)
 
     def child(self, kind: str) -> dict[str, Any]:
         return next(c for c in self.children if c["kind"] == kind)
@@ -658,6 +667,15 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                       {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}],
         },
     })
+    if spec.spark.ui_service():
+        # A ClusterIP Service for the UI alone: what `kubectl port-forward svc/<name>-ui 4040` and an Ingress's
+        # backend need; only a ready driver is behind it (a stopped driver's UI is gone with it).
+        children.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(ui_service_name(name), namespace, "ui", owner),
+            "spec": {"selector": selector_labels(name),
+                     "ports": [{"name": "http", "port": UI_PORT, "targetPort": "ui"}]},
+        })
     deployment_meta = _meta(driver_name(name), namespace, "driver", owner)
     deployment_meta["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
     children.append({
@@ -681,7 +699,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                         "metadata": _meta(checkpoint_pvc_name(name), namespace, "checkpoint", owner,
                                           owned=False),
                         "spec": pvc_spec})
-    return Rendered(config, digest, children, unowned)
+    absent = [] if spec.spark.ui_service() else [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": ui_service_name(name), "namespace": namespace}}]
+    return Rendered(config, digest, children, unowned, absent)
 
 
 def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:
