@@ -4,9 +4,12 @@ runs because the chart's `tolerations` value says so; the driver and the executo
 records to the table, because the handoff's `spec.spark.pod` tolerates the taint and its nodeSelector matches the
 label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
 variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
-namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit."""
+namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit, sized
+with the typed pod resources (CPU requests below the cores, memory overheads), and its Spark UI answers through the
+UI Service the operator made for it."""
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, Iterator
 
@@ -131,8 +134,10 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         catalog = lake_catalog(postgres, s3, f"{BUCKET}-ro")
         handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
                                postgres=postgres, s3=s3, bucket=f"{BUCKET}-ro", table=TABLE,
-                               scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi",
-                               spark_conf={"spark.kubernetes.executor.request.cores": "250m"})
+                               scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi")
+        # Sized with the typed resources (docs/operator.md "Pod resources"): both pods get 1Gi heap + 512Mi.
+        handoff["spec"]["spark"]["driver"].update({"coreRequest": "500m", "memoryOverhead": "512Mi"})
+        handoff["spec"]["spark"]["executor"].update({"coreRequest": "250m", "memoryOverhead": "512Mi"})
         handoff["spec"]["spark"]["pod"] = {
             "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
             "containerSecurityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
@@ -158,3 +163,19 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         for pod in executors:
             (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
             assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            # Spark sized the executor pod from what the operator told it.
+            assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1536Mi"},
+                                              "limits": {"cpu": "1", "memory": "1536Mi"}}, container["resources"]
+        (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+                     if running(p)]
+        assert driver["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1536Mi"},
+                                                                "limits": {"cpu": "1", "memory": "1536Mi"}}
+        # The running driver's Spark UI answers through its Service (`<name>-ui`, spec.spark.ui), here through the
+        # API server's service proxy: Spark's own REST API lists the application.
+        def applications() -> list[dict[str, Any]] | None:
+            out = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{NAME}-ui:http/proxy"
+                                                  f"/api/v1/applications", check=False)
+            return json.loads(out) if out.strip().startswith("[") else None
+
+        apps = eventually(applications, "the Spark UI's application list through the UI Service", timeout=120)
+        assert apps and all(a.get("id") and a.get("name") for a in apps), apps

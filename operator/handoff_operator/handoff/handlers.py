@@ -255,6 +255,8 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
         digests = seen.digests if plan.rendered is seen.rendered else ()
         applied = [kube.apply_if_changed(child, digests[i] if digests else None)
                    for i, child in enumerate(plan.rendered.children)]
+        for child in plan.rendered.absent:
+            kube.delete_if_owned(child, meta["uid"])
         # The driver as gathered still stands unless this step changed one of its children.
         if any(applied) or plan.rolls_out or driver is None:
             driver = kube.driver_facts(namespace, name)

@@ -12,6 +12,7 @@ from typing import Any
 
 from handoff_operator.truth import driver_report
 from handoff_operator.models.common import format_duration
+from handoff_operator.spec.render import UI_PORT, driver_name, ui_service_name
 from handoff_operator.spec.validation import parse_spec
 
 
@@ -27,6 +28,15 @@ def lag_per_partition(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
                 if isinstance(value, int) and str(partition).isdigit():
                     out.append({"topic": topic, "partition": int(partition), "lag": value})
     return sorted(out, key=lambda r: (r["topic"], r["partition"]))
+
+
+def spark_ui(namespace: str | None, name: str | None, service: bool) -> dict[str, Any]:
+    """How to reach the running driver's Spark UI: the port-forward to its Service (`<name>-ui`, or the driver's
+    headless Service when spec.spark.ui.service is false). A stopped driver's UI is gone; nothing keeps it."""
+    svc = ui_service_name(name or "") if service else driver_name(name or "")
+    return {"service": svc, "port": UI_PORT,
+            "portForward": f"kubectl port-forward -n {namespace} svc/{svc} {UI_PORT}",
+            "url": f"http://localhost:{UI_PORT}"}
 
 
 def summary(obj: Mapping[str, Any], report_text: str | None, now_ms: int) -> dict[str, Any]:
@@ -55,6 +65,7 @@ def summary(obj: Mapping[str, Any], report_text: str | None, now_ms: int) -> dic
         "lastBatch": status.get("lastBatch"),
         "lastFailure": (status.get("app") or {}).get("lastFailure"),
         "retentionHeadroomSeconds": retention.get("headroomSeconds"),
+        "sparkUi": spark_ui(meta.get("namespace"), meta.get("name"), spec is None or spec.spark.ui_service()),
         "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
                        for c in status.get("conditions") or []],
     }
@@ -96,6 +107,9 @@ def format_text(s: Mapping[str, Any]) -> str:
                                          else f"{format_duration(-headroom)} TOO SHORT"))
     if s["lastFailure"]:
         lines.append(f"  last failure  {s['lastFailure'].splitlines()[0][:200]}")
+    ui = s["sparkUi"]
+    lines.append(f"  spark ui    {ui['portForward']}, then {ui['url']} (while the driver runs: a stopped "
+                 f"driver's UI is not kept)")
     if s["lagPerPartition"]:
         lines.append(f"Lag per partition (the driver's report, {s['lagMeasuredSecondsAgo']}s ago):")
         lines += _table([["TOPIC", "PARTITION", "LAG"]]

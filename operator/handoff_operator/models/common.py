@@ -136,6 +136,35 @@ MemoryQuantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32, e
 """Memory as a Kubernetes quantity ("512Mi", "2Gi"); Spark's form via `spark_memory`."""
 
 
+
+#: CPU as Kubernetes writes it: whole cores ("2"), or millicores ("500m", "1.5" = 1500m); nothing finer than a
+#: millicore, which Kubernetes would round.
+CPU_PATTERN = r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$"
+
+
+def cpu_millis(text: str) -> int:
+    """Millicores of a CPU quantity ("500m" → 500, "1.5" → 1500, "2" → 2000)."""
+    if not re.fullmatch(CPU_PATTERN, str(text)):
+        raise ValueError(f"invalid CPU quantity {text!r}: use e.g. 500m, 1, 1.5")
+    return int(text[:-1]) if text.endswith("m") else int(Decimal(text) * 1000)
+
+
+def cpu_quantity(millis: int) -> str:
+    """Millicores as the API server writes them back (2000 → "2", 1500 → "1500m")."""
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def _check_cpu(text: str) -> str:
+    if cpu_millis(text) < 1:
+        raise ValueError(f"CPU {text!r} is no CPU; give at least 1m (e.g. 500m)")
+    return text
+
+
+CpuQuantity = Annotated[str, Field(pattern=CPU_PATTERN, max_length=16, examples=["500m", "2"]),
+                        AfterValidator(_check_cpu)]
+"""CPU as a Kubernetes quantity of at most millicore precision; read it with `cpu_millis`."""
+
+
 # ---------------------------------------------------------------------------------------------------
 # Names and identifiers
 

@@ -18,7 +18,8 @@ from handoff_spark.config import (COLUMN_TYPE_PATTERN, DEFAULT_MAX_DEPTH, DEFAUL
                                   MAX_VALUE_BYTES_LIMIT, canonical)
 
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
-                     MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel, StatusModel,
+                     CpuQuantity, MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel,
+                     StatusModel, cpu_millis, cpu_quantity, quantity_to_bytes,
                      TopicName, parse_duration)
 from handoff_operator.models.pod import PodOptions
 
@@ -368,12 +369,83 @@ class ScalingSpec(SpecModel):
         return self
 
 
-class DriverSpec(SpecModel):
+#: Spark's floor under a factor-sized memory overhead (spark.{driver,executor}.minMemoryOverhead's default), in MiB.
+MIN_MEMORY_OVERHEAD_MIB = 384
+#: The overhead factor when none is given: the driver pod is sized by the operator for a PySpark driver (its Python
+#: process, the bootstrap batches, the native Kafka reader beside the JVM), as Spark sizes a Python driver pod in
+#: cluster mode; executor pods are sized by Spark itself, which in client mode uses its JVM default.
+DEFAULT_OVERHEAD_FACTOR = {"driver": 0.4, "executor": 0.1}
+_OVERHEAD_RULES = [
+    {"rule": "!(has(self.memoryOverhead) && has(self.memoryOverheadFactor))",
+     "message": "set memoryOverhead or memoryOverheadFactor, not both", "fieldPath": ".memoryOverheadFactor"},
+    {"rule": "!has(self.coreRequest) || !isQuantity(self.coreRequest) || (has(self.coreLimit) ? "
+             "(!isQuantity(self.coreLimit) || quantity(self.coreRequest).compareTo(quantity(self.coreLimit)) <= 0) : "
+             "quantity(self.coreRequest).asApproximateFloat() <= double(self.cores))",
+     "message": "coreRequest must not exceed coreLimit (default: cores); raise coreLimit or lower coreRequest",
+     "fieldPath": ".coreRequest"},
+]
+
+
+class PodResources(SpecModel):
+    """Cores and memory of a Spark role's pods, as Kubernetes and Spark both see them.
+
+    Why four more fields than cores and memory: a pod's memory is the JVM heap plus an overhead (Python workers,
+    off-heap buffers, the JVM's own native memory), and a platform team sizes both, as with Spark's
+    spark.{driver,executor}.memoryOverhead; its CPU request may be below its limit (or below the task slots, on a
+    small node). The operator renders them into the driver Deployment and tells Spark the same numbers, so a
+    container's requests and limits never disagree with what Spark believes it has."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _OVERHEAD_RULES})
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores (Spark's task slots).")
+    memory: MemoryQuantity = Field(default="1Gi", description="JVM heap as a Kubernetes quantity.")
+    core_request: CpuQuantity | None = Field(
+        default=None, description="CPU the pod requests, a Kubernetes quantity (e.g. 500m); default: cores, or "
+                                  "coreLimit when that is lower. Spark's tasks still use `cores` slots.")
+    core_limit: CpuQuantity | None = Field(
+        default=None, description="CPU limit of the pod, a Kubernetes quantity (e.g. 2); default: cores.")
+    memory_overhead: MemoryQuantity | None = Field(
+        default=None, description="Memory beyond the JVM heap (Python workers, off-heap and native memory), a "
+                                  "Kubernetes quantity; the pod's memory request and limit are memory + "
+                                  "memoryOverhead. Default: memoryOverheadFactor × memory, at least 384Mi.")
+    memory_overhead_factor: float | None = Field(
+        default=None, ge=0.01, le=1, description="The overhead as a fraction of memory when memoryOverhead is not "
+                                              "given (at least 384Mi).")
+
+    @model_validator(mode="after")
+    def _resources_agree(self) -> "PodResources":
+        if self.memory_overhead is not None and self.memory_overhead_factor is not None:
+            raise ValueError("set memoryOverhead or memoryOverheadFactor, not both")
+        if self.core_request is not None and cpu_millis(self.core_request) > self.limit_millis():
+            raise ValueError(f"coreRequest {self.core_request} must not exceed coreLimit (default: cores) "
+                             f"{cpu_quantity(self.limit_millis())}; raise coreLimit or lower coreRequest")
+        return self
+
+    def limit_millis(self) -> int:
+        return cpu_millis(self.core_limit) if self.core_limit is not None else self.cores * 1000
+
+    def request_millis(self) -> int:
+        if self.core_request is not None:
+            return cpu_millis(self.core_request)
+        return min(self.cores * 1000, self.limit_millis())
+
+    def heap_mib(self) -> int:
+        return -(-quantity_to_bytes(self.memory) // (1 << 20))
+
+    def overhead_mib(self, role: Literal["driver", "executor"]) -> int:
+        """Memory beyond the heap, as Spark computes it: the given overhead, else max(384Mi, factor × heap)."""
+        if self.memory_overhead is not None:
+            return -(-quantity_to_bytes(self.memory_overhead) // (1 << 20))
+        factor = self.memory_overhead_factor or DEFAULT_OVERHEAD_FACTOR[role]
+        return max(MIN_MEMORY_OVERHEAD_MIB, int(self.heap_mib() * factor))
+
+
+class DriverSpec(PodResources):
     """The Spark driver pod: cores, memory, its pod options, and its bootstrap batch at start."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores of the driver.")
-    memory: MemoryQuantity = Field(default="1Gi", description="Memory as a Kubernetes quantity, e.g. 1Gi "
-                                                              "(JVM heap; Spark adds overhead).")
+    memory: MemoryQuantity = Field(default="1Gi", description="JVM heap as a Kubernetes quantity, e.g. 1Gi; the pod "
+                                                              "gets memory + memoryOverhead.")
     bootstrap_batch: bool = Field(
         default=True, description="At each start the driver commits the stream itself, in its own process, "
                                   "batch after batch at the trigger interval (each up to maxRecordsPerBatch, at "
@@ -387,15 +459,25 @@ class DriverSpec(SpecModel):
                                                              "for how each field merges).")
 
 
-class ExecutorSpec(SpecModel):
+class ExecutorSpec(PodResources):
     """Cores, memory and pod options of each Spark executor pod."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores (task slots) per executor.")
-    memory: MemoryQuantity = Field(default="2Gi", description="Memory as a Kubernetes quantity, e.g. 2Gi "
-                                                              "(JVM heap; Spark adds overhead).")
+    memory: MemoryQuantity = Field(default="2Gi", description="JVM heap as a Kubernetes quantity, e.g. 2Gi; Spark "
+                                                              "sizes the pod memory + memoryOverhead.")
     pod: PodOptions | None = Field(default=None, description="Pod options of the executors only, laid over "
                                                              "spec.spark.pod (the executors' wins), rendered as "
                                                              "Spark's executor pod template.")
+
+
+class SparkUiSpec(SpecModel):
+    """The Spark UI of the running driver (port 4040): the operator gives it a Service of its own, `<name>-ui`
+    (ClusterIP, port 4040, owned by the handoff), to port-forward to or to put behind your Ingress. Only a running
+    driver has a UI: a stopped or restarted driver's is gone (Spark's history server is not part of Handoff)."""
+
+    service: bool | None = Field(default=None, description="false: no Service `<name>-ui` (the driver still serves "
+                                                           "its UI; the headless Service `<name>-driver` names it "
+                                                           "too). Default true.")
 
 
 class SparkSpec(SpecModel):
@@ -419,6 +501,8 @@ class SparkSpec(SpecModel):
                                                              "(scheduling, pull secrets, labels, environment, "
                                                              "volumes, security contexts); driver.pod and "
                                                              "executor.pod override them per role.")
+    ui: SparkUiSpec | None = Field(default=None, description="The running driver's Spark UI: a Service "
+                                                              "`<name>-ui` on port 4040 unless ui.service is false.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128,
         description="Extra Spark configuration (spark.* keys). It overrides the operator's defaults, e.g. "
@@ -434,6 +518,10 @@ class SparkSpec(SpecModel):
         if bad:
             raise ValueError(f"spark.sparkConf must not set {', '.join(bad)} (the operator sets them)")
         return self
+
+    def ui_service(self) -> bool:
+        """Whether the operator gives the driver's UI its own Service (`<name>-ui`)."""
+        return self.ui is None or self.ui.service is not False
 
     def driver_pod(self) -> PodOptions:
         """The driver's pod options: spec.spark.pod with spec.spark.driver.pod laid over it."""

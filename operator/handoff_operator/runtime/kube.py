@@ -208,6 +208,28 @@ class Kube:
         self.applied.remember(obj, now, digest, int(generation) if generation is not None else None)
         return True
 
+    def delete_if_owned(self, obj: Mapping[str, Any], owner_uid: str) -> bool:
+        """Delete a child the spec turned off (the UI Service of `spark.ui.service: false`) when it exists and the
+        handoff `owner_uid` owns it: an object of that name someone else made is left alone. Not repeated before
+        the resync (AppliedChildren); True if it deleted."""
+        now = time.monotonic()
+        marker = {**obj, "absent": owner_uid}
+        if self.applied.current(marker, now):
+            return False
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        meta = obj["metadata"]
+        deleted = False
+        try:
+            live = resource.get(name=meta["name"], namespace=meta["namespace"]).to_dict()
+            if any(ref.get("uid") == owner_uid for ref in live["metadata"].get("ownerReferences") or ()):
+                resource.delete(name=meta["name"], namespace=meta["namespace"])
+                deleted = True
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        self.applied.remember(marker, now)
+        return deleted
+
     def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
         """For objects the operator must never change or delete afterwards (the checkpoint PVC). Once it exists,
         the POST is not repeated before the resync (AppliedChildren)."""

@@ -14,6 +14,7 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
   Degraded condition. The operator's server-side apply never sets `data`, so the two never fight;
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
+- Service `<name>-ui` (unless spec.spark.ui.service is false): the driver's Spark UI, port 4040, ClusterIP;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
   template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
@@ -52,8 +53,8 @@ from handoff_spark.config import AppConfig
 from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
-                     quantity_to_bytes, spark_memory)
-from handoff_operator.models.common import PropertyFrom, parse_duration
+                     spark_memory)
+from handoff_operator.models.common import PropertyFrom, cpu_quantity, parse_duration
 from handoff_operator.models.pod import PodOptions
 
 KIND: str = StreamTableHandoff.model_fields["kind"].default
@@ -125,6 +126,11 @@ def driver_name(name: str) -> str:
 
 def app_config_name(name: str) -> str:
     return f"{name}-app"
+
+
+def ui_service_name(name: str) -> str:
+    """The Service of the driver's Spark UI (spec.spark.ui)."""
+    return f"{name}-ui"
 
 
 def checkpoint_pvc_name(name: str) -> str:
@@ -290,8 +296,8 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.cores": str(ex.cores),
         "spark.executor.memory": spark_memory(ex.memory),
-        "spark.kubernetes.executor.request.cores": str(ex.cores),
-        "spark.kubernetes.executor.limit.cores": str(ex.cores),
+        "spark.kubernetes.executor.request.cores": cpu_quantity(ex.request_millis()),
+        "spark.kubernetes.executor.limit.cores": cpu_quantity(ex.limit_millis()),
         # The operator scales on Kafka lag and the driver applies its count live (handoff.io/desired-executors
         # on the progress ConfigMap; handoff_spark.driver.executor_scaler): Spark's own allocation stays off.
         "spark.dynamicAllocation.enabled": "false",
@@ -304,6 +310,7 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "spark.kubernetes.executor.deleteOnTermination": "true",
         **STRAGGLER_CONF,
     }
+    conf.update(overhead_conf(spec))
     if spec.spark.image_pull_policy:
         conf["spark.kubernetes.container.image.pullPolicy"] = spec.spark.image_pull_policy
     for key, value in exec_labels.items():
@@ -312,6 +319,30 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         conf[POD_TEMPLATE_CONF[0]] = EXECUTOR_TEMPLATE_PATH
         conf[POD_TEMPLATE_CONF[1]] = EXECUTOR_CONTAINER
     conf.update(spec.spark.spark_conf)
+    return conf
+
+
+#: Spark settings of a memory overhead. The driver's are the operator's alone (it sizes the driver's container, and
+#: Spark must be told the same); the executors' may come from spec.spark.sparkConf when the typed fields are unset.
+DRIVER_OVERHEAD_CONF = ("spark.driver.memory", "spark.driver.memoryOverhead", "spark.driver.memoryOverheadFactor",
+                        "spark.driver.minMemoryOverhead")
+EXECUTOR_OVERHEAD_CONF = ("spark.executor.memoryOverhead", "spark.executor.memoryOverheadFactor",
+                          "spark.executor.minMemoryOverhead", "spark.kubernetes.memoryOverheadFactor")
+EXECUTOR_CPU_CONF = ("spark.kubernetes.executor.request.cores", "spark.kubernetes.executor.limit.cores")
+
+
+def overhead_conf(spec: StreamTableHandoffSpec) -> dict[str, str]:
+    """What Spark is told of the memory overheads the spec sets (nothing when it sets none, so a spec from before
+    these fields keeps its config hash). The driver's is the number its container was sized with; the executors'
+    is what Spark sizes their pods with (memory + overhead, requested and limited)."""
+    driver, ex = spec.spark.driver, spec.spark.executor
+    conf: dict[str, str] = {}
+    if driver.memory_overhead is not None or driver.memory_overhead_factor is not None:
+        conf["spark.driver.memoryOverhead"] = f"{driver.overhead_mib('driver')}m"
+    if ex.memory_overhead is not None:
+        conf["spark.executor.memoryOverhead"] = f"{ex.overhead_mib('executor')}m"
+    elif ex.memory_overhead_factor is not None:
+        conf["spark.executor.memoryOverheadFactor"] = str(ex.memory_overhead_factor)
     return conf
 
 
@@ -428,17 +459,15 @@ def _meta(name: str, namespace: str, component: str, owner: Mapping[str, Any] | 
     return meta
 
 
-def _mib(n_bytes: int) -> int:
-    return -(-n_bytes // (1 << 20))
-
-
 def driver_pod_resources(spec: StreamTableHandoffSpec) -> dict[str, Any]:
-    """Container resources of the driver: JVM heap + Spark's non-JVM overhead (max(384Mi, 40%) for
-    PySpark, as Spark itself sizes a cluster-mode driver pod)."""
-    heap = _mib(quantity_to_bytes(spec.spark.driver.memory))
-    total = heap + max(384, int(heap * 0.4))
-    cpu = str(spec.spark.driver.cores)
-    return {"requests": {"cpu": cpu, "memory": f"{total}Mi"}, "limits": {"cpu": cpu, "memory": f"{total}Mi"}}
+    """Container resources of the driver: JVM heap + the overhead (spec.spark.driver.memoryOverhead, else
+    max(384Mi, memoryOverheadFactor × heap), the factor 0.4 for PySpark as Spark itself sizes a cluster-mode Python
+    driver pod), requested and limited alike; CPU as coreRequest/coreLimit, else cores. Quantities are written as
+    the API server writes them back (whole cores or millicores), so the Deployment reads back as applied."""
+    driver = spec.spark.driver
+    memory = f"{driver.heap_mib() + driver.overhead_mib('driver')}Mi"
+    return {"requests": {"cpu": cpu_quantity(driver.request_millis()), "memory": memory},
+            "limits": {"cpu": cpu_quantity(driver.limit_millis()), "memory": memory}}
 
 
 def driver_heap(spec: StreamTableHandoffSpec) -> str:
@@ -599,6 +628,9 @@ class Rendered:
     config_hash: str
     children: list[dict[str, Any]]        # owned by the handoff, applied in this order
     unowned: list[dict[str, Any]]         # created if missing, never deleted by the operator
+    #: Owned children the spec has turned off (apiVersion, kind, metadata name/namespace only): deleted when
+    #: present and owned by this handoff.
+    absent: list[dict[str, Any]] = field(default_factory=list)
 
     def child(self, kind: str) -> dict[str, Any]:
         return next(c for c in self.children if c["kind"] == kind)
@@ -653,6 +685,15 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                       {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}],
         },
     })
+    if spec.spark.ui_service():
+        # A ClusterIP Service for the UI alone: what `kubectl port-forward svc/<name>-ui 4040` and an Ingress's
+        # backend need; only a ready driver is behind it (a stopped driver's UI is gone with it).
+        children.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(ui_service_name(name), namespace, "ui", owner),
+            "spec": {"selector": selector_labels(name),
+                     "ports": [{"name": "http", "port": UI_PORT, "targetPort": "ui"}]},
+        })
     deployment_meta = _meta(driver_name(name), namespace, "driver", owner)
     deployment_meta["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
     children.append({
@@ -676,7 +717,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                         "metadata": _meta(checkpoint_pvc_name(name), namespace, "checkpoint", owner,
                                           owned=False),
                         "spec": pvc_spec})
-    return Rendered(config, digest, children, unowned)
+    absent = [] if spec.spark.ui_service() else [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": ui_service_name(name), "namespace": namespace}}]
+    return Rendered(config, digest, children, unowned, absent)
 
 
 def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:

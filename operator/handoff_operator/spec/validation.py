@@ -21,7 +21,8 @@ from handoff_spark.contract import KAFKA_METADATA_COLUMNS
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.models.common import parse_duration
 from handoff_operator.models.pod import KEYED_LISTS, PodOptions
-from handoff_operator.spec.render import (MAX_NAME_LENGTH, OPERATOR_DRIVER_ENV, OPERATOR_VOLUMES, POD_TEMPLATE_CONF,
+from handoff_operator.spec.render import (DRIVER_OVERHEAD_CONF, EXECUTOR_CPU_CONF, EXECUTOR_OVERHEAD_CONF,
+                                          MAX_NAME_LENGTH, OPERATOR_DRIVER_ENV, OPERATOR_VOLUMES, POD_TEMPLATE_CONF,
                                           RESERVED_EXECUTOR_ENV_PREFIX, RESERVED_MOUNT_DIRS, RESERVED_VOLUME_PREFIX,
                                           Resolved, app_config, partition_source_column, resolve)
 
@@ -123,6 +124,7 @@ def check(name: str, spec: StreamTableHandoffSpec,
 
     problems += _frame_path_problems(spec)
     problems += _pod_option_problems(spec)
+    problems += _resource_conf_problems(spec)
 
     location = spec.checkpoint.location
     if location is not None:
@@ -266,6 +268,26 @@ def _pod_option_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
                 problems.append(Problem(f"spec.spark.sparkConf[{key}]", (
                     "the operator renders the executors' pod template from spec.spark.pod and "
                     "spec.spark.executor.pod; remove this key and put the options there")))
+    return problems
+
+
+def _resource_conf_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
+    """Spark settings in spec.spark.sparkConf that would make Spark's idea of a pod's size differ from the pod's:
+    the driver's memory settings always (the operator sizes the driver's container from spec.spark.driver), the
+    executors' when the typed fields say otherwise (Spark sizes the executor pods from whichever it is told last)."""
+    problems: list[Problem] = []
+    ex = spec.spark.executor
+    typed = {key: "spec.spark.driver.memory, memoryOverhead or memoryOverheadFactor" for key in DRIVER_OVERHEAD_CONF}
+    if ex.memory_overhead is not None or ex.memory_overhead_factor is not None:
+        typed.update({key: "spec.spark.executor.memoryOverhead or memoryOverheadFactor"
+                      for key in EXECUTOR_OVERHEAD_CONF})
+    if ex.core_request is not None or ex.core_limit is not None:
+        typed.update({key: "spec.spark.executor.coreRequest and coreLimit" for key in EXECUTOR_CPU_CONF})
+    for key in sorted(spec.spark.spark_conf):
+        if key in typed:
+            problems.append(Problem(f"spec.spark.sparkConf[{key}]", (
+                f"the pod's size comes from {typed[key]}, and Spark must be told the same; remove this key and "
+                f"set the size there")))
     return problems
 
 

@@ -63,8 +63,9 @@ def test_examples_get_children_and_a_waitable_status(cluster: Cluster, handoff_o
             eventually(lambda: cluster.apps.read_namespaced_deployment(f"{name}-driver", ns), f"{ns}/{name} driver",
                        timeout=90)
             children = cluster.children(ns, name)
-            for kind in ("Service", "ServiceAccount", "Role", "RoleBinding"):
+            for kind in ("ServiceAccount", "Role", "RoleBinding"):
                 assert len(children[kind]) == 1, (ns, name, kind)
+            assert sorted(c.metadata.name for c in children["Service"]) == [f"{name}-driver", f"{name}-ui"]
             assert sorted(c.metadata.name for c in children["ConfigMap"]) == [f"{name}-app", f"{name}-progress"]
             if name == "orders-to-iceberg":  # its Kafka/S3 credentials come from Secrets
                 assert [s.metadata.name for s in children["Secret"]] == [f"{name}-app"]

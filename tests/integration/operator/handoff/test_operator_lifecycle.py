@@ -17,7 +17,7 @@ pytestmark = pytest.mark.apiserver
 
 OWNED = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
 # ConfigMaps: <name>-app and <name>-progress (the driver's published progress record).
-COUNT = {"ConfigMap": 2}
+COUNT = {"ConfigMap": 2, "Service": 2}  # the progress ConfigMap; the UI Service
 #: Longer than a child-triggered reconcile takes to come (handlers.CHILD_EVENTS_WINDOW) and run.
 CHILD_EVENTS_SETTLE = 3.0
 
@@ -79,7 +79,7 @@ def test_create_makes_owned_children_with_spark_settings(cluster: Cluster, opera
     assert pod.service_account_name == "orders-driver"
     assert pod.termination_grace_period_seconds == 120
 
-    svc = children["Service"][0]
+    (svc,) = [s for s in children["Service"] if s.metadata.name == "orders-driver"]
     assert svc.spec.cluster_ip == "None"
     assert svc.spec.selector == {"handoff.io/name": "orders", "app.kubernetes.io/component": "driver"}
 

@@ -80,3 +80,14 @@ def test_flag_mistakes_are_one_line_before_any_connection(capsys: pytest.Capture
     assert main(["status", "orders", "--kubeconfig", "/nonexistent"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot use kubeconfig /nonexistent") and len(err.strip().splitlines()) == 1
+
+
+def test_status_says_how_to_reach_the_spark_ui_and_that_a_stopped_driver_has_none() -> None:
+    text = status.format_text(status.summary(_handoff(), None, NOW_MS))
+    assert "spark ui    kubectl port-forward -n shop svc/orders-ui 4040, then http://localhost:4040" in text
+    assert "a stopped driver's UI is not kept" in text
+    # Without the UI Service, the driver's headless Service names the same port.
+    handoff = _handoff()
+    handoff["spec"]["spark"]["ui"] = {"service": False}
+    s = status.summary(handoff, None, NOW_MS)
+    assert s["sparkUi"]["portForward"] == "kubectl port-forward -n shop svc/orders-driver 4040"

@@ -25,7 +25,7 @@ def _render(spec_dict=None, secrets=SECRETS, name="orders"):
 def test_children_are_owned_and_named():
     r = _render()
     kinds = [c["kind"] for c in r.children]
-    assert kinds == ["ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
+    assert kinds == ["ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Service",
                      "Deployment"]
     for child in r.children:
         assert child["metadata"]["namespace"] == "shop"
