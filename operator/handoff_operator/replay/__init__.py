@@ -1,5 +1,6 @@
 """The ReplayRequest controller: what a request will do (`plan`, pure), the table's steps (`table`), a Backfill
-as a Kubernetes Job (`backfill`, pure), the kopf daemon that runs a request one idempotent step at a time
+as a Kubernetes Job (`backfill`, pure), what a request reads of each sink's table (`ledger_view`: Iceberg's
+snapshots, BigQuery's ledger index), the kopf daemon that runs a request one idempotent step at a time
 (`handlers`) and `handoff replay` for a handoff run locally (`local`).
 
 May import: `models`, `spec`, `truth`, `upgrade`, `conditions`, `runtime`, `handoff_spark.config`,

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from handoff_operator.runtime import metrics
 from handoff_operator.replay import backfill as replay_backfill
+from handoff_operator.replay import ledger_view
 from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
@@ -212,18 +213,16 @@ def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any]
                claimed: bool) -> replay_plan.Plan:
     request = replay_plan.request_from_spec(spec, config.handoff_id, config.query_name, config.source.topics,
                                             config.sink.kind, config.source.starting_offsets)
-    table = facts = kafka = None
-    if request.sink == "iceberg":
-        try:
-            table = replay_table.load(config)
-            facts = replay_table.table_facts(table) if table is not None else None
-        except Exception as exc:  # noqa: BLE001 - the catalog may come back: plan again next tick
-            raise Wait(f"cannot read the table: {type(exc).__name__}: {exc}") from exc
-        try:
-            latest, earliest = kafka_offsets(config)
-            kafka = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
-        except Exception as exc:  # noqa: BLE001 - reported as KafkaUnavailable when the plan needs it
-            log.info(f"{req.namespace}/{req.name}: cannot read Kafka offsets: {exc}")
+    kafka = None
+    try:
+        facts = ledger_view.table_facts(config)
+    except Exception as exc:  # noqa: BLE001 - the catalog may come back: plan again next tick
+        raise Wait(f"cannot read the table: {type(exc).__name__}: {exc}") from exc
+    try:
+        latest, earliest = kafka_offsets(config)
+        kafka = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
+    except Exception as exc:  # noqa: BLE001 - reported as KafkaUnavailable when the plan needs it
+        log.info(f"{req.namespace}/{req.name}: cannot read Kafka offsets: {exc}")
     others = [] if claimed else _active_others(req.kube, handoff, req.name)
     result = replay_plan.plan(request, facts, kafka, others)
     if isinstance(result, replay_plan.Failure):
@@ -374,10 +373,9 @@ def _run_backfill(req: Request, handoff: Mapping[str, Any], config: Any) -> None
     start, end = _offsets(plan.get("replayFrom")), _offsets(plan.get("replayTo"))
     query, job_name = replay_backfill.backfill_query(req.name), replay_backfill.job_name(req.name)
     job = _read_job(req.kube, req.namespace, job_name)
-    table = replay_table.load(config)
-    if table is None:
+    now = ledger_view.query_offsets_now(config, query)
+    if now is None:
         raise Refused("TableGone", f"the table {config.sink.table} no longer exists")
-    now = replay_table.stream_offsets(table, config.handoff_id, query)
     done, reached = replay_plan.progress(start, end, now)
     progress = {"offsets": replay_plan.wire({t: {p: now.get(t, {}).get(p, o) for p, o in parts.items()}
                                              for t, parts in start.items()}),

@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.config import AppConfig
 
+from handoff_operator.replay import ledger_view
 from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import table as replay_table
 from handoff_operator.models import ReplayRequestSpec
@@ -32,11 +33,7 @@ def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], No
         first = exc.errors(include_url=False)[0]
         echo(f"refused: spec.{'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
         return 2
-    if not isinstance(config.sink, IcebergSink):
-        table, facts = None, None
-    else:
-        table = replay_table.load(config)
-        facts = replay_table.table_facts(table) if table is not None else None
+    facts = ledger_view.table_facts(config)
     try:
         latest, earliest = kafka_offsets(config)
         kafka: replay_plan.KafkaFacts | None = replay_plan.KafkaFacts(earliest=earliest, latest=latest)
@@ -58,6 +55,7 @@ def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], No
              f"backfill-{name} --from '{json.dumps(replay_plan.wire(plan.replay_from))}' "
              f"--to '{json.dumps(replay_plan.wire(plan.replay_to))}'")
         return 0
+    table = replay_table.load(config)  # Iceberg: the plan refuses BigQuery's Rollback and RollbackAndReplay
     assert table is not None and plan.head_snapshot is not None and plan.target_snapshot is not None
     tag = replay_table.undo_tag_name(namespace, name)
     replay_table.ensure_tag(table, tag, plan.head_snapshot)

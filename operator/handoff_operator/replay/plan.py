@@ -218,7 +218,7 @@ def plan(req: Request, table: TableFacts | None, kafka: KafkaFacts | None,
     if active_replays:
         return Failure("AnotherReplayRunning", f"ReplayRequest {', '.join(sorted(active_replays))} is running for "
                        f"this handoff; create this request again once it has finished")
-    if req.sink == "bigquery":
+    if req.sink == "bigquery" and req.mode != "Backfill":  # a Backfill only adds rows: the ledger index suffices
         return Failure("UnsupportedSink", "BigQuery sinks cannot be replayed by Handoff yet (a BigQuery table has "
                        "no snapshots to roll back to and the ledger's rows would have to be deleted with the data); "
                        "use an Iceberg sink, or restore the table with BigQuery time travel yourself")

@@ -169,6 +169,18 @@ def test_backfill_refusals() -> None:
         == "OffsetsNotWritten"
 
 
+def test_backfill_is_planned_for_bigquery_too_and_its_overlap_refused() -> None:
+    """BigQuery's facts are its ledger index's entries (`replay.ledger_view`): the same rules as Iceberg's."""
+    table = history(entry((100, 110)), entry((110, 120)))
+    kafka = KafkaFacts({T: {0: 0}}, {T: {0: 120}})
+    p = plan(req("Backfill", sink="bigquery", from_={T: {0: 0}}, to={T: {0: 100}}), table, kafka)
+    assert isinstance(p, Plan) and p.records == 100 and p.replay_to == {T: {0: 100}}
+    f = plan(req("Backfill", sink="bigquery", from_={T: {0: 90}}, to={T: {0: 105}}), table, kafka)
+    assert reason(f) == "BackfillOverlap" and "orders[0] 100-105" in f.message  # type: ignore[union-attr]
+    for mode in ("Rollback", "RollbackAndReplay"):  # issue 32's other part
+        assert reason(plan(req(mode, sink="bigquery", snapshot_id=1), table, kafka)) == "UnsupportedSink"
+
+
 def test_progress_counts_records_re_read_until_every_partition_passes_the_end() -> None:
     start, end = {T: {0: 20, 1: 10}}, {T: {0: 50, 1: 25}}
     assert progress(start, end, {T: {0: 20, 1: 10}}) == (0, False)
