@@ -62,6 +62,7 @@ def replay(config: AppConfig, manifest: dict[str, Any], echo: Callable[[str], No
         echo("run the backfill with: python -m handoff_spark backfill --config <app.json> --query "
              f"backfill-{name} --from '{json.dumps(replay_plan.wire(plan.replay_from))}' "
              f"--to '{json.dumps(replay_plan.wire(plan.replay_to))}'")
+        echo("(<app.json>: the output of `handoff run -f <manifest> --print-config`; the stream may keep running)")
         return 0
     assert plan.head_snapshot is not None and plan.target_snapshot is not None
     undo = table.undo_point_name(namespace, name)

@@ -218,9 +218,6 @@ def plan(req: Request, table: TableFacts | None, kafka: KafkaFacts | None,
     if active_replays:
         return Failure("AnotherReplayRunning", f"ReplayRequest {', '.join(sorted(active_replays))} is running for "
                        f"this handoff; create this request again once it has finished")
-    if req.sink == "bigquery" and req.mode == "Backfill":
-        return Failure("UnsupportedSink", "mode Backfill is not available for BigQuery sinks yet; use mode "
-                       "RollbackAndReplay to re-read a range the table held, or an Iceberg sink")
     if table is None or table.head is None:
         return Failure("NothingCommitted", "the handoff's table does not exist or has no snapshot yet; there is "
                        "nothing to roll back or backfill into")

@@ -44,6 +44,7 @@ from handoff_spark.bigquery.schema import (BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITI
                                            TOPIC_ID_FIELD, Field, UnknownColumns, arrow_schema, conform,
                                            declared_fields, plan_schema)
 from handoff_spark.ledger.record import EPOCH, contiguity_problems, incarnations, of_incarnation
+from handoff_spark.ledger.record import overlap_problems as held_overlaps
 from handoff_spark.config import AppConfig, BigQuerySink
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.decode.records import DeadLetter
@@ -507,15 +508,25 @@ def _with_landed_pending_batch(cfg: AppConfig, end: dict[tuple[str, int], int]) 
 
 
 def backfill_overlap(cfg: AppConfig) -> list[str]:
-    """Offsets of `cfg.backfill` already in the table, before the backfill wrote any (its own rows are the
-    resumed backfill's, not a duplicate)."""
+    """What of `cfg.backfill`'s range the table already holds, before the backfill wrote any (once its own
+    ledger-index rows exist, rows in the range are the resumed backfill's, not a duplicate). Two sources: the
+    ledger index's entries of the handoff's other queries (which also cover ranges whose records all went to the
+    DLQ), then the data table itself, the truth (an entry can be missing after a crash between the data commit
+    and its index row)."""
     assert cfg.backfill is not None
-    if ledger_end(cfg):
-        return []
     sink = _sink(cfg)
-    present = rows_in_range(bigquery_client.rest_client(sink), bigquery_client.table_ref(sink), cfg.backfill.ranges(),
-                            current_topic_ids(cfg))
-    return [f"{present} rows of the range are already in the table"] if present else []
+    client = bigquery_client.rest_client(sink)
+    commits = bigquery_ledger.list_commits(sink, cfg.handoff_id, client)
+    current = incarnations(commits)
+    if bigquery_ledger.ends(commits, current, cfg.query_name):
+        return []
+    wanted = cfg.backfill.ranges()
+    held = [c for c in commits if c.query != cfg.query_name and all(of_incarnation(c, t, current) for t, _ in wanted)]
+    problems = held_overlaps(held, wanted)  # "snapshot": the entry's commit time in µs, as `handoff ledger show`
+    found = rows_held(client, bigquery_client.table_ref(sink), wanted, current_topic_ids(cfg))
+    problems += [f"{t}[{p}] has {n} rows in the data table at offsets {lo}..{hi}"
+                 for (t, p), (n, lo, hi) in sorted(found.items())]
+    return problems
 
 
 def ledger_identity(cfg: AppConfig) -> tuple[str | None, dict[str, str]]:
@@ -577,9 +588,8 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 _TOPIC_ID = re.compile(r"^[A-Za-z0-9+/=_-]+$")  # Kafka prints a topic id in base64
 
 
-def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange, topic_ids: dict[str, str] | None = None) -> int:
-    """How many rows of the table lie in the offset ranges (the replay check; see the module docstring). Of a
-    topic in `topic_ids` (an epoch named it: `current_topic_ids`), only rows stamped with its id count."""
+def _range_conditions(ranges: ckpt.OffsetRange, topic_ids: dict[str, str] | None) -> list[str]:
+    """One SQL condition per non-empty range (names checked, so they can be inlined)."""
     conds = []
     for (topic, partition), (start, end) in sorted(ranges.items()):
         if end <= start:
@@ -592,11 +602,31 @@ def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange, topic_ids: di
         same = f" AND {KAFKA_TOPIC_ID} = '{tid}'" if tid is not None else ""
         conds.append(f"({KAFKA_TOPIC} = '{topic}'{same} AND {KAFKA_PARTITION} = {int(partition)} AND "
                      f"{KAFKA_OFFSET} >= {int(start)} AND {KAFKA_OFFSET} < {int(end)})")
+    return conds
+
+
+def rows_in_range(client: Any, ref: str, ranges: ckpt.OffsetRange, topic_ids: dict[str, str] | None = None) -> int:
+    """How many rows of the table lie in the offset ranges (the replay check; see the module docstring). Of a
+    topic in `topic_ids` (an epoch named it: `current_topic_ids`), only rows stamped with its id count."""
+    conds = _range_conditions(ranges, topic_ids)
     if not conds:
         return 0
     sql = f"SELECT COUNT(*) AS n FROM `{ref}` WHERE " + " OR ".join(conds)
     rows = list(client.query(sql, retry=None).result())
     return int(rows[0]["n"])
+
+
+def rows_held(client: Any, ref: str, ranges: ckpt.OffsetRange, topic_ids: dict[str, str] | None = None
+              ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """{(topic, partition): (rows, lowest offset, highest offset)} of the table's rows inside `ranges` (the
+    partitions that have any), for a refusal that names what is there; `topic_ids` as for `rows_in_range`."""
+    conds = _range_conditions(ranges, topic_ids)
+    if not conds:
+        return {}
+    sql = (f"SELECT {KAFKA_TOPIC} AS t, {KAFKA_PARTITION} AS p, COUNT(*) AS n, MIN({KAFKA_OFFSET}) AS lo, "
+           f"MAX({KAFKA_OFFSET}) AS hi FROM `{ref}` WHERE " + " OR ".join(conds) + " GROUP BY 1, 2")
+    return {(r["t"], int(r["p"])): (int(r["n"]), int(r["lo"]), int(r["hi"]))
+            for r in client.query(sql, retry=None).result()}
 
 
 def _finalize_all(write_client: Any, streams: list[StreamResult], retry: RetryPolicy) -> None:
@@ -730,11 +760,17 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     newest_event = max((m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None), default=None)
     if nonempty:
         # After the data commit, never before; on a skipped replay only if the crash came before it.
-        bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event, snapshot_id,
-                                     only_if_missing=skipped,
-                                     schemas={sid: v for m in msgs for sid, v in m.schemas.items()},
-                                     kafka=ckpt.read_kafka_identity(cfg.checkpoint_location),
-                                     late_rows=late_rows, dropped_rows=dropped_rows)
+        indexed = bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event,
+                                               snapshot_id, only_if_missing=skipped,
+                                               schemas={sid: v for m in msgs for sid, v in m.schemas.items()},
+                                               kafka=ckpt.read_kafka_identity(cfg.checkpoint_location),
+                                               late_rows=late_rows, dropped_rows=dropped_rows)
+        if not indexed and cfg.backfill is not None:
+            # A backfill resumes, and its request follows its progress, from its own index rows only: without
+            # this one the range would look unwritten (or refused as held). Fail the batch; its replay finds the
+            # rows, skips the data commit and writes the index row again.
+            raise BatchCommitError(f"backfill {cfg.query_name}: batch {batch_id} is in the table but its "
+                                   f"ledger-index row could not be written; the batch is retried")
     # a backfill never moves the stream's group offsets
     group_ok = commit_group_offsets(cfg.source.bootstrap_servers, cfg.consumer_group, end, cfg.source.properties) \
         if nonempty and cfg.backfill is None else True

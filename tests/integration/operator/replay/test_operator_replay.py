@@ -19,6 +19,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
+from backfill_job_support import hold_pods, job_of, let_the_job_pod_finish, run_job_command
 from operator_support import Cluster, Operator, base_spec, eventually
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
@@ -230,82 +231,7 @@ def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(clu
 
 
 # ------------------------------------------------------------------------------------------------ Backfill
-# The test bed's kube-controller-manager runs the Job controller; kwok stands in for the kubelet, and its
-# pod-complete stage ends a Job's Running pod Succeeded at once, without running anything: the operator then
-# sees a succeeded Job whose range is not in the table (BackfillIncomplete), which is why success needs the
-# ledger too. So a ResourceQuota keeps the Job's pod from being created while the test runs the Job's own
-# command as a local process (the real app, Spark local mode, against this Kafka and catalog), as the kubelet
-# would run it; then the quota goes and the Job controller and kwok finish the Job.
-
-def _hold_pods(cluster: Cluster, ns: str) -> None:
-    """No new pod in `ns` (the driver's is already there): the Job stays active, podless."""
-    cluster.core.create_namespaced_resource_quota(ns, {"metadata": {"name": "hold-pods"},
-                                                       "spec": {"hard": {"pods": "1"}}})
-
-
-def _job(cluster: Cluster, ns: str, request: str) -> Any:
-    jobs = client.BatchV1Api(cluster.api).list_namespaced_job(
-        ns, label_selector=f"handoff.io/replay-request={request}").items
-    assert len(jobs) <= 1, [j.metadata.name for j in jobs]
-    return jobs[0] if jobs else None
-
-
-def _run_job_command(cluster: Cluster, s: Setup, job: Any, tmp_path: Any) -> None:
-    """The Job's container command, run here: the app config the operator rendered (Spark local mode instead
-    of the pod's, no progress file), its own checkpoint directory."""
-    import os
-    import subprocess
-    import sys
-
-    from handoff_spark.config import AppConfig
-    from operator_support import REPO
-
-    (container,) = job.spec.template.spec.containers
-    command = list(container.command)
-    rendered = json.loads(cluster.core.read_namespaced_config_map("orders-app", s.ns).data["app.json"])
-    cfg = AppConfig.model_validate(rendered).model_copy(update={
-        "spark_conf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"},
-        "progress_file": None, "metrics_port": None})
-    (tmp_path / "app.json").write_text(cfg.to_json())
-    assert command[:4] == ["python", "-m", "handoff_spark", "backfill"]
-    command[0] = sys.executable
-    command[command.index("--config") + 1] = str(tmp_path / "app.json")
-    command[command.index("--checkpoint") + 1] = str(tmp_path / "backfill-checkpoint")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    # A failed run is run again, as the Job controller would start a new pod (restartPolicy Never), up to
-    # backoffLimit + 1 runs; each resumes from the ledger of its query (on this shared machine Spark's Python
-    # worker can miss its 10 s connect-back under load).
-    for attempt in range(job.spec.backoff_limit + 1):
-        log = tmp_path / f"backfill-{attempt}.log"
-        with log.open("w") as out:
-            rc = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900,
-                                cwd=tmp_path).returncode
-        if rc == 0:
-            return
-    raise AssertionError(f"the backfill failed {attempt + 1} times; the last run's log:\n{log.read_text()[-4000:]}")
-
-
-def _let_the_job_pod_finish(cluster: Cluster, ns: str, request: str) -> None:
-    """Lift the quota; the Job controller creates the pod; it ends Succeeded (exit 0), as the process did (kwok's
-    pod-complete stage; written here only if kwok has not done it yet)."""
-    cluster.core.delete_namespaced_resource_quota("hold-pods", ns)
-    job = _job(cluster, ns, request)
-
-    def job_pod() -> Any:
-        # A Job update makes the Job controller sync it now, not after the back-off its refused pod creations
-        # built up (nothing tells it a quota went away).
-        client.BatchV1Api(cluster.api).patch_namespaced_job(job.metadata.name, ns, {"metadata": {"annotations": {
-            "test.handoff.io/poke": str(time.monotonic())}}})
-        return next(iter(cluster.core.list_namespaced_pod(
-            ns, label_selector=f"handoff.io/replay-request={request}").items), None)
-    pod = eventually(job_pod, "the Job's pod", 120)
-    if pod.status.phase not in ("Succeeded", "Failed"):
-        cluster.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {
-            "phase": "Succeeded", "containerStatuses": [{
-                "name": "backfill", "image": pod.spec.containers[0].image, "imageID": "", "ready": False,
-                "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
-
+# How a Backfill Job runs in these tests (pods held by a quota, its command run here): backfill_job_support.
 
 @pytest.mark.e2e
 def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(cluster: Cluster, operator: Operator,
@@ -313,12 +239,12 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
     from handoff_spark.iceberg import ledger
 
     s = Setup(cluster, kafka, tmp_path, schema={"columns": [{"name": "id", "type": "long"}]})
-    _hold_pods(cluster, s.ns)
+    hold_pods(cluster, s.ns)
     rows_before = s.table.scan().to_arrow().num_rows
     fill = {"from": {s.topic: {"0": 50, "1": 25}}, "to": {s.topic: {"0": 60, "1": 60}}}
     s.request("fill", mode="Backfill", **fill)
     status = s.wait_step("fill", "JobCreated")
-    job = eventually(lambda: _job(cluster, s.ns, "fill"), "the backfill Job")
+    job = eventually(lambda: job_of(cluster, s.ns, "fill"), "the backfill Job")
     assert job.metadata.owner_references[0].kind == "ReplayRequest"
     assert job.metadata.owner_references[0].uid == s.get("fill")["metadata"]["uid"]
     assert job.spec.template.metadata.labels["app.kubernetes.io/component"] == "backfill"
@@ -332,18 +258,18 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
     operator.start()
     eventually(lambda: next(c["reason"] for c in s.get("fill")["status"]["conditions"] if c["type"] == "Ready")
                == "Backfilling", "Backfilling")
-    assert _job(cluster, s.ns, "fill").metadata.uid == job.metadata.uid
+    assert job_of(cluster, s.ns, "fill").metadata.uid == job.metadata.uid
 
-    _run_job_command(cluster, s, job, tmp_path)
+    run_job_command(cluster, s.ns, job, tmp_path)
     eventually(lambda: (s.get("fill")["status"].get("progress") or {}).get("records") == 45, "progress 45")
     assert s.get("fill")["status"]["phase"] == "Running", "not Succeeded before the Job itself succeeded"
-    _let_the_job_pod_finish(cluster, s.ns, "fill")
+    let_the_job_pod_finish(cluster, s.ns, "fill")
     status = s.wait_phase("fill", "Succeeded", timeout=120)
     assert [st["name"] for st in status["steps"]] == ["JobCreated", "Backfilled"]
     assert status["progress"] == {"offsets": {s.topic: {"0": 60, "1": 60}}, "records": 45, "total": 45}
     for reason in ("Planned", "JobCreated", "Backfilling", "Succeeded"):
         eventually(lambda: reason in s.events("fill"), f"a {reason} Event ({s.events('fill')})")
-    assert _job(cluster, s.ns, "fill").metadata.uid == job.metadata.uid
+    assert job_of(cluster, s.ns, "fill").metadata.uid == job.metadata.uid
 
     # The table holds the backfilled range exactly once; the stream's own position is untouched.
     s.table.refresh()
@@ -361,10 +287,10 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
 def test_a_failed_backfill_job_fails_the_request_and_deleting_the_request_deletes_the_job(
         cluster: Cluster, operator: Operator, kafka, tmp_path) -> None:
     s = Setup(cluster, kafka, tmp_path)
-    _hold_pods(cluster, s.ns)
+    hold_pods(cluster, s.ns)
     s.request("doomed", mode="Backfill", **{"from": {s.topic: {"0": 50}}, "to": {s.topic: {"0": 60}}})
     s.wait_step("doomed", "JobCreated")
-    job = eventually(lambda: _job(cluster, s.ns, "doomed"), "the backfill Job")
+    job = eventually(lambda: job_of(cluster, s.ns, "doomed"), "the backfill Job")
     # The Job controller fails the Job (its deadline passes with no pod having succeeded).
     client.BatchV1Api(cluster.api).patch_namespaced_job(job.metadata.name, s.ns,
                                                         {"spec": {"activeDeadlineSeconds": 1}})
@@ -377,4 +303,4 @@ def test_a_failed_backfill_job_fails_the_request_and_deleting_the_request_delete
     assert s.replicas() == 1
 
     cluster.custom.delete_namespaced_custom_object(*RR, s.ns, "replayrequests", "doomed")
-    eventually(lambda: _job(cluster, s.ns, "doomed") is None, "the Job deleted with its request", 60)
+    eventually(lambda: job_of(cluster, s.ns, "doomed") is None, "the Job deleted with its request", 60)

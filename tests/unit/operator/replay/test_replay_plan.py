@@ -137,9 +137,7 @@ def test_bigquery_plans_rollbacks_over_its_ledger_entries_as_iceberg_over_snapsh
     assert isinstance(gap, Plan) and gap.gap == {T: {0: (30, 50), 1: (15, 25)}}
 
 
-def test_bigquery_backfill_and_empty_tables_are_refused() -> None:
-    fill = Request("Backfill", HID, Q, (T,), sink="bigquery", from_={T: {0: 50}}, to={T: {0: 60}})
-    assert reason(plan(fill, TABLE, KAFKA)) == "UnsupportedSink"
+def test_empty_tables_are_refused() -> None:
     assert reason(plan(req(snapshot_id=1), None, KAFKA)) == "NothingCommitted"
     assert reason(plan(req(snapshot_id=1), TableFacts((), frozenset()), KAFKA)) == "NothingCommitted"
 
@@ -178,6 +176,16 @@ def test_backfill_refusals() -> None:
     ahead = KafkaFacts({T: {0: 0}}, {T: {0: 40}})
     assert reason(plan(req("Backfill", from_={T: {0: 20}}, to={T: {0: 60}}), history(entry((0, 10))), ahead)) \
         == "OffsetsNotWritten"
+
+
+def test_backfill_is_planned_for_bigquery_too_and_its_overlap_refused() -> None:
+    """BigQuery's facts are its ledger index's entries (`replay.bigquery_table`): the same rules as Iceberg's."""
+    table = history(entry((100, 110)), entry((110, 120)))
+    kafka = KafkaFacts({T: {0: 0}}, {T: {0: 120}})
+    p = plan(req("Backfill", sink="bigquery", from_={T: {0: 0}}, to={T: {0: 100}}), table, kafka)
+    assert isinstance(p, Plan) and p.records == 100 and p.replay_to == {T: {0: 100}}
+    f = plan(req("Backfill", sink="bigquery", from_={T: {0: 90}}, to={T: {0: 105}}), table, kafka)
+    assert reason(f) == "BackfillOverlap" and "orders[0] 100-105" in f.message  # type: ignore[union-attr]
 
 
 def test_progress_counts_records_re_read_until_every_partition_passes_the_end() -> None:
