@@ -133,10 +133,14 @@ class ReplayPlan(StatusModel):
     """What the request will do (or did), computed before anything changes."""
 
     head_snapshot: SnapshotId | None = Field(default=None, description="The table's current snapshot when "
-                                                                       "planned (tagged as status.undoTag).")
-    rollback_to_snapshot: SnapshotId | None = Field(default=None, description="Snapshot the table goes back to.")
+                                                                       "planned (tagged as status.undoTag); on a "
+                                                                       "BigQuery sink, its newest ledger entry's "
+                                                                       "key (commit time in µs).")
+    rollback_to_snapshot: SnapshotId | None = Field(default=None, description="Snapshot the table goes back to "
+                                                    "(BigQuery: the ledger entry's key, commit time in µs).")
     discarded_snapshots: int | None = Field(default=None, ge=0,
-                                            description="Snapshots leaving the table's current history.")
+                                            description="Snapshots (BigQuery: ledger entries) leaving "
+                                                        "the table's current history.")
     resume_offsets: OffsetsMap | None = Field(default=None,
                                               description="Offsets the stream resumes from afterwards.")
     replay_from: OffsetsMap | None = Field(default=None, description="Start of the re-read range (inclusive).")
