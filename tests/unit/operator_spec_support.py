@@ -33,3 +33,16 @@ def body(spec_dict: dict[str, Any] | None = None, name: str = "orders", namespac
     return {"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
             "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
             "spec": spec_dict if spec_dict is not None else spec()}
+
+
+def render_valid(spec_dict: dict[str, Any]) -> Any:
+    """The children a valid spec renders to (asserting it parses and checks clean), with the test image."""
+    from handoff_operator.spec.render import render
+    from handoff_operator.spec.validation import check, parse_spec
+
+    b = body(spec_dict)
+    parsed, problems = parse_spec(b["spec"])
+    assert not problems, problems
+    resolved, problems = check("orders", parsed, SECRETS)
+    assert not problems, problems
+    return render(b, parsed, "default/image:1", resolved)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from handoff_operator.spec.render import Rendered, render
+from handoff_operator.spec.render import Rendered
 from handoff_operator.spec.validation import check, parse_spec
 
-from operator_spec_support import SECRETS, body, spec
+from operator_spec_support import SECRETS, body, render_valid, spec
 
 
 def _spec(driver: dict[str, Any] | None = None, executor: dict[str, Any] | None = None,
@@ -25,12 +25,7 @@ def _spec(driver: dict[str, Any] | None = None, executor: dict[str, Any] | None 
 
 
 def _render(spec_dict: dict[str, Any]) -> Rendered:
-    b = body(spec_dict)
-    parsed, problems = parse_spec(b["spec"])
-    assert not problems, problems
-    resolved, problems = check("orders", parsed, SECRETS)
-    assert not problems, problems
-    return render(b, parsed, "default/image:1", resolved)
+    return render_valid(spec_dict)
 
 
 def _problems(spec_dict: dict[str, Any]) -> list[str]:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from handoff_operator.spec.render import Rendered, render
-from handoff_operator.spec.validation import check, parse_spec
+from handoff_operator.spec.render import Rendered
 
-from operator_spec_support import SECRETS, body, spec
+from operator_spec_support import render_valid, spec
 
 
 def _render(spec_dict: dict[str, Any]) -> Rendered:
-    b = body(spec_dict)
-    parsed, problems = parse_spec(b["spec"])
-    assert not problems, problems
-    resolved, problems = check("orders", parsed, SECRETS)
-    assert not problems, problems
-    return render(b, parsed, "default/image:1", resolved)
+    return render_valid(spec_dict)
 
 
 def test_the_ui_gets_a_service_of_its_own_that_selects_the_drivers_ui_port():
