@@ -11,6 +11,10 @@
   driver behind that keeps writing).
 - `handoff ledger show|accept-kafka -f handoff.yaml`: the handoff's ledger, read from its table; record that a
   recreated topic/cluster is accepted (see handoff_spark.entry).
+- `handoff timeline -f handoff.yaml [--since 2h] [-o text|json|yaml] [--watch]`: `kubectl handoff timeline`'s rows
+  for a handoff run locally, from the one source a local run has, the table's ledger (commits with their snapshot
+  and offsets, dead letters, dropped duplicates, late records, gaps a local `handoff replay` recorded, epochs);
+  `--watch` keeps printing rows as the ledger gains them.
 """
 from __future__ import annotations
 
@@ -140,6 +144,54 @@ def _ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timeline(args: argparse.Namespace) -> int:
+    import time
+
+    import yaml
+
+    from handoff_spark.config import AppConfig
+    from handoff_spark.ledger import entries
+
+    from handoff_operator.kubectl_plugin import timeline
+
+    cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
+    try:
+        since = timeline.parse_since(args.since, int(time.time() * 1000))
+    except ValueError:
+        raise SystemExit(f"--since {args.since!r}: use a duration such as 90s, 15m, 2h or 7d") from None
+    bigquery = cfg.sink.kind == "bigquery"
+
+    def read() -> list[dict[str, Any]]:
+        return timeline.rows(entries(cfg), (), (), cfg.handoff_id, since, None, (), bigquery)
+
+    shown = read()
+    if args.output == "json":
+        print(json.dumps(shown[:args.limit], indent=2, default=str))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(shown[:args.limit], sort_keys=False, default_flow_style=False), end="")
+    else:
+        print(timeline.format_text(shown[:args.limit]))
+    if not args.watch:
+        return 0
+    # Followed: each new row once, oldest first, as `kubectl get -w` adds lines (json: one document per line,
+    # yaml: one `---` document per row).
+    seen = {(r["timeMs"], r["what"]) for r in shown}
+    try:
+        while True:
+            sys.stdout.flush()
+            time.sleep(args.interval)
+            for r in [r for r in reversed(read()) if (r["timeMs"], r["what"]) not in seen]:
+                seen.add((r["timeMs"], r["what"]))
+                if args.output == "json":
+                    print(json.dumps(r, default=str))
+                elif args.output == "yaml":
+                    print("---\n" + yaml.safe_dump(r, sort_keys=False, default_flow_style=False), end="")
+                else:
+                    print(timeline.format_text([r]))
+    except KeyboardInterrupt:
+        return 0
+
+
 def _replay(args: argparse.Namespace) -> int:
     import yaml
 
@@ -187,6 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     led.add_argument("-o", "--output", choices=["text", "json"], default="text")
     led.add_argument("--limit", type=int, default=None, help="newest N entries only")
     led.set_defaults(func=_ledger)
+    tl = sub.add_parser("timeline", help="what happened to a locally run handoff's table, newest first (the "
+                                         "ledger's commits, gaps and epochs)")
+    tl.add_argument("-f", "--file", required=True, help="StreamTableHandoff manifest (YAML)")
+    tl.add_argument("--checkpoint", help="checkpoint directory (as for `handoff run`)")
+    tl.add_argument("--since", default=None, help="only rows this recent: 90s, 15m, 2h, 7d")
+    tl.add_argument("--limit", type=int, default=None, help="newest N rows only")
+    tl.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    tl.add_argument("-w", "--watch", action="store_true",
+                    help="after the rows, keep printing new ones as the ledger gains them (Ctrl-C ends)")
+    tl.add_argument("--interval", type=float, default=2.0, help="seconds between reads with --watch (default 2)")
+    tl.set_defaults(func=_timeline)
     rep = sub.add_parser("replay", help="run a ReplayRequest against a locally run handoff's table (stop "
                                         "`handoff run` first, start it again after)")
     rep.add_argument("-f", "--file", required=True, help="StreamTableHandoff manifest (YAML)")

@@ -52,6 +52,10 @@ def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) ->
             what = f"batch {e['batch']} ({e['query']}): {e['rows']} rows"
             if e.get("deadLetters"):
                 what += f", {e['deadLetters']} dead letters"
+            if e.get("droppedRows"):
+                what += f", {e['droppedRows']} dropped by the transform or dedupe"
+            if e.get("lateRows"):
+                what += f", {e['lateRows']} late"
             what += f"; {_ranges(e['offsets'])}"
         else:
             what = f"{e['kind']} ({e['query']}): {_ranges(e['offsets'])}" + (f" — {e['reason']}" if e.get("reason")

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -85,6 +86,47 @@ def test_plan_refuse_and_roll_back_with_a_gap(kafka, tmp_path: Path) -> None:
     gap = ledger.list_commits(table, "shop/orders")[0]
     assert gap.kind == ledger.GAP and gap.offsets == {topic: {0: (20, 40)}}
     assert ledger.resume_offsets(table, handoff_id="shop/orders", query="handoff") == {topic: {0: 40}}
+    _timeline_shows_the_ledger(tmp_path, table, topic, snapshots)
+
+
+def _timeline(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "handoff_operator", "timeline", "-f", str(tmp_path / "sth.yaml"),
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def _timeline_shows_the_ledger(tmp_path: Path, table: Any, topic: str, snapshots: list[int]) -> None:
+    """`handoff timeline -f`: the table's ledger as timeline rows, newest first: the Rollback's gap, then the two
+    batches it kept (the ledger is the table's current lineage), each naming its snapshot and the clause that reads the table as of it; `--since`, `--limit` and
+    `--watch` (a commit made while it watches is printed once)."""
+    rows = json.loads(_timeline(tmp_path, "-o", "json").stdout)
+    assert [r["kind"] for r in rows] == ["gap", "batch", "batch"]
+    assert rows[0]["what"].startswith(f"gap (handoff): {topic}[0] 20→40")
+    assert [r["snapshot"] for r in rows[1:]] == snapshots[1::-1]
+    assert rows[1]["asOf"] == f"FOR VERSION AS OF {snapshots[1]}"
+    text = _timeline(tmp_path, "--limit", "2")
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 2, text.stdout + text.stderr
+    assert f"[snapshot {snapshots[1]}]" in text.stdout.splitlines()[1]
+    assert "batch 1 (handoff): 10 rows" in text.stdout
+    assert len(json.loads(_timeline(tmp_path, "--since", "1h", "-o", "json").stdout)) == 3
+    bad = _timeline(tmp_path, "--since", "soon")
+    assert bad.returncode != 0 and "--since 'soon': use a duration such as 90s" in bad.stderr
+    watch = subprocess.Popen([sys.executable, "-m", "handoff_operator", "timeline", "-f", str(tmp_path / "sth.yaml"),
+                              "--watch", "--interval", "0.5", "-o", "json"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None
+        first = json.loads("".join(iter(watch.stdout.readline, "]\n")) + "]")
+        assert len(first) == 3
+        table.refresh()
+        table.append(pa.table({"id": pa.array(range(100, 105), pa.int64())}), snapshot_properties={
+            "handoff.id": "shop/orders", "handoff.query": "handoff", "handoff.batch-id": "9",
+            "handoff.offsets": json.dumps({topic: {"0": [40, 45]}}), "handoff.rows": "5", "handoff.dlq-rows": "0",
+            "handoff.dropped-rows": "2", "handoff.late-rows": "1"})
+        new = json.loads(watch.stdout.readline())
+        assert new["kind"] == "batch" and new["snapshot"] == table.current_snapshot().snapshot_id
+        assert new["what"].startswith("batch 9 (handoff): 5 rows, 2 dropped by the transform or dedupe, 1 late")
+    finally:
+        watch.terminate()
+        watch.wait(30)
 
 
 BQ_HANDOFF = """\

@@ -69,3 +69,12 @@ def test_each_commit_row_says_how_to_read_the_table_as_of_it():
 def test_rows_of_the_same_moment_keep_the_order_they_were_recorded_in():
     record = [{"timeMs": 5, "type": "Normal", "reason": r, "message": r} for r in ("SpecChanged", "Scaled", "X")]
     assert [r["kind"] for r in timeline.rows([], [], [], "orders", record=record)] == ["X", "Scaled", "SpecChanged"]
+
+
+def test_a_commit_row_counts_what_the_transform_dedupe_and_watermark_took_out():
+    counted = dict(entry(14, 3, 4000), droppedRows=4, lateRows=2)
+    (row,) = timeline.rows([counted], [], [], "orders")
+    assert row["what"] == ("batch 3 (handoff): 5 rows, 1 dead letters, 4 dropped by the transform or dedupe, 2 late; "
+                           "t[0] 15→20")
+    (plain,) = timeline.rows([dict(entry(15, 4, 5000), droppedRows=0, lateRows=None)], [], [], "orders")
+    assert plain["what"] == "batch 4 (handoff): 5 rows, 1 dead letters; t[0] 20→25"
