@@ -5,7 +5,7 @@ Why from running totals: the driver publishes its newest progress record, and th
 status refresh, so batches in between would be missed if each record carried only its own batch. Each record
 carries what the driver committed since it started (`handoff_spark.driver.progress.Totals`); the status keeps
 the totals this driver last showed (`cost.driver`), and every refresh adds their rise to the handoff's figures
-(since counting began, and today's, a UTC day). A new driver pod starts from zero; totals that fell in the same
+(since counting began, today's, a UTC day, and the DAYS_KEPT days before it). A new driver pod starts from zero; totals that fell in the same
 pod (its container restarted) are a new start too. What a driver committed after its last publication and
 before it died is not counted (at most one publication interval, ~15 s, of batches).
 
@@ -22,6 +22,9 @@ from handoff_operator.conditions import DriverReport
 #: The figures summed (status.cost's keys, the driver's `totals` keys).
 FIGURES = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots")
 GIB = 1 << 30
+#: Past UTC days kept in `status.cost.days` beside `today` (a week: enough to read a daily trend in `kubectl get
+#: -o yaml`; longer history is Prometheus's, `delta(handoff_cost_*[1d])`).
+DAYS_KEPT = 7
 
 
 def human_bytes(n: int) -> str:
@@ -57,11 +60,18 @@ def accumulate(cost: Mapping[str, Any] | None, report: DriverReport | None, now:
     total = {k: _figures(cost)[k] + rise[k] for k in FIGURES}
     date = now.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
     today = cost.get("today") or {}
-    day = _figures(today) if today.get("date") == date else _figures(None)
+    days = [d for d in cost.get("days") or [] if isinstance(d, Mapping) and d.get("date")]
+    if today.get("date") == date:
+        day = _figures(today)
+    else:  # a new UTC day: the one that ended goes to the history, newest first
+        day = _figures(None)
+        if today.get("date"):
+            days = [{"date": today["date"], **_figures(today)}] + [d for d in days if d["date"] != today["date"]]
     day = {k: day[k] + rise[k] for k in FIGURES}
     since = cost.get("since") or now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {**total, "since": since,
             "writeApiCost": round(total["writeApiBytes"] / GIB * price_per_gib, 6),
             "today": {"date": date, **day},
+            **({"days": days[:DAYS_KEPT]} if days else {}),
             "driver": {"pod": pod or None, **latest},
             "summary": f"{human_bytes(total['kafkaBytes'])}→{human_bytes(total['tableBytes'])}"}

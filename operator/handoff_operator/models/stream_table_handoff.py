@@ -820,6 +820,9 @@ class CostStatus(CostFigures):
         default=None, ge=0, description="writeApiBytes in GiB times the operator's HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB "
                                         "(list price, no free tier taken off).")
     today: CostDay | None = Field(default=None, description="The current UTC day's figures.")
+    days: list[CostDay] | None = Field(default=None, max_length=7,
+                                       description="The 7 UTC days before today that had figures, newest first "
+                                                   "(longer history: Prometheus, delta(handoff_cost_*[1d])).")
     driver: CostDriver | None = Field(default=None, description="The current driver's last published totals.")
     summary: str | None = Field(default=None, max_length=64,
                                 description="Bytes read from Kafka → written to the table, e.g. '1.2GiB→310MiB' "

@@ -52,3 +52,21 @@ def test_the_write_api_estimate_and_the_summary():
     assert got["writeApiCost"] == 0.0375 and got["summary"] == "3.0GiB→1.5GiB"
     assert [cost.human_bytes(n) for n in (0, 1023, 1536, 310 << 20, 12 << 30, 5 << 40)] == [
         "0B", "1023B", "1.5KiB", "310MiB", "12GiB", "5.0TiB"]
+
+
+def test_ended_days_are_kept_newest_first_for_a_week():
+    got = cost.accumulate(None, report(kafkaBytes=100), NOW, 1)
+    assert "days" not in got
+    total = 100
+    for n in range(1, 10):  # nine more days, each reading 10 more bytes
+        total += 10
+        got = cost.accumulate(got, report(kafkaBytes=total), NOW + dt.timedelta(days=n), 1)
+    assert [d["date"] for d in got["days"]] == [f"2026-{m}" for m in (
+        "12-06", "12-05", "12-04", "12-03", "12-02", "12-01", "11-30")]
+    assert all(d["kafkaBytes"] == 10 for d in got["days"])
+    assert got["today"]["date"] == "2026-12-07" and got["kafkaBytes"] == 190
+    # A status written back and read again (the typed model) keeps them.
+    from handoff_operator.models import StreamTableHandoffStatus
+    typed = StreamTableHandoffStatus.model_validate({"cost": got}).model_dump(mode="json", by_alias=True,
+                                                                              exclude_unset=True)
+    assert typed["cost"]["days"][0] == {"date": "2026-12-06", **{k: 0 for k in cost.FIGURES}, "kafkaBytes": 10}
