@@ -96,7 +96,6 @@ def _range(start: int, end: int, topic: str) -> dict[str, Any]:
     return {"from": {topic: {"0": start, "1": start}}, "to": {topic: {"0": end, "1": end}}}
 
 
-@pytest.mark.e2e
 def test_bigquery_backfill_is_planned_refused_over_held_offsets_and_run_as_a_job(
         cluster: Cluster, operator: Operator, kafka, bigquery, tmp_path) -> None:
     s = Setup(cluster, kafka, bigquery, tmp_path)

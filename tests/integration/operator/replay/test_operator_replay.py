@@ -233,7 +233,6 @@ def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(clu
 # ------------------------------------------------------------------------------------------------ Backfill
 # How a Backfill Job runs in these tests (pods held by a quota, its command run here): backfill_job_support.
 
-@pytest.mark.e2e
 def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(cluster: Cluster, operator: Operator,
                                                                           kafka, tmp_path) -> None:
     from handoff_spark.iceberg import ledger

@@ -133,7 +133,6 @@ def test_pod_options_applied_with_kubectl_reach_the_driver_deployment_and_pass_p
         op.stop()
 
 
-@pytest.mark.e2e
 def test_spark_creates_executor_pods_from_the_rendered_pod_template(cluster: Cluster, apiserver,
                                                                      tmp_path: Path) -> None:
     ns = cluster.new_namespace("podtpl")

@@ -99,7 +99,6 @@ def test_resources_applied_with_kubectl_size_the_driver_and_tell_spark_the_same(
         op.stop()
 
 
-@pytest.mark.e2e
 def test_spark_sizes_executor_pods_as_the_spec_says(cluster: Cluster, apiserver, tmp_path: Path) -> None:
     ns = cluster.new_namespace("sizedexec")
     op = Operator(cluster.kubeconfig, status_interval=1.0)

@@ -102,7 +102,6 @@ def _published(cluster: Cluster, ns: str, proc: subprocess.Popen, log: Path) -> 
     return json.loads(text) if text else None
 
 
-@pytest.mark.e2e
 def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(cluster: Cluster, apiserver, kafka,
                                                                              tmp_path: Path) -> None:
     topic = f"orders-{uuid.uuid4().hex[:6]}"

@@ -166,7 +166,6 @@ def _ok(run: subprocess.CompletedProcess[str]) -> str:
     return run.stdout
 
 
-@pytest.mark.e2e
 def test_recreated_topic_is_refused_until_accepted_then_read_from_its_beginning(kafka, bigquery, tmp_path):
     topic = f"ident-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=1)
@@ -246,7 +245,6 @@ def _downgrade_ledger(cfg: AppConfig) -> None:
     writer.close()
 
 
-@pytest.mark.e2e
 def test_a_ledger_without_identity_columns_resumes_and_records_identity_next(kafka, bigquery, tmp_path):
     topic = f"ident-old-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=1)

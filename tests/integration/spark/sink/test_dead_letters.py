@@ -81,7 +81,6 @@ def test_bad_records_go_to_the_dlq_topic_with_headers_and_good_ones_decode(kafka
     ]
 
 
-@pytest.mark.e2e
 def test_halt_policy_fails_the_streaming_query_with_the_record_and_the_fix(kafka, tmp_path):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -117,7 +116,6 @@ def test_halt_policy_fails_the_streaming_query_with_the_record_and_the_fix(kafka
     assert f"{topic}[0]@1" in message and "'id'" in message and "onIncompatible" in message and "Fix" in message
 
 
-@pytest.mark.e2e
 def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(kafka, tmp_path):
     topic = f"app-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=2)

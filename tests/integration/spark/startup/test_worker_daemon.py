@@ -77,7 +77,6 @@ def test_archives_without_python_leave_the_path_and_the_finder_cache(tmp_path: A
     assert importlib.import_module("some_zipped_module_x").X == 1  # what can be imported from an archive still is
 
 
-@pytest.mark.e2e
 def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
     from handoff_spark.driver.app import C1_ONLY_OPTION, build_session
 
