@@ -156,6 +156,9 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             assert names == ["DriverStopped", "Tagged", "RolledBack", "DriverStarted", "Replayed"], names
             assert status["plan"]["rollbackToSnapshot"] == str(target)
             assert status["progress"]["records"] == status["plan"]["records"] > 0
+            # The Event is posted after the status patch that says Succeeded: waited for, then counted (one
+            # Succeeded across the operator's kill; a second would be a second Event or a repeat count).
+            eventually(lambda: "Succeeded" in drill.events("rewind"), "the Succeeded Event", timeout=30)
             assert drill.events("rewind").count("Succeeded") == 1
             assert kubelet.starts == 2, "the driver was stopped once for the rollback and started again"
             # The undo point: the table and its ledger as they were before the rollback, in snapshot tables.

@@ -77,9 +77,24 @@ def load_catalog_cached(catalog_name: str, catalog_properties: dict[str, str]) -
         cat = _catalogs.get(key)
         if cat is None:
             from handoff_spark.iceberg.catalog import wrap_sql_catalog
-            cat = wrap_sql_catalog(load_catalog(catalog_name, **catalog_properties))
+            cat = wrap_sql_catalog(_load_catalog_once_created(catalog_name, catalog_properties))
             _catalogs[key] = cat
         return cat
+
+
+def _load_catalog_once_created(catalog_name: str, catalog_properties: dict[str, str]) -> Catalog:
+    """`load_catalog`, again when a SQL catalog's first use raced another process's: PyIceberg's SqlCatalog creates
+    its tables when a probe finds none, so two processes opening a new catalog database at once (the driver and
+    `handoff ledger show`, the demo's checks) can both probe, and the second CREATE TABLE fails with "already
+    exists". The tables are there then, so opening it again succeeds."""
+    for attempt in range(3):
+        try:
+            return load_catalog(catalog_name, **catalog_properties)
+        except Exception as exc:
+            if attempt == 2 or type(exc).__name__ not in ("OperationalError", "ProgrammingError", "IntegrityError") \
+                    or "already exists" not in str(exc).lower():
+                raise
+    raise AssertionError("unreachable")
 
 
 def forget_catalog(catalog_name: str, catalog_properties: dict[str, str]) -> None:

@@ -112,8 +112,9 @@ def test_driver_report_drives_degraded(cluster: Cluster, apiserver, kafka, tmp_p
                                                "inputRowsPerSecond": 200.0, "deadLetters": 0,
                                                "at": status["lastBatch"]["at"],
                                                "degradedReason": "BigQueryResourceExhausted"}
-                assert any(e.reason == "SinkDegraded" and e.type == "Warning"
-                           for e in cluster.events(ns, "clicks"))
+                # kopf posts the Event after it patches the status: waited for, not assumed already there.
+                eventually(lambda: any(e.reason == "SinkDegraded" and e.type == "Warning"
+                                       for e in cluster.events(ns, "clicks")), "the SinkDegraded Warning Event")
 
                 # The operator re-applies its children on every refresh and never takes the driver's field.
                 cm = cluster.core.read_namespaced_config_map("clicks-progress", ns)
