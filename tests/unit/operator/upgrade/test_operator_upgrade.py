@@ -207,6 +207,25 @@ def test_overlay_reports_the_rollback_as_degraded():
     assert overlay(running, decide(_facts(driver=_driver()), GOOD)) == running
 
 
+def test_overlay_says_a_restart_after_the_rollback_goes_back_to_the_last_good_config():
+    """The timeline drill (issue 35) read "restarting the driver to apply generation 2" right after generation 2
+    was rolled back, while the driver was restarted with generation 1's config."""
+    rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2"))
+    restarting = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", previous_hash="h2",
+                                driver=_driver("h1", pod_ready=False, ready_replicas=0)))
+    assert {c.type: c.message for c in restarting.conditions}["Ready"] == "restarting the driver to apply generation 2"
+    shown = {c.type: c for c in overlay(restarting, rolled, _driver("h1", pod_ready=False)).conditions}
+    for type_ in ("Ready", "Progressing"):
+        assert shown[type_].reason == "Restarting"
+        assert shown[type_].message == ("restarting the driver with the config of generation 1 (h1), the last one "
+                                        "that committed a batch: generation 2 was rolled back")
+    # The last good config's own driver failing keeps what its failure says.
+    failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", previous_hash="h2",
+                             driver=_crashing("h1")))
+    kept = {c.type: c for c in overlay(failing, rolled, _crashing("h1")).conditions}
+    assert kept["Ready"].reason == "DriverFailing" and "NoClassDefFoundError" in kept["Progressing"].message
+
+
 def test_state_round_trips_through_the_status():
     rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2")).state
     for state in (UpgradeState(), GOOD, rolled, replace(GOOD, trying_generation=2, trying_hash="h2",
