@@ -130,8 +130,15 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
 
     if committed_by(facts, facts.desired_hash) and (state.last_good_generation != facts.generation or
                                                     state.last_good_hash != facts.desired_hash):
-        message = (f"generation {facts.generation} (config {facts.desired_hash}) committed a batch: it is now "
-                   f"the spec a failed change is rolled back to")
+        if state.last_good_hash == facts.desired_hash and state.last_good_generation is not None:
+            # A spec change that leaves the app config as it was: nothing new committed (the timeline drill of
+            # issue 35 read "generation 2 committed a batch" at the very moment of the change).
+            message = (f"generation {facts.generation} runs the app config of generation "
+                       f"{state.last_good_generation} (config {facts.desired_hash}), which committed a batch: it "
+                       f"is now the spec a failed change is rolled back to")
+        else:
+            message = (f"generation {facts.generation} (config {facts.desired_hash}) committed a batch: it is now "
+                       f"the spec a failed change is rolled back to")
         return Decision("markGood", replace(
             state, last_good_generation=facts.generation, last_good_hash=facts.desired_hash,
             trying_generation=None, trying_hash=None, trying_since_ms=None, message=None),

@@ -52,6 +52,16 @@ def test_first_spec_is_tried_then_marked_good_by_the_drivers_report():
                   good.state).action == "keep"
 
 
+def test_a_spec_change_that_keeps_the_app_config_is_good_without_claiming_a_new_commit():
+    """A new generation rendering the same config (e.g. scaling.maxExecutors) is good at once, and says why: its
+    config committed under the generation before (the timeline drill of issue 35 read "generation 2 committed a
+    batch" at the moment of the change)."""
+    same = decide(_facts(generation=2, desired_hash="h1", driver=_driver("h1"), report=_committed("d-h1")), GOOD)
+    assert same.action == "markGood" and (same.state.last_good_generation, same.state.last_good_hash) == (2, "h1")
+    assert same.message == ("generation 2 runs the app config of generation 1 (config h1), which committed a batch: "
+                            "it is now the spec a failed change is rolled back to")
+
+
 def test_a_report_without_a_commit_or_from_another_pod_is_no_evidence():
     tried = UpgradeState(last_good_generation=1, last_good_hash="h1", trying_generation=2, trying_hash="h2",
                          trying_since_ms=NOW - MIN)
