@@ -302,6 +302,8 @@ def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], event
     if now_count is not None:
         _restarts_seen.set(key, (driver.pod_name, now_count))
     verdict = retention_condition(check) if check is not None else None
+    last_verdict = next((c.get("reason") for c in (obj.get("status") or {}).get("conditions") or []
+                         if c.get("type") == verdict.type), None) if verdict is not None else None
     discarded = None
     if report is not None and report.checkpoint_discarded and report.driver_pod \
             and _discards_seen.get(key) != report.driver_pod:
@@ -311,6 +313,7 @@ def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], event
         now_ms=int(time.time() * 1000), generation=int(meta.get("generation") or 0),
         old_status=obj.get("status") or {}, new_status=status, events=events,
         retention_checked=f"{verdict.reason}: {verdict.message}" if verdict is not None else None,
+        retention_before=last_verdict,
         driver_restarts=(before[1] if before is not None and driver is not None and before[0] == driver.pod_name
                          else None, now_count),
         last_termination=driver.last_termination_reason if driver is not None else None,

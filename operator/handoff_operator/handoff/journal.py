@@ -10,8 +10,14 @@ when this reconcile owes an entry; the entries are decided here from plain data.
 
 An entry: `{"timeMs", "type" (Normal|Warning), "reason", "message"}`. Besides every Event the reconcile posts,
 it records what no Event says: a spec change (a new generation), the driver pod starting or being replaced (a
-kill, an eviction, a restart's new pod), the driver's container restarting in place, each retention check, and a
-driver that discarded its checkpoint at start (it resumed from the table's ledger; its published record says why).
+kill, an eviction, a restart's new pod), the driver's container restarting in place, a retention check whose verdict
+differs from the last one, and a driver that discarded its checkpoint at start (it resumed from the table's ledger;
+its published record says why).
+
+Why not every retention check: one runs every HANDOFF_RETENTION_CHECK_INTERVAL (5 min), so the ring of 200 held
+nothing else after ~17 quiet hours, and a spec change or a scale-up from the day before was gone; the timeline
+drill of issue 35 showed a third of its rows were the same verdict again. The status holds the last check's
+numbers; the record holds each change of verdict (Sufficient → RetentionTooShort → RetentionRaised → ...).
 """
 from __future__ import annotations
 
@@ -35,12 +41,15 @@ def entry(time_ms: int, kind: str, reason: str, message: str) -> Entry:
 
 def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_status: Mapping[str, Any],
          events: Sequence[tuple[str, str, str]], retention_checked: str | None = None,
+         retention_before: str | None = None,
          driver_restarts: tuple[int | None, int | None] = (None, None),
          last_termination: str | None = None,
          checkpoint_discarded: tuple[str, str] | None = None) -> list[Entry]:
     """The entries one reconcile owes, oldest first: a spec change, the driver's pod starting or being replaced,
-    its container restarting, a retention check (`retention_checked`: the check's verdict in a line, None: no
-    check this time), then every Event posted (`events`: (type, reason, message)).
+    its container restarting, a retention check (`retention_checked`: the check's verdict in a line,
+    "<reason>: <message>", None: no check this time) unless its reason is the last check's (`retention_before`:
+    the reason of the RetentionSufficient condition before it), then every Event posted (`events`: (type, reason,
+    message)).
 
     `driver_restarts`: the driver container's restart count as last seen by this process and now (None:
     unknown); only a rise in the same pod is a restart. `checkpoint_discarded`: (driver pod, why) from the
@@ -67,7 +76,8 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
         pod, why = checkpoint_discarded
         out.append(entry(now_ms, "Normal", "CheckpointDiscarded",
                          f"driver pod {pod} discarded its checkpoint and resumed from the table's ledger: {why}"))
-    if retention_checked is not None:
+    if retention_checked is not None and (retention_before is None
+                                          or retention_checked.partition(":")[0] != retention_before):
         out.append(entry(now_ms, "Normal", "RetentionChecked", retention_checked))
     out += [entry(now_ms, kind, reason, message) for kind, reason, message in events]
     return out

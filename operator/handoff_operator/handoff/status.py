@@ -153,7 +153,10 @@ def observe(seen: Gathered, plan: Plan, driver: DriverFacts | None, retention: R
         replay=(meta.get("annotations") or {}).get(REPLAY_ANNOTATION))
     retained = retention_step.report(spec if rendered is not None else None, retention, truth, old_conditions)
     upgrade = plan.upgrade
-    return Observed(generation=generation, status=status, app=plan.app, facts=facts,
+    # status.app names the newest driver pod this reconcile saw: the one acting left, else the one it found (a
+    # rollback deletes a crash-looping pod before its replacement exists; that pod was missing from the timeline,
+    # whose DriverReplaced then named the pod before it as the one replaced: the timeline drill of issue 35).
+    return Observed(generation=generation, status=status, app=app_status(plan.app, seen.driver), facts=facts,
                     upgrade_decision=upgrade.decision if upgrade is not None else None,
                     upgrade_status=upgrade.status() if upgrade is not None else None, retained=retained,
                     refresh_truth=seen.refresh_truth,

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, DRIVER_FAILING_REASONS, PROGRESSING, Condition,
-                                         DriverFacts, DriverReport, Evaluation)
+from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, DRIVER_FAILING_REASONS, PROGRESSING, READY,
+                                         Condition, DriverFacts, DriverReport, Evaluation)
 from handoff_operator.models import format_duration
 
 UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
@@ -130,8 +130,15 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
 
     if committed_by(facts, facts.desired_hash) and (state.last_good_generation != facts.generation or
                                                     state.last_good_hash != facts.desired_hash):
-        message = (f"generation {facts.generation} (config {facts.desired_hash}) committed a batch: it is now "
-                   f"the spec a failed change is rolled back to")
+        if state.last_good_hash == facts.desired_hash and state.last_good_generation is not None:
+            # A spec change that leaves the app config as it was: nothing new committed (the timeline drill of
+            # issue 35 read "generation 2 committed a batch" at the very moment of the change).
+            message = (f"generation {facts.generation} runs the app config of generation "
+                       f"{state.last_good_generation} (config {facts.desired_hash}), which committed a batch: it "
+                       f"is now the spec a failed change is rolled back to")
+        else:
+            message = (f"generation {facts.generation} (config {facts.desired_hash}) committed a batch: it is now "
+                       f"the spec a failed change is rolled back to")
         return Decision("markGood", replace(
             state, last_good_generation=facts.generation, last_good_hash=facts.desired_hash,
             trying_generation=None, trying_hash=None, trying_since_ms=None, message=None),
@@ -181,12 +188,21 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
 def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFacts | None = None) -> Evaluation:
     """The conditions while the last good config runs instead of the current spec: Degraded=True reason
     UpgradeRolledBack (unless the last good driver fails too: DriverFailing says more; the failed config's
-    pod, crashing until the rollback replaces it, does not count), and Progressing does not claim the
-    current generation runs."""
+    pod, crashing until the rollback replaces it, does not count), Progressing does not claim the
+    current generation runs, and a restart says it goes back to the last good config (not "to apply" the
+    generation it leaves: the timeline showed that right after the rollback)."""
     if decision is None or not decision.run_last_good:
         return evaluation
     message = decision.state.message or "the current spec was rolled back"
+    state = decision.state
+    back = (f"restarting the driver with the config of generation {state.last_good_generation} "
+            f"({state.last_good_hash}), the last one that committed a batch"
+            + (f": generation {state.rolled_back_generation} was rolled back"
+               if state.rolled_back_generation is not None else ""))
     failed_pod = driver is not None and driver.pod_config_hash == decision.state.rolled_back_hash
+    # The last good config's own driver failing: its Progressing=Restarting names the failure; kept.
+    last_good_failing = not failed_pod and any(c.type == READY and c.status == "False" and c.reason in
+                                               DRIVER_FAILING_REASONS for c in evaluation.conditions)
     conditions: list[Condition] = []
     degraded_overlaid = False
     for cond in evaluation.conditions:
@@ -197,6 +213,8 @@ def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFac
             degraded_overlaid = True
         elif cond.type == PROGRESSING and cond.status == "False":
             cond = Condition(PROGRESSING, "False", UPGRADE_ROLLED_BACK, message)
+        elif cond.type in (READY, PROGRESSING) and cond.reason == "Restarting" and not last_good_failing:
+            cond = Condition(cond.type, cond.status, cond.reason, back)
         conditions.append(cond)
     phase = "Degraded" if degraded_overlaid and evaluation.phase == "Running" else evaluation.phase
     return Evaluation(phase, tuple(conditions))

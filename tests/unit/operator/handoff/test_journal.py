@@ -72,3 +72,23 @@ def test_a_checkpoint_discard_is_recorded_once_per_message():
     assert reasons(again) == ["CheckpointDiscarded", "Scaled"]
     assert reasons(journal.appended(again, [journal.entry(3000, "Normal", "Scaled", "x")])) == [
         "CheckpointDiscarded", "Scaled", "Scaled"]  # other reasons repeat: each is a happening
+
+
+def test_a_retention_check_is_recorded_when_its_verdict_changes():
+    """A check runs every 5 minutes: recording each filled the ring of 200 in ~17 quiet hours, and a spec change the
+    day before was gone (the timeline drill of issue 35: a third of its rows were the same verdict again)."""
+    first = owed(retention_checked="Sufficient: topic t keeps records 1d; headroom 20h")
+    assert reasons(first) == ["RetentionChecked"] and first[0]["message"].startswith("Sufficient: topic t")
+    assert owed(retention_checked="Sufficient: topic t keeps records 1d; headroom 19h",
+                retention_before="Sufficient") == []
+    [short] = owed(retention_checked="RetentionTooShort: topic t keeps records only 1h", retention_before="Sufficient")
+    assert short["reason"] == "RetentionChecked" and short["message"].startswith("RetentionTooShort:")
+    [raised] = owed(retention_checked="RetentionRaised: raised retention.ms of topic t from 1 to 2",
+                    retention_before="RetentionTooShort")
+    assert raised["message"].startswith("RetentionRaised:")
+    # A day of unchanged checks leaves the spec change before them in the ring.
+    ring = journal.appended([], owed(generation=2))
+    for i in range(24 * 12):
+        ring = journal.appended(ring, owed(now_ms=2000 + i, retention_checked=f"Sufficient: headroom {i}",
+                                           retention_before="Sufficient"))
+    assert reasons(ring) == ["SpecChanged"]

@@ -3,13 +3,15 @@ upgrade.step.decide_step, status.restart, scaling.step.decide_step, retention.st
 over gathered facts."""
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 from typing import Any
 
 from kubernetes import client
 
 from handoff_operator.conditions import DriverFacts, DriverReport, ProgressFacts
-from handoff_operator.handoff.status import Gathered, Truth, plan, restart
+from handoff_operator.handoff import journal
+from handoff_operator.handoff.status import Gathered, Truth, decide, observe, plan, restart
 from handoff_operator.retention import step as retention_step
 from handoff_operator.retention.report import EnforceOutcome
 from handoff_operator.retention.rule import PartitionFacts, TopicFacts
@@ -78,6 +80,36 @@ def test_a_crash_looping_change_plans_the_last_good_children_and_says_why():
     # Without a last good spec to go back to, the change stays (and so do its children).
     kept = plan(_gathered(obj, new, driver=crashing, last_good=None))
     assert kept.rendered is new.rendered and not kept.upgrade.rolling_back
+
+
+def test_a_rollback_that_deleted_the_crashing_pod_names_it_as_the_driver_it_replaced():
+    """Acting on a rollback deletes the crash-looping pod before its replacement exists: status.app.driver names
+    that pod (not the one before it), so the timeline says which pod the rollback's pod replaced (the timeline
+    drill of issue 35 read "<the rollback's pod> replaced <the pod before the bad upgrade>")."""
+    good, new = _prepared(base_spec()), _prepared(base_spec(commitInterval="30s"))
+    good_hash, new_hash = good.rendered.config_hash, new.rendered.config_hash
+    tried = UpgradeState(last_good_generation=1, last_good_hash=good_hash, trying_generation=2, trying_hash=new_hash,
+                         trying_since_ms=NOW - MIN)
+    obj = _handoff(base_spec(commitInterval="30s"), 2, {**status_from_state(tried), "observedGeneration": 2,
+                                                        "app": {"configHash": good_hash, "driver": "d-before"}})
+    crashing = _driver(new_hash, ready_replicas=0, pod_ready=False, restart_count=3, waiting_reason="CrashLoopBackOff",
+                       last_termination_reason="Error (exit code 1)", last_termination_message="ImportError: x")
+    seen = _gathered(obj, new, driver=crashing, last_good=good.rendered)
+    planned = plan(seen)
+    assert planned.upgrade is not None and planned.upgrade.rolling_back
+    gone = DriverFacts(desired_replicas=1, replicas=1)  # the crashing pod is being deleted, no new one yet
+    decided = decide(observe(seen, planned, gone, None, [], dt.datetime.now(dt.timezone.utc), NOW))
+    app = decided.status["app"]
+    assert app["driver"] == f"d-{new_hash}" and app["lastFailure"] == "Error (exit code 1): ImportError: x"
+    owed = journal.owed(now_ms=NOW, generation=2, old_status=obj["status"], new_status=decided.status, events=[])
+    assert [(e["reason"], e["message"]) for e in owed] == [(
+        "DriverReplaced", f"driver pod d-{new_hash} replaced d-before (a restart, a kill or an eviction)")]
+    # The next reconcile finds the rollback's pod: it replaced the crashing one.
+    back = _driver(good_hash, pod_name="d-after")
+    again = journal.owed(now_ms=NOW, generation=2, old_status=decided.status,
+                         new_status={"app": {**app, "driver": back.pod_name}}, events=[])
+    assert [e["message"] for e in again] == [
+        f"driver pod d-after replaced d-{new_hash} (a restart, a kill or an eviction)"]
 
 
 def test_a_committing_first_spec_is_marked_good_and_stored():

@@ -52,6 +52,16 @@ def test_first_spec_is_tried_then_marked_good_by_the_drivers_report():
                   good.state).action == "keep"
 
 
+def test_a_spec_change_that_keeps_the_app_config_is_good_without_claiming_a_new_commit():
+    """A new generation rendering the same config (e.g. scaling.maxExecutors) is good at once, and says why: its
+    config committed under the generation before (the timeline drill of issue 35 read "generation 2 committed a
+    batch" at the moment of the change)."""
+    same = decide(_facts(generation=2, desired_hash="h1", driver=_driver("h1"), report=_committed("d-h1")), GOOD)
+    assert same.action == "markGood" and (same.state.last_good_generation, same.state.last_good_hash) == (2, "h1")
+    assert same.message == ("generation 2 runs the app config of generation 1 (config h1), which committed a batch: "
+                            "it is now the spec a failed change is rolled back to")
+
+
 def test_a_report_without_a_commit_or_from_another_pod_is_no_evidence():
     tried = UpgradeState(last_good_generation=1, last_good_hash="h1", trying_generation=2, trying_hash="h2",
                          trying_since_ms=NOW - MIN)
@@ -205,6 +215,25 @@ def test_overlay_reports_the_rollback_as_degraded():
     assert shown["Degraded"].reason == "UpgradeRolledBack"
     # Nothing rolled back: unchanged.
     assert overlay(running, decide(_facts(driver=_driver()), GOOD)) == running
+
+
+def test_overlay_says_a_restart_after_the_rollback_goes_back_to_the_last_good_config():
+    """The timeline drill (issue 35) read "restarting the driver to apply generation 2" right after generation 2
+    was rolled back, while the driver was restarted with generation 1's config."""
+    rolled = decide(_facts(driver=_crashing()), replace(GOOD, trying_generation=2, trying_hash="h2"))
+    restarting = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", previous_hash="h2",
+                                driver=_driver("h1", pod_ready=False, ready_replicas=0)))
+    assert {c.type: c.message for c in restarting.conditions}["Ready"] == "restarting the driver to apply generation 2"
+    shown = {c.type: c for c in overlay(restarting, rolled, _driver("h1", pod_ready=False)).conditions}
+    for type_ in ("Ready", "Progressing"):
+        assert shown[type_].reason == "Restarting"
+        assert shown[type_].message == ("restarting the driver with the config of generation 1 (h1), the last one "
+                                        "that committed a batch: generation 2 was rolled back")
+    # The last good config's own driver failing keeps what its failure says.
+    failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", previous_hash="h2",
+                             driver=_crashing("h1")))
+    kept = {c.type: c for c in overlay(failing, rolled, _crashing("h1")).conditions}
+    assert kept["Ready"].reason == "DriverFailing" and "NoClassDefFoundError" in kept["Progressing"].message
 
 
 def test_state_round_trips_through_the_status():
