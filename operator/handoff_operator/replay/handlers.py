@@ -80,6 +80,12 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _now_ms() -> str:
+    """A step's, start's or end's time to the millisecond: the timeline orders a replay's steps among the operator's
+    other entries (ms) and the ledger's commits (ms); whole seconds put a step before what happened just before it."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 # ------------------------------------------------------------------------------------------- API access
 
 def _get(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
@@ -178,7 +184,7 @@ class Request:
         ended = (phase in FINAL and not self.status.get("completedAt")) or (
             phase == "Planned" and self.dry_run and self.phase != "Planned")
         if phase in FINAL and not self.status.get("completedAt"):
-            patch["completedAt"] = _now()
+            patch["completedAt"] = _now_ms()
         _patch_status(self.kube, self.namespace, self.name, patch)
         self.status.update(patch)
         if ended:
@@ -188,8 +194,8 @@ class Request:
                        message=message[:1000])
 
     def step(self, name: str, message: str, **fields: Any) -> None:
-        steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now(), "message": message}]
-        fields.setdefault("startedAt", self.status.get("startedAt") or _now())
+        steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now_ms(), "message": message}]
+        fields.setdefault("startedAt", self.status.get("startedAt") or _now_ms())
         self.write("Running", name, message, steps=steps, **fields)
 
 
@@ -305,7 +311,7 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: Han
             _claim(req, handoff)
             _apply_handoff(req.kube, ns, handoff_name)
             req.write("Running", "StoppingDriver", f"stopping the driver of {handoff_name} at a batch boundary",
-                      startedAt=req.status.get("startedAt") or _now())
+                      startedAt=req.status.get("startedAt") or _now_ms())
             return
     if "DriverStopped" not in steps:
         if REPLAY_HOLD_ANNOTATION not in annotations:
@@ -383,7 +389,7 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: Han
             req.write("Running", "Replaying", f"re-read {done} of {progress['total']} records", progress=progress)
         return
     steps_done = list(req.status.get("steps") or []) + [
-        {"name": "Replayed", "at": _now(), "message": f"the ledger passed {replay_plan.fmt_offsets(end)}"}]
+        {"name": "Replayed", "at": _now_ms(), "message": f"the ledger passed {replay_plan.fmt_offsets(end)}"}]
     _release(req, handoff)
     req.write("Succeeded", "Succeeded", f"re-read {done} records; the table holds again everything up to "
               f"{replay_plan.fmt_offsets(end)}", progress=progress, steps=steps_done)
@@ -438,7 +444,7 @@ def _run_backfill(req: Request, handoff: Mapping[str, Any], hc: HandoffConfig) -
         req.step(nxt.reason, nxt.message, progress=progress)
     elif nxt.action == "succeed":
         steps = list(req.status.get("steps") or []) + [
-            {"name": replay_backfill.BACKFILLED, "at": _now(), "message": nxt.message}]
+            {"name": replay_backfill.BACKFILLED, "at": _now_ms(), "message": nxt.message}]
         req.write("Succeeded", "Succeeded", f"re-read {done} records into the table under ledger query {query}; "
                   f"the stream's position is unchanged", progress=progress, steps=steps)
     elif nxt.action == "fail":

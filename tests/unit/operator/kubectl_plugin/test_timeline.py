@@ -78,3 +78,17 @@ def test_a_commit_row_counts_what_the_transform_dedupe_and_watermark_took_out():
                            "t[0] 15→20")
     (plain,) = timeline.rows([dict(entry(15, 4, 5000), droppedRows=0, lateRows=None)], [], [], "orders")
     assert plain["what"] == "batch 4 (handoff): 5 rows, 1 dead letters; t[0] 20→25"
+
+
+def test_a_replay_step_orders_among_operator_entries_of_the_same_second():
+    """Replay steps carry milliseconds (replay.handlers._now_ms), so a step taken 300 ms after an operator entry
+    sorts after it, not before it as a whole-second time would."""
+    from handoff_operator.replay.handlers import _now_ms
+
+    step_at = _now_ms()
+    assert len(step_at) == len("2026-11-28T14:34:48.959Z") and step_at.endswith("Z")
+    request = {"metadata": {"name": "r2"}, "spec": {"handoffRef": {"name": "orders"}, "mode": "Rollback"},
+               "status": {"steps": [{"name": "Tagged", "at": "1970-01-01T00:00:09.900Z"}]}}
+    record = [{"timeMs": 9_600, "type": "Normal", "reason": "RetentionEnforced", "message": "raised"}]
+    rows = timeline.rows([], [], [request], "orders", record=record)
+    assert [r["kind"] for r in rows] == ["Tagged", "RetentionEnforced"]
