@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import kopf
+import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -401,3 +402,13 @@ def ledger_commit(table: Any, handoff_id: str, batch: int, offsets: dict[str, di
         "handoff.max-event-time-ms": str(event_ms)})
     table.refresh()
     return table.current_snapshot().snapshot_id
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver: Any) -> Iterator[Cluster]:
+    """The test bed's API server with Handoff's CRDs installed, and clients for it (the `cluster` fixture of
+    tests/integration and tests/e2e: each tier's conftest imports it)."""
+    install_crds(str(apiserver.kubeconfig))
+    c = Cluster(str(apiserver.kubeconfig))
+    yield c
+    c.api.close()
