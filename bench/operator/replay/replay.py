@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kafka import add_broker_argument, broker  # noqa: E402
-from bench_report import add_out_argument, write_json  # noqa: E402
+from bench_report import add_out_argument, machine_facts, write_json  # noqa: E402
 from bench_pipelines import produce  # noqa: E402
 
 COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamp"},
@@ -50,7 +51,14 @@ WORKER_TIMEOUT = "Python worker failed to connect back"
 RESTARTS: list[str] = []
 
 
-def run_app(app_json: Path, log: Path, tries: int = 3) -> float:
+BATCH = re.compile(r"^(?:bootstrap )?batch \d+: (\d+) rows in (\d+) ms", re.M)
+
+
+def run_app(app_json: Path, log: Path, tries: int = 3) -> dict[str, Any]:
+    """One `--available-now` run of the app: its wall seconds, and from its log the batches (rows, the sum of
+    their `triggerExecution`; on Iceberg the bootstrap batch, written before Spark starts, counts too); the rest
+    of the wall time is the process's start-up (JVM, Spark session, table preparation, checkpoint check) and
+    shutdown."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack")]),
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     for _ in range(tries):
@@ -60,12 +68,16 @@ def run_app(app_json: Path, log: Path, tries: int = 3) -> float:
             rc = subprocess.call([sys.executable, "-m", "handoff_spark", "run", "--config", str(app_json),
                                   "--available-now"], stdout=fh, stderr=subprocess.STDOUT, env=env)
         seconds = time.perf_counter() - t
-        if rc == 0:
-            return seconds
         with log.open() as fh:
             fh.seek(start)
-            if WORKER_TIMEOUT not in fh.read():
-                break
+            text = fh.read()
+        if rc == 0:
+            batches = [(int(rows), int(ms)) for rows, ms in BATCH.findall(text)]
+            in_batches = sum(ms for _, ms in batches) / 1000
+            return {"seconds": round(seconds, 2), "batches": len(batches), "rows": sum(r for r, _ in batches),
+                    "batch_seconds": round(in_batches, 2), "outside_batches_seconds": round(seconds - in_batches, 2)}
+        if WORKER_TIMEOUT not in text:
+            break
         RESTARTS.append(f"{app_json.name}: started again after {seconds:.0f} s ({WORKER_TIMEOUT})")
         print(RESTARTS[-1], flush=True)
     raise SystemExit(f"the app exited {rc}; see {log}")
@@ -150,18 +162,37 @@ def main(argv: list[str] | None = None) -> int:
         run_app(app_json, log)
         seed_snapshot = _head(cfg)
         produce(bootstrap, topic, args.records)
-        once = run_app(app_json, log)
+        load_before = os.getloadavg()
+        first = run_app(app_json, log)
+        once = first["seconds"]
         print(f"consume once: {args.records:,} records in {once:.1f} s", flush=True)
 
+        # The replay's own steps, timed by when the operator's code says it finished each: the plan (table facts,
+        # Kafka offsets, the plan), the undo point (Iceberg tag; BigQuery snapshot tables), the rollback.
         t = time.perf_counter()
         lines: list[str] = []
+        marks: list[tuple[float, str]] = []
+
+        def echo(line: str) -> None:
+            lines.append(line)
+            marks.append((time.perf_counter() - t, line))
+
         rc = replay(cfg, {"metadata": {"name": "bench", "namespace": "bench"},
                           "spec": {"handoffRef": {"name": "replay"}, "mode": "RollbackAndReplay",
-                                   "target": {"snapshotId": seed_snapshot}}}, echo=lines.append)
+                                   "target": {"snapshotId": seed_snapshot}}}, echo=echo)
         rollback = time.perf_counter() - t
         if rc != 0:
             raise SystemExit("replay refused: " + "; ".join(lines))
-        reread = run_app(app_json, log)
+        steps: dict[str, float] = {}
+        last = 0.0
+        for at, line in marks:
+            step = ("plan" if line.startswith("plan:") else "undo_point" if line.startswith("kept snapshot")
+                    else "rollback" if line.startswith("rolled the table back") else None)
+            if step:
+                steps[step] = round(at - last, 3)
+                last = at
+        second = run_app(app_json, log)
+        reread = second["seconds"]
         total = rollback + reread
         print(f"rollback + replay: {rollback:.2f} s + {reread:.1f} s", flush=True)
 
@@ -172,13 +203,20 @@ def main(argv: list[str] | None = None) -> int:
             "consume_once_seconds": round(once, 2), "rollback_seconds": round(rollback, 3),
             "replay_seconds": round(reread, 2), "rollback_and_replay_seconds": round(total, 2),
             "ratio": round(total / once, 2), "table_whole_after_replay": whole,
+            "table_rows": rows, "table_distinct_offsets": distinct,
+            "rollback_steps_seconds": steps,
+            "consume_once_run": first, "replay_run": second,
             "plan": [line for line in lines if line.startswith("plan:")],
             "restarts_not_timed": RESTARTS,
+            **machine_facts(), "load_avg_before": load_before,
         }
         print(f"\n| run | seconds | records/s |\n|---|---|---|\n"
               f"| consume once (baseline) | {once:.1f} | {args.records / once:,.0f} |\n"
               f"| rollback + replay | {total:.1f} | {args.records / total:,.0f} |\n"
-              f"\nratio {total / once:.2f} (goal ≤ 1.5); table whole after the replay: {whole}")
+              f"\nratio {total / once:.2f} (goal ≤ 1.5); table whole after the replay: {whole}\n"
+              f"replay steps (s): {steps}; in batches / outside (s): once {first['batch_seconds']} / "
+              f"{first['outside_batches_seconds']}, replay {second['batch_seconds']} / "
+              f"{second['outside_batches_seconds']}; load average {load_before} → {os.getloadavg()}")
         write_json(args.out, results)
         return 0 if whole else 1
 
