@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from handoff_operator.conditions import DriverReport
+from handoff_operator.truth.driver_report import TOTAL_KEYS
 
-#: The figures summed (status.cost's keys, the driver's `totals` keys).
-FIGURES = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots")
+#: The figures summed (status.cost's keys, the driver's `totals` keys, as the operator reads them).
+FIGURES = TOTAL_KEYS
 GIB = 1 << 30
 #: Past UTC days kept in `status.cost.days` beside `today` (a week: enough to read a daily trend in `kubectl get
 #: -o yaml`; longer history is Prometheus's, `delta(handoff_cost_*[1d])`).

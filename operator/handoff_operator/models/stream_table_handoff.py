@@ -796,6 +796,10 @@ class CostFigures(StatusModel):
     write_api_bytes: int = Field(default=0, ge=0, description="Bytes appended through BigQuery's Storage Write API.")
     files: int = Field(default=0, ge=0, description="Data files the commits added (Iceberg).")
     snapshots: int = Field(default=0, ge=0, description="Table commits made (Iceberg snapshots, BigQuery batches).")
+    rewritten_files: int = Field(default=0, ge=0, description="Data files the driver's table upkeep rewrote (Iceberg "
+                                                              "compaction: the small files it replaced).")
+    rewritten_bytes: int = Field(default=0, ge=0, description="Bytes that upkeep wrote in their place (maintenance "
+                                                              "rewrites, beside tableBytes).")
 
 
 class CostDay(CostFigures):

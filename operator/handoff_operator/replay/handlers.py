@@ -189,9 +189,23 @@ class Request:
         self.status.update(patch)
         if ended:
             metrics.REPLAYS_ENDED.labels(self.namespace, phase).inc()
+            if phase == "Succeeded" and not self.dry_run:
+                self._count_reread()
         if before != reason:
             kopf.event(self.obj, type="Warning" if phase == "Failed" else "Normal", reason=reason,
                        message=message[:1000])
+
+    def _count_reread(self) -> None:
+        """What a finished RollbackAndReplay or Backfill re-read, for the handoff's cost (issue 35): the records
+        its progress counted in the table's ledger, and the plan's byte estimate for them. (A RollbackAndReplay's
+        re-reads are also inside the stream driver's totals, status.cost; a Backfill Job's are only here.)"""
+        spec = self.obj.get("spec") or {}
+        handoff = (spec.get("handoffRef") or {}).get("name")
+        plan = self.status.get("plan") or {}
+        records = (self.status.get("progress") or {}).get("records", plan.get("records"))
+        if handoff and isinstance(records, int) and records > 0:
+            metrics.count_reread(self.namespace, handoff, str(spec.get("mode") or ""), records,
+                                 (plan.get("cost") or {}).get("bytesToReread"))
 
     def step(self, name: str, message: str, **fields: Any) -> None:
         steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now_ms(), "message": message}]

@@ -44,6 +44,11 @@ DRIVER_RESTARTS = Gauge("handoff_driver_restarts", "Restarts of the driver pod's
                         ["namespace", "name"])
 REPLAYS_ENDED = Counter("handoff_replays", "ReplayRequests that ended, by final phase (Succeeded, Failed; "
                         "Planned for a dryRun)", ["namespace", "phase"])
+REREAD_RECORDS = Counter("handoff_cost_reread_records", "Records re-read from Kafka by finished replays "
+                         "(RollbackAndReplay) and backfills, by the handoff they re-read for",
+                         ["namespace", "name", "mode"])
+REREAD_BYTES = Counter("handoff_cost_reread_bytes", "The plans' byte estimate of those re-reads (records × the "
+                       "table's bytes per row of the range)", ["namespace", "name", "mode"])
 UPGRADE_ROLLBACKS = Counter("handoff_upgrade_rollbacks_total",
                             "Spec changes rolled back to the last good spec, by reason (CrashLoop, "
                             "ReadinessTimeout)", ["reason"])
@@ -68,9 +73,12 @@ COST_WRITE_API_MONEY = Gauge("handoff_cost_write_api_estimate", "Storage Write A
                              "HANDOFF_BIGQUERY_WRITE_PRICE_PER_GIB (status.cost.writeApiCost)", ["namespace", "name"])
 COST_FILES = Gauge("handoff_cost_files", "Data files the commits added, since counting began", ["namespace", "name"])
 COST_SNAPSHOTS = Gauge("handoff_cost_snapshots", "Table commits made, since counting began", ["namespace", "name"])
+COST_REWRITTEN_BYTES = Gauge("handoff_cost_rewritten_bytes", "Bytes the driver's table upkeep (Iceberg compaction) "
+                             "wrote, since counting began", ["namespace", "name"])
 COST_GAUGES: dict[str, Gauge] = {"kafkaBytes": COST_KAFKA_BYTES, "tableBytes": COST_TABLE_BYTES,
                                  "writeApiBytes": COST_WRITE_API_BYTES, "writeApiCost": COST_WRITE_API_MONEY,
-                                 "files": COST_FILES, "snapshots": COST_SNAPSHOTS}
+                                 "files": COST_FILES, "snapshots": COST_SNAPSHOTS,
+                                 "rewrittenBytes": COST_REWRITTEN_BYTES}
 
 # Last known phase per (namespace, name), so the phase gauge is a count, not an event tally.
 _phases: dict[tuple[str, str], str] = {}
@@ -175,6 +183,13 @@ def set_cost(namespace: str, name: str, cost: Mapping[str, Any] | None) -> None:
         value = cost.get(key)
         if isinstance(value, (int, float)):
             gauge.labels(namespace, name).set(value)
+
+
+def count_reread(namespace: str, name: str, mode: str, records: int, estimated_bytes: int | None) -> None:
+    """A finished RollbackAndReplay's or Backfill's re-read (its bytes: the plan's estimate, when it had one)."""
+    REREAD_RECORDS.labels(namespace, name, mode).inc(records)
+    if isinstance(estimated_bytes, int) and estimated_bytes > 0:
+        REREAD_BYTES.labels(namespace, name, mode).inc(estimated_bytes)
 
 
 def set_driver_restarts(namespace: str, name: str, restarts: int | None) -> None:

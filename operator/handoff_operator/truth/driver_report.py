@@ -66,7 +66,9 @@ def parse(text: str | None) -> DriverReport | None:
 
 
 #: The driver's running totals the operator reads (`handoff_spark.driver.progress.Totals.record`).
-TOTAL_KEYS = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots")
+#: One list for the reading and the summing (handoff.cost.FIGURES is this).
+TOTAL_KEYS = ("records", "kafkaBytes", "tableBytes", "writeApiBytes", "files", "snapshots", "rewrittenFiles",
+              "rewrittenBytes")
 
 
 def totals(value: Any) -> dict[str, int] | None:

@@ -128,7 +128,9 @@ class Totals:
 
     `kafkaBytes`: the Kafka records' keys and values read into committed batches; `tableBytes`: the bytes the
     commits added to the table (Iceberg: the data files; BigQuery: the Storage Write API's appended bytes, also
-    `writeApiBytes`); `files` and `snapshots` the commits made (a batch already in the table made none)."""
+    `writeApiBytes`); `files` and `snapshots` the commits made (a batch already in the table made none);
+    `rewrittenFiles` and `rewrittenBytes` what the upkeep after a commit rewrote (Iceberg compaction: the small
+    files replaced, the bytes written in their place)."""
 
     records: int = 0
     kafka_bytes: int = 0
@@ -136,11 +138,15 @@ class Totals:
     write_api_bytes: int = 0
     files: int = 0
     snapshots: int = 0
+    rewritten_files: int = 0
+    rewritten_bytes: int = 0
 
     def add(self, report: BatchReport) -> None:
         commit = report.commit or {}
         self.records += report.rows
         self.kafka_bytes += int(commit.get("kafka_bytes") or 0)
+        self.rewritten_files += int(commit.get("rewritten_files") or 0)
+        self.rewritten_bytes += int(commit.get("rewritten_bytes") or 0)
         if commit.get("skipped") or commit.get("snapshot_id") is None:
             return
         self.snapshots += 1
@@ -152,7 +158,8 @@ class Totals:
 
     def record(self) -> dict[str, int]:
         return {"records": self.records, "kafkaBytes": self.kafka_bytes, "tableBytes": self.table_bytes,
-                "writeApiBytes": self.write_api_bytes, "files": self.files, "snapshots": self.snapshots}
+                "writeApiBytes": self.write_api_bytes, "files": self.files, "snapshots": self.snapshots,
+                "rewrittenFiles": self.rewritten_files, "rewrittenBytes": self.rewritten_bytes}
 
 
 def _nest(flat: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:

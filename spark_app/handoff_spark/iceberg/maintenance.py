@@ -144,8 +144,9 @@ def live_data_files(table: Table) -> list[DataFile]:
 
 
 def compact(table: Table, small_bytes: int = 8 * 1024 * 1024, min_files: int = 8,
-            max_groups: int = 4) -> int:
-    """Rewrite small files partition by partition. Returns the number of files replaced (0 on conflict)."""
+            max_groups: int = 4, report: "MaintenanceReport | None" = None) -> int:
+    """Rewrite small files partition by partition. Returns the number of files replaced (0 on conflict);
+    `report` gets the bytes the committed rewrite read and wrote (issue 35's cost: maintenance rewrites)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     from handoff_spark.iceberg.parquet_writer import data_files
@@ -180,6 +181,9 @@ def compact(table: Table, small_bytes: int = 8 * 1024 * 1024, min_files: int = 8
                     ow.delete_data_file(f)
                 for f in written:
                     ow.append_data_file(f)
+        if report is not None:
+            report.rewrite_read_bytes += sum(int(f.file_size_in_bytes) for f in replaced)
+            report.rewrite_written_bytes += sum(int(f.file_size_in_bytes) for f in written)
     except CommitFailedException as exc:
         log.info("compaction lost a race with a concurrent commit (%s); retrying next round", exc)
         _delete(table, [f.file_path for f in written])
@@ -262,6 +266,8 @@ def remove_orphan_files(table: Table, older_than_seconds: float) -> list[str]:
 class MaintenanceReport:
     expired: list[int] = field(default_factory=list)
     compacted_files: int = 0
+    rewrite_read_bytes: int = 0  # the small files a committed compaction replaced
+    rewrite_written_bytes: int = 0  # the files it wrote in their place
     orphans_removed: int = 0
     duration_ms: float = 0.0
 
@@ -275,7 +281,7 @@ def run(table: Table, cfg: Any) -> MaintenanceReport:
         report.expired = expire_snapshots(table, m.expire_older_than_seconds)
         table.refresh()
     if m.compact:
-        report.compacted_files = compact(table)
+        report.compacted_files = compact(table, report=report)
         table.refresh()
     report.orphans_removed = len(remove_orphan_files(table, m.orphan_min_age_seconds))
     report.duration_ms = round((time.monotonic() - t0) * 1000, 1)

@@ -19,6 +19,8 @@ when it runs; this module does not import that one back.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import random
@@ -634,7 +636,13 @@ def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: in
     write_last_commit(cfg.checkpoint_location, result)
     if tc.table is not None and not tc.skipped and tc.snapshot_id is not None:
         from handoff_spark.iceberg import maintenance
-        maintenance.after_commit(tc.table, cfg, batch_id)
+        upkeep = maintenance.after_commit(tc.table, cfg, batch_id)
+        if upkeep is not None and upkeep.compacted_files:
+            # The rewrite's cost goes with this batch's record (written again: the first one is the commit's,
+            # kept before upkeep so a crash in it still leaves the batch's record).
+            result = dataclasses.replace(result, rewritten_files=upkeep.compacted_files,
+                                         rewritten_bytes=upkeep.rewrite_written_bytes)
+            write_last_commit(cfg.checkpoint_location, result)
     return result
 
 

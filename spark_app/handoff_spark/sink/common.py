@@ -62,6 +62,10 @@ class CommitResult:
     kafka_bytes: int | None = None
     files_added: int | None = None
     file_bytes: int | None = None
+    # The upkeep round after this commit, when one rewrote files (Iceberg compaction): files replaced, and the
+    # bytes it wrote in their place (None: no rewrite after this batch).
+    rewritten_files: int | None = None
+    rewritten_bytes: int | None = None
 
 
 class ConfigOnDemand:

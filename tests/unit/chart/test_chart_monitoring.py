@@ -75,7 +75,8 @@ def test_every_dashboard_query_is_promql_and_the_issue_panels_are_there() -> Non
             "handoff_retention_headroom_seconds"} <= names
     # the cost row (issue 35): bytes read and written, files and snapshots, the Storage Write API estimate
     assert {"handoff_cost_kafka_read_bytes", "handoff_cost_table_written_bytes", "handoff_cost_files",
-            "handoff_cost_snapshots", "handoff_cost_write_api_estimate"} <= names
+            "handoff_cost_snapshots", "handoff_cost_write_api_estimate", "handoff_cost_rewritten_bytes",
+            "handoff_cost_reread_bytes_total"} <= names
     assert "Cost" in [p["title"] for p in dash["panels"] if p["type"] == "row"]
     # The per-partition lag panel reads the driver's series, the totals the operator's.
     assert ("handoff_lag_records", "driver") in chart_metrics(render(MONITORING_ON))

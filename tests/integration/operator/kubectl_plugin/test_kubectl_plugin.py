@@ -205,7 +205,7 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
                          commit=None, max_event_time_ms=now_ms)
     for kafka_bytes, table_bytes in ((1000, 3 << 20), (2500, 5 << 20)):
         totals = {"records": 10, "kafkaBytes": kafka_bytes, "tableBytes": table_bytes, "writeApiBytes": 0,
-                  "files": 2, "snapshots": 2}
+                  "files": 2, "snapshots": 2, "rewrittenFiles": 9, "rewrittenBytes": 4096}
         publisher.offer({**report.record(hid), "totals": totals,
                          "checkpointDiscarded": "the checkpoint is ahead of the table's ledger"})
         eventually(lambda: ((cluster.get(ns, "orders").get("status") or {}).get("cost") or {}).get("kafkaBytes")
@@ -213,6 +213,9 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
     publisher.close()
     cost = cluster.get(ns, "orders")["status"]["cost"]
     assert (cost["tableBytes"], cost["files"], cost["today"]["kafkaBytes"]) == (5 << 20, 2, 2500)
+    # maintenance rewrites are kept by the API server (the CRD's schema has them) and exported
+    assert (cost["rewrittenFiles"], cost["rewrittenBytes"]) == (9, 4096)
+    assert REGISTRY.get_sample_value("handoff_cost_rewritten_bytes", {"namespace": ns, "name": "orders"}) == 4096
     assert REGISTRY.get_sample_value("handoff_cost_kafka_read_bytes", {"namespace": ns, "name": "orders"}) == 2500
     wide = subprocess.run(["kubectl", "get", "sth", "orders", "-n", ns, "-o", "wide"], capture_output=True,
                           text=True, env={**os.environ, "KUBECONFIG": cluster.kubeconfig}, timeout=60)

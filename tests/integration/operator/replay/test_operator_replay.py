@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 import pytest
+from prometheus_client import REGISTRY
 from confluent_kafka import Producer
 from kubernetes import client
 from pyiceberg.catalog.sql import SqlCatalog
@@ -192,6 +193,10 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     s.commit({0: (35, 50), 1: (12, 25)})
     status = s.wait_phase("rewind", "Succeeded")
     assert status["progress"]["records"] == status["progress"]["total"] == 45
+    labels = {"namespace": s.ns, "name": "orders", "mode": "RollbackAndReplay"}
+    assert REGISTRY.get_sample_value("handoff_cost_reread_records_total", labels) == 45
+    assert REGISTRY.get_sample_value("handoff_cost_reread_bytes_total", labels) == \
+        status["plan"]["cost"]["bytesToReread"] > 0
     assert [st["name"] for st in status["steps"]] == ["DriverStopped", "Tagged", "RolledBack", "DriverStarted",
                                                       "Replayed"]
     # Rolled back exactly once: the target became current once after the head, never again.
@@ -265,6 +270,9 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
     let_the_job_pod_finish(cluster, s.ns, "fill")
     status = s.wait_phase("fill", "Succeeded", timeout=120)
     assert [st["name"] for st in status["steps"]] == ["JobCreated", "Backfilled"]
+    # The re-read is counted for the handoff's cost (the in-process operator's registry): the 45 records.
+    assert REGISTRY.get_sample_value("handoff_cost_reread_records_total",
+                                     {"namespace": s.ns, "name": "orders", "mode": "Backfill"}) == 45
     assert status["progress"] == {"offsets": {s.topic: {"0": 60, "1": 60}}, "records": 45, "total": 45}
     for reason in ("Planned", "JobCreated", "Backfilling", "Succeeded"):
         eventually(lambda: reason in s.events("fill"), f"a {reason} Event ({s.events('fill')})")

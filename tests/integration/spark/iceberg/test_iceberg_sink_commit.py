@@ -3,6 +3,8 @@ broker (for consumer-group offsets): what executors and the driver do for one mi
 of the same batch does."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pyiceberg.types import DoubleType, ListType, LongType, MapType, StringType
 
@@ -273,3 +275,35 @@ def test_accept_kafka_records_an_epoch_snapshot_for_a_changed_topic_id(kafka, tm
     assert epoch.kind == ledger.EPOCH and epoch.topic_ids == ids and epoch.offsets == {topic: {0: (0, 0), 1: (0, 0)}}
     assert ledger.latest_identity(table, "ns/h1", cfg.query_name) == (cluster, ids)
     assert accept_kafka(cfg) == {"recorded": False, "topics": []}
+
+
+def test_a_compaction_after_a_commit_is_counted_with_that_batch(kafka, tmp_path):
+    """The upkeep round after batch 8 (maintenance.everyBatches 8) compacts the nine small files; the batch's
+    CommitResult and its record in the checkpoint (what the driver's progress Totals add up: issue 35's
+    maintenance rewrites) say how many files it replaced and the bytes it wrote, which are the new file's."""
+    from handoff_spark import checkpoint as ckpt
+    from handoff_spark.driver.progress import BatchReport, Totals
+
+    topic = "sink-compaction-cost"
+    kafka.create_topic(topic, partitions=1)
+    cfg = app_config(tmp_path, kafka.bootstrap, topic, maintenance={"orphanMinAgeSeconds": 0, "everyBatches": 8})
+    prepare(cfg)
+    cp = tmp_path / "checkpoint"
+    results = []
+    for b in range(9):
+        write_offsets(cp, b, {topic: {"0": 5 * b + 5}}, initial={topic: {"0": 0}} if b == 0 else None)
+        results.append(commit_batch(cfg, _write(cfg, raw_batch(topic, 0, 5 * b, [record(5 * b + i)
+                                                                                  for i in range(5)])), b))
+    assert [r.rewritten_files for r in results] == [None] * 8 + [9]
+    table = open_table(cfg)
+    (merged,) = maintenance.live_data_files(table)
+    assert results[8].rewritten_bytes == merged.file_size_in_bytes > 0
+    assert table.scan().to_arrow().num_rows == 45
+    recorded = ckpt.read_last_commit(str(cp))
+    assert recorded["batch_id"] == 8 and recorded["rewritten_files"] == 9
+    assert recorded["rewritten_bytes"] == merged.file_size_in_bytes
+    totals = Totals()
+    for r in results:
+        totals.add(BatchReport(batch_id=r.batch_id, rows=r.rows, duration_ms=1, start={}, end={}, lag={},
+                               commit=dataclasses.asdict(r), max_event_time_ms=None))
+    assert totals.record()["rewrittenFiles"] == 9 and totals.record()["rewrittenBytes"] == merged.file_size_in_bytes

@@ -70,3 +70,14 @@ def test_ended_days_are_kept_newest_first_for_a_week():
     typed = StreamTableHandoffStatus.model_validate({"cost": got}).model_dump(mode="json", by_alias=True,
                                                                               exclude_unset=True)
     assert typed["cost"]["days"][0] == {"date": "2026-12-06", **{k: 0 for k in cost.FIGURES}, "kafkaBytes": 10}
+
+
+def test_maintenance_rewrites_are_summed_beside_what_the_commits_wrote():
+    first = cost.accumulate(None, report(tableBytes=400, rewrittenFiles=9, rewrittenBytes=350), NOW, 1)
+    later = cost.accumulate(first, report(tableBytes=500, rewrittenFiles=18, rewrittenBytes=700), NOW, 1)
+    assert (later["tableBytes"], later["rewrittenFiles"], later["rewrittenBytes"]) == (500, 18, 700)
+    assert later["today"]["rewrittenBytes"] == 700
+    from handoff_operator.runtime import metrics
+    metrics.set_cost("ns", "rewrites", later)
+    from prometheus_client import REGISTRY
+    assert REGISTRY.get_sample_value("handoff_cost_rewritten_bytes", {"namespace": "ns", "name": "rewrites"}) == 700

@@ -100,7 +100,7 @@ def test_the_published_totals_and_a_checkpoint_discard_are_read():
 
     doc = {"publishedAtMs": 1, "driverPod": "p1", "checkpointDiscarded": "the table was rolled back",
            "totals": {"records": 3, "kafkaBytes": 30, "tableBytes": 2000, "writeApiBytes": 0, "files": 1,
-                      "snapshots": 1}}
+                      "snapshots": 1, "rewrittenFiles": 9, "rewrittenBytes": 1500}}
     report = driver_report.parse(json.dumps(doc))
     assert report.totals == doc["totals"] and report.checkpoint_discarded == "the table was rolled back"
     # An unreadable figure loses the totals rather than count a wrong one; absent keys are zero.

@@ -121,12 +121,13 @@ def test_totals_sum_what_the_commits_read_and_wrote():
                            max_event_time_ms=None)
 
     totals = Totals()
-    totals.add(batch(0, {"snapshot_id": 7, "kafka_bytes": 1000, "files_added": 2, "file_bytes": 4096}))
+    totals.add(batch(0, {"snapshot_id": 7, "kafka_bytes": 1000, "files_added": 2, "file_bytes": 4096,
+                         "rewritten_files": 9, "rewritten_bytes": 3000}))  # a compaction ran after it
     totals.add(batch(1, {"snapshot_id": 7, "skipped": True, "kafka_bytes": 500}))
     totals.add(batch(2, {"snapshot_id": 1700000000000000, "kafka_bytes": 300, "bytes": 250}))
     totals.add(batch(3, None))  # nothing committed (an empty batch)
     assert totals.record() == {"records": 40, "kafkaBytes": 1800, "tableBytes": 4346, "writeApiBytes": 250,
-                               "files": 2, "snapshots": 2}
+                               "files": 2, "snapshots": 2, "rewrittenFiles": 9, "rewrittenBytes": 3000}
 
 
 def test_record_bytes_counts_keys_and_values_nulls_as_nothing():

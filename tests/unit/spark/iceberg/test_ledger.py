@@ -150,9 +150,14 @@ def test_compaction_keeps_rows_and_ledger_and_loses_races_safely(tmp_path):
         _commit(t, i, {"a": {0: (i * 10, i * 10 + 10)}}, rows=10)
     before = sorted(t.scan().to_arrow()["_kafka_offset"].to_pylist())
     assert len(maintenance.live_data_files(t)) == 10
-    assert maintenance.compact(t, min_files=4) == 10
+    small = maintenance.live_data_files(t)
+    report = maintenance.MaintenanceReport()
+    assert maintenance.compact(t, min_files=4, report=report) == 10
     t = cat.load_table("ns.t")
     assert len(maintenance.live_data_files(t)) == 1
+    # what the rewrite cost (issue 35): the small files read, the one file written
+    assert report.rewrite_read_bytes == sum(f.file_size_in_bytes for f in small)
+    assert report.rewrite_written_bytes == maintenance.live_data_files(t)[0].file_size_in_bytes > 0
     assert sorted(t.scan().to_arrow()["_kafka_offset"].to_pylist()) == before
     assert t.current_snapshot().summary.additional_properties.get(maintenance.COMPACT_PROPERTY) == "true"
     # the ledger survives: batches behind the compaction snapshot are still found, resume point unchanged
