@@ -45,7 +45,8 @@ def as_of(snapshot: int | None, bigquery: bool) -> str | None:
 
 def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) -> list[dict[str, Any]]:
     """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (for BigQuery:
-    the batch and its commit time) and `asOf`, the clause that reads the table as of that row."""
+    the batch and its commit time) and `asOf`, the clause that reads the table as of that row. An entry whose
+    commit changed the Iceberg table's schema adds a `schema` row saying how."""
     out = []
     for e in entries:
         if e["kind"] == "batch":
@@ -60,6 +61,15 @@ def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) ->
         else:
             what = f"{e['kind']} ({e['query']}): {_ranges(e['offsets'])}" + (f" — {e['reason']}" if e.get("reason")
                                                                                else "")
+        change = e.get("schemaChange")
+        if change:
+            parts = ([f"added {', '.join(change['added'])}"] if change.get("added") else []) + (
+                [f"dropped {', '.join(change['dropped'])}"] if change.get("dropped") else []) + (
+                [f"changed {', '.join(change['changed'])}"] if change.get("changed") else [])
+            # Listed below its commit (rows of one moment: the later-recorded first): the commit wrote it.
+            out.append({"timeMs": e["timestampMs"], "source": "ledger", "kind": "schema",
+                        "what": f"schema {change['from']} → {change['to']}: " + ("; ".join(parts) or "field ids only"),
+                        "snapshot": e["snapshot"], "asOf": as_of(e["snapshot"], bigquery)})
         row = {"timeMs": e["timestampMs"], "source": "ledger", "kind": e["kind"], "what": what,
                "snapshot": e["snapshot"], "asOf": as_of(e["snapshot"], bigquery)}
         if bigquery and e["snapshot"] is not None:

@@ -22,7 +22,7 @@ recreated under the same name is detected instead of silently re-read or skipped
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Any, Iterator
 
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -82,7 +82,23 @@ def commit_of(snapshot: Snapshot) -> Commit | None:
         schemas=json.loads(props[SCHEMAS]) if props.get(SCHEMAS) else None,
         late_rows=int(props[LATE_ROWS]) if props.get(LATE_ROWS) else None,
         dropped_rows=int(props[DROPPED_ROWS]) if props.get(DROPPED_ROWS) else None,
+        schema_id=snapshot.schema_id,
     )
+
+
+def schema_change(table: Table | TableMetadata, old_id: int, new_id: int) -> dict[str, Any] | None:
+    """What changed in the table's columns between two of its schemas (the timeline's schema rows: issue 35):
+    top-level columns added, dropped, and whose type changed (a nested change shows as its column's new type).
+    None when a schema is no longer in the metadata."""
+    schemas = {s.schema_id: s for s in _metadata(table).schemas}
+    if old_id not in schemas or new_id not in schemas:
+        return None
+    old = {f.name: str(f.field_type) for f in schemas[old_id].fields}
+    new = {f.name: str(f.field_type) for f in schemas[new_id].fields}
+    return {"from": old_id, "to": new_id,
+            "added": [f"{n} {t}" for n, t in new.items() if n not in old],
+            "dropped": [n for n in old if n not in new],
+            "changed": [f"{n} {old[n]} → {t}" for n, t in new.items() if n in old and old[n] != t]}
 
 
 def ancestry(metadata: TableMetadata, snapshot_id: int | None = None) -> Iterator[Snapshot]:

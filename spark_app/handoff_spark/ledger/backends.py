@@ -160,29 +160,44 @@ def committed_group_offsets(bootstrap_servers: str, group: str, partitions: list
 
 def list_commits(cfg: AppConfig) -> list[Commit]:
     """The handoff's ledger entries (all queries), newest first: Iceberg snapshots or BigQuery's ledger index."""
+    return _commits_and_table(cfg)[0]
+
+
+def _commits_and_table(cfg: AppConfig) -> tuple[list[Commit], Any]:
+    """The ledger entries and, for Iceberg, the table they were read from (None for BigQuery)."""
     from handoff_spark.config import IcebergSink
 
     sink = cfg.sink
     if isinstance(sink, IcebergSink):
         from handoff_spark.iceberg import ledger
 
-        return ledger.list_commits(iceberg_table(sink.catalog_name, dict(sink.catalog_properties), sink.table),
-                                   handoff_id=cfg.handoff_id)
+        table = iceberg_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)
+        return ledger.list_commits(table, handoff_id=cfg.handoff_id), table
     from handoff_spark.bigquery import ledger as bigquery_ledger
 
-    return bigquery_ledger.list_commits(sink, handoff_id=cfg.handoff_id)
+    return bigquery_ledger.list_commits(sink, handoff_id=cfg.handoff_id), None
 
 
 def entries(cfg: AppConfig, limit: int | None = None) -> list[dict[str, Any]]:
-    """The handoff's ledger entries (all queries), newest first, as plain dicts."""
+    """The handoff's ledger entries (all queries), newest first, as plain dicts. An Iceberg entry written with a
+    different table schema than the entry before it says what changed (`schemaChange`: the timeline's schema rows)."""
+    commits, table = _commits_and_table(cfg)
     out = []
-    for c in list_commits(cfg)[:limit]:
+    for i, c in enumerate(commits[:limit]):
+        older = commits[i + 1] if i + 1 < len(commits) else None
+        change = None
+        if table is not None and older is not None and c.schema_id is not None and older.schema_id is not None \
+                and c.schema_id != older.schema_id:
+            from handoff_spark.iceberg import ledger
+
+            change = ledger.schema_change(table, older.schema_id, c.schema_id)
         out.append({"kind": c.kind, "snapshot": c.snapshot_id, "query": c.query, "batch": c.batch_id,
                     "timestampMs": c.timestamp_ms, "rows": c.rows, "deadLetters": c.dlq_rows,
                     "offsets": {t: {str(p): list(se) for p, se in parts.items()} for t, parts in c.offsets.items()},
                     "kafkaCluster": c.kafka_cluster_id, "topicIds": c.topic_ids, "reason": c.reason,
                     # the DataFrame path's counts (None elsewhere)
-                    "lateRows": c.late_rows, "droppedRows": c.dropped_rows})
+                    "lateRows": c.late_rows, "droppedRows": c.dropped_rows,
+                    "schemaId": c.schema_id, "schemaChange": change})
     return out
 
 

@@ -48,6 +48,8 @@ class Commit:
     #: transform filtered or the dedupe dropped (Iceberg: handoff.late-rows, handoff.dropped-rows).
     late_rows: int | None = None
     dropped_rows: int | None = None
+    #: The table schema the entry's snapshot was written with (Iceberg's schema id; None for BigQuery).
+    schema_id: int | None = None
 
     @property
     def end_offsets(self) -> Offsets:

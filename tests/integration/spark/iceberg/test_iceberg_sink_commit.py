@@ -106,6 +106,12 @@ def test_schema_evolution_adds_optional_column_and_widens(kafka, tmp_path):
     rows = {r["_kafka_offset"]: r for r in table.scan().to_arrow().to_pylist()}
     assert rows[2]["note"] == "x" and rows[3]["score"] == 2.5 and rows[0]["note"] is None
     assert len(rows) == 4
+    # the ledger's entries (what `handoff timeline` and `kubectl handoff timeline` read) say what batch 1 changed
+    from handoff_spark.ledger import entries
+    newest, first = entries(cfg)
+    assert newest["batch"] == 1 and first["schemaChange"] is None
+    assert newest["schemaChange"] == {"from": first["schemaId"], "to": newest["schemaId"],
+                                      "added": ["note string", "score double"], "dropped": [], "changed": []}
     # the declared type widens int → long on restart with a new declared schema
     wider = app_config(tmp_path, kafka.bootstrap, topic, columns=[
         {"name": "id", "type": "long"}, {"name": "region", "type": "string"}])

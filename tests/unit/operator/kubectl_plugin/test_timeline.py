@@ -92,3 +92,12 @@ def test_a_replay_step_orders_among_operator_entries_of_the_same_second():
     record = [{"timeMs": 9_600, "type": "Normal", "reason": "RetentionEnforced", "message": "raised"}]
     rows = timeline.rows([], [], [request], "orders", record=record)
     assert [r["kind"] for r in rows] == ["Tagged", "RetentionEnforced"]
+
+
+def test_a_commit_that_changed_the_tables_schema_has_a_schema_row_below_it():
+    changed = dict(entry(21, 5, 6000), schemaId=1, schemaChange={
+        "from": 0, "to": 1, "added": ["note string", "score double"], "dropped": [], "changed": ["id int → long"]})
+    rows = timeline.rows([changed, dict(entry(20, 4, 5000), schemaId=0, schemaChange=None)], [], [], "orders")
+    assert [(r["kind"], r["snapshot"]) for r in rows] == [("batch", 21), ("schema", 21), ("batch", 20)]
+    assert rows[1]["what"] == "schema 0 → 1: added note string, score double; changed id int → long"
+    assert rows[1]["asOf"] == "FOR VERSION AS OF 21"
