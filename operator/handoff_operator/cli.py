@@ -153,6 +153,7 @@ def _timeline(args: argparse.Namespace) -> int:
     from handoff_spark.ledger import entries
 
     from handoff_operator.kubectl_plugin import timeline
+    from handoff_operator.kubectl_plugin.output import print_document
 
     cfg = AppConfig.model_validate_json(local_config(_manifest(args.file), args.checkpoint, "local[1]"))
     try:
@@ -165,12 +166,7 @@ def _timeline(args: argparse.Namespace) -> int:
         return timeline.rows(entries(cfg), (), (), cfg.handoff_id, since, None, (), bigquery)
 
     shown = read()
-    if args.output == "json":
-        print(json.dumps(shown[:args.limit], indent=2, default=str))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(shown[:args.limit], sort_keys=False, default_flow_style=False), end="")
-    else:
-        print(timeline.format_text(shown[:args.limit]))
+    print_document(shown[:args.limit], args.output, timeline.format_text)
     if not args.watch:
         return 0
     # Followed: each new row once, oldest first, as `kubectl get -w` adds lines (json: one document per line,

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from handoff_operator.runtime.kube import Kube
 from handoff_operator.spec.render import GROUP, PLURAL, VERSION
 from handoff_operator.kubectl_plugin import replay, status
+from handoff_operator.kubectl_plugin.output import print_document
 
 REPLAY_PLURAL = "replayrequests"
 
@@ -44,15 +44,6 @@ def _client(args: argparse.Namespace) -> tuple[client.ApiClient, str]:
     return api, namespace
 
 
-def _print(doc: Any, output: str, text: Callable[[Any], str]) -> None:
-    if output == "json":
-        print(json.dumps(doc, indent=2, default=str))
-    elif output == "yaml":
-        print(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), end="")
-    else:
-        print(text(doc))
-
-
 def _handoff(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     try:
         return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
@@ -65,7 +56,7 @@ def _handoff(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 def _status(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
     obj = _handoff(kube, namespace, args.name)
     report = kube.read_driver_report(namespace, args.name)
-    _print(status.summary(obj, report, int(time.time() * 1000)), args.output, status.format_text)
+    print_document(status.summary(obj, report, int(time.time() * 1000)), args.output, status.format_text)
     return 0
 
 
@@ -80,7 +71,7 @@ def _ledger(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
         rows = entries(kube, obj, overrides, args.limit)
     except LedgerError as exc:
         raise Failure(f"{namespace}/{args.name}: {exc}") from None
-    _print(rows, args.output, format_entries)
+    print_document(rows, args.output, format_entries)
     return 0
 
 
@@ -120,7 +111,7 @@ def _timeline(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
     requests = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REPLAY_PLURAL).get("items") or []
     record = _timeline_record(kube, namespace, args.name)
     bigquery = bool(((obj.get("spec") or {}).get("sink") or {}).get("bigquery"))
-    _print(timeline.rows(ledger, events, requests, args.name, since, args.limit, record, bigquery), args.output,
+    print_document(timeline.rows(ledger, events, requests, args.name, since, args.limit, record, bigquery), args.output,
            timeline.format_text)
     return 0
 
@@ -158,7 +149,7 @@ def _replay(args: argparse.Namespace, kube: Kube, namespace: str) -> int:
     say(f"replayrequest.{GROUP}/{request} created")
     final = _follow(kube, namespace, request, args.dry_run, args.timeout, say)
     if args.output != "text":
-        _print({"name": request, "namespace": namespace, "spec": final.get("spec"),
+        print_document({"name": request, "namespace": namespace, "spec": final.get("spec"),
                 "status": final.get("status")}, args.output, str)
     return 1 if (final.get("status") or {}).get("phase") == "Failed" else 0
 
