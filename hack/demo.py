@@ -177,7 +177,7 @@ class Driver:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if line.startswith(("batch ", "seed batch ", "bootstrap batch ", "SIGTERM", "SIGINT", "second ",
+                if line.startswith(("batch ", "seed batch ", "SIGTERM", "SIGINT", "second ",
                                     "the transform failed")):
                     say(f"    driver | {line.rstrip()}")
 

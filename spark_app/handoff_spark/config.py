@@ -217,9 +217,6 @@ class AppConfig(_Model):
     transform: Transform | None = None
     dedupe: Dedupe | None = None
     event_time: EventTime | None = None
-    bootstrap_batch: bool = Field(
-        default=True, description="At start, the driver commits batches itself, in its own process, while Spark "
-                                  "starts (handoff_spark.startup.bootstrap); false: Spark's path only.")
 
     @model_validator(mode="after")
     def _registry_needed(self) -> "AppConfig":

@@ -4,16 +4,11 @@
 equivalent of `kill -9` on the whole app: driver, JVM and Python workers) when the sink reaches `<point>`
 for batch N. Points: `crash-after-table-commit` (the table holds the batch, Spark's commit log does not),
 `crash-before-table-commit`, `catalog-outage` (the commit attempt fails as if the catalog were unreachable),
-the same three prefixed `bootstrap-` for the driver's bootstrap batch (`handoff_spark.startup.bootstrap`; batch = the
-bootstrap's batch id, 0),
 `crash-mid-write` (an executor dies after writing its data files, before the
 task reports), `fail-task` (a write task raises; with `local[N,F]` Spark retries it), `stall-task` (the
 first attempt of a batch's first write task hangs until Spark kills it: a straggler, for the speculation
 drill; Iceberg sink).
 `once=<file>` fires only if the file does not exist yet and creates it, so a restarted app runs clean.
-`bootstrap-pause:release=<file>` holds the driver's bootstrap batch between its plan and its write/commit: it
-creates `<file>.waiting` and waits until `<file>` exists, so a drill can move the table meanwhile (another writer)
-without timing.
 
 Drills must start the app in its own session (`start_new_session=True`) so the kill stays inside it.
 """
@@ -57,23 +52,10 @@ def armed(point: str, batch_id: int | None = None) -> bool:
     return False
 
 
-#: Set by the driver process itself (`mark_driver_process`): a hook that fires there (the bootstrap batch) kills
-#: the driver's own group; walking up the parents from there would reach whoever started the driver.
-_IN_DRIVER = False
-
-
-def mark_driver_process() -> None:
-    """Called once by the driver (`app.run`): this process is in the app's process group."""
-    global _IN_DRIVER
-    _IN_DRIVER = True
-
-
 def _app_process_group() -> int:
     """The app's process group. Spark's Python daemon moves its workers into a group of their own, so walk up
     the parents to the first process in another group (the JVM, in the app's group)."""
     mine = os.getpgrp()
-    if _IN_DRIVER:
-        return mine
     pid = os.getppid()
     while pid > 1:
         try:
@@ -114,19 +96,3 @@ def maybe_stall(point: str, batch_id: int | None) -> None:
         time.sleep(1)
 
 
-def maybe_pause(point: str, batch_id: int | None = None) -> None:
-    """Wait here while `point` is armed with `release=<file>` and that file does not exist (see the module doc)."""
-    spec = switches.FAULT()
-    if not spec:
-        return
-    for one in spec.split(";"):
-        name, args = _parse(one)
-        if name != point or "release" not in args:
-            continue
-        if "batch" in args and batch_id is not None and int(args["batch"]) != batch_id:
-            continue
-        release = Path(args["release"])
-        Path(f"{release}.waiting").touch()
-        deadline = time.monotonic() + 600
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)

@@ -189,14 +189,10 @@ class PathOrOff(Switch):
 
 # ------------------------------------------------------------------------ start-up speed (one per piece)
 
-BOOTSTRAP_BATCH = OnOff(
-    "HANDOFF_BOOTSTRAP_BATCH", "driver (`startup.bootstrap`)",
-    "The driver's own bootstrap batches while Spark starts (Iceberg sink); off: Spark's path only, as "
-    "`spec.spark.driver.bootstrapBatch: false`.")
 SESSION_WARMUP = OnOff(
     "HANDOFF_SESSION_WARMUP", "driver (`startup.session_warmup`)",
-    "The session's warm-up query before the stream's (Spark's Python daemons and workers started off the "
-    "stream's path).")
+    "The session's warm-up query beside the stream's first batch (Spark's Python daemons and workers started "
+    "beside its path instead of one after another on it).")
 SPARK_CDS_ARCHIVE = PathOrOff(
     "HANDOFF_SPARK_CDS_ARCHIVE", "driver (`startup.jvm_cds`)",
     "The JVMs' class-data-sharing archive: this file (when it exists), none when off, else the machine's "

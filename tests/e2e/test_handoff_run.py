@@ -67,9 +67,9 @@ def test_handoff_run_available_now_drains_into_iceberg_and_exits_zero(kafka, tmp
                           "--checkpoint", str(tmp_path / "ck")], capture_output=True, text=True, timeout=600)
     out = run.stdout
     assert run.returncode == 0, (out + run.stderr)[-4000:]
-    # the driver's bootstrap batch first (handoff_spark.startup.bootstrap), then Spark's batches
-    batch_lines = [line for line in out.splitlines() if line.startswith(("batch ", "bootstrap batch 0: "))]
-    assert batch_lines[0].startswith("bootstrap batch 0: "), out
+    # every batch is Spark's query's, from its batch 0 on
+    batch_lines = [line for line in out.splitlines() if line.startswith("batch ")]
+    assert batch_lines[0].startswith("batch 0: "), out
     assert len(batch_lines) >= 3 and all("snapshot " in line for line in batch_lines), out
     assert all(" freshness " in line for line in batch_lines), out  # newest committed event time, from the sink
     assert out.splitlines()[-1] == "done"
@@ -106,7 +106,7 @@ DEFAULT_METRICS_PORT = 9090  # the operator's (render.METRICS_PORT), which `hand
 #: What a driver may leave in its temp dir when killed: directories named by its pid, which the next one removes
 #: (handoff_spark.driver.temp_dirs): stop markers, its JVM's java.io.tmpdir, its session launch's temporary files, warm-up
 #: queries, `handoff run`'s config.
-OWNED = re.compile(r"^handoff-(stop|jvm|launch|warmup|run)-(\d+)-")
+OWNED = re.compile(r"^handoff-(stop|jvm|launch|warmup|session-warmup|run)-(\d+)-")
 
 
 def _free_port() -> int:

@@ -25,10 +25,9 @@ def test_clean_run_then_incremental_run(kafka, tmp_path):
     run_to_completion(tmp_path, max_runs=1)
     table = assert_exactly_once(cfg, kafka.bootstrap, n, topic)
     commits = ledger.list_commits(table)
-    # the driver's bootstrap batch first (batch 0 of its own query), then Spark's batches 0, 1, … in order
-    assert commits[-1].query_id.startswith("bootstrap-") and commits[-1].batch_id == 0
-    spark = commits[:-1]
-    assert [c.batch_id for c in spark] == list(range(len(spark) - 1, -1, -1))
+    # Spark's batches 0, 1, … in order, all of one query: every batch is Spark's
+    assert [c.batch_id for c in commits] == list(range(len(commits) - 1, -1, -1))
+    assert len({c.query_id for c in commits}) == 1
     n += produce(kafka.bootstrap, topic, range(1500, 1800))
     run_to_completion(tmp_path, max_runs=1)
     assert_exactly_once(cfg, kafka.bootstrap, n, topic)
@@ -40,9 +39,8 @@ def test_clean_run_then_incremental_run(kafka, tmp_path):
 def test_kill9_after_table_commit_before_spark_commit(kafka, tmp_path):
     topic = "ice-crash-after-commit"
     kafka.create_topic(topic, partitions=2)
-    # Spark's replay of a landed batch is what this drill is about: with the bootstrap batch on, the restarted
-    # driver's bootstrap would take the backlog first and Spark's checkpoint (with the pending batch) be reset
-    cfg = drill_config(tmp_path, kafka.bootstrap, topic, bootstrapBatch=False)
+    # Spark's replay of a landed batch is what this drill is about
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic)
     n = produce(kafka.bootstrap, topic, range(1600))
     marker = tmp_path / "fault-fired"
     runs = run_to_completion(tmp_path, env={"HANDOFF_FAULT": f"crash-after-table-commit:batch=2,once={marker}"})

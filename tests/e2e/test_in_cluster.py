@@ -139,8 +139,8 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
         status = _handoff(cluster, ns).get("status", {})
         ready = {c["type"]: c["status"] for c in status.get("conditions", [])}.get("Ready")
         offsets = ((status.get("committed") or {}).get("offsets") or {}).get(state["topic"]) or {}
-        # The current driver may have reported batches before these records (its bootstrap batches commit what
-        # arrives while Spark starts): wait for a status that has read the table's ledger since.
+        # The current driver may have reported batches before these records: wait for a status that has read the
+        # table's ledger since.
         done = (ready == "True" and status.get("lag") == 0 and status.get("app", {}).get("driver") == driver
                 and (status.get("lastBatch") or {}).get("rows") and status.get("freshness")
                 and {int(p): o for p, o in offsets.items()} == committed)

@@ -153,8 +153,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
             executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
                                                                          f"app.kubernetes.io/component=executor")
                                             if running(p)] or None, "a running executor pod", timeout=300)
-            # More records once the executor runs: the stream keeps committing with the executors confined too (the
-            # first records may have been committed by the driver's bootstrap batches alone).
+            # More records once the executor runs: the stream keeps committing with the executors confined too.
             more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
             eventually(lambda: table_rows(catalog, TABLE) == produced + more, "more records in the table",
                        timeout=600, interval=2)

@@ -40,13 +40,16 @@ def test_checkpoint_lost_mid_stream_resumes_from_the_ledger(kafka, tmp_path):
     shutil.rmtree(tmp_path / "checkpoint")  # a lost PVC
     n += produce(kafka.bootstrap, topic, range(2400, 2700))
     run_to_completion(tmp_path, max_runs=1)
-    # the restarted driver's first batch (its bootstrap batch) started where the table's ledger ended, not at
-    # startingOffsets, and the fresh checkpoint's batch 0 where that batch ended
+    # the restarted driver's fresh checkpoint started where the table's ledger ended, not at startingOffsets: its
+    # query's first batch (batch 0 of a new query id) starts there
     table = open_table(cfg, create=False)
-    boot = next(c for c in ledger.list_commits(table, cfg.handoff_id) if (c.query_id or "").startswith("bootstrap-"))
-    assert {t: {p: se[0] for p, se in parts.items()} for t, parts in boot.offsets.items()} == committed
+    commits = ledger.list_commits(table, cfg.handoff_id)
+    first_query = commits[-1].query_id
+    restarted = [c for c in commits if c.query_id != first_query]
+    assert restarted and restarted[-1].batch_id == 0
+    assert {t: {p: se[0] for p, se in parts.items()} for t, parts in restarted[-1].offsets.items()} == committed
     assert ckpt.initial_offsets(cfg.checkpoint_location) == {
-        (t, p): se[1] for t, parts in boot.offsets.items() for p, se in parts.items()}
+        (t, p): off for t, parts in committed.items() for p, off in parts.items()}
     assert_exactly_once(cfg, kafka.bootstrap, n, topic)
 
 
@@ -58,13 +61,11 @@ def test_checkpoint_location_changed_by_a_spec_change(kafka, tmp_path):
     run_to_completion(tmp_path, max_runs=1)
     # the new generation of the spec points at another checkpoint location (empty)
     cfg = drill_config(tmp_path, kafka.bootstrap, topic, checkpointLocation=str(tmp_path / "checkpoint-v2"))
-    # more than the restarted driver's bootstrap batch takes (maxRecordsPerBatch 400), so Spark commits too
     n += produce(kafka.bootstrap, topic, range(1000, 1600))
     run_to_completion(tmp_path, max_runs=1)
     table = assert_exactly_once(cfg, kafka.bootstrap, n, topic)
-    # two checkpoints, two Spark query ids (besides each driver's bootstrap batch), one unbroken ledger
-    ids = {c.query_id for c in ledger.list_commits(table)}
-    assert len({i for i in ids if not i.startswith("bootstrap-")}) == 2
+    # two checkpoints, two Spark query ids, one unbroken ledger
+    assert len({c.query_id for c in ledger.list_commits(table)}) == 2
 
 
 def test_checkpoint_of_another_table_is_discarded(kafka, tmp_path):

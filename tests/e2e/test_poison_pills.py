@@ -1,5 +1,5 @@
 """One bad record never halts a hand-off: the worst records a producer can write, among valid ones, through the
-real driver into Iceberg (on Spark's query and on the driver's bootstrap batch) and into BigQuery. Every valid
+real driver into Iceberg and into BigQuery, on Spark's query. Every valid
 record lands exactly once, every bad one is in the dead-letter topic with its reason, and the driver runs to the
 end in one life."""
 from __future__ import annotations
@@ -119,12 +119,9 @@ def assert_dead_letters(bootstrap: str, dlq: str, produced: Produced) -> None:
     assert sizes[big] == TRUNCATED_BYTES
 
 
-@pytest.mark.parametrize("bootstrap_batch", [False, True], ids=["spark", "bootstrap"])
-def test_iceberg_the_worst_records_are_dead_letters_and_the_driver_never_exits(kafka, tmp_path: Path,
-                                                                               bootstrap_batch: bool) -> None:
+def test_iceberg_the_worst_records_are_dead_letters_and_the_driver_never_exits(kafka, tmp_path: Path) -> None:
     topic, dlq = topics(kafka)
-    cfg = drill_config(tmp_path, kafka.bootstrap, topic, max_records=150, schema=SCHEMA, deadLetterTopic=dlq,
-                       bootstrapBatch=bootstrap_batch)
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic, max_records=150, schema=SCHEMA, deadLetterTopic=dlq)
     produced = produce_the_worst(kafka.bootstrap, topic)
     assert_one_clean_life(run_to_completion(tmp_path, max_runs=1))
     table = assert_exactly_once(cfg, kafka.bootstrap, produced.good, topic)

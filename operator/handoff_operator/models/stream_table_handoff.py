@@ -372,7 +372,7 @@ class ScalingSpec(SpecModel):
 #: Spark's floor under a factor-sized memory overhead (spark.{driver,executor}.minMemoryOverhead's default), in MiB.
 MIN_MEMORY_OVERHEAD_MIB = 384
 #: The overhead factor when none is given: the driver pod is sized by the operator for a PySpark driver (its Python
-#: process, the bootstrap batches, the native Kafka reader beside the JVM), as Spark sizes a Python driver pod in
+#: process and the native Kafka reader beside the JVM), as Spark sizes a Python driver pod in
 #: cluster mode; executor pods are sized by Spark itself, which in client mode uses its JVM default.
 DEFAULT_OVERHEAD_FACTOR = {"driver": 0.4, "executor": 0.1}
 _OVERHEAD_RULES = [
@@ -441,19 +441,11 @@ class PodResources(SpecModel):
 
 
 class DriverSpec(PodResources):
-    """The Spark driver pod: cores, memory, its pod options, and its bootstrap batch at start."""
+    """The Spark driver pod: cores, memory and its pod options."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores of the driver.")
     memory: MemoryQuantity = Field(default="1Gi", description="JVM heap as a Kubernetes quantity, e.g. 1Gi; the pod "
                                                               "gets memory + memoryOverhead.")
-    bootstrap_batch: bool = Field(
-        default=True, description="At each start the driver commits the stream itself, in its own process, "
-                                  "batch after batch at the trigger interval (each up to maxRecordsPerBatch, at "
-                                  "most 100,000 records) while Spark's session starts and warms up, then hands it "
-                                  "to Spark's query at a batch boundary; every batch goes through the same write, "
-                                  "commit and ledger check as Spark's: the first commit after a restart comes "
-                                  "within seconds and the table keeps being committed through the start. false: "
-                                  "Spark's path only. Iceberg sink only.")
     pod: PodOptions | None = Field(default=None, description="Pod options of the driver only, laid over "
                                                              "spec.spark.pod (the driver's wins; see spec.spark.pod "
                                                              "for how each field merges).")

@@ -399,7 +399,6 @@ def app_config(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         "progressFile": PROGRESS_FILE,
         "maintenance": {"expireOlderThanSeconds": int(spec.replay_window_seconds)},
         "sparkConf": spark_conf(spec, namespace, name, image),
-        "bootstrapBatch": spec.spark.driver.bootstrap_batch,
         # Records as Spark rows, through the SQL, event time and dedupe (handoff_spark.driver.transform).
         "transform": spec.transform.model_dump(by_alias=True) if spec.transform is not None else None,
         "dedupe": ({"keys": list(spec.dedupe.keys), "withinSeconds": parse_duration(spec.dedupe.within)}

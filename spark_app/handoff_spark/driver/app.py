@@ -23,16 +23,16 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from handoff_spark import faults, switches
-from handoff_spark.startup import bootstrap
 from handoff_spark.startup import jvm_cds
 from handoff_spark.startup import session_warmup
+from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import TRANSFORM_INVALID_EXIT
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
-from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets, report_from_commit,
+from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets,
                        report_from_progress, write_progress_file, Totals)
 from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.publisher import ProgressPublisher
@@ -237,7 +237,7 @@ class ProgressReporter:
         self.max_event_time_ms: int | None = None
         self.reports: list[BatchReport] = []
         self.totals = Totals()  # published with every record (the operator's cost figures)
-        self.spark_batches = 0  # Spark's batches reported (the bootstrap batch is not one)
+        self.spark_batches = 0  # Spark's batches reported
         #: The seed line of this driver's checkpoint (driver.seed): batches below it are reported as seed batches.
         self.seed_line: dict[tuple[str, int], int] = {}
 
@@ -277,13 +277,6 @@ class ProgressReporter:
             self._emit(report, {"firstOfDriver": first, "seed": True}, prefix="seed ")
             return
         self._emit(report, {"firstOfDriver": first})
-
-    def report_bootstrap(self, outcome: bootstrap.Outcome) -> None:
-        """The driver's bootstrap batch (`handoff_spark.startup.bootstrap`), reported like any batch: console line,
-        metrics, progress record (marked `bootstrap`; it ran no executor, so it rates none)."""
-        report = report_from_commit(outcome.commit_record(), outcome.plan.ranges, outcome.plan.latest,
-                                    outcome.duration_ms, self.max_event_time_ms)
-        self._emit(report, {"firstOfDriver": True, "bootstrap": True}, prefix="bootstrap ")
 
     def _emit(self, report: BatchReport, extra: dict[str, Any], prefix: str = "") -> None:
         cfg = self.cfg
@@ -371,7 +364,6 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             raise
         taken = f" (port {cfg.metrics_port} is taken)" if cfg.metrics_port not in (0, port) else ""
         echo(f"metrics on :{port}/metrics{taken}")
-    faults.mark_driver_process()
     # In a pod the operator manages: the record also goes to the operator (see progress_publisher).
     publisher = ProgressPublisher.from_env(
         on_error=lambda _exc: metrics.publish_errors.labels(cfg.handoff_id).inc())
@@ -380,22 +372,21 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     scaler: ExecutorScaler | None = None
     try:
         start: StartPlan | None = None
-        boot: bootstrap.Bootstrap | None = None
+        # The JVM launches while this thread prepares the table and reads the ledger (startup.early_session).
+        session = EarlySession(lambda: build_session(cfg)).start()
         if sink_format is None:
-            # Before the Spark session: a table or Kafka problem fails in seconds, not after a JVM start.
-            backend = sinks.get(cfg.sink.kind)
-            backend.prepare(cfg)
-            start = prepare_start(cfg, backend, echo)
+            try:
+                # A table or Kafka problem fails in a second or two, with its own message.
+                backend = sinks.get(cfg.sink.kind)
+                backend.prepare(cfg)
+                start = prepare_start(cfg, backend, echo)
+            except BaseException:
+                session.abandon()  # the JVM being launched goes with the refusal, without a word after it
+                raise
             reporter.checkpoint_discarded = start.discarded
             log.info("table prepared, start planned")
-            off = bootstrap.off_reason(cfg, sink_format)
-            if off is None:  # the driver's own batches, beside the JVM's start (handoff_spark.startup.bootstrap)
-                boot = bootstrap.Bootstrap(cfg, start.ledger, echo, on_commit=reporter.report_bootstrap,
-                                           keep_going=not available_now).start()
-            else:
-                log.info("bootstrap batch off: %s", off)
-        spark = build_session(cfg)
-        log.info("spark session started")
+        spark = session.result()
+        log.info("spark session started (%.1f s after the driver's start of it)", session.seconds or 0.0)
         if frames_query(cfg, sink_format):
             try:
                 transform.check(spark, cfg)
@@ -403,19 +394,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 echo(str(exc))
                 write_termination_message(str(exc))  # the operator's Degraded/TransformInvalid condition
                 return TRANSFORM_INVALID_EXIT
-        if boot is not None and start is not None:
-            if boot.keep_going and session_warmup.enabled():
-                # Spark's first batch would start its Python daemons and workers on the stream's path; start them
-                # now, while the bootstrap batches keep the table fresh (handoff_spark.startup.session_warmup).
-                echo(session_warmup.run(spark, cfg, lambda: "stop requested" if stop_requested.is_set()
-                                        else "the bootstrap batches failed" if boot.failed() else None))
-            try:
-                start = finish_bootstrap(boot, start)
-            except Exception as exc:  # noqa: BLE001 - refused or failed: one line, exit 1 like a failed query
-                echo(f"bootstrap batch failed: {exc}")
-                log.error("bootstrap batch failed", exc_info=True)
-                return 1
-        if stop_requested.is_set():  # a stop signal during the start: the bootstrap (if any) is committed
+        if stop_requested.is_set():  # a stop signal during the start: nothing was read yet
             echo("stopped")
             return 0
         start_offsets = start.start_offsets() if start is not None else None
@@ -427,6 +406,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
         if frames_query(cfg, sink_format):
             reporter.seed_line = ckpt.read_seed_line(cfg.checkpoint_location)
+        if sink_format is None and not available_now and session_warmup.enabled():
+            # Spark starts its Python daemons one after another on the first batch's path (planner, writer,
+            # worker daemon, commit runner); the warm-up query starts them beside it (startup.session_warmup).
+            session_warmup.start_beside(spark, cfg, lambda: "stop requested" if stop_requested.is_set() else None)
         query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                             sink_format=sink_format, start_offsets=start_offsets,
                             min_partitions_file=min_partitions_file)
@@ -513,15 +496,6 @@ def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None
                 fh.write(message[:4000])
     except OSError:
         pass
-
-
-def finish_bootstrap(boot: bootstrap.Bootstrap, start: StartPlan) -> StartPlan:
-    """Stop the bootstrap batches at a batch boundary and wait for them (each reported itself; the first reset
-    Spark's checkpoint) and return where Spark's query starts: the table's ledger end after the last one."""
-    ledger = boot.result()
-    if not boot.outcomes:
-        return start
-    return StartPlan(ledger={**start.ledger, **ledger}, discarded=start.discarded)
 
 
 #: `wait`'s answer when `restart_when` asked for the query to start again (a lookup table changed).

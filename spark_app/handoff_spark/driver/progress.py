@@ -209,24 +209,6 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
                        input_rows_per_second=rate, work_ms=work_ms, duplicates_dropped=dropped)
 
 
-def report_from_commit(commit: Mapping[str, Any], ranges: Mapping[tuple[str, int], tuple[int, int]],
-                       latest: Mapping[tuple[str, int], int], duration_ms: int,
-                       prev_max_event_time_ms: int | None) -> BatchReport:
-    """A batch Spark did not run (the driver's bootstrap batch, `handoff_spark.startup.bootstrap`) from the sink's commit
-    record alone, reported like any batch."""
-    start = {tp: se[0] for tp, se in ranges.items()}
-    end = {tp: se[1] for tp, se in ranges.items()}
-    max_event = prev_max_event_time_ms
-    if commit.get("max_event_time_ms") not in (None, ""):
-        candidate = int(commit["max_event_time_ms"])
-        max_event = candidate if max_event is None else max(max_event, candidate)
-    rows = int(commit.get("records") or commit.get("rows") or 0)
-    return BatchReport(batch_id=int(commit["batch_id"]), rows=rows, duration_ms=duration_ms, start=start, end=end,
-                       lag=lag_per_partition(end, {**end, **latest}), commit=dict(commit),
-                       max_event_time_ms=max_event,
-                       input_rows_per_second=rows * 1000.0 / duration_ms if duration_ms else None)
-
-
 def write_progress_file(path: str, record: Mapping[str, Any]) -> None:
     """Atomic rewrite (readers never see a half-written record)."""
     target = Path(path)

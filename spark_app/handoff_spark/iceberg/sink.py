@@ -255,17 +255,14 @@ def _dead_letter_misfits(cfg: AppConfig, raw: pa.Table, dead: list[DeadLetter], 
     return decode_source(raw.take(pa.array(rest, pa.int64())), cfg)[0], dead
 
 
-def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: bool = True) -> IcebergCommitMessage:
-    """A write task (executors): read/decode its records, write Parquet files for them (not yet table data).
-
-    `in_spark=False`: the driver's bootstrap batch (`handoff_spark.startup.bootstrap`) runs this same function in its
-    own process; there is no Spark task, so the Spark-task fault hooks (keyed on Spark's batch id) stay off."""
+def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch]) -> IcebergCommitMessage:
+    """A write task (executors): read/decode its records, write Parquet files for them (not yet table data)."""
     write_uuid = uuid.uuid4()
     t0 = time.perf_counter()
     msg = IcebergCommitMessage(write_uuid=str(write_uuid))
-    batch_id = task_batch_id() if in_spark else None
-    if in_spark:  # first, so that it holds the batch's first task whatever its ranges hold, empty ones too
-        faults.maybe_stall("stall-task", batch_id)
+    batch_id = task_batch_id()
+    # first, so that it holds the batch's first task whatever its ranges hold, empty ones too
+    faults.maybe_stall("stall-task", batch_id)
     # Fused path (`handoff-kafka-ranges`): this task reads its ranges from Kafka itself, and decodes what it
     # read while the consumer fetches the rest.
     raw, decoded, dead, msg.schemas, decode_s = decode_while_reading(task_records(cfg, iterator), cfg)
@@ -297,7 +294,7 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
         if shaped.num_rows:
             msg.files = write_data_files(meta, table.io, shaped, write_uuid)
         t4 = time.perf_counter()
-        if in_spark and faults.armed("fail-task", batch_id):
+        if faults.armed("fail-task", batch_id):
             raise RuntimeError("HANDOFF_FAULT fail-task (test hook)")
         _send_dead_letters(cfg, raw, dead)
         msg.task_ms = {"read": (t1 - t0) * 1000, "decode": (t2 - t1) * 1000, "open_table": (t3 - t2) * 1000,
@@ -306,8 +303,7 @@ def write_task(cfg: AppConfig, iterator: Iterator[pa.RecordBatch], *, in_spark: 
         # A failed attempt removes its own files; a killed one leaves them to the orphan sweep.
         delete_files(table.io, [f.file_path for f in msg.files])
         raise
-    if in_spark:
-        faults.maybe_crash("crash-mid-write", batch_id)
+    faults.maybe_crash("crash-mid-write", batch_id)
     return msg
 
 
@@ -477,13 +473,12 @@ def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.O
 
 
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
-                    ranges: ckpt.OffsetRange, query_id: str | None, fault_prefix: str = "",
+                    ranges: ckpt.OffsetRange, query_id: str | None,
                     extra_props: dict[str, str] | None = None) -> TableCommit:
     """The table half of a batch commit: skip if the batch is in the current ancestry, else one snapshot
     (schema evolution + append in ONE transaction) carrying the ledger properties. Bounded retries: a
     conflict or a catalog outage reloads the table and re-checks the ancestry before trying again (the
-    previous attempt may have landed even if it reported failure). `fault_prefix`: the test hooks' names
-    are prefixed with it (`bootstrap-` for the driver's bootstrap batch, so Spark-batch drills stay apart)."""
+    previous attempt may have landed even if it reported failure)."""
     sink = _sink(cfg)
     offsets_json = ckpt.to_json_ranges(ranges)
     event_times = [m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None]
@@ -519,8 +514,8 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
                 _drop_replay_files(table, done.snapshot_id, msgs)
                 return TableCommit(table, done.snapshot_id, True, attempts)
             check_contiguous(table, cfg, batch_id, ranges)
-            faults.maybe_crash(fault_prefix + "crash-before-table-commit", batch_id)
-            if faults.armed(fault_prefix + "catalog-outage", batch_id):
+            faults.maybe_crash("crash-before-table-commit", batch_id)
+            if faults.armed("catalog-outage", batch_id):
                 raise ConnectionError("HANDOFF_FAULT catalog-outage (test hook)")
             tx = _MemoTransaction(table)
             plan = _merge_plans(table, msgs, cfg.schema_.evolution)
@@ -608,17 +603,15 @@ def commit_batch(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int
 
 
 def commit_ranges(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int, ranges: ckpt.OffsetRange,
-                  query_id: str | None, fault_prefix: str = "",
+                  query_id: str | None,
                   extra_props: dict[str, str] | None = None) -> CommitResult:
     """Commit one batch of `ranges` (the table commit with its ledger check, then — only after it is durable —
-    the consumer-group offsets, the progress record and periodic upkeep). Spark's commit (`commit_batch`) and
-    the driver's bootstrap batch (`handoff_spark.startup.bootstrap`) both come through here, so both get the same
-    ledger check, the same skip of a batch already in the table and the same upkeep."""
+    the consumer-group offsets, the progress record and periodic upkeep), for Spark's commit (`commit_batch`)."""
     t0 = time.monotonic()
     offsets_json = ckpt.to_json_ranges(ranges)
-    tc = commit_to_table(cfg, msgs, batch_id, ranges, query_id, fault_prefix, extra_props)
+    tc = commit_to_table(cfg, msgs, batch_id, ranges, query_id, extra_props)
     commit_ms = round((time.monotonic() - t0) * 1000, 1)
-    faults.maybe_crash(fault_prefix + "crash-after-table-commit", batch_id)
+    faults.maybe_crash("crash-after-table-commit", batch_id)
     group_ok = False
     if tc.snapshot_id is not None and cfg.backfill is None:  # a backfill never moves the stream's group offsets
         end = {t: {int(p): se[1] for p, se in parts.items()} for t, parts in offsets_json.items()}

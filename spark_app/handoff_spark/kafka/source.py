@@ -369,8 +369,7 @@ def source_options(cfg: "AppConfig", stop_marker: str | None,
 # Broker queries (driver side)
 # ------------------------------------------------------------------------------------------------
 class Broker:
-    """Metadata and ListOffsets through one AdminClient (one round trip per query for all partitions). Public: the
-    driver's bootstrap batches (`startup.bootstrap`) plan with one kept for all of them."""
+    """Metadata and ListOffsets through one AdminClient (one round trip per query for all partitions)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         from confluent_kafka.admin import AdminClient
@@ -575,8 +574,7 @@ class KafkaRangeStreamReader(KafkaStreamReader):
 
 
 def range_batch(rng: OffsetRange) -> pa.RecordBatch:
-    """One `handoff-kafka-ranges` row for `rng`: what a fused write task receives for its range (Spark's tasks,
-    and the driver's bootstrap batch, which calls the same write task in its own process)."""
+    """One `handoff-kafka-ranges` row for `rng`: what a fused write task receives for its range."""
     return pa.RecordBatch.from_pylist([{"topic": rng.topic, "partition": rng.partition,
                                         "start_offset": rng.start, "end_offset": rng.end}],
                                       schema=RANGE_ARROW_SCHEMA)

@@ -20,6 +20,7 @@ them by reference in fresh planner interpreters); the heavy modules are imported
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -154,3 +155,16 @@ def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = T
                 query.stop()
             return f"session warm-up failed ({type(exc).__name__}); the stream's first batch starts cold"
     return f"session warm-up done in {time.monotonic() - started:.1f} s"
+
+
+def start_beside(spark: Any, cfg: Any, stop: Callable[[], str | None]) -> threading.Thread:
+    """`run` in a daemon thread, beside the stream's query (which starts at once); its outcome goes to the log."""
+    from handoff_spark import pyspark_private
+
+    def warm() -> None:
+        pyspark_private.set_active_session(spark)  # Spark finds Python data sources in the thread's active session
+        log.info(run(spark, cfg, stop))
+
+    thread = threading.Thread(target=warm, name="handoff-session-warmup", daemon=True)
+    thread.start()
+    return thread

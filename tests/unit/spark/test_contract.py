@@ -13,7 +13,7 @@ from typing import Any, get_type_hints
 from handoff_spark import contract
 from handoff_spark.__main__ import parser as driver_parser
 from handoff_spark.driver.executor_scaler import ExecutorScaler, parse_desired
-from handoff_spark.driver.progress import report_from_commit
+from handoff_spark.driver.progress import report_from_progress
 from handoff_spark.driver.publisher import ProgressPublisher, document
 
 from handoff_operator.conditions import SINK_TROUBLE
@@ -53,8 +53,10 @@ def _published(degraded: str | None) -> str:
     document around it."""
     commit = {"batch_id": 7, "snapshot_id": 42, "skipped": False, "rows": 9, "dlq_rows": 1, "records": 10,
               "commit_latency_ms": 12.0, "max_event_time_ms": 1_000, "degraded_reason": degraded}
-    report = report_from_commit(commit, {("t", 0): (5, 15)}, {("t", 0): 20}, duration_ms=500,
-                                prev_max_event_time_ms=None)
+    progress = {"batchId": 7, "numInputRows": 10, "durationMs": {"triggerExecution": 500},
+                "sources": [{"startOffset": {"t": {"0": 5}}, "endOffset": {"t": {"0": 15}},
+                             "latestOffset": {"t": {"0": 20}}}]}
+    report = report_from_progress(progress, commit, prev_max_event_time_ms=None)
     report.work_ms, report.timestamp_ms = 300, 1_700_000_000_000
     from handoff_spark.driver.progress import Totals
 

@@ -29,9 +29,9 @@ SECONDS = {switches.STOP_GRACE_SECONDS: 300.0, switches.PROGRESS_PUBLISH_SECONDS
 # -------------------------------------------------------------------------------------------- the rule
 
 def test_every_switch_has_a_kind_and_the_on_off_ones_are_those_that_were():
-    assert {s.name for s in ON_OFF} == {"HANDOFF_BOOTSTRAP_BATCH", "HANDOFF_SESSION_WARMUP", "HANDOFF_WORKER_PRELOAD",
+    assert {s.name for s in ON_OFF} == {"HANDOFF_SESSION_WARMUP", "HANDOFF_WORKER_PRELOAD",
                                         "HANDOFF_JVM_C1_ONLY", "HANDOFF_FUSED_READ"}
-    assert len(switches.SWITCHES) == 17 and all(type(s) is not switches.Switch for s in switches.SWITCHES.values())
+    assert len(switches.SWITCHES) == 16 and all(type(s) is not switches.Switch for s in switches.SWITCHES.values())
 
 
 @pytest.mark.parametrize("switch", ON_OFF, ids=lambda s: s.name)
@@ -82,12 +82,11 @@ def test_the_cds_archive_is_a_path_off_or_unset():
 
 def test_values_accepted_before_keep_their_meaning():
     """What each switch took before it was read here (an empty value always meant the default, on)."""
-    assert not switches.BOOTSTRAP_BATCH({switches.BOOTSTRAP_BATCH.name: "NO"})
     assert not switches.SESSION_WARMUP({switches.SESSION_WARMUP.name: "false"})
     for switch in (switches.WORKER_PRELOAD, switches.FUSED_READ, switches.JVM_C1_ONLY):  # these took only "0"
         assert switch({switch.name: "0"}) is False and switch({switch.name: "1"}) is True
         assert switch({switch.name: ""}) is True
-    assert switches.BOOTSTRAP_BATCH.as_set({"HANDOFF_BOOTSTRAP_BATCH": "NO"}) == "HANDOFF_BOOTSTRAP_BATCH=NO"
+    assert switches.SESSION_WARMUP.as_set({"HANDOFF_SESSION_WARMUP": "NO"}) == "HANDOFF_SESSION_WARMUP=NO"
 
 
 def test_a_bad_switch_is_a_one_line_refusal_of_the_driver(tmp_path):

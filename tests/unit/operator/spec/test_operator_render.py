@@ -255,16 +255,14 @@ def test_record_limits_reach_the_drivers_app_config():
     assert problems and any("limits.maxDepth" in str(p) for p in problems), problems
 
 
-def test_bootstrap_batch_is_on_unless_the_spec_turns_it_off():
-    """spec.spark.driver.bootstrapBatch reaches the driver's app config (handoff_spark.startup.bootstrap reads it)."""
-    assert _render().config.bootstrap_batch is True
-    off = spec()
-    off["spark"].setdefault("driver", {})["bootstrapBatch"] = False
-    assert _render(off).config.bootstrap_batch is False
-    bad = spec()
-    bad["spark"].setdefault("driver", {})["bootstrapBatch"] = "sometimes"
-    _parsed, problems = parse_spec(body(bad)["spec"])
-    assert problems and any("bootstrapBatch" in str(p) for p in problems), problems
+def test_the_removed_bootstrap_batch_field_is_refused_by_name():
+    """spec.spark.driver.bootstrapBatch is gone (every batch is committed by Spark's query): a manifest that still
+    sets it is told which field to delete, rather than having it silently ignored."""
+    old = spec()
+    old["spark"].setdefault("driver", {})["bootstrapBatch"] = False
+    _parsed, problems = parse_spec(body(old)["spec"])
+    assert problems and any("spark.driver.bootstrapBatch" in str(p) for p in problems), problems
+    assert not hasattr(_render().config, "bootstrap_batch")
 
 
 TRANSFORM = {"transform": {"sql": "SELECT * FROM source WHERE amount > 0"},

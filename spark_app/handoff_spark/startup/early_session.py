@@ -1,0 +1,83 @@
+"""The driver's Spark session, launched in a thread at the driver's start (I/O: it starts the JVM).
+
+Why: every committed batch is Spark's, so a (re)started driver commits nothing until its session is up and its
+query has run a batch. The JVM's launch and Spark's context (3-5 s on a 2-core node) need nothing from the table
+or Kafka, while the driver's own preparation (the table made or checked, the ledger's end and Kafka's identity
+read, the checkpoint trusted or discarded: 1-2 s of catalog and broker round trips) needs nothing from Spark. Done
+one after the other they added up; here the session is built while the main thread prepares, and the query
+starts as soon as both are done (docs/benchmarks.md, "Cold start").
+
+A preparation that fails (a bad table, another Kafka cluster, missing credentials) still fails the driver at once
+with its one-line message, without waiting for the JVM: `abandon` kills the JVM being launched (so nothing it prints
+follows the refusal) and the thread is a daemon; the launch directory is removed by the next driver, as after a
+kill (`driver.temp_dirs`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+
+class EarlySession:
+    """`build()` run in a daemon thread from `start()`; `result()` waits for it and returns the session (or raises
+    what the build raised)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self.seconds: float | None = None  # the build's wall time, for the driver's log
+        self._children_before: set[int] = set()
+        self._thread = threading.Thread(target=self._run, name="handoff-session-start", daemon=True)
+
+    def start(self) -> "EarlySession":
+        self._children_before = set(child_pids())
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            self._session = self._build()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by result()
+            self._error = exc
+        finally:
+            self.seconds = time.monotonic() - started
+            self._done.set()
+
+    def abandon(self) -> None:
+        """The driver refuses to start: kill the processes started since `start` (the JVM's launch), so none of
+        them outlives or talks after the refusal."""
+        for pid in set(child_pids()) - self._children_before:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def result(self) -> Any:
+        """The session, made the calling thread's active one in the JVM too: Spark looks Python data sources up
+        in the active session, which is per thread (the build's thread has it, the caller would not)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        from handoff_spark import pyspark_private
+
+        pyspark_private.set_active_session(self._session)
+        return self._session
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """The direct children of process `pid` (this one by default), from /proc (every thread's children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid or os.getpid()}/task").glob("*"):
+        try:
+            found += [int(x) for x in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
