@@ -1,21 +1,21 @@
-"""Warm a (re)started driver's Spark session before the stream's query starts (I/O: driver and executors).
+"""Warm a (re)started driver's Spark session beside the stream's first batch (I/O: driver and executors).
 
 Why: Spark's first micro-batch of a session starts, one after another on that batch's path, a fresh Python
 interpreter for each kind of Python work it does — PySpark keeps one daemon per worker module (the planner's
 `plan_data_source_read` and `write_into_data_source`, the executors' worker daemon, the streaming sink's commit
 runner) and forks from it — and its forked workers import what they run: the commit's worker imports PyIceberg
-and opens the catalog. Measured on the 2-core test machine (docs/benchmarks.md, "Cold start"): Spark's first batch
-7.4–7.9 s against 0.75–0.86 s warm for the same 30,000 rows, of which ~2 s the worker daemon's start, ~1 s the
-planner daemons, ~3 s the commit runner's start and imports. The driver's bootstrap batches
-(`handoff_spark.startup.bootstrap`) keep the table fresh meanwhile; this moves that one-time cost off the stream.
+and opens the catalog. Every batch is Spark's, so a restarted driver's first commit waits for all of that
+(docs/benchmarks.md, "Cold start").
 
-How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint) whose source yields one row per
-core and whose sink is an Arrow stream writer like the table sinks'. So it takes the same JVM and Python paths
-a stream batch does and leaves every daemon started and its workers idle for reuse: its write tasks run the
-executor warm-up's task (`startup.executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the
-sink's set-up) and its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in
-the commit runner's worker. It writes nothing anywhere. These classes import only pyspark's (Spark unpickles
-them by reference in fresh planner interpreters); the heavy modules are imported inside the methods.
+How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint), started in a thread just before
+the stream's query: Spark's JVM `rate-micro-batch` source (one row per core, no Python planner on its way) into an
+Arrow stream writer like the table sinks'. It reaches the writer's planner, the worker daemon and the commit runner
+while the stream's query is still in its source's Python planning, and leaves every daemon started and its workers
+idle for reuse: its write tasks run the executor warm-up's task (`startup.executor_warmup.warm_task`: pyarrow's
+JSON/Parquet path, the Kafka reader's and the sink's set-up) and its commit runs the sink's own `warm_up` (imports
+the sink, opens its catalog and table) in the commit runner's worker. It writes nothing anywhere. These classes
+import only pyspark's (Spark unpickles them by reference in fresh planner interpreters); the heavy modules are
+imported inside the methods.
 """
 from __future__ import annotations
 
@@ -30,15 +30,12 @@ from handoff_spark import switches
 from handoff_spark.sink.datasource_api import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from handoff_spark.driver.temp_dirs import own_temp_dir_while
 
-try:
-    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-except ImportError:  # the operator imports this package without pyspark
-    DataSourceStreamReader = InputPartition = object  # type: ignore[misc,assignment]
-
 log = logging.getLogger("handoff.session_warmup")
 
 ENV = switches.SESSION_WARMUP.name
 SOURCE_NAME = "handoff-session-warmup"
+#: The warm-up's source: one batch of one row per core (AvailableNow), made in the JVM.
+RATE_SOURCE = "rate-micro-batch"
 #: The warm-up query's name: Spark's UI and REST API show it at the start of its jobs' and stages' descriptions.
 QUERY_NAME = "handoff-session-warmup"
 #: The warm-up query's checkpoint: `<tmp>/handoff-session-warmup-<pid>-<random>` (`temp_dirs`).
@@ -50,28 +47,6 @@ TIMEOUT_SECONDS = 120.0
 
 def enabled() -> bool:
     return switches.SESSION_WARMUP()
-
-
-class _Reader(DataSourceStreamReader):  # type: ignore[misc,valid-type]
-    """One batch of `rows` rows (one per core), then nothing."""
-
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802
-        return {"n": 0}
-
-    def latestOffset(self) -> dict[str, int]:  # noqa: N802
-        return {"n": 1}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-        return [InputPartition(i) for i in range(self.rows)] if end["n"] > start["n"] else []
-
-    def read(self, partition: Any) -> Iterator[tuple[str]]:
-        yield ("session",)
-
-    def commit(self, end: dict[str, int]) -> None:
-        """Nothing to acknowledge."""
 
 
 @dataclass
@@ -108,8 +83,7 @@ class _Writer(DataSourceStreamArrowWriter):  # type: ignore[misc,valid-type]
 
 
 class SessionWarmUpDataSource(DataSource):  # type: ignore[misc,valid-type]
-    """`spark.readStream.format("handoff-session-warmup").option("rows", n)` and `.writeStream.format(...)
-    .option("config", AppConfig JSON)`."""
+    """`.writeStream.format("handoff-session-warmup").option("config", AppConfig JSON)`: a sink only."""
 
     @classmethod
     def name(cls) -> str:
@@ -117,9 +91,6 @@ class SessionWarmUpDataSource(DataSource):  # type: ignore[misc,valid-type]
 
     def schema(self) -> str:
         return "target string"
-
-    def streamReader(self, schema: Any) -> _Reader:  # noqa: N802
-        return _Reader(int(self.options.get("rows", "1")))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> _Writer:  # noqa: N802
         return _Writer(self.options["config"])
@@ -134,8 +105,11 @@ def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = T
     with own_temp_dir_while(DIR_PREFIX) as tmp:
         query = None
         try:
-            query = (spark.readStream.format(SOURCE_NAME)
-                     .option("rows", str(spark.sparkContext.defaultParallelism)).load()
+            cores = str(spark.sparkContext.defaultParallelism)
+            # Spark's own rate source (JVM): no Python planner on the way to the writer, so the warm-up reaches the
+            # worker daemon and the commit runner well before the stream's first batch does.
+            query = (spark.readStream.format(RATE_SOURCE).option("rowsPerBatch", cores)
+                     .option("numPartitions", cores).load().selectExpr("'session' AS target")
                      .writeStream.format(SOURCE_NAME).option("config", cfg.to_json())
                      .option("checkpointLocation", tmp).trigger(availableNow=True)
                      .queryName(QUERY_NAME).start())
