@@ -134,9 +134,9 @@ def _identity_columns(kafka: dict[str, Any] | None) -> dict[str, Any]:
             "topic_ids": json.dumps(topics, separators=(",", ":"), sort_keys=True) if topics else None}
 
 
-#: (ledger table, schema fingerprint) pairs whose columns this process has written to a ledger row: a later row of
-#: the same schema carries the fingerprint alone.
-_recorded_schemas: set[tuple[str, str]] = set()
+#: (ledger table, handoff id, schema fingerprint) whose columns this process has written to a ledger row: a later
+#: row of the same schema carries the fingerprint alone. Per handoff, because the timeline reads one handoff's rows.
+_recorded_schemas: set[tuple[str, str, str]] = set()
 
 
 def _table_schema(sink: BigQuerySink) -> tuple[str, dict[str, str]]:
@@ -172,7 +172,7 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
     except Exception as exc:  # noqa: BLE001 — the row without a schema (no timeline schema row) beats no row
         log.warning("batch %s: could not read the table's schema for the ledger row: %s", batch_id, exc)
         schema_id, columns = None, {}
-    key = (bigquery_client.table_ref(sink, ledger_table(sink)), schema_id or "")
+    key = (bigquery_client.table_ref(sink, ledger_table(sink)), cfg.handoff_id, schema_id or "")
     new_schema = schema_id is not None and key not in _recorded_schemas
     try:
         written = _append(cfg, {"batch_id": batch_id, "offsets": json.dumps(offsets, separators=(",", ":")), "rows": rows,
