@@ -46,7 +46,8 @@ def as_of(snapshot: int | None, bigquery: bool) -> str | None:
 def ledger_rows(entries: Iterable[Mapping[str, Any]], bigquery: bool = False) -> list[dict[str, Any]]:
     """Ledger entries (`handoff_spark.ledger.entries`) as timeline rows; each names its snapshot (for BigQuery:
     the batch and its commit time) and `asOf`, the clause that reads the table as of that row. An entry whose
-    commit changed the Iceberg table's schema adds a `schema` row saying how."""
+    commit changed the table's schema adds a `schema` row saying how: `from` and `to` are Iceberg's schema ids, or
+    for BigQuery (no schema ids) the fingerprints of the table's columns its ledger-index rows record."""
     out = []
     for e in entries:
         if e["kind"] == "batch":

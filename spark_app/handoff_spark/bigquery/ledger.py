@@ -5,7 +5,7 @@ Two sources, with different standing (docs/bigquery-exactly-once.md):
   atomically with the batch that wrote it (`table_offsets`);
 - `<table>__handoff_ledger` is an index, one row per committed micro-batch (batch id, exact offset range,
   rows, dead letters, on the DataFrame path late and dropped records, BigQuery commit time, the Schema Registry writer schemas of its rows, the Kafka cluster id
-  and topic ids it read), written after the data commit. BatchCommitWriteStreams is atomic
+  and topic ids it read, the data table's schema after the commit), written after the data commit. BatchCommitWriteStreams is atomic
   only within one table, so this row can be missing (crash in between; it is written again when the batch is
   replayed and skipped) but never ahead of the data. It also covers ranges whose records all went to the DLQ,
   which leave no rows in the data table, and holds the markers (batch id -1): a `gap` (offsets left out on
@@ -29,8 +29,8 @@ from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.bigquery.schema import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, KAFKA_TOPIC_ID, Field
 from handoff_spark.bigquery.table import add_columns
 from handoff_spark.config import AppConfig, BigQuerySink
-from handoff_spark.ledger.record import (BATCH, EPOCH, GAP, Commit, Offsets, incarnations, newest_identity,
-                                         of_incarnation)
+from handoff_spark.ledger.record import (BATCH, EPOCH, GAP, Commit, Offsets, column_change, incarnations,
+                                         newest_identity, of_incarnation)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,12 @@ _LEDGER_FIELDS = [("handoff_id", "STRING", "REQUIRED"), ("query", "STRING", "REQ
                   # on the driver's machine): records at or below the watermark line (dead letters or kept), and
                   # records the transform filtered or the dedupe dropped (Iceberg's handoff.late-rows and
                   # handoff.dropped-rows)
-                  ("late_rows", "INT64", "NULLABLE"), ("dropped_rows", "INT64", "NULLABLE")]
+                  ("late_rows", "INT64", "NULLABLE"), ("dropped_rows", "INT64", "NULLABLE"),
+                  # the data table's schema after the batch's commit (BigQuery has no schema ids): its fingerprint
+                  # on every batch row (`schema.fingerprint`), and its columns as JSON [[name, type], ...] on the
+                  # rows where the driver process recording them had not recorded that schema yet (its first row,
+                  # and each after a change): what the timeline's `schema` rows are made from (`schema_changes`)
+                  ("schema_id", "STRING", "NULLABLE"), ("table_columns", "STRING", "NULLABLE")]
 _ARROW_TYPES = {"STRING": "string", "INT64": "int64"}
 
 
@@ -97,8 +102,9 @@ def _has_batch(client: Any, sink: BigQuerySink, handoff_id: str, query: str, bat
     return int(list(job.result())[0]["n"]) > 0
 
 
-def _append(cfg: AppConfig, row: dict[str, Any], only_if_missing: bool = False) -> None:
-    """Append one ledger row through the `_default` stream (the ledger table made or grown first)."""
+def _append(cfg: AppConfig, row: dict[str, Any], only_if_missing: bool = False) -> bool:
+    """Append one ledger row through the `_default` stream (the ledger table made or grown first). False: not
+    written, because `only_if_missing` found the batch's row already there."""
     import pyarrow as pa
 
     from handoff_spark.bigquery.append import RetryPolicy, StreamWriter
@@ -109,7 +115,7 @@ def _append(cfg: AppConfig, row: dict[str, Any], only_if_missing: bool = False) 
     _ensure_ledger(client, sink)
     if only_if_missing and _has_batch(client, sink, cfg.handoff_id, cfg.query_name, row["batch_id"], row["offsets"],
                                       row.get("topic_ids")):
-        return
+        return False
     schema = pa.schema([pa.field(n, pa.timestamp("us", "UTC") if t == "TIMESTAMP" else getattr(pa, _ARROW_TYPES[t])(),
                                  m != "REQUIRED") for n, t, m in _LEDGER_FIELDS])
     table = pa.Table.from_pylist([{"handoff_id": cfg.handoff_id, "query": cfg.query_name,
@@ -118,6 +124,7 @@ def _append(cfg: AppConfig, row: dict[str, Any], only_if_missing: bool = False) 
                           schema, pending=False, retry=RetryPolicy(max_attempts=4, max_seconds=2.0))
     writer.write(table)
     writer.close()
+    return True
 
 
 def _identity_columns(kafka: dict[str, Any] | None) -> dict[str, Any]:
@@ -125,6 +132,21 @@ def _identity_columns(kafka: dict[str, Any] | None) -> dict[str, Any]:
     topics = (kafka or {}).get("topics") or None
     return {"kafka_cluster_id": (kafka or {}).get("cluster") or None,
             "topic_ids": json.dumps(topics, separators=(",", ":"), sort_keys=True) if topics else None}
+
+
+#: (ledger table, handoff id, schema fingerprint) whose columns this process has written to a ledger row: a later
+#: row of the same schema carries the fingerprint alone. Per handoff, because the timeline reads one handoff's rows.
+_recorded_schemas: set[tuple[str, str, str]] = set()
+
+
+def _table_schema(sink: BigQuerySink) -> tuple[str, dict[str, str]]:
+    """(fingerprint, {name: type}) of the data table's columns as they are now (tables.get)."""
+    from handoff_spark.bigquery.schema import column_types, fingerprint
+    from handoff_spark.bigquery.table import fields_of
+
+    columns = column_types(fields_of(bigquery_client.rest_client(sink).get_table(bigquery_client.table_ref(sink),
+                                                                                 retry=None)))
+    return fingerprint(columns), columns
 
 
 def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, list[int]]], rows: int,
@@ -137,13 +159,31 @@ def record_batch(cfg: AppConfig, batch_id: int, offsets: dict[str, dict[str, lis
     batch's rows, {"<schema id>": ["<subject>:<version>", ...]} (Iceberg's `handoff.schemas`); `kafka`: the
     Kafka identity the batch was read from, `{"cluster": id, "topics": {topic: id}}` (Iceberg's
     `handoff.kafka`), which the driver compares with Kafka's at the next start. `late_rows`, `dropped_rows`: the
-    DataFrame path's counts (`sink.commit_batch(frames=True)`), None elsewhere."""
+    DataFrame path's counts (`sink.commit_batch(frames=True)`), None elsewhere.
+
+    The row also records the data table's schema as it is after the commit (`schema_id`, `table_columns`): the
+    sink adds columns under `schema.evolution` (declared ones at start, discovered ones by the write tasks) and
+    BigQuery keeps no schema history, so this is where a batch's schema change is written down. Read after the
+    commit, so a column another writer added in between is attributed to this batch."""
+    sink = cfg.sink
+    assert isinstance(sink, BigQuerySink)
     try:
-        _append(cfg, {"batch_id": batch_id, "offsets": json.dumps(offsets, separators=(",", ":")), "rows": rows,
+        schema_id, columns = _table_schema(sink)
+    except Exception as exc:  # noqa: BLE001 — the row without a schema (no timeline schema row) beats no row
+        log.warning("batch %s: could not read the table's schema for the ledger row: %s", batch_id, exc)
+        schema_id, columns = None, {}
+    key = (bigquery_client.table_ref(sink, ledger_table(sink)), cfg.handoff_id, schema_id or "")
+    new_schema = schema_id is not None and key not in _recorded_schemas
+    try:
+        written = _append(cfg, {"batch_id": batch_id, "offsets": json.dumps(offsets, separators=(",", ":")), "rows": rows,
                       "dlq_rows": dlq_rows, "max_event_time_ms": max_event_time_ms, "commit_time_us": commit_time_us,
                       "schemas": json.dumps(schemas, separators=(",", ":"), sort_keys=True) if schemas else None,
                       "kind": BATCH, "late_rows": late_rows, "dropped_rows": dropped_rows,
+                      "schema_id": schema_id,
+                      "table_columns": json.dumps(list(columns.items()), separators=(",", ":")) if new_schema else None,
                       **_identity_columns(kafka)}, only_if_missing=only_if_missing)
+        if written and new_schema:
+            _recorded_schemas.add(key)
         return True
     except Exception:  # noqa: BLE001 — the ledger is an index, not the truth
         log.warning("batch %s: could not record the ledger row (the data commit stands)", batch_id, exc_info=True)
@@ -259,12 +299,32 @@ def _select(sink: BigQuerySink, handoff_id: str | None, client: Any | None, wher
                    topic_ids=json.loads(r["topic_ids"]) if r.get("topic_ids") else None,
                    schemas=json.loads(r["schemas"]) if r.get("schemas") else None,
                    late_rows=None if r.get("late_rows") is None else int(r["late_rows"]),
-                   dropped_rows=None if r.get("dropped_rows") is None else int(r["dropped_rows"]))
+                   dropped_rows=None if r.get("dropped_rows") is None else int(r["dropped_rows"]),
+                   schema_id=r.get("schema_id") or None,
+                   columns=dict(json.loads(r["table_columns"])) if r.get("table_columns") else None)
         # At-least-once index: a row written twice is one entry (first row wins). Markers all have batch id -1,
         # and a fresh checkpoint (or a recreated topic's) counts batches from 0 again: the key says which.
         key = (c.handoff_id, c.query, c.batch_id, c.kind, r["offsets"], r.get("topic_ids"))
         commits.setdefault(key, c)
     return sorted(commits.values(), key=lambda c: (c.timestamp_ms, c.batch_id), reverse=True)
+
+
+def schema_changes(commits: list[Commit]) -> list[dict[str, Any] | None]:
+    """For each entry of `commits` (newest first), what its commit changed in the table's columns since the
+    entry before it that recorded a schema (`ledger.record.column_change`, the shape of Iceberg's
+    `schema_change`), None when nothing changed or it cannot be told: a marker, a row without a schema (an older
+    Handoff), or a schema whose columns no remaining row carries. The columns of a fingerprint are on some row
+    (`record_batch`), not on each; any row carrying them will do, since the fingerprint is of the columns. Pure."""
+    known = {c.schema_id: c.columns for c in commits if c.schema_id is not None and c.columns}
+    out: list[dict[str, Any] | None] = []
+    for i, c in enumerate(commits):
+        older = next((o.schema_id for o in commits[i + 1:] if o.schema_id is not None), None)
+        if c.schema_id is None or older is None or older == c.schema_id \
+                or c.schema_id not in known or older not in known:
+            out.append(None)
+            continue
+        out.append(column_change(known[older], known[c.schema_id], older, c.schema_id))
+    return out
 
 
 def latest_commit(sink: BigQuerySink, handoff_id: str | None = None, client: Any | None = None) -> Commit | None:
@@ -351,5 +411,5 @@ def resume_offsets(sink: BigQuerySink, handoff_id: str | None = None, client: An
 
 
 __all__ = ["Commit", "LEDGER_SUFFIX", "ledger_table", "record_batch", "record_marker", "record_gap", "table_offsets",
-           "incarnation_filter", "list_commits", "latest_commit", "latest_identity", "epochs", "commit_for_offset", "ends",
+           "incarnation_filter", "list_commits", "schema_changes", "latest_commit", "latest_identity", "epochs", "commit_for_offset", "ends",
            "resume_offsets"]

@@ -163,6 +163,30 @@ def _shape(f: Field) -> str:
     return canonical_type(f.type) + inner
 
 
+def column_types(fields: Sequence[Field]) -> dict[str, str]:
+    """A table's top-level columns as {name: type}, in table order, the type as BigQuery says it (`INT64`,
+    `RECORD<a INT64, b STRING REPEATED>`) with the mode when it is not NULLABLE (`STRING REQUIRED`, `INT64
+    REPEATED`): what a BigQuery ledger row records of the table's schema, and the vocabulary of its timeline
+    `schema` rows (Iceberg's say `long`, `string`: each backend's own words)."""
+    return {f.name: _shape(f) + ("" if f.mode in ("", "NULLABLE") else f" {f.mode}") for f in fields}
+
+
+#: Hex digits of `fingerprint`: 48 bits, a collision between two schemas of one table is not a concern.
+FINGERPRINT_DIGITS = 12
+
+
+def fingerprint(columns: dict[str, str]) -> str:
+    """The identity of a table schema ({name: type}, `column_types`): the first 12 hex digits of the SHA-256 of
+    its columns in order. BigQuery has no schema ids (Iceberg's `schemaId`); a fingerprint needs no counter kept
+    anywhere, is the same for every writer that sees the same columns, and names the schema again if a table
+    comes back to it."""
+    import hashlib
+    import json
+
+    text = json.dumps(list(columns.items()), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:FINGERPRINT_DIGITS]
+
+
 @dataclass(frozen=True)
 class Rejected:
     """A row BigQuery would refuse (or did refuse), with the reason that goes into the DLQ record."""

@@ -32,7 +32,7 @@ from handoff_spark.iceberg.table import load_table as _load_table
 # The record, the entry kinds and the pure rules are backend-neutral (`handoff_spark.ledger.record`); the kinds and
 # `Commit` are re-exported so `ledger.BATCH` etc. read the same for Iceberg callers.
 from handoff_spark.ledger.record import BATCH, EPOCH, GAP, Commit, Offsets, ledger_end as _ledger_end  # noqa: F401
-from handoff_spark.ledger.record import newest_identity as _newest_identity
+from handoff_spark.ledger.record import column_change as _column_change, newest_identity as _newest_identity
 
 # Snapshot summary keys (the contract).
 ID = "handoff.id"
@@ -93,12 +93,8 @@ def schema_change(table: Table | TableMetadata, old_id: int, new_id: int) -> dic
     schemas = {s.schema_id: s for s in _metadata(table).schemas}
     if old_id not in schemas or new_id not in schemas:
         return None
-    old = {f.name: str(f.field_type) for f in schemas[old_id].fields}
-    new = {f.name: str(f.field_type) for f in schemas[new_id].fields}
-    return {"from": old_id, "to": new_id,
-            "added": [f"{n} {t}" for n, t in new.items() if n not in old],
-            "dropped": [n for n in old if n not in new],
-            "changed": [f"{n} {old[n]} → {t}" for n, t in new.items() if n in old and old[n] != t]}
+    return _column_change({f.name: str(f.field_type) for f in schemas[old_id].fields},
+                          {f.name: str(f.field_type) for f in schemas[new_id].fields}, old_id, new_id)
 
 
 def ancestry(metadata: TableMetadata, snapshot_id: int | None = None) -> Iterator[Snapshot]:

@@ -179,15 +179,23 @@ def _commits_and_table(cfg: AppConfig) -> tuple[list[Commit], Any]:
 
 
 def entries(cfg: AppConfig, limit: int | None = None) -> list[dict[str, Any]]:
-    """The handoff's ledger entries (all queries), newest first, as plain dicts. An Iceberg entry written with a
-    different table schema than the entry before it says what changed (`schemaChange`: the timeline's schema rows)."""
+    """The handoff's ledger entries (all queries), newest first, as plain dicts. An entry written with a different
+    table schema than the entry before it says what changed (`schemaChange`: the timeline's schema rows): on
+    Iceberg from the snapshots' schema ids and the table metadata's schemas; on BigQuery, which has no schema
+    history, from the schema each ledger-index row recorded (`schemaId` is its fingerprint there,
+    `bigquery.ledger.schema_changes`)."""
     commits, table = _commits_and_table(cfg)
+    bigquery_changes: list[dict[str, Any] | None] = []
+    if table is None:
+        from handoff_spark.bigquery import ledger as bigquery_ledger
+
+        bigquery_changes = bigquery_ledger.schema_changes(commits)
     out = []
     for i, c in enumerate(commits[:limit]):
         older = commits[i + 1] if i + 1 < len(commits) else None
-        change = None
-        if table is not None and older is not None and c.schema_id is not None and older.schema_id is not None \
-                and c.schema_id != older.schema_id:
+        change = bigquery_changes[i] if table is None else None
+        if table is not None and older is not None and isinstance(c.schema_id, int) \
+                and isinstance(older.schema_id, int) and c.schema_id != older.schema_id:
             from handoff_spark.iceberg import ledger
 
             change = ledger.schema_change(table, older.schema_id, c.schema_id)

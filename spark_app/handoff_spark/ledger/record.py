@@ -10,7 +10,7 @@ is one, so its rules and the record the operator reads are one too. No pyiceberg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 BATCH, GAP, EPOCH = "batch", "gap", "epoch"
 
@@ -48,8 +48,14 @@ class Commit:
     #: transform filtered or the dedupe dropped (Iceberg: handoff.late-rows, handoff.dropped-rows).
     late_rows: int | None = None
     dropped_rows: int | None = None
-    #: The table schema the entry's snapshot was written with (Iceberg's schema id; None for BigQuery).
-    schema_id: int | None = None
+    #: The table schema the entry was committed with: Iceberg's schema id; for BigQuery, which has no schema ids,
+    #: the fingerprint of the table's columns after the commit (`bigquery.schema.fingerprint`). None: unknown
+    #: (a BigQuery marker, or a row an older Handoff wrote).
+    schema_id: int | str | None = None
+    #: The table's columns {name: type} that `schema_id` names, where the entry itself carries them: BigQuery
+    #: only, on the first row a driver process records and on each whose schema differs from the one that process
+    #: recorded before (Iceberg keeps its schemas in the table metadata: None).
+    columns: dict[str, str] | None = None
 
     @property
     def end_offsets(self) -> Offsets:
@@ -58,6 +64,16 @@ class Commit:
     def covers(self, topic: str, partition: int, offset: int) -> bool:
         se = self.offsets.get(topic, {}).get(partition)
         return se is not None and se[0] <= offset < se[1]
+
+
+def column_change(old: dict[str, str], new: dict[str, str], old_id: int | str, new_id: int | str) -> dict[str, Any]:
+    """What changed between two versions of a table's top-level columns ({name: type}): the `schemaChange` of a
+    ledger entry, which the timeline shows as a `schema` row (issue 35). One function for both backends, so an
+    Iceberg and a BigQuery row say it the same way. Pure."""
+    return {"from": old_id, "to": new_id,
+            "added": [f"{n} {t}" for n, t in new.items() if n not in old],
+            "dropped": [n for n in old if n not in new],
+            "changed": [f"{n} {old[n]} → {t}" for n, t in new.items() if n in old and old[n] != t]}
 
 
 def ledger_end(entries: Iterable[Commit], partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
