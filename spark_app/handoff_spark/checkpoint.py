@@ -13,6 +13,10 @@ a checkpoint may be trusted). What is in it:
   offsets; a query that crashes in batch 0 must replay the same range, and the sink needs that start);
 - `sources/handoff-gaps.jsonl`: offsets retention deleted before they were read (`onOffsetOutOfRange=earliest`);
 - `handoff/last-commit.json`: the sink's result of the newest batch, for the driver's progress record.
+
+Where: a local directory (`file://` or a plain path: the checkpoint volume) or an S3 prefix (`s3a://bucket/prefix`,
+spec.checkpoint on S3: Spark reaches it through hadoop-aws's S3A, this module through pyarrow's S3 file system with
+the endpoint, path style and region of switches.CHECKPOINT_S3_* and the AWS SDK's credential chain).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from handoff_spark import contract
+from handoff_spark import switches
 
 TopicPartition = tuple[str, int]
 OffsetRange = dict[TopicPartition, tuple[int, int]]
@@ -134,12 +138,11 @@ def _s3_filesystem(endpoint: str | None, region: str, path_style: str | None) ->
 
 def s3_settings(env: Mapping[str, str] | None = None) -> tuple[str | None, str, str | None]:
     """(endpoint, region, path style) of the checkpoint's S3 store from the environment the operator renders
-    (contract.ENV_CHECKPOINT_S3_*); region falls back to AWS_REGION, then us-east-1 (S3A's own default)."""
-    env = os.environ if env is None else env
-    region = (env.get(contract.ENV_CHECKPOINT_S3_REGION) or env.get("AWS_REGION")
-              or env.get("AWS_DEFAULT_REGION") or "us-east-1")
-    return (env.get(contract.ENV_CHECKPOINT_S3_ENDPOINT) or None, region,
-            env.get(contract.ENV_CHECKPOINT_S3_PATH_STYLE) or None)
+    (switches.CHECKPOINT_S3_*); region falls back to AWS_REGION, then us-east-1 (S3A's own default)."""
+    environ = os.environ if env is None else env
+    region = (switches.CHECKPOINT_S3_REGION(env) or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+              or "us-east-1")
+    return switches.CHECKPOINT_S3_ENDPOINT(env), region, switches.CHECKPOINT_S3_PATH_STYLE(env)
 
 
 class _S3Files:

@@ -106,8 +106,8 @@ CHECKPOINT_S3_ENV = frozenset({ENV_CHECKPOINT_S3_ENDPOINT, ENV_CHECKPOINT_S3_PAT
 #: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
 #: publishes nor is scaled).
 STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
-#: Every variable the operator sets in the driver pod.
-RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV})
+#: Every variable the operator sets in the driver pod (the checkpoint's only for a checkpoint on S3).
+RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV, *CHECKPOINT_S3_ENV})
 
 
 # ------------------------------------------------------------------------------ the progress ConfigMap

@@ -101,15 +101,11 @@ def local_checkpoint_file_manager(conf: dict[str, str], checkpoint_location: str
     return {**conf, CHECKPOINT_MANAGER_KEY: FS_CHECKPOINT_MANAGER}
 
 
-#: Where the hadoop-aws jars and the AWS SDK modules it needs lie when they are not in pyspark's own jars (the image
-#: puts them there; a local run points here at the test bed's copy, hack/handoff_testbed/jars.py).
-HADOOP_AWS_JARS_ENV = "HANDOFF_HADOOP_AWS_JARS"
-
-
 def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
                        env: Mapping[str, str] | None = None) -> dict[str, str]:
     """`conf` with what Spark's S3A file system needs for a checkpoint on S3 (`s3a://`), from the environment the
-    operator renders (contract.ENV_CHECKPOINT_S3_*); a key the user set in sparkConf wins.
+    operator renders (switches.CHECKPOINT_S3_*); a key the user set in sparkConf wins. The jars: pyspark's own
+    jars directory in the image, `switches.HADOOP_AWS_JARS` for a local run.
 
     Why through the environment and not the app config: Handoff's own checkpoint files (`handoff_spark.checkpoint`,
     read and written by the driver and by Python workers) need the same endpoint, and workers inherit the driver's
@@ -119,7 +115,6 @@ def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
     (FileContext-based, S3A's `AbstractFileSystem`): `local_checkpoint_file_manager`'s shortcut is for local disks."""
     if not ckpt.is_object_store(checkpoint_location):
         return conf
-    env = os.environ if env is None else env
     out = dict(conf)
     endpoint, region, path_style = ckpt.s3_settings(env)
     settings = {"spark.hadoop.fs.s3a.endpoint.region": region}
@@ -128,18 +123,19 @@ def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
         settings["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https://")).lower()
     if path_style:
         settings["spark.hadoop.fs.s3a.path.style.access"] = path_style
-    for name in sorted(contract.CHECKPOINT_S3_ENV):
-        if env.get(name):
-            settings[f"spark.executorEnv.{name}"] = env[name]
-    secret = env.get(contract.ENV_CHECKPOINT_CREDENTIALS_SECRET)
+    # Python workers on executor pods read Handoff's side files with the same settings (frame counts).
+    for switch in (switches.CHECKPOINT_S3_ENDPOINT, switches.CHECKPOINT_S3_PATH_STYLE, switches.CHECKPOINT_S3_REGION):
+        if switch(env):
+            settings[f"spark.executorEnv.{switch.name}"] = switch(env)  # type: ignore[assignment]
+    secret = switches.CHECKPOINT_CREDENTIALS_SECRET(env)
     if secret:
         for key in contract.CHECKPOINT_CREDENTIAL_KEYS:
             settings[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
-    jars_dir = env.get(HADOOP_AWS_JARS_ENV)
+    jars_dir = switches.HADOOP_AWS_JARS(env)
     if jars_dir:
         jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
         if not jars:
-            raise SystemExit(f"{HADOOP_AWS_JARS_ENV}={jars_dir} holds no jars (hack/handoff_testbed/jars.py)")
+            raise SystemExit(f"{switches.HADOOP_AWS_JARS.as_set(env)} holds no jars (hack/handoff_testbed/jars.py)")
         out["spark.jars"] = ",".join(x for x in (out.get("spark.jars", ""), *jars) if x)
     for key, value in settings.items():
         out.setdefault(key, value)

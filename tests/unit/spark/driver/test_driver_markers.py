@@ -78,7 +78,7 @@ def test_an_s3_checkpoint_gets_s3a_settings_from_the_environment_and_never_its_c
     (tmp_path / "hadoop-aws-3.5.0.jar").write_bytes(b"")
     env = {"HANDOFF_CHECKPOINT_S3_ENDPOINT": "http://127.0.0.1:9000", "HANDOFF_CHECKPOINT_S3_PATH_STYLE": "true",
            "HANDOFF_CHECKPOINT_CREDENTIALS_SECRET": "ckpt-s3", "AWS_ACCESS_KEY_ID": "AKIA-SECRET",
-           "AWS_SECRET_ACCESS_KEY": "very-secret", app.HADOOP_AWS_JARS_ENV: str(tmp_path)}
+           "AWS_SECRET_ACCESS_KEY": "very-secret", "HANDOFF_HADOOP_AWS_JARS": str(tmp_path)}
     conf = app.s3_checkpoint_conf({"spark.hadoop.fs.s3a.endpoint.region": "eu-west-1"}, "s3a://b/ckpt", env)
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
