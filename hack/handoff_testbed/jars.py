@@ -5,7 +5,8 @@ Pinned in hack/hadoop-aws/pom.xml (hadoop-aws 3.5.0, the Hadoop pyspark 4.3 bund
 driver gets them through `HANDOFF_HADOOP_AWS_JARS=<dir>` (handoff_spark.driver.app.s3_checkpoint_conf adds them to
 `spark.jars`); the image puts the same jars into pyspark's own jars directory (Dockerfile).
 
-`python -m handoff_testbed.jars` fetches them if missing and prints the directory.
+`python -m handoff_testbed.jars` fetches them if missing and prints the directory; `--write-list` also writes
+docker/hadoop-aws-jars.txt (coordinates and sha256 of each jar: what the image build fetches) after a pom change.
 """
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .paths import HACK_DIR, cache_dir
+from .paths import HACK_DIR, REPO_ROOT, cache_dir
 
 POM = HACK_DIR / "hadoop-aws" / "pom.xml"
+LISTING = REPO_ROOT / "docker" / "hadoop-aws-jars.txt"
+LISTING_HEADER = """\
+# The S3A connector for checkpoints on S3 (spec.checkpoint.location s3a://...): what
+# `mvn dependency:list -DincludeScope=runtime -f hack/hadoop-aws/pom.xml` resolves, with each jar's sha256.
+# The Dockerfile fetches exactly these into pyspark's jars (docker/fetch_jars.py); tests/unit/testbed checks this
+# list against the pom's pins and the Hadoop pyspark bundles. Regenerate after changing the pom:
+# `PYTHONPATH=hack python -m handoff_testbed.jars --write-list`.
+"""
 #: The class whose presence proves the S3A file system is among the jars.
 S3A_CLASS = "org/apache/hadoop/fs/s3a/S3AFileSystem.class"
 
@@ -52,8 +61,28 @@ def hadoop_aws_jars() -> Path:
     return jars
 
 
-def main() -> int:
+def listing() -> str:
+    """docker/hadoop-aws-jars.txt as the pom resolves now: `group:artifact:version sha256` lines, sorted."""
+    import re
+    import tempfile
+
+    jars = hadoop_aws_jars()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "list.txt"
+        subprocess.run(["mvn", "-q", "-B", "-f", str(POM), f"-Dproject.build.directory={Path(tmp) / 'build'}",
+                        "dependency:list", "-DincludeScope=runtime", f"-DoutputFile={out}"], check=True)
+        resolved = re.findall(r"^\s+([^:\s]+):([^:]+):jar:([^:]+):", out.read_text(), re.M)
+    lines = sorted(f"{g}:{a}:{v} {hashlib.sha256((jars / f'{a}-{v}.jar').read_bytes()).hexdigest()}"
+                   for g, a, v in resolved)
+    return LISTING_HEADER + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     print(hadoop_aws_jars())
+    if "--write-list" in args:
+        LISTING.write_text(listing())
+        print(f"wrote {LISTING}")
     return 0
 
 
