@@ -105,10 +105,10 @@ class _LocalFiles:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def remove(self, relative: str) -> bool:
+    def remove(self, relative: str, ignore_errors: bool = False) -> bool:
         path = self.root / relative
         if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=ignore_errors)
         elif path.exists():
             path.unlink()
         else:
@@ -179,16 +179,21 @@ class _S3Files:
     def names(self, relative: str) -> list[str]:
         return [info.base_name for info in self._infos(relative)]
 
-    def remove(self, relative: str) -> bool:
+    def remove(self, relative: str, ignore_errors: bool = False) -> bool:
         from pyarrow import fs as pafs
 
-        info = self.fs.get_file_info(self._path(relative))
-        if info.type == pafs.FileType.Directory:
-            self.fs.delete_dir(self._path(relative))
-        elif info.type == pafs.FileType.File:
-            self.fs.delete_file(self._path(relative))
-        else:
-            return False
+        try:
+            info = self.fs.get_file_info(self._path(relative))
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(self._path(relative))
+            elif info.type == pafs.FileType.File:
+                self.fs.delete_file(self._path(relative))
+            else:
+                return False
+        except OSError:
+            if ignore_errors:
+                return False
+            raise
         return True
 
     def reachable(self) -> bool:
@@ -488,7 +493,7 @@ def clear_frame_stats(checkpoint: str, up_to: int | None = None, only: int | Non
             continue
         n = int(name)
         if (only is not None and n == only) or (up_to is not None and n <= up_to):
-            store.remove(f"{FRAMES_DIR}/{name}")
+            store.remove(f"{FRAMES_DIR}/{name}", ignore_errors=True)
 
 
 #: Records the transform's SQL failed on (found by `driver.quarantine`): the frame source sends them to the
