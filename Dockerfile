@@ -50,6 +50,16 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
           /opt/venv/lib/python3*/site-packages/pyspark/python/lib/py4j-*-src.zip
 
+# The S3A connector, for checkpoints on S3 (spec.checkpoint.location s3a://...): hadoop-aws 3.5.0 (the Hadoop pyspark
+# bundles) and the AWS SDK v2 modules it uses, 35 jars, 13 MB, the pinned list with sha256s in docker/hadoop-aws-jars.txt
+# (from hack/hadoop-aws/pom.xml), into pyspark's own jars: the driver and the executors load them with Spark's.
+# MAVEN_REPO: where the build reaches Maven Central or a mirror of it (`make image` serves the test bed's copy).
+ARG MAVEN_REPO=https://repo1.maven.org/maven2
+COPY docker/fetch_jars.py docker/hadoop-aws-jars.txt /tmp/jars/
+RUN python /tmp/jars/fetch_jars.py "$MAVEN_REPO" /tmp/jars/hadoop-aws-jars.txt \
+      "$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
+ && rm -rf /tmp/jars
+
 COPY operator ./operator
 COPY spark_app ./spark_app
 COPY setup.py ./

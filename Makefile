@@ -46,6 +46,8 @@ venv: $(VENV)/.compiled
 testbed-build: venv
 	PYTHON=$(PYTHON) bash hack/install-system-deps.sh test
 	$(TESTBED) build kafka apiserver postgres s3 bigquery node schema-registry
+	@# hadoop-aws and the AWS SDK modules (hack/hadoop-aws/pom.xml) for the drivers whose checkpoint is on S3.
+	PYTHONPATH=hack $(PY) -m handoff_testbed.jars
 	@# A class-data-sharing archive of Spark's classes for this machine's JDK and Spark (handoff_spark.startup.jvm_cds, ~30 s
 	@# once, kept in the cache): every local driver the tests start maps them instead of loading thousands of classes
 	@# again (a local session's start, 7.6-8.7 s -> 4.5-4.9 s here under the tests' JVM options).

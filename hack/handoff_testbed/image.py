@@ -144,6 +144,38 @@ def wheelhouse() -> Path:
     return path
 
 
+def maven_repository() -> Path:
+    """The jars docker/hadoop-aws-jars.txt lists, in a Maven repository's layout, for the build's
+    `docker/fetch_jars.py` (`--build-arg MAVEN_REPO`): Maven Central is not reachable from a build container here,
+    for the reason PyPI is not. Made from the test bed's copy (handoff_testbed.jars, fetched with Maven on the
+    host); the build checks every jar's sha256 against the list."""
+    from .jars import hadoop_aws_jars
+
+    sys.path.insert(0, str(REPO_ROOT / "docker"))
+    try:
+        import fetch_jars  # docker/fetch_jars.py: the list's parser
+    finally:
+        sys.path.pop(0)
+    listing = (REPO_ROOT / "docker" / "hadoop-aws-jars.txt").read_text()
+    path = images_dir() / f"maven-{hashlib.sha256(listing.encode()).hexdigest()[:12]}"
+    if (path / ".complete").exists():
+        return path
+    jars = hadoop_aws_jars()
+    shutil.rmtree(path, ignore_errors=True)
+    for group, artifact, version, _ in fetch_jars.parse(listing):
+        source = jars / f"{artifact}-{version}.jar"
+        if not source.exists():
+            raise RuntimeError(f"{source} is missing: docker/hadoop-aws-jars.txt and hack/hadoop-aws/pom.xml disagree")
+        target = path / group.replace(".", "/") / artifact / version / source.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    (path / ".complete").touch()
+    for old in images_dir().glob("maven-*"):
+        if old != path:
+            shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 @contextlib.contextmanager
 def _serve(directory: Path) -> Iterator[str]:
     """A loopback HTTP server over `directory` for the build's pip (`--find-links URL`).
@@ -187,7 +219,8 @@ def build_image() -> Image:
         marks["debootstrap"] = round(time.monotonic() - started, 1)
         wheels = wheelhouse()
         marks["wheelhouse"] = round(time.monotonic() - started, 1)
-        with DockerEngine() as docker, _serve(wheels) as wheels_url:
+        maven = maven_repository()
+        with DockerEngine() as docker, _serve(wheels) as wheels_url, _serve(maven) as maven_url:
             if not docker.has_image(BASE_REF):
                 with open(base_tar, "rb") as stream:
                     result = docker.call(["import", "-", BASE_REF], stdin=stream.fileno(),
@@ -197,6 +230,7 @@ def build_image() -> Image:
             marks["base import"] = round(time.monotonic() - started, 1)
             docker.run(["build", "--network=host", "--build-arg", f"BASE={BASE_REF}",
                         "--build-arg", f"PIP_OPTIONS=--no-index --find-links {wheels_url}",
+                        "--build-arg", f"MAVEN_REPO={maven_url}",
                         "-t", image.ref, str(REPO_ROOT)])
             marks["docker build"] = round(time.monotonic() - started, 1)
             tmp = image.tarball.with_suffix(".tmp")

@@ -77,6 +77,20 @@ def local_config(manifest: dict[str, Any], checkpoint: str | None, master: str) 
     return config.to_json()
 
 
+def local_checkpoint_env(manifest: dict[str, Any]) -> dict[str, str]:
+    """The S3 settings of an s3a:// spec.checkpoint as the driver pod gets them (render.checkpoint_env), for a
+    local run: the values, not the Secret's keys, which are not resolved locally (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY come from the shell, as propertiesFrom's values do from the properties)."""
+    from handoff_operator.spec.render import checkpoint_env
+    from handoff_operator.spec.validation import parse_spec
+
+    spec, _ = parse_spec(manifest.get("spec") or {})
+    if spec is None:
+        return {}
+    return {e["name"]: e["value"] for e in checkpoint_env(spec)
+            if "value" in e and e["name"] != contract.ENV_CHECKPOINT_CREDENTIALS_SECRET}
+
+
 def _manifest(path: str) -> dict[str, Any]:
     import yaml
 
@@ -107,7 +121,8 @@ def _port(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    text = local_config(_manifest(args.file), args.checkpoint, args.master)
+    manifest = _manifest(args.file)
+    text = local_config(manifest, args.checkpoint, args.master)
     if args.metrics_port is not None:  # the port asked for, or a clear failure if it is taken
         doc = json.loads(text)
         doc["metricsPort"] = args.metrics_port
@@ -120,6 +135,9 @@ def _run(args: argparse.Namespace) -> int:
 
     config = Path(own_temp_dir(RUN_DIR_PREFIX)) / contract.APP_CONFIG_FILE
     config.write_text(text)
+    if args.checkpoint is None:  # the spec's s3a:// checkpoint: its endpoint, path style, region (the shell's win)
+        for name, value in local_checkpoint_env(manifest).items():
+            os.environ.setdefault(name, value)
     sys.stdout.flush()
     # exec, not a child: signals reach the driver directly (SIGTERM/Ctrl-C stop it at a batch boundary) and
     # nothing is orphaned when this process is killed.

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoint: str | None) -> AppConfig:
     """The stream's config turned into a backfill's: own query name, own checkpoint, bounded range."""
-    from handoff_spark.checkpoint import local_path
+    from handoff_spark.checkpoint import sibling
     from handoff_spark.config import BackfillRange
 
     if query == cfg.query_name:
@@ -103,7 +103,7 @@ def backfill_config(cfg: AppConfig, query: str, start: dict, end: dict, checkpoi
             raise ValueError(f"{topic}[{p}]: --to ({hi}) is before --from ({lo})")
     if set(rng.ranges()) != {(t, p) for t, parts in rng.to.items() for p in parts}:
         raise ValueError("--from and --to must name the same partitions")
-    where = checkpoint or str(local_path(cfg.checkpoint_location).parent / f"{query}-checkpoint")
+    where = checkpoint or sibling(cfg.checkpoint_location, f"{query}-checkpoint")
     return cfg.model_copy(update={"query_name": query, "backfill": rng, "checkpoint_location": where,
                                   "metrics_port": None, "trigger_interval_seconds": 0})
 

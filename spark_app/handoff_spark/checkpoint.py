@@ -13,17 +13,25 @@ a checkpoint may be trusted). What is in it:
   offsets; a query that crashes in batch 0 must replay the same range, and the sink needs that start);
 - `sources/handoff-gaps.jsonl`: offsets retention deleted before they were read (`onOffsetOutOfRange=earliest`);
 - `handoff/last-commit.json`: the sink's result of the newest batch, for the driver's progress record.
+
+Where: a local directory (`file://` or a plain path: the checkpoint volume) or an S3 prefix (`s3a://bucket/prefix`,
+spec.checkpoint on S3: Spark reaches it through hadoop-aws's S3A, this module through pyarrow's S3 file system with
+the endpoint, path style and region of switches.CHECKPOINT_S3_* and the AWS SDK's credential chain).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from handoff_spark import switches
 
 TopicPartition = tuple[str, int]
 OffsetRange = dict[TopicPartition, tuple[int, int]]
@@ -41,7 +49,12 @@ class OffsetLogError(RuntimeError):
 
 
 class CheckpointLocationError(ValueError):
-    """The checkpoint location is not a local path (object stores are refused when the spec is validated)."""
+    """The checkpoint location is neither a local path nor an object store this module can reach (s3a://)."""
+
+
+#: Object-store schemes whose checkpoints Handoff reads and writes (Spark through hadoop-aws's S3A, this module
+#: through pyarrow's S3 file system). Other schemes are refused when the spec is validated.
+OBJECT_STORE_SCHEMES = ("s3a",)
 
 
 def local_path(checkpoint: str) -> Path:
@@ -49,8 +62,18 @@ def local_path(checkpoint: str) -> Path:
     parsed = urlparse(checkpoint)
     if parsed.scheme in ("", "file"):
         return Path(parsed.path if parsed.scheme else checkpoint)
-    raise CheckpointLocationError(f"checkpoint {checkpoint!r}: only local paths and file:// URIs are supported "
-                                  f"(mount a volume for the checkpoint)")
+    raise CheckpointLocationError(f"checkpoint {checkpoint!r}: not a local path")
+
+
+def is_object_store(checkpoint: str) -> bool:
+    return urlparse(checkpoint).scheme in OBJECT_STORE_SCHEMES
+
+
+def sibling(checkpoint: str, name: str) -> str:
+    """A location beside `checkpoint` (same parent directory or prefix), e.g. a Backfill's own checkpoint."""
+    if is_object_store(checkpoint):
+        return checkpoint.rstrip("/").rsplit("/", 1)[0] + "/" + name
+    return str(local_path(checkpoint).parent / name)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -61,11 +84,134 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class _LocalFiles:
+    """A checkpoint on a mounted volume (or any local directory)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def read(self, relative: str) -> str | None:
+        try:
+            return (self.root / relative).read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def write(self, relative: str, text: str) -> None:
+        atomic_write(self.root / relative, text)
+
+    def names(self, relative: str) -> list[str]:
+        try:
+            return os.listdir(self.root / relative)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def remove(self, relative: str, ignore_errors: bool = False) -> bool:
+        path = self.root / relative
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=ignore_errors)
+        elif path.exists():
+            path.unlink()
+        else:
+            return False
+        return True
+
+    def reachable(self) -> bool:
+        return self.root.is_dir()
+
+
+@functools.lru_cache(maxsize=4)
+def _s3_filesystem(endpoint: str | None, region: str, path_style: str | None) -> Any:
+    """pyarrow's S3 file system for the checkpoint's store (one per process and settings). Credentials come from
+    the SDK's default chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the driver pod's env from
+    spec.checkpoint.credentialsSecret), else a web identity or the instance's role."""
+    from pyarrow import fs as pafs
+
+    kwargs: dict[str, Any] = {"region": region}
+    if endpoint:
+        parsed = urlparse(endpoint)
+        kwargs["endpoint_override"] = parsed.netloc or parsed.path
+        kwargs["scheme"] = parsed.scheme or "https"
+    if path_style is not None and path_style.strip().lower() in ("0", "false", "no", "off"):
+        kwargs["force_virtual_addressing"] = True  # S3A's fs.s3a.path.style.access=false, said explicitly
+    return pafs.S3FileSystem(**kwargs)
+
+
+def s3_settings(env: Mapping[str, str] | None = None) -> tuple[str | None, str, str | None]:
+    """(endpoint, region, path style) of the checkpoint's S3 store from the environment the operator renders
+    (switches.CHECKPOINT_S3_*); region falls back to AWS_REGION, then us-east-1 (S3A's own default)."""
+    environ = os.environ if env is None else env
+    region = (switches.CHECKPOINT_S3_REGION(env) or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+              or "us-east-1")
+    return switches.CHECKPOINT_S3_ENDPOINT(env), region, switches.CHECKPOINT_S3_PATH_STYLE(env)
+
+
+class _S3Files:
+    """A checkpoint under an S3 prefix (`s3a://bucket/prefix`). An object appears whole when its PUT returns, so a
+    plain write is as safe for a reader as the local temporary-file-and-rename; there are no directories, only
+    prefixes."""
+
+    def __init__(self, checkpoint: str) -> None:
+        parsed = urlparse(checkpoint)
+        if not parsed.netloc:
+            raise CheckpointLocationError(f"checkpoint {checkpoint!r}: no bucket (s3a://<bucket>/<prefix>)")
+        self.base = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+        self.fs = _s3_filesystem(*s3_settings())
+
+    def _path(self, relative: str) -> str:
+        return f"{self.base}/{relative.strip('/')}" if relative else self.base
+
+    def read(self, relative: str) -> str | None:
+        try:
+            with self.fs.open_input_stream(self._path(relative)) as fh:
+                return bytes(fh.read()).decode()
+        except FileNotFoundError:
+            return None
+
+    def write(self, relative: str, text: str) -> None:
+        with self.fs.open_output_stream(self._path(relative)) as fh:
+            fh.write(text.encode())
+
+    def _infos(self, relative: str) -> list[Any]:
+        from pyarrow import fs as pafs
+
+        return self.fs.get_file_info(pafs.FileSelector(self._path(relative), allow_not_found=True))
+
+    def names(self, relative: str) -> list[str]:
+        return [info.base_name for info in self._infos(relative)]
+
+    def remove(self, relative: str, ignore_errors: bool = False) -> bool:
+        from pyarrow import fs as pafs
+
+        try:
+            info = self.fs.get_file_info(self._path(relative))
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(self._path(relative))
+            elif info.type == pafs.FileType.File:
+                self.fs.delete_file(self._path(relative))
+            else:
+                return False
+        except OSError:
+            if ignore_errors:
+                return False
+            raise
+        return True
+
+    def reachable(self) -> bool:
+        return True
+
+
+def files(checkpoint: str) -> _LocalFiles | _S3Files:
+    """The checkpoint's files, wherever they are: a local directory, or an S3 prefix (s3a://)."""
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        return _LocalFiles(local_path(checkpoint))
+    if parsed.scheme in OBJECT_STORE_SCHEMES:
+        return _S3Files(checkpoint)
+    raise CheckpointLocationError(f"checkpoint {checkpoint!r}: only local paths, file:// and s3a:// are supported")
+
+
 def read_text(checkpoint: str, relative: str) -> str | None:
-    try:
-        return (local_path(checkpoint) / relative).read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    return files(checkpoint).read(relative)
 
 
 def read_json(checkpoint: str, relative: str) -> Any:
@@ -113,7 +259,7 @@ def initial_offsets(checkpoint: str) -> dict[TopicPartition, int] | None:
 
 
 def write_initial_offsets(checkpoint: str, offsets: dict[str, dict[str, int]]) -> None:
-    atomic_write(local_path(checkpoint) / INITIAL_OFFSETS_FILE, json.dumps(offsets, sort_keys=True))
+    files(checkpoint).write(INITIAL_OFFSETS_FILE, json.dumps(offsets, sort_keys=True))
 
 
 def batch_range(checkpoint: str, batch_id: int) -> OffsetRange:
@@ -159,11 +305,7 @@ def query_id(checkpoint: str) -> str | None:
 
 
 def _batch_ids(checkpoint: str, log: str) -> list[int]:
-    try:
-        names = os.listdir(local_path(checkpoint) / log)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in files(checkpoint).names(log) if n.isdigit())
 
 
 @dataclass(frozen=True)
@@ -201,29 +343,27 @@ def resume_point(checkpoint: str) -> ResumePoint:
 def discard(checkpoint: str) -> list[str]:
     """Remove Spark's and Handoff's state from the checkpoint (the directory stays: it may be a mount point).
     Returns what was removed. The next query on it starts fresh, from the table's ledger."""
-    root = local_path(checkpoint)
-    removed = []
-    for name in SPARK_ENTRIES:
-        path = root / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-        else:
-            continue
-        removed.append(name)
-    for crc in root.glob(".metadata*.crc"):
-        crc.unlink()
+    store = files(checkpoint)
+    removed = [name for name in SPARK_ENTRIES if store.remove(name)]
+    if isinstance(store, _LocalFiles):
+        for crc in store.root.glob(".metadata*.crc"):
+            crc.unlink()
     return removed
 
 
 # ------------------------------------------------------------------------------------------ side files
 
 def append_gap(checkpoint: str, record: dict[str, Any]) -> None:
-    path = local_path(checkpoint) / GAPS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    store = files(checkpoint)
+    if isinstance(store, _LocalFiles):
+        path = store.root / GAPS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        return
+    # An object store has no append: read, add the line, put it back (the source records gaps from the driver's
+    # planning, one at a time).
+    store.write(GAPS_FILE, (store.read(GAPS_FILE) or "") + json.dumps(record) + "\n")
 
 
 def gaps_in(checkpoint: str, ranges: OffsetRange) -> dict[str, dict[str, list[int]]]:
@@ -253,8 +393,8 @@ def write_last_commit(checkpoint: str, result: dict[str, Any]) -> None:
     recent = read_json(checkpoint, RECENT_COMMITS_FILE)
     kept = [r for r in recent if isinstance(r, dict)] if isinstance(recent, list) else []
     kept = [r for r in kept if r.get("batch_id") != result.get("batch_id")][-(RECENT_COMMITS - 1):] + [result]
-    atomic_write(local_path(checkpoint) / RECENT_COMMITS_FILE, json.dumps(kept))
-    atomic_write(local_path(checkpoint) / LAST_COMMIT_FILE, json.dumps(result))
+    files(checkpoint).write(RECENT_COMMITS_FILE, json.dumps(kept))
+    files(checkpoint).write(LAST_COMMIT_FILE, json.dumps(result))
 
 
 def read_commit(checkpoint: str, batch_id: int) -> dict[str, Any] | None:
@@ -279,7 +419,7 @@ KAFKA_IDENTITY_FILE = "handoff/kafka-identity.json"
 
 
 def write_kafka_identity(checkpoint: str, identity: dict[str, Any]) -> None:
-    atomic_write(local_path(checkpoint) / KAFKA_IDENTITY_FILE, json.dumps(identity, sort_keys=True))
+    files(checkpoint).write(KAFKA_IDENTITY_FILE, json.dumps(identity, sort_keys=True))
 
 
 def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
@@ -312,27 +452,34 @@ def latest_planned_batch(checkpoint: str) -> tuple[int, int] | None:
     return ids[-1], watermark
 
 
-def frames_dir(checkpoint: str, batch_id: int) -> Path:
-    return local_path(checkpoint) / FRAMES_DIR / str(batch_id)
+def frames_dir(checkpoint: str, batch_id: int) -> str:
+    """Batch `batch_id`'s counts, relative to the checkpoint."""
+    return f"{FRAMES_DIR}/{batch_id}"
 
 
 def write_frame_stats(checkpoint: str, batch_id: int, key: str, stats: dict[str, Any]) -> bool:
     """One read task's counts for batch `batch_id` (a retried attempt rewrites its own file). False when the
-    checkpoint is not reachable from here (an executor pod without the driver's volume)."""
-    directory = frames_dir(checkpoint, batch_id)
-    if not local_path(checkpoint).is_dir():
+    checkpoint is not reachable from here (an executor pod without the driver's volume, or without the object
+    store's credentials)."""
+    try:
+        store = files(checkpoint)
+        if not store.reachable():
+            return False
+        store.write(f"{frames_dir(checkpoint, batch_id)}/{key}.json", json.dumps(stats, sort_keys=True))
+    except OSError:
         return False
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(directory / f"{key}.json", json.dumps(stats, sort_keys=True))
     return True
 
 
 def read_frame_stats(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
+    store = files(checkpoint)
     directory = frames_dir(checkpoint, batch_id)
     out = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+    for name in sorted(store.names(directory)):
+        if not name.endswith(".json"):
+            continue
         try:
-            out.append(json.loads(path.read_text()))
+            out.append(json.loads(store.read(f"{directory}/{name}") or ""))
         except (OSError, ValueError):
             continue
     return out
@@ -340,15 +487,13 @@ def read_frame_stats(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
 
 def clear_frame_stats(checkpoint: str, up_to: int | None = None, only: int | None = None) -> None:
     """Remove batch `only`'s counts (a batch being planned again), or those of every batch ≤ `up_to`."""
-    root = local_path(checkpoint) / FRAMES_DIR
-    if not root.is_dir():
-        return
-    for entry in root.iterdir():
-        if not entry.name.isdigit():
+    store = files(checkpoint)
+    for name in store.names(FRAMES_DIR):
+        if not name.isdigit():
             continue
-        n = int(entry.name)
+        n = int(name)
         if (only is not None and n == only) or (up_to is not None and n <= up_to):
-            shutil.rmtree(entry, ignore_errors=True)
+            store.remove(f"{FRAMES_DIR}/{name}", ignore_errors=True)
 
 
 #: Records the transform's SQL failed on (found by `driver.quarantine`): the frame source sends them to the
@@ -365,7 +510,7 @@ def add_quarantine(checkpoint: str, entries: list[dict[str, Any]]) -> None:
     known = read_quarantine(checkpoint)
     seen = {(d["topic"], int(d["partition"]), int(d["offset"])) for d in known}
     new = [e for e in entries if (e["topic"], int(e["partition"]), int(e["offset"])) not in seen]
-    atomic_write(local_path(checkpoint) / QUARANTINE_FILE, json.dumps(known + new, sort_keys=True))
+    files(checkpoint).write(QUARANTINE_FILE, json.dumps(known + new, sort_keys=True))
 
 
 #: The seed line (`driver.seed`): `{"topic": {"partition": offset}}`, where the ledger ended when a driver with a
@@ -388,7 +533,7 @@ def parse_seed_line(text: str | None) -> dict[TopicPartition, int]:
 
 
 def write_seed_line(checkpoint: str, line: dict[TopicPartition, int]) -> None:
-    atomic_write(local_path(checkpoint) / SEED_FILE, seed_line_json(line))
+    files(checkpoint).write(SEED_FILE, seed_line_json(line))
 
 
 def read_seed_line(checkpoint: str) -> dict[TopicPartition, int]:

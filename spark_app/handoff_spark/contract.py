@@ -83,11 +83,31 @@ ENV_DRIVER_POD_NAME = "HANDOFF_DRIVER_POD_NAME"
 ENV_PROGRESS_CONFIGMAP = "HANDOFF_PROGRESS_CONFIGMAP"
 #: That ConfigMap's namespace. Written by the operator; read by the driver.
 ENV_PROGRESS_NAMESPACE = "HANDOFF_PROGRESS_NAMESPACE"
+#: A checkpoint on S3 (spec.checkpoint.location s3a://…): the store's endpoint (spec.checkpoint.endpoint, for an
+#: S3-compatible store that is not AWS), whether it takes path-style requests (spec.checkpoint.pathStyleAccess,
+#: "true"/"false") and its region (spec.checkpoint.region). Written by the operator, only for such a checkpoint;
+#: read by the driver, which hands them to Spark as `spark.hadoop.fs.s3a.*` and reads Handoff's own checkpoint files
+#: with them (`handoff_spark.checkpoint`).
+ENV_CHECKPOINT_S3_ENDPOINT = "HANDOFF_CHECKPOINT_S3_ENDPOINT"
+ENV_CHECKPOINT_S3_PATH_STYLE = "HANDOFF_CHECKPOINT_S3_PATH_STYLE"
+ENV_CHECKPOINT_S3_REGION = "HANDOFF_CHECKPOINT_S3_REGION"
+#: The Secret holding the checkpoint store's credentials (spec.checkpoint.credentialsSecret). Written by the operator,
+#: which also sets `CHECKPOINT_CREDENTIAL_KEYS` from it in the driver's env (secretKeyRef); read by the driver, which
+#: asks Spark to give its executor pods the same variables from the same Secret (a stateful query's executors write
+#: its state store into the checkpoint).
+ENV_CHECKPOINT_CREDENTIALS_SECRET = "HANDOFF_CHECKPOINT_CREDENTIALS_SECRET"
+#: The keys of that Secret, each set as the environment variable of its name: the AWS SDKs' own (S3A's and pyarrow's
+#: default credential chains read them). The session token is optional in the Secret.
+CHECKPOINT_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+CHECKPOINT_OPTIONAL_CREDENTIAL_KEYS = ("AWS_SESSION_TOKEN",)
+#: What the operator sets for a checkpoint on S3 (besides the credentials themselves).
+CHECKPOINT_S3_ENV = frozenset({ENV_CHECKPOINT_S3_ENDPOINT, ENV_CHECKPOINT_S3_PATH_STYLE, ENV_CHECKPOINT_S3_REGION,
+                               ENV_CHECKPOINT_CREDENTIALS_SECRET})
 #: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
 #: publishes nor is scaled).
 STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
-#: Every variable the operator sets in the driver pod.
-RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV})
+#: Every variable the operator sets in the driver pod (the checkpoint's only for a checkpoint on S3).
+RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV, *CHECKPOINT_S3_ENV})
 
 
 # ------------------------------------------------------------------------------ the progress ConfigMap

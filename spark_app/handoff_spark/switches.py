@@ -19,8 +19,8 @@ Every value that meant something before still means it (`0` off and `1` on every
 they turned a switch off, an empty value the default); what no switch documented (`HANDOFF_FUSED_READ=banana`
 used to mean on) is refused now.
 
-Five switches are set by the operator in the driver pod (`contract.ENV_*`, whose names live in the contract:
-the operator writes them, the driver reads them here). The operator's own settings (`HANDOFF_NAMESPACES`,
+Five switches are set by the operator in every driver pod, four more for a checkpoint on S3 (`contract.ENV_*`,
+whose names live in the contract: the operator writes them, the driver reads them here). The operator's own settings (`HANDOFF_NAMESPACES`,
 `HANDOFF_STATUS_INTERVAL`, …) are not switches of the data plane: pydantic-settings reads them into
 `handoff_operator.runtime.settings.OperatorSettings` in the operator's process, which never reads the
 switches here; docs/switches.md lists both, and no name is in both.
@@ -247,6 +247,30 @@ PROGRESS_PUBLISH_SECONDS = Seconds(
 SCALE_POLL_SECONDS = Seconds(
     "HANDOFF_SCALE_POLL_SECONDS", "driver (`driver.executor_scaler`)",
     "How often the driver reads the operator's desired executor count.", default=5.0)
+
+# ------------------------------------------------------------------------------ a checkpoint on S3
+
+CHECKPOINT_S3_ENDPOINT = Text(
+    contract.ENV_CHECKPOINT_S3_ENDPOINT, "driver and Python workers (`checkpoint`, `driver.app`)",
+    "The S3 endpoint of an `s3a://` checkpoint (spec.checkpoint.endpoint): Spark's `fs.s3a.endpoint` and "
+    "pyarrow's for Handoff's own checkpoint files; unset: AWS S3.", what="a URL")
+CHECKPOINT_S3_PATH_STYLE = Text(
+    contract.ENV_CHECKPOINT_S3_PATH_STYLE, "driver and Python workers (`checkpoint`, `driver.app`)",
+    "Path-style requests to the checkpoint's S3 store (spec.checkpoint.pathStyleAccess): Spark's "
+    "`fs.s3a.path.style.access`; unset: S3A's default.", what="true or false")
+CHECKPOINT_S3_REGION = Text(
+    contract.ENV_CHECKPOINT_S3_REGION, "driver and Python workers (`checkpoint`, `driver.app`)",
+    "The region of the checkpoint's bucket (spec.checkpoint.region): Spark's `fs.s3a.endpoint.region`; unset: "
+    "AWS_REGION, else us-east-1.", what="an AWS region")
+CHECKPOINT_CREDENTIALS_SECRET = Text(
+    contract.ENV_CHECKPOINT_CREDENTIALS_SECRET, "driver (`driver.app`)",
+    "The Secret with the checkpoint store's AWS keys (spec.checkpoint.credentialsSecret): the driver asks Spark "
+    "to set them in its executor pods from it (`spark.kubernetes.executor.secretKeyRef.*`).", what="a Secret name")
+HADOOP_AWS_JARS = Text(
+    "HANDOFF_HADOOP_AWS_JARS", "driver (`driver.app`)",
+    "A directory of hadoop-aws and AWS SDK jars added to `spark.jars` for an `s3a://` checkpoint, where "
+    "pyspark's own jars lack them (a local run; the image has them): `python -m handoff_testbed.jars` prints "
+    "the test bed's.", what="a directory")
 
 # ----------------------------------------------------------------------------------------- tests only
 

@@ -482,6 +482,31 @@ def stop_grace_seconds(grace_seconds: int) -> int:
     return max(1, grace_seconds - max(10, grace_seconds // 5))
 
 
+def checkpoint_env(spec: StreamTableHandoffSpec) -> list[dict[str, Any]]:
+    """The driver's environment for a checkpoint on S3 (s3a://): the store's settings, and the credentials from
+    spec.checkpoint.credentialsSecret by secretKeyRef, so they never pass through the operator, the app config or
+    Spark's conf. The driver hands the settings to Spark's S3A (handoff_spark.driver.app.s3_checkpoint_conf) and
+    asks for the same Secret in its executor pods. Nothing for a volume."""
+    checkpoint = spec.checkpoint
+    if not (checkpoint.location or "").startswith("s3a://"):
+        return []
+    env: list[dict[str, Any]] = []
+    if checkpoint.endpoint:
+        env.append({"name": contract.ENV_CHECKPOINT_S3_ENDPOINT, "value": checkpoint.endpoint.rstrip("/")})
+    if checkpoint.path_style_access is not None:
+        env.append({"name": contract.ENV_CHECKPOINT_S3_PATH_STYLE, "value": str(checkpoint.path_style_access).lower()})
+    if checkpoint.region:
+        env.append({"name": contract.ENV_CHECKPOINT_S3_REGION, "value": checkpoint.region})
+    secret = checkpoint.credentials_secret
+    if secret:
+        env.append({"name": contract.ENV_CHECKPOINT_CREDENTIALS_SECRET, "value": secret})
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                for key in contract.CHECKPOINT_CREDENTIAL_KEYS]
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
+                for key in contract.CHECKPOINT_OPTIONAL_CREDENTIAL_KEYS]
+    return env
+
+
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
                         mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
     """The pod template without the config-hash annotation (the hash is computed over it)."""
@@ -508,6 +533,7 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
         {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
+    env += checkpoint_env(spec)
     mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "run", "mountPath": RUN_DIR}]
     config_source = ({"secret": {"secretName": app_config_name(name)}} if mount_secret

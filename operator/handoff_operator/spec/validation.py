@@ -27,10 +27,14 @@ from handoff_operator.spec.render import (DRIVER_OVERHEAD_CONF, EXECUTOR_CPU_CON
                                           Resolved, app_config, partition_source_column, resolve)
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
-#: Spark's checkpoint and the source's side files (initial offsets, retention gaps) are read and written as
-#: files: a path on a mounted volume works, object stores would need Hadoop connectors the image lacks.
-CHECKPOINT_SCHEMES = ("file",)
-OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "hdfs", "abfs", "abfss", "wasbs")
+#: Spark's checkpoint and Handoff's side files (initial offsets, retention gaps) live on a mounted volume (file://)
+#: or on S3 through S3A (s3a://: the image ships hadoop-aws, the driver reads the side files with pyarrow).
+CHECKPOINT_SCHEMES = ("file", "s3a")
+#: Object stores whose Hadoop connectors the image lacks: refused, naming the one that works.
+UNSUPPORTED_STORE_SCHEMES = ("s3", "s3n", "gs", "hdfs", "abfs", "abfss", "wasb", "wasbs", "oss", "cos")
+#: spec.checkpoint's fields that only mean something for an s3a:// location.
+S3_CHECKPOINT_FIELDS = (("credentials_secret", "credentialsSecret"), ("endpoint", "endpoint"),
+                        ("path_style_access", "pathStyleAccess"), ("region", "region"))
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: The view `transform.sql` reads (handoff_spark.driver.transform.SOURCE_VIEW; the operator does not import the
 #: driver's Spark module): a lookup of that name would hide the records.
@@ -126,22 +130,36 @@ def check(name: str, spec: StreamTableHandoffSpec,
     problems += _pod_option_problems(spec)
     problems += _resource_conf_problems(spec)
 
-    location = spec.checkpoint.location
-    if location is not None:
-        scheme = location.split("://", 1)[0] if "://" in location else ""
-        if scheme in OBJECT_STORE_SCHEMES:
-            problems.append(Problem("spec.checkpoint.location", (
-                f"{location!r}: checkpoints in object storage ({scheme}://) are not supported; the checkpoint "
-                f"needs a filesystem. Leave it empty (the operator creates a PersistentVolumeClaim) or give "
-                f"file:///<path> on a volume you mount. The table's ledger, not the checkpoint, is the "
-                f"source of truth, so a volume loss is recoverable")))
-        elif scheme not in CHECKPOINT_SCHEMES:
-            problems.append(Problem("spec.checkpoint.location", (
-                f"{location!r} has no supported scheme; use one of "
-                f"{', '.join(s + '://' for s in CHECKPOINT_SCHEMES)} or leave it empty for a volume")))
+    problems += _checkpoint_problems(spec)
     if not problems:
         problems += _data_plane_refusals(name, spec, resolved)
     return resolved, problems
+
+
+def _checkpoint_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
+    """spec.checkpoint: a scheme the driver can reach, and the S3 settings only with an s3a:// location."""
+    checkpoint = spec.checkpoint
+    location = checkpoint.location
+    scheme = (location.split("://", 1)[0] if "://" in location else "") if location is not None else ""
+    if location is not None and scheme in UNSUPPORTED_STORE_SCHEMES:
+        return [Problem("spec.checkpoint.location", (
+            f"{location!r}: {scheme}:// is not supported for checkpoints (the image has no connector for it); "
+            f"use s3a://<bucket>/<prefix> for S3 or an S3-compatible store, file:///<path> on a volume you mount, "
+            f"or leave it empty for a PersistentVolumeClaim"))]
+    if location is not None and scheme not in CHECKPOINT_SCHEMES:
+        return [Problem("spec.checkpoint.location", (
+            f"{location!r} has no supported scheme; use s3a://<bucket>/<prefix> or file:///<path>, or leave "
+            f"it empty for a volume"))]
+    if scheme == "s3a":
+        bucket = location.split("://", 1)[1].split("/", 1)  # type: ignore[union-attr]
+        if not bucket[0] or len(bucket) < 2 or not bucket[1].strip("/"):
+            return [Problem("spec.checkpoint.location", (
+                f"{location!r}: name a bucket and a prefix, s3a://<bucket>/<prefix> (the prefix is the "
+                f"checkpoint's alone: discarding it removes what is under it)"))]
+        return []
+    return [Problem(f"spec.checkpoint.{wire}", (
+        f"only applies to an s3a:// checkpoint location; remove it or set location to s3a://<bucket>/<prefix>"))
+        for field, wire in S3_CHECKPOINT_FIELDS if getattr(checkpoint, field) is not None]
 
 
 def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from handoff_spark import faults, switches
+from handoff_spark import contract, switches
 from handoff_spark.startup import jvm_cds
 from handoff_spark.startup import session_warmup
 from handoff_spark.startup.early_session import EarlySession
@@ -101,6 +101,47 @@ def local_checkpoint_file_manager(conf: dict[str, str], checkpoint_location: str
     return {**conf, CHECKPOINT_MANAGER_KEY: FS_CHECKPOINT_MANAGER}
 
 
+def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
+                       env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`conf` with what Spark's S3A file system needs for a checkpoint on S3 (`s3a://`), from the environment the
+    operator renders (switches.CHECKPOINT_S3_*); a key the user set in sparkConf wins. The jars: pyspark's own
+    jars directory in the image, `switches.HADOOP_AWS_JARS` for a local run.
+
+    Why through the environment and not the app config: Handoff's own checkpoint files (`handoff_spark.checkpoint`,
+    read and written by the driver and by Python workers) need the same endpoint, and workers inherit the driver's
+    environment. Credentials are never put into Spark's conf (it is shown in the UI and logs): S3A's default chain
+    reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment, and executor pods get them from the same
+    Secret through `spark.kubernetes.executor.secretKeyRef.*`. The checkpoint file manager stays Spark's default
+    (FileContext-based, S3A's `AbstractFileSystem`): `local_checkpoint_file_manager`'s shortcut is for local disks."""
+    if not ckpt.is_object_store(checkpoint_location):
+        return conf
+    out = dict(conf)
+    endpoint, region, path_style = ckpt.s3_settings(env)
+    settings = {"spark.hadoop.fs.s3a.endpoint.region": region}
+    if endpoint:
+        settings["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        settings["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https://")).lower()
+    if path_style:
+        settings["spark.hadoop.fs.s3a.path.style.access"] = path_style
+    # Python workers on executor pods read Handoff's side files with the same settings (frame counts).
+    for switch in (switches.CHECKPOINT_S3_ENDPOINT, switches.CHECKPOINT_S3_PATH_STYLE, switches.CHECKPOINT_S3_REGION):
+        if switch(env):
+            settings[f"spark.executorEnv.{switch.name}"] = switch(env)  # type: ignore[assignment]
+    secret = switches.CHECKPOINT_CREDENTIALS_SECRET(env)
+    if secret:
+        for key in contract.CHECKPOINT_CREDENTIAL_KEYS:
+            settings[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
+    jars_dir = switches.HADOOP_AWS_JARS(env)
+    if jars_dir:
+        jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+        if not jars:
+            raise SystemExit(f"{switches.HADOOP_AWS_JARS.as_set(env)} holds no jars (hack/handoff_testbed/jars.py)")
+        out["spark.jars"] = ",".join(x for x in (out.get("spark.jars", ""), *jars) if x)
+    for key, value in settings.items():
+        out.setdefault(key, value)
+    return out
+
+
 FRAME_SHUFFLE_PARTITIONS = 8
 ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_MAX_BYTES = "2147483647"
@@ -121,6 +162,7 @@ def build_session(cfg: AppConfig) -> Any:
     # Batches stay bounded by spark.sql.execution.arrow.maxRecordsPerBatch.
     conf.setdefault(ARROW_MAX_BYTES_KEY, ARROW_MAX_BYTES)
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
+    conf = s3_checkpoint_conf(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()

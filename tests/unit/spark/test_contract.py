@@ -23,7 +23,7 @@ from handoff_operator.spec.render import CONFIG_DIR, CONFIG_FILE, render
 from handoff_operator.spec.validation import check, parse_spec
 from handoff_operator.truth import driver_report
 
-from operator_spec_support import SECRETS, body
+from operator_spec_support import SECRETS, body, spec
 from package_source_support import modules
 
 CONTRACT_FILE = Path(contract.__file__)
@@ -132,6 +132,29 @@ def test_the_rendered_driver_pod_is_what_the_driver_reads():
     assert 0 < float(env[contract.ENV_STOP_GRACE_SECONDS])
 
 
+def test_the_rendered_s3_checkpoint_environment_is_what_the_driver_hands_to_spark():
+    """spec.checkpoint on S3 → the driver pod's env (operator) → `spark.hadoop.fs.s3a.*` and the executors' Secret
+    (driver): the names the operator writes are the ones the driver reads."""
+    from handoff_spark.driver.app import s3_checkpoint_conf
+
+    b = body(spec(checkpoint={"location": "s3a://lake/ckpt/orders", "credentialsSecret": "ckpt-s3",
+                              "endpoint": "http://minio:9000", "pathStyleAccess": True, "region": "eu-west-1"}))
+    parsed, problems = parse_spec(b["spec"])
+    assert not problems
+    resolved, problems = check("orders", parsed, SECRETS)
+    assert not problems
+    rendered = render(b, parsed, "default/image:1", resolved)
+    container = _driver_container(rendered.child("Deployment"))
+    conf = s3_checkpoint_conf({}, rendered.config.checkpoint_location, _env(container))
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    secret_refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e
+                   and "secretKeyRef" in e["valueFrom"]}
+    for key in contract.CHECKPOINT_CREDENTIAL_KEYS:
+        assert conf[f"spark.kubernetes.executor.secretKeyRef.{key}"] == f"{secret_refs[key]['name']}:{key}"
+
+
 def test_handoff_runs_command_line_parses_on_the_driver():
     args = driver_parser().parse_args(contract.run_command("python", "/tmp/x/app.json", available_now=True,
                                                            metrics_port_fallback=True)[3:])
@@ -185,7 +208,7 @@ def test_the_scaling_rule_caps_executors_at_the_pieces_the_source_cuts():
 DISTINCTIVE = {contract.ENV_SPARK_MASTER, contract.ENV_STOP_GRACE_SECONDS, contract.ENV_DRIVER_POD_NAME,
                contract.ENV_PROGRESS_CONFIGMAP, contract.ENV_PROGRESS_NAMESPACE, contract.PROGRESS_DATA_KEY,
                contract.DESIRED_EXECUTORS_ANNOTATION, contract.APP_CONFIG_FILE, *contract.DEGRADED_REASONS,
-               *contract.KAFKA_METADATA_COLUMNS}
+               *contract.KAFKA_METADATA_COLUMNS, *contract.CHECKPOINT_S3_ENV}
 #: Constants only `contract.py` may assign.
 ASSIGNED = {"MIN_SPLIT_OFFSETS"}
 

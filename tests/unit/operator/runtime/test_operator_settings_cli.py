@@ -5,10 +5,10 @@ import json
 
 import yaml
 
-from handoff_operator.cli import local_config
+from handoff_operator.cli import local_checkpoint_env, local_config
 from handoff_operator.runtime.settings import OperatorSettings
 
-from operator_spec_support import body
+from operator_spec_support import body, spec
 
 
 def test_settings_from_env(monkeypatch):
@@ -36,6 +36,15 @@ def test_local_config_runs_spark_locally(tmp_path):
     assert not any(k.startswith("spark.kubernetes.") for k in config["sparkConf"])
     assert config["checkpointLocation"] == str(tmp_path / "ckpt")
     assert config["handoffId"] == "shop/orders"
+
+
+def test_a_local_run_of_an_s3_checkpoint_gets_its_settings_but_no_secret():
+    manifest = {"kind": "StreamTableHandoff", "metadata": {"name": "orders"},
+                "spec": spec(checkpoint={"location": "s3a://lake/ckpt", "credentialsSecret": "ckpt-s3",
+                                         "endpoint": "http://127.0.0.1:9000", "pathStyleAccess": True})}
+    assert local_checkpoint_env(manifest) == {"HANDOFF_CHECKPOINT_S3_ENDPOINT": "http://127.0.0.1:9000",
+                                              "HANDOFF_CHECKPOINT_S3_PATH_STYLE": "true"}
+    assert local_checkpoint_env({"spec": spec()}) == {}
 
 
 def test_kopf_run_module_import_registers_the_handlers():

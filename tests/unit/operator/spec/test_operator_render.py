@@ -180,6 +180,50 @@ def test_checkpoint_location_given_means_no_volume():
     assert "checkpoint" not in [v["name"] for v in pod["volumes"]]
 
 
+S3_CHECKPOINT = {"location": "s3a://lake/checkpoints/orders", "credentialsSecret": "ckpt-s3",
+                 "endpoint": "http://minio.storage:9000/", "pathStyleAccess": True, "region": "eu-west-1"}
+
+
+def test_checkpoint_on_s3_means_no_volume_and_credentials_from_the_secret():
+    r = _render(spec(checkpoint=S3_CHECKPOINT))
+    assert r.unowned == [] and r.config.checkpoint_location == "s3a://lake/checkpoints/orders"
+    assert not any(c["kind"] == "PersistentVolumeClaim" for c in r.children)
+    pod = r.child("Deployment")["spec"]["template"]["spec"]
+    assert "checkpoint" not in [v["name"] for v in pod["volumes"]]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["HANDOFF_CHECKPOINT_S3_ENDPOINT"]["value"] == "http://minio.storage:9000"
+    assert env["HANDOFF_CHECKPOINT_S3_PATH_STYLE"]["value"] == "true"
+    assert env["HANDOFF_CHECKPOINT_S3_REGION"]["value"] == "eu-west-1"
+    assert env["HANDOFF_CHECKPOINT_CREDENTIALS_SECRET"]["value"] == "ckpt-s3"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "ckpt-s3", "key": key}}}
+    assert env["AWS_SESSION_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    # the credentials never pass through the operator: not in the app config, nor in Spark's conf
+    assert "AWS_" not in r.config.to_json() and "ckpt-s3" not in json.dumps(r.config.spark_conf)
+
+
+def test_checkpoint_settings_change_the_hash():
+    base = _render(spec(checkpoint=S3_CHECKPOINT)).child("Deployment")
+    moved = _render(spec(checkpoint={**S3_CHECKPOINT, "endpoint": "http://other:9000"})).child("Deployment")
+    key = CONFIG_HASH_ANNOTATION
+    assert (base["spec"]["template"]["metadata"]["annotations"][key]
+            != moved["spec"]["template"]["metadata"]["annotations"][key])
+
+
+def test_checkpoint_on_s3_without_a_secret_uses_the_pods_identity():
+    env = _render(spec(checkpoint={"location": "s3a://lake/ckpt"})).child("Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["env"]
+    names = {e["name"] for e in env}
+    assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HANDOFF_CHECKPOINT_CREDENTIALS_SECRET",
+                        "HANDOFF_CHECKPOINT_S3_ENDPOINT"}
+
+
+def test_a_volume_checkpoint_renders_no_s3_environment():
+    for checkpoint in ({}, {"location": "file:///mnt/ckpt/orders"}):
+        env = _render(spec(checkpoint=checkpoint)).child("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert not [e["name"] for e in env if "CHECKPOINT" in e["name"] or e["name"].startswith("AWS_")]
+
+
 def test_executor_prefix_is_a_short_dns_label():
     long = "a" * 52
     prefix = executor_pod_prefix(long)

@@ -80,11 +80,36 @@ def test_checkpoint_scheme():
     assert "spec.checkpoint.location" in problems
 
 
-def test_checkpoint_in_object_storage_is_refused_with_the_fix():
-    problems = _problems(spec(checkpoint={"location": "s3a://bucket/ckpt"}))
-    assert "not supported" in problems["spec.checkpoint.location"]
-    assert "PersistentVolumeClaim" in problems["spec.checkpoint.location"]
-    assert "spec.checkpoint.location" not in _problems(spec(checkpoint={"location": "file:///mnt/ckpt/orders"}))
+def test_checkpoint_on_s3a_is_accepted_with_its_settings():
+    ok = spec(checkpoint={"location": "s3a://bucket/ckpt/orders", "credentialsSecret": "ckpt-s3",
+                          "endpoint": "http://minio.storage:9000", "pathStyleAccess": True, "region": "eu-west-1"})
+    assert _problems(ok) == {}
+    assert _problems(spec(checkpoint={"location": "s3a://bucket/ckpt"})) == {}  # the pods' own AWS identity
+
+
+@pytest.mark.parametrize("location", ["gs://bucket/ckpt", "abfs://c@acct.dfs.core.windows.net/ckpt",
+                                      "s3://bucket/ckpt", "hdfs://nn/ckpt"])
+def test_object_stores_without_a_shipped_connector_are_refused_naming_s3a(location):
+    message = _problems(spec(checkpoint={"location": location}))["spec.checkpoint.location"]
+    assert "not supported" in message and "s3a://<bucket>/<prefix>" in message and "\n" not in message
+    assert "PersistentVolumeClaim" in message
+
+
+@pytest.mark.parametrize("location", ["s3a://bucket", "s3a://bucket/", "s3a:///ckpt"])
+def test_s3a_checkpoint_needs_a_bucket_and_a_prefix(location):
+    assert "s3a://<bucket>/<prefix>" in _problems(spec(checkpoint={"location": location}))["spec.checkpoint.location"]
+
+
+@pytest.mark.parametrize("field,value", [("credentialsSecret", "ckpt-s3"), ("endpoint", "http://minio:9000"),
+                                         ("pathStyleAccess", True), ("region", "eu-west-1")])
+def test_s3_settings_without_an_s3a_location_are_refused(field, value):
+    for checkpoint in ({field: value}, {"location": "file:///mnt/ckpt/orders", field: value}):
+        message = _problems(spec(checkpoint=checkpoint))[f"spec.checkpoint.{field}"]
+        assert "s3a://" in message
+
+
+def test_s3_endpoint_must_be_a_url():
+    assert "spec.checkpoint.endpoint" in _problems(spec(checkpoint={"location": "s3a://b/c", "endpoint": "minio:9000"}))
 
 
 def test_bigquery_cluster_by_undeclared():

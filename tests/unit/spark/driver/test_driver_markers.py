@@ -72,6 +72,28 @@ def test_a_local_checkpoint_gets_the_file_system_checkpoint_manager_and_a_users_
     assert app.local_checkpoint_file_manager(own, "/checkpoints/a") == own
 
 
+def test_an_s3_checkpoint_gets_s3a_settings_from_the_environment_and_never_its_credentials(tmp_path: Path) -> None:
+    """The operator's environment becomes `spark.hadoop.fs.s3a.*`; the keys stay in the environment (S3A's default
+    chain reads them), executors get them from the same Secret; a key of the user's own wins."""
+    (tmp_path / "hadoop-aws-3.5.0.jar").write_bytes(b"")
+    env = {"HANDOFF_CHECKPOINT_S3_ENDPOINT": "http://127.0.0.1:9000", "HANDOFF_CHECKPOINT_S3_PATH_STYLE": "true",
+           "HANDOFF_CHECKPOINT_CREDENTIALS_SECRET": "ckpt-s3", "AWS_ACCESS_KEY_ID": "AKIA-SECRET",
+           "AWS_SECRET_ACCESS_KEY": "very-secret", "HANDOFF_HADOOP_AWS_JARS": str(tmp_path)}
+    conf = app.s3_checkpoint_conf({"spark.hadoop.fs.s3a.endpoint.region": "eu-west-1"}, "s3a://b/ckpt", env)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"  # the user's own
+    assert conf["spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID"] == "ckpt-s3:AWS_ACCESS_KEY_ID"
+    assert conf["spark.executorEnv.HANDOFF_CHECKPOINT_S3_ENDPOINT"] == "http://127.0.0.1:9000"
+    assert conf["spark.jars"] == str(tmp_path / "hadoop-aws-3.5.0.jar")
+    assert "AKIA-SECRET" not in str(conf) and "very-secret" not in str(conf)
+    assert app.CHECKPOINT_MANAGER_KEY not in conf  # Spark's default manager (S3A's AbstractFileSystem)
+    # no region given: S3A's own default, us-east-1; a local checkpoint gets nothing
+    assert app.s3_checkpoint_conf({}, "s3a://b/ckpt", {})["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
+    assert app.s3_checkpoint_conf({}, "file:///ckpt", env) == {}
+
+
 def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:
     """The class is named by string; Spark fails every query if it moved (it did, between Spark 3 and 4)."""
     import zipfile

@@ -1,0 +1,80 @@
+"""Handoff's own checkpoint files on S3 (`handoff_spark.checkpoint` over pyarrow's S3 file system), against the test
+bed's moto server: what the driver reads from Spark's offset log and writes beside it must work on an `s3a://`
+prefix exactly as on a volume. (Spark's side of the same checkpoint, through S3A, is the drill in
+tests/e2e/test_s3_checkpoint_drill.py.)"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import contract
+from handoff_testbed.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+
+@pytest.fixture
+def location(s3: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An empty `s3a://` checkpoint with the environment the operator renders for it."""
+    for name, value in {contract.ENV_CHECKPOINT_S3_ENDPOINT: s3.endpoint, contract.ENV_CHECKPOINT_S3_PATH_STYLE: "true",
+                        contract.ENV_CHECKPOINT_S3_REGION: REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                        "AWS_SECRET_ACCESS_KEY": SECRET_KEY}.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"ckpt-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(bucket)
+    return f"s3a://{bucket}/checkpoints/orders"
+
+
+def _keys(s3: Any, location: str) -> list[str]:
+    bucket, prefix = location.removeprefix("s3a://").split("/", 1)
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+    return sorted(o["Key"][len(prefix) + 1:] for o in listed)
+
+
+def _put(s3: Any, location: str, relative: str, text: str) -> None:
+    """Write as Spark does (through S3A: another client than the module under test)."""
+    bucket, prefix = location.removeprefix("s3a://").split("/", 1)
+    s3.client().put_object(Bucket=bucket, Key=f"{prefix}/{relative}", Body=text.encode())
+
+
+def test_spark_offset_log_on_s3_reads_as_on_a_volume(s3: Any, location: str) -> None:
+    assert ckpt.resume_point(location).empty  # nothing there yet: no error, no position
+    ckpt.write_initial_offsets(location, {"orders": {"0": 5, "1": 7}})
+    _put(s3, location, "metadata", '{"id":"q-1"}')
+    _put(s3, location, "offsets/0", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":10,"1":12}}\n')
+    _put(s3, location, "offsets/1", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":20,"1":22}}\n')
+    _put(s3, location, "commits/0", "v1\n{}\n")
+    assert ckpt.batch_range(location, 0) == {("orders", 0): (5, 10), ("orders", 1): (7, 12)}
+    assert ckpt.batch_range(location, 1) == {("orders", 0): (10, 20), ("orders", 1): (12, 22)}
+    point = ckpt.resume_point(location)
+    assert (point.query_id, point.pending_batch, point.next_start) == ("q-1", 1, {("orders", 0): 10, ("orders", 1): 12})
+    assert ckpt.latest_planned_batch(location) == (1, 0)
+
+
+def test_side_files_and_discard_on_s3(s3: Any, location: str) -> None:
+    ckpt.write_initial_offsets(location, {"orders": {"0": 0}})
+    ckpt.write_kafka_identity(location, {"cluster": "c-1"})
+    ckpt.write_last_commit(location, {"batch_id": 3, "rows": 9})
+    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 4, "to": 6})
+    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 8, "to": 9})
+    assert ckpt.write_frame_stats(location, 3, "orders-0-0-10", {"rows": 10})
+    assert ckpt.read_kafka_identity(location) == {"cluster": "c-1"}
+    assert ckpt.read_commit(location, 3) == {"batch_id": 3, "rows": 9}
+    assert ckpt.gaps_in(location, {("orders", 0): (0, 10)}) == {"orders": {"0": [8, 9]}}  # the later gap wins
+    assert ckpt.read_frame_stats(location, 3) == [{"rows": 10}]
+    ckpt.clear_frame_stats(location, up_to=3)
+    assert ckpt.read_frame_stats(location, 3) == []
+    _put(s3, location, "offsets/0", 'v1\n{}\n{"orders":{"0":10}}\n')
+    _put(s3, location, "metadata", '{"id":"q-1"}')
+    assert "sources/handoff-gaps.jsonl" in _keys(s3, location)
+    removed = ckpt.discard(location)
+    assert set(removed) == {"metadata", "offsets", "sources", "handoff"}
+    # at most the prefix's own directory marker is left (pyarrow keeps the parent "directory"; S3A reads it as one)
+    assert [k for k in _keys(s3, location) if k] == []
+    assert ckpt.resume_point(location).empty
+
+
+def test_a_backfill_checkpoint_sits_beside_the_streams_on_s3() -> None:
+    assert ckpt.sibling("s3a://lake/checkpoints/orders", "bf-1-checkpoint") == "s3a://lake/checkpoints/bf-1-checkpoint"
+    assert ckpt.sibling("file:///var/lib/handoff/checkpoint", "bf-checkpoint") == "/var/lib/handoff/bf-checkpoint"
