@@ -15,6 +15,8 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
 - Service `<name>-ui` (unless spec.spark.ui.service is false): the driver's Spark UI, port 4040, ClusterIP;
+- Ingress `<name>-ui` (networking.k8s.io/v1, only when spec.spark.ui.ingress is set): the host and path to that
+  Service; removing ui.ingress deletes it;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
   template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
@@ -54,6 +56,7 @@ from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      spark_memory)
+from handoff_operator.models.stream_table_handoff import SparkUiIngressSpec
 from handoff_operator.models.common import PropertyFrom, cpu_quantity, parse_duration
 from handoff_operator.models.pod import PodOptions
 
@@ -130,6 +133,11 @@ def app_config_name(name: str) -> str:
 
 def ui_service_name(name: str) -> str:
     """The Service of the driver's Spark UI (spec.spark.ui)."""
+    return f"{name}-ui"
+
+
+def ui_ingress_name(name: str) -> str:
+    """The Ingress to the UI Service (spec.spark.ui.ingress): the same name, one UI per handoff."""
     return f"{name}-ui"
 
 
@@ -483,6 +491,18 @@ def stop_grace_seconds(grace_seconds: int) -> int:
     return max(1, grace_seconds - max(10, grace_seconds // 5))
 
 
+def ui_proxy_base_args(spec: StreamTableHandoffSpec) -> str:
+    """`--conf spark.ui.proxyBase=<path> ` when the UI's Ingress serves it under a path other than `/`, else "".
+
+    Spark's UI prefixes every link and redirect with spark.ui.proxyBase, which it reads as a JVM system property
+    (UIUtils.uiRoot), not from the SparkConf a SparkSession is built with: so it must come at JVM launch, through
+    spark-submit's --conf (PYSPARK_SUBMIT_ARGS), and the app's sparkConf could not carry it. The path pattern of the
+    model keeps it free of spaces and shell characters, since pyspark splits these arguments like a shell."""
+    ingress = spec.spark.ui_ingress()
+    base = ingress.proxy_base() if ingress is not None else None
+    return f"--conf spark.ui.proxyBase={base} " if base else ""
+
+
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
                         mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
     """The pod template without the config-hash annotation (the hash is computed over it)."""
@@ -494,7 +514,8 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     # node: with bindAddress 0.0.0.0 executors were told to connect to 0.0.0.0).
     submit_args = (f"--driver-memory {driver_heap(spec)} "
                    f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) "
-                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) pyspark-shell")
+                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) "
+                   f"{ui_proxy_base_args(spec)}pyspark-shell")
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -694,6 +715,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
             "spec": {"selector": selector_labels(name),
                      "ports": [{"name": "http", "port": UI_PORT, "targetPort": "ui"}]},
         })
+    ingress = spec.spark.ui_ingress()
+    if ingress is not None:
+        children.append(ui_ingress(owner, name, namespace, ingress))
     deployment_meta = _meta(driver_name(name), namespace, "driver", owner)
     deployment_meta["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
     children.append({
@@ -719,7 +743,28 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                         "spec": pvc_spec})
     absent = [] if spec.spark.ui_service() else [
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": ui_service_name(name), "namespace": namespace}}]
+    if ingress is None:
+        absent.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                       "metadata": {"name": ui_ingress_name(name), "namespace": namespace}})
     return Rendered(config, digest, children, unowned, absent)
+
+
+def ui_ingress(owner: Mapping[str, Any], name: str, namespace: str, ingress: SparkUiIngressSpec) -> dict[str, Any]:
+    """The Ingress of spec.spark.ui.ingress: one rule, host + path to the UI Service's port. Nothing
+    controller-specific is added (no rewrite, no auth): those are the platform's, through ingress.annotations. Not
+    part of the config hash: adding, changing or removing it restarts no driver (only a path other than `/` does,
+    through spark.ui.proxyBase in the driver's pod template)."""
+    meta = _meta(ui_ingress_name(name), namespace, "ui", owner)
+    if ingress.annotations:
+        meta["annotations"] = dict(ingress.annotations)
+    ingress_spec: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
+        "path": ingress.path, "pathType": ingress.path_type,
+        "backend": {"service": {"name": ui_service_name(name), "port": {"number": UI_PORT}}}}]}}]}
+    if ingress.ingress_class_name:
+        ingress_spec["ingressClassName"] = ingress.ingress_class_name
+    if ingress.tls is not None:
+        ingress_spec["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls.secret_name}]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": ingress_spec}
 
 
 def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:
