@@ -472,9 +472,13 @@ class ExecutorSpec(PodResources):
 
 #: Hosts an Ingress rule accepts: a DNS subdomain, or one with a leading `*.` wildcard label.
 UI_INGRESS_HOST_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-#: The UI's path under the host: safe URL characters only, because a path other than `/` also goes to the driver's
-#: JVM command line (`spark.ui.proxyBase`, through PYSPARK_SUBMIT_ARGS, which pyspark splits like a shell would).
-UI_INGRESS_PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
+#: The UI's path under the host: plain URL characters, and with pathType ImplementationSpecific the regular-expression
+#: characters a controller's rewrite needs (ingress-nginx: `/spark/orders(/|$)(.*)`). Its literal part before any of
+#: those goes to the driver's JVM command line (`spark.ui.proxyBase`, through PYSPARK_SUBMIT_ARGS, which pyspark
+#: splits like a shell would), so no spaces, quotes or backslashes.
+UI_INGRESS_PLAIN_PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
+UI_INGRESS_PATH_PATTERN = r"^/[A-Za-z0-9._~/()|$*+?^{}\[\]-]*$"
+_UI_PATH_REGEX_CHARS = re.compile(r"[()|$*+?^{}\[\]]")
 
 
 def _check_ui_host(host: str) -> str:
@@ -486,8 +490,8 @@ def _check_ui_host(host: str) -> str:
 
 def _check_ui_path(path: str) -> str:
     if not re.match(UI_INGRESS_PATH_PATTERN, path):
-        raise ValueError(f"{path!r} is not a usable UI path: start it with '/' and use letters, digits and "
-                         f"'/._~-' only, e.g. /spark/orders")
+        raise ValueError(f"{path!r} is not a usable UI path: start it with '/' and use letters, digits, '/._~-' "
+                         f"(and a regex's '()|$*+?^{{}}[]' with pathType ImplementationSpecific), e.g. /spark/orders")
     return path
 
 
@@ -496,6 +500,9 @@ UiHost = Annotated[str, Field(min_length=1, max_length=253, json_schema_extra={"
                    AfterValidator(_check_ui_host)]
 UiPath = Annotated[str, Field(min_length=1, max_length=1024, json_schema_extra={"pattern": UI_INGRESS_PATH_PATTERN}),
                    AfterValidator(_check_ui_path)]
+UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC = (
+    "spark.ui.ingress.path with regular-expression characters needs pathType: ImplementationSpecific (a Prefix path "
+    "is plain, e.g. /spark/orders)")
 UI_INGRESS_NEEDS_SERVICE = ("spark.ui.ingress needs the UI Service it points to: remove spark.ui.service: false "
                             "(or remove spark.ui.ingress)")
 
@@ -514,12 +521,19 @@ class SparkUiIngressSpec(SpecModel):
     whose ingress controller should publish the running driver's UI. Opt-in: the UI can kill jobs and shows the
     configuration, so exposing it is the platform's decision (put authentication in front with `annotations`)."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.pathType != 'Prefix' || self.path.matches('{UI_INGRESS_PLAIN_PATH_PATTERN}')",
+         "message": UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC},
+    ]})
+
     host: UiHost = Field(description="Host name the UI is served at, e.g. orders-ui.spark.example.com.")
-    path: UiPath = Field(default="/", description="Path under the host, default /. Another path, e.g. /spark/orders, is also given "
-                                  "to the driver as spark.ui.proxyBase (its links then start with it; changing it "
-                                  "restarts the driver), and the ingress controller must strip it before the "
-                                  "request reaches Spark (which serves at /): say so in annotations, e.g. "
-                                  "ingress-nginx's rewrite-target.")
+    path: UiPath = Field(
+        default="/", description="Path under the host, default /. Another path, e.g. /spark/orders, is also given to "
+                                 "the driver as spark.ui.proxyBase (its links then start with it; changing it restarts "
+                                 "the driver), and the ingress controller must strip it before the request reaches "
+                                 "Spark (which serves at /): say so in annotations, e.g. ingress-nginx's "
+                                 "rewrite-target with a regex path such as /spark/orders(/|$)(.*) (pathType "
+                                 "ImplementationSpecific; proxyBase is the part before the regex).")
     path_type: Literal["Prefix", "ImplementationSpecific"] = Field(
         default="Prefix", description="Ingress pathType: Prefix (the UI's pages are under the path), or "
                                       "ImplementationSpecific for a controller's own path syntax, e.g. a regex "
@@ -533,16 +547,23 @@ class SparkUiIngressSpec(SpecModel):
     tls: SparkUiIngressTls | None = Field(default=None, description="Serve the host over TLS with this "
                                                                     "certificate Secret; omit for plain HTTP.")
 
+    @model_validator(mode="after")
+    def _check_path_type(self) -> "SparkUiIngressSpec":
+        if self.path_type == "Prefix" and _UI_PATH_REGEX_CHARS.search(self.path):
+            raise ValueError(UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC)
+        return self
+
     def proxy_base(self) -> str | None:
-        """What the driver's links must start with (spark.ui.proxyBase): the path without its trailing `/`, or None
-        at the root, where Spark's own links already work."""
-        base = self.path.rstrip("/")
+        """What the driver's links must start with (spark.ui.proxyBase): the path's literal part (before any regex
+        character) without its trailing `/`, or None at the root, where Spark's own links already work."""
+        match = _UI_PATH_REGEX_CHARS.search(self.path)
+        base = (self.path[:match.start()] if match else self.path).rstrip("/")
         return base or None
 
     def url(self) -> str:
-        """Where a browser opens the UI: https when the Ingress has TLS."""
+        """Where a browser opens the UI: https when the Ingress has TLS; the path's literal part."""
         scheme = "https" if self.tls is not None else "http"
-        return f"{scheme}://{self.host}{self.path if self.path.endswith('/') else self.path + '/'}"
+        return f"{scheme}://{self.host}{self.proxy_base() or ''}/"
 
 
 class SparkUiSpec(SpecModel):

@@ -491,16 +491,33 @@ def stop_grace_seconds(grace_seconds: int) -> int:
     return max(1, grace_seconds - max(10, grace_seconds // 5))
 
 
-def ui_proxy_base_args(spec: StreamTableHandoffSpec) -> str:
-    """`--conf spark.ui.proxyBase=<path> ` when the UI's Ingress serves it under a path other than `/`, else "".
+def ui_proxy_conf(spec: StreamTableHandoffSpec) -> dict[str, str]:
+    """The Spark settings a UI served under an Ingress path other than `/` needs; none at `/` (or without ingress).
 
-    Spark's UI prefixes every link and redirect with spark.ui.proxyBase, which it reads as a JVM system property
-    (UIUtils.uiRoot), not from the SparkConf a SparkSession is built with: so it must come at JVM launch, through
-    spark-submit's --conf (PYSPARK_SUBMIT_ARGS), and the app's sparkConf could not carry it. The path pattern of the
-    model keeps it free of spaces and shell characters, since pyspark splits these arguments like a shell."""
+    - spark.ui.proxyBase: Spark prefixes every link of its pages with it (Spark still answers at `/`: the ingress
+      controller strips the prefix);
+    - spark.ui.proxyRedirectUri: Spark's own redirects (`/` → `/jobs/`, an unknown page → `/jobs/`) otherwise go to
+      the bare `/jobs/` of the host, outside the prefix; with it they go to `<scheme>://<host><path>/jobs/`. Left
+      out for a wildcard host, which names no one URL.
+    Both checked against the driver's Spark (tests/integration/spark/test_spark_ui_proxy_base.py)."""
     ingress = spec.spark.ui_ingress()
     base = ingress.proxy_base() if ingress is not None else None
-    return f"--conf spark.ui.proxyBase={base} " if base else ""
+    if ingress is None or base is None:
+        return {}
+    conf = {"spark.ui.proxyBase": base}
+    if not ingress.host.startswith("*."):
+        conf["spark.ui.proxyRedirectUri"] = f"{'https' if ingress.tls is not None else 'http'}://{ingress.host}"
+    return conf
+
+
+def ui_proxy_base_args(spec: StreamTableHandoffSpec) -> str:
+    """`ui_proxy_conf` as spark-submit arguments (each followed by a space), for PYSPARK_SUBMIT_ARGS.
+
+    spark.ui.proxyBase is read as a JVM system property (UIUtils.uiRoot), not from the SparkConf a SparkSession is
+    built with: so it must come at JVM launch, through spark-submit's --conf, and the app's sparkConf could not carry
+    it. The host and path patterns of the model keep both values free of spaces and shell characters, since pyspark
+    splits these arguments like a shell."""
+    return "".join(f"--conf {key}={value} " for key, value in ui_proxy_conf(spec).items())
 
 
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,

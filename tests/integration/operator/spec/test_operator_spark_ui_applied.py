@@ -115,6 +115,10 @@ def test_the_opt_in_ingress_follows_the_spec_and_status_prints_its_url(cluster: 
         spec["spark"]["ui"] = {"ingress": {"host": "Orders UI"}}
         out = kubectl(cluster.kubeconfig, "apply", "-f", str(_manifest(tmp_path, ns, "orders", spec)), check=False)
         assert out.returncode != 0 and "spec.spark.ui.ingress.host" in out.stderr, out.stderr
+        spec["spark"]["ui"] = {"ingress": {"host": "spark.example.com", "path": "/spark/orders(/|$)(.*)"}}
+        out = kubectl(cluster.kubeconfig, "apply", "-f", str(_manifest(tmp_path, ns, "orders", spec)), check=False)
+        assert out.returncode != 0 and "regular-expression characters needs pathType: ImplementationSpecific" \
+            in out.stderr, out.stderr
 
         spec["spark"]["ui"] = {"ingress": {
             "host": "orders-ui.example.com", "ingressClassName": "nginx", "tls": {"secretName": "orders-ui-tls"},
@@ -149,10 +153,13 @@ def test_the_opt_in_ingress_follows_the_spec_and_status_prints_its_url(cluster: 
                 f"kubectl port-forward -n {ns} svc/orders-ui 4040, then http://localhost:4040 "
                 "(only while the driver runs: a stopped driver's UI is not kept)") in out.stdout, out.stdout
 
-        # Changed: another path under a shared host, no TLS, one annotation fewer, the default class.
-        spec["spark"]["ui"] = {"ingress": {
-            "host": "spark.example.com", "path": "/spark/orders", "pathType": "ImplementationSpecific",
-            "annotations": {"nginx.ingress.kubernetes.io/auth-url": "https://auth.example.com/check"}}}
+        # Changed: under a path of a shared host, the way ingress-nginx strips a prefix (a regex path and
+        # rewrite-target), no TLS, the auth annotation kept and cert-manager's dropped, the default class.
+        rewrite = {"nginx.ingress.kubernetes.io/auth-url": "https://auth.example.com/check",
+                   "nginx.ingress.kubernetes.io/use-regex": "true",
+                   "nginx.ingress.kubernetes.io/rewrite-target": "/$2"}
+        spec["spark"]["ui"] = {"ingress": {"host": "spark.example.com", "path": "/spark/orders(/|$)(.*)",
+                                           "pathType": "ImplementationSpecific", "annotations": rewrite}}
         kubectl(cluster.kubeconfig, "apply", "-f", str(_manifest(tmp_path, ns, "orders", spec)))
 
         def changed() -> client.V1Ingress | None:
@@ -161,11 +168,12 @@ def test_the_opt_in_ingress_follows_the_spec_and_status_prints_its_url(cluster: 
 
         ing = eventually(changed, "the UI Ingress changed")
         (path,) = ing.spec.rules[0].http.paths
-        assert (path.path, path.path_type) == ("/spark/orders", "ImplementationSpecific")
+        assert (path.path, path.path_type) == ("/spark/orders(/|$)(.*)", "ImplementationSpecific")
         assert ing.spec.tls is None and ing.spec.ingress_class_name is None
-        assert ing.metadata.annotations == {"nginx.ingress.kubernetes.io/auth-url": "https://auth.example.com/check"}
-        # Spark's links must start with the prefix: the driver is started with spark.ui.proxyBase.
-        eventually(lambda: "--conf spark.ui.proxyBase=/spark/orders " in _submit_args(cluster, ns) or None,
+        assert ing.metadata.annotations == rewrite
+        # Spark's links must start with the prefix, its redirects go under it: the driver is started so.
+        eventually(lambda: "--conf spark.ui.proxyBase=/spark/orders --conf spark.ui.proxyRedirectUri="
+                           "http://spark.example.com " in _submit_args(cluster, ns) or None,
                    "spark.ui.proxyBase in the driver's PYSPARK_SUBMIT_ARGS")
         out = _plugin(cluster.kubeconfig, "status", "orders", "-n", ns)
         assert "spark ui    http://spark.example.com/spark/orders/ (Ingress orders-ui)" in out.stdout, out.stdout

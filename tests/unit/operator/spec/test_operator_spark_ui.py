@@ -103,8 +103,15 @@ def test_a_path_prefix_reaches_the_driver_as_spark_ui_proxy_base():
     r = _render(_with_ingress(host="spark.example.com", path="/spark/orders/", pathType="ImplementationSpecific"))
     (path,) = r.child("Ingress")["spec"]["rules"][0]["http"]["paths"]
     assert path["path"] == "/spark/orders/" and path["pathType"] == "ImplementationSpecific"
-    # Given at JVM launch (Spark reads it as a system property), without the trailing slash its links append to.
-    assert "--conf spark.ui.proxyBase=/spark/orders pyspark-shell" in _submit_args(r)
+    # Given at JVM launch (Spark reads it as a system property), without the trailing slash its links append to;
+    # Spark's redirects go to the Ingress's URL (http: no tls).
+    assert ("--conf spark.ui.proxyBase=/spark/orders --conf spark.ui.proxyRedirectUri=http://spark.example.com "
+            "pyspark-shell") in _submit_args(r)
+    # A wildcard host names no one URL to redirect to: the links' prefix alone.
+    wild = _render(_with_ingress(host="*.example.com", path="/spark/orders", tls={"secretName": "wild"}))
+    assert "--conf spark.ui.proxyBase=/spark/orders pyspark-shell" in _submit_args(wild)
+    with_tls = _render(_with_ingress(host="spark.example.com", path="/spark/orders", tls={"secretName": "c"}))
+    assert "spark.ui.proxyRedirectUri=https://spark.example.com " in _submit_args(with_tls)
     # The driver must restart to serve its links under another base.
     assert r.config_hash != _render(_with_ingress(host="spark.example.com")).config_hash
 
@@ -117,6 +124,8 @@ def test_a_path_prefix_reaches_the_driver_as_spark_ui_proxy_base():
     ({"ingress": {"host": "ui.example.com", "path": "spark"}}, "spec.spark.ui.ingress.path", "start it with '/'"),
     ({"ingress": {"host": "ui.example.com", "path": "/a;rm -rf"}}, "spec.spark.ui.ingress.path", "start it with '/'"),
     ({"ingress": {"host": "ui.example.com", "pathType": "Exact"}}, "spec.spark.ui.ingress.pathType", "Prefix"),
+    ({"ingress": {"host": "ui.example.com", "path": "/spark/orders(/|$)(.*)"}}, "spec.spark.ui.ingress",
+     "regular-expression characters needs pathType: ImplementationSpecific"),
     ({"ingress": {"host": "ui.example.com", "tls": {}}}, "spec.spark.ui.ingress.tls.secretName", "Field required"),
 ])
 def test_bad_ingress_settings_are_one_line_naming_the_field(ui: dict[str, Any], field: str, words: str):
@@ -133,3 +142,20 @@ def test_the_ingress_url_follows_tls_and_path():
     assert SparkUiIngressSpec.model_validate(
         {"host": "ui.example.com", "path": "/spark/orders", "tls": {"secretName": "c"}}).url() == \
         "https://ui.example.com/spark/orders/"
+
+
+def test_a_regex_path_for_a_controllers_rewrite_gives_spark_its_literal_part():
+    """ingress-nginx strips a prefix with a regex path and rewrite-target: the Ingress gets the regex as written,
+    Spark the literal prefix, status the URL a browser opens."""
+    annotations = {"nginx.ingress.kubernetes.io/use-regex": "true",
+                   "nginx.ingress.kubernetes.io/rewrite-target": "/$2"}
+    r = _render(_with_ingress(host="spark.example.com", path="/spark/orders(/|$)(.*)",
+                              pathType="ImplementationSpecific", annotations=annotations))
+    ingress = r.child("Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["path"] == "/spark/orders(/|$)(.*)"
+    assert ingress["metadata"]["annotations"] == annotations
+    assert "--conf spark.ui.proxyBase=/spark/orders --conf spark.ui.proxyRedirectUri=http://spark.example.com " \
+        in _submit_args(r)
+    parsed = SparkUiIngressSpec.model_validate({"host": "spark.example.com", "path": "/spark/orders(/|$)(.*)",
+                                                "pathType": "ImplementationSpecific"})
+    assert parsed.url() == "http://spark.example.com/spark/orders/"
