@@ -18,7 +18,8 @@ from handoff_spark.config import (COLUMN_TYPE_PATTERN, DEFAULT_MAX_DEPTH, DEFAUL
                                   MAX_VALUE_BYTES_LIMIT, canonical)
 
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
-                     CpuQuantity, DNS_SUBDOMAIN_PATTERN, MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel,
+                     CpuQuantity, DNS_SUBDOMAIN_PATTERN, MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef,
+                     SnapshotId, SpecModel,
                      StatusModel, cpu_millis, cpu_quantity, quantity_to_bytes,
                      TopicName, parse_duration)
 from handoff_operator.models.pod import PodOptions

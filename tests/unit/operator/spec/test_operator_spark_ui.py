@@ -45,8 +45,7 @@ def test_ui_service_false_renders_none_and_asks_for_the_old_one_to_go():
     s["spark"]["ui"] = {"service": False}
     r = _render(s)
     assert "orders-ui" not in [c["metadata"]["name"] for c in r.children]
-    assert r.absent == [{"apiVersion": "v1", "kind": "Service",
-                         "metadata": {"name": "orders-ui", "namespace": r.child("Deployment")["metadata"]["namespace"]}},
+    assert r.absent == [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "orders-ui", "namespace": "shop"}},
                         INGRESS_ABSENT]
     # The UI Service is not part of what the driver runs with: turning it off restarts no driver.
     assert r.config_hash == _render(spec()).config_hash
