@@ -66,6 +66,10 @@ rights on pods/services/configmaps/PVCs itself.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, update, patch, delete]
+# The Spark UI's Ingress (spec.spark.ui.ingress): applied, and deleted when the spec drops it.
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [apps]
   resources: [deployments/scale]
   verbs: [get, patch, update]

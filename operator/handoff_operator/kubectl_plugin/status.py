@@ -12,7 +12,8 @@ from typing import Any
 
 from handoff_operator.truth import driver_report
 from handoff_operator.models.common import format_duration
-from handoff_operator.spec.render import UI_PORT, driver_name, ui_service_name
+from handoff_operator.models.stream_table_handoff import SparkUiIngressSpec
+from handoff_operator.spec.render import UI_PORT, driver_name, ui_ingress_name, ui_service_name
 from handoff_operator.spec.validation import parse_spec
 
 
@@ -30,13 +31,19 @@ def lag_per_partition(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["topic"], r["partition"]))
 
 
-def spark_ui(namespace: str | None, name: str | None, service: bool) -> dict[str, Any]:
-    """How to reach the running driver's Spark UI: the port-forward to its Service (`<name>-ui`, or the driver's
-    headless Service when spec.spark.ui.service is false). A stopped driver's UI is gone; nothing keeps it."""
+def spark_ui(namespace: str | None, name: str | None, service: bool,
+             ingress: SparkUiIngressSpec | None = None) -> dict[str, Any]:
+    """How to reach the running driver's Spark UI: the Ingress's URL when spec.spark.ui.ingress is set (https when
+    it has TLS), and always the port-forward to its Service (`<name>-ui`, or the driver's headless Service when
+    spec.spark.ui.service is false), which works without an ingress controller. A stopped driver's UI is gone;
+    nothing keeps it."""
     svc = ui_service_name(name or "") if service else driver_name(name or "")
-    return {"service": svc, "port": UI_PORT,
-            "portForward": f"kubectl port-forward -n {namespace} svc/{svc} {UI_PORT}",
-            "url": f"http://localhost:{UI_PORT}"}
+    out: dict[str, Any] = {"service": svc, "port": UI_PORT,
+                           "portForward": f"kubectl port-forward -n {namespace} svc/{svc} {UI_PORT}",
+                           "url": f"http://localhost:{UI_PORT}"}
+    if ingress is not None:
+        out["ingress"] = {"name": ui_ingress_name(name or ""), "url": ingress.url()}
+    return out
 
 
 def summary(obj: Mapping[str, Any], report_text: str | None, now_ms: int) -> dict[str, Any]:
@@ -65,7 +72,8 @@ def summary(obj: Mapping[str, Any], report_text: str | None, now_ms: int) -> dic
         "lastBatch": status.get("lastBatch"),
         "lastFailure": (status.get("app") or {}).get("lastFailure"),
         "retentionHeadroomSeconds": retention.get("headroomSeconds"),
-        "sparkUi": spark_ui(meta.get("namespace"), meta.get("name"), spec is None or spec.spark.ui_service()),
+        "sparkUi": spark_ui(meta.get("namespace"), meta.get("name"), spec is None or spec.spark.ui_service(),
+                            spec.spark.ui_ingress() if spec is not None else None),
         "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
                        for c in status.get("conditions") or []],
     }
@@ -108,8 +116,13 @@ def format_text(s: Mapping[str, Any]) -> str:
     if s["lastFailure"]:
         lines.append(f"  last failure  {s['lastFailure'].splitlines()[0][:200]}")
     ui = s["sparkUi"]
-    lines.append(f"  spark ui    {ui['portForward']}, then {ui['url']} (while the driver runs: a stopped "
-                 f"driver's UI is not kept)")
+    if ui.get("ingress"):
+        lines.append(f"  spark ui    {ui['ingress']['url']} (Ingress {ui['ingress']['name']}), or "
+                     f"{ui['portForward']}, then {ui['url']} (only while the driver runs: a stopped driver's UI "
+                     f"is not kept)")
+    else:
+        lines.append(f"  spark ui    {ui['portForward']}, then {ui['url']} (only while the driver runs: a stopped "
+                     f"driver's UI is not kept)")
     if s["lagPerPartition"]:
         lines.append(f"Lag per partition (the driver's report, {s['lagMeasuredSecondsAgo']}s ago):")
         lines += _table([["TOPIC", "PARTITION", "LAG"]]

@@ -18,7 +18,8 @@ from handoff_spark.config import (COLUMN_TYPE_PATTERN, DEFAULT_MAX_DEPTH, DEFAUL
                                   MAX_VALUE_BYTES_LIMIT, canonical)
 
 from handoff_operator.models.common import (AGE_COLUMN, CONDITIONS_FIELD_SCHEMA, PHASE_COLUMN, Condition, CustomResource, Duration,
-                     CpuQuantity, MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef, SnapshotId, SpecModel,
+                     CpuQuantity, DNS_SUBDOMAIN_PATTERN, MemoryQuantity, OffsetsMap, PropertyFrom, SecretKeyRef,
+                     SnapshotId, SpecModel,
                      StatusModel, cpu_millis, cpu_quantity, quantity_to_bytes,
                      TopicName, parse_duration)
 from handoff_operator.models.pod import PodOptions
@@ -462,14 +463,124 @@ class ExecutorSpec(PodResources):
                                                              "Spark's executor pod template.")
 
 
+#: Hosts an Ingress rule accepts: a DNS subdomain, or one with a leading `*.` wildcard label.
+UI_INGRESS_HOST_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: The UI's path under the host: plain URL characters, and with pathType ImplementationSpecific the regular-expression
+#: characters a controller's rewrite needs (ingress-nginx: `/spark/orders(/|$)(.*)`). Its literal part before any of
+#: those goes to the driver's JVM command line (`spark.ui.proxyBase`, through PYSPARK_SUBMIT_ARGS, which pyspark
+#: splits like a shell would), so no spaces, quotes or backslashes.
+UI_INGRESS_PLAIN_PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
+UI_INGRESS_PATH_PATTERN = r"^/[A-Za-z0-9._~/()|$*+?^{}\[\]-]*$"
+_UI_PATH_REGEX_CHARS = re.compile(r"[()|$*+?^{}\[\]]")
+
+
+def _check_ui_host(host: str) -> str:
+    if not re.match(UI_INGRESS_HOST_PATTERN, host):
+        raise ValueError(f"{host!r} is not a host name: use lower-case letters, digits, '-' and '.', e.g. "
+                         f"orders-ui.spark.example.com (a leading '*.' is allowed)")
+    return host
+
+
+def _check_ui_path(path: str) -> str:
+    if not re.match(UI_INGRESS_PATH_PATTERN, path):
+        raise ValueError(f"{path!r} is not a usable UI path: start it with '/' and use letters, digits, '/._~-' "
+                         f"(and a regex's '()|$*+?^{{}}[]' with pathType ImplementationSpecific), e.g. /spark/orders")
+    return path
+
+
+# The CRD carries the patterns (json_schema_extra); the validators say the fix.
+UiHost = Annotated[str, Field(min_length=1, max_length=253, json_schema_extra={"pattern": UI_INGRESS_HOST_PATTERN}),
+                   AfterValidator(_check_ui_host)]
+UiPath = Annotated[str, Field(min_length=1, max_length=1024, json_schema_extra={"pattern": UI_INGRESS_PATH_PATTERN}),
+                   AfterValidator(_check_ui_path)]
+UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC = (
+    "spark.ui.ingress.path with regular-expression characters needs pathType: ImplementationSpecific (a Prefix path "
+    "is plain, e.g. /spark/orders)")
+UI_INGRESS_NEEDS_SERVICE = ("spark.ui.ingress needs the UI Service it points to: remove spark.ui.service: false "
+                            "(or remove spark.ui.ingress)")
+
+
+class SparkUiIngressTls(SpecModel):
+    """TLS of the UI's Ingress: the certificate Secret (in the handoff's namespace) the ingress controller serves
+    for the host. Set it and `kubectl handoff status` prints an https:// URL."""
+
+    secret_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                             description="Secret of type kubernetes.io/tls holding the host's certificate and key, "
+                                         "e.g. one cert-manager issues (see annotations).")
+
+
+class SparkUiIngressSpec(SpecModel):
+    """An Ingress `<name>-ui` (networking.k8s.io/v1, owned by the handoff) in front of the UI Service, for clusters
+    whose ingress controller should publish the running driver's UI. Opt-in: the UI can kill jobs and shows the
+    configuration, so exposing it is the platform's decision (put authentication in front with `annotations`)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.pathType != 'Prefix' || self.path.matches('{UI_INGRESS_PLAIN_PATH_PATTERN}')",
+         "message": UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC},
+    ]})
+
+    host: UiHost = Field(description="Host name the UI is served at, e.g. orders-ui.spark.example.com.")
+    path: UiPath = Field(
+        default="/", description="Path under the host, default /. Another path, e.g. /spark/orders, is also given to "
+                                 "the driver as spark.ui.proxyBase (its links then start with it; changing it restarts "
+                                 "the driver), and the ingress controller must strip it before the request reaches "
+                                 "Spark (which serves at /): say so in annotations, e.g. ingress-nginx's "
+                                 "rewrite-target with a regex path such as /spark/orders(/|$)(.*) (pathType "
+                                 "ImplementationSpecific; proxyBase is the part before the regex).")
+    path_type: Literal["Prefix", "ImplementationSpecific"] = Field(
+        default="Prefix", description="Ingress pathType: Prefix (the UI's pages are under the path), or "
+                                      "ImplementationSpecific for a controller's own path syntax, e.g. a regex "
+                                      "with ingress-nginx's rewrite-target.")
+    ingress_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                                           description="IngressClass of the controller to serve it; default: the "
+                                                       "cluster's default IngressClass.")
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64, description="Annotations of the Ingress: the controller's settings "
+                                                 "(authentication, rewrite, cert-manager issuer).")
+    tls: SparkUiIngressTls | None = Field(default=None, description="Serve the host over TLS with this "
+                                                                    "certificate Secret; omit for plain HTTP.")
+
+    @model_validator(mode="after")
+    def _check_path_type(self) -> "SparkUiIngressSpec":
+        if self.path_type == "Prefix" and _UI_PATH_REGEX_CHARS.search(self.path):
+            raise ValueError(UI_INGRESS_REGEX_NEEDS_IMPLEMENTATION_SPECIFIC)
+        return self
+
+    def proxy_base(self) -> str | None:
+        """What the driver's links must start with (spark.ui.proxyBase): the path's literal part (before any regex
+        character) without its trailing `/`, or None at the root, where Spark's own links already work."""
+        match = _UI_PATH_REGEX_CHARS.search(self.path)
+        base = (self.path[:match.start()] if match else self.path).rstrip("/")
+        return base or None
+
+    def url(self) -> str:
+        """Where a browser opens the UI: https when the Ingress has TLS; the path's literal part."""
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}{self.proxy_base() or ''}/"
+
+
 class SparkUiSpec(SpecModel):
     """The Spark UI of the running driver (port 4040): the operator gives it a Service of its own, `<name>-ui`
-    (ClusterIP, port 4040, owned by the handoff), to port-forward to or to put behind your Ingress. Only a running
+    (ClusterIP, port 4040, owned by the handoff), to port-forward to, and on request an Ingress to it. Only a running
     driver has a UI: a stopped or restarted driver's is gone (Spark's history server is not part of Handoff)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.ingress) || !has(self.service) || self.service",
+         "message": UI_INGRESS_NEEDS_SERVICE},
+    ]})
 
     service: bool | None = Field(default=None, description="false: no Service `<name>-ui` (the driver still serves "
                                                            "its UI; the headless Service `<name>-driver` names it "
                                                            "too). Default true.")
+    ingress: SparkUiIngressSpec | None = Field(
+        default=None, description="An Ingress `<name>-ui` to the UI Service (needs the Service: not with "
+                                  "service: false). Removing it deletes the Ingress.")
+
+    @model_validator(mode="after")
+    def _check_ingress(self) -> "SparkUiSpec":
+        if self.ingress is not None and self.service is False:
+            raise ValueError(UI_INGRESS_NEEDS_SERVICE)
+        return self
 
 
 class SparkSpec(SpecModel):
@@ -494,7 +605,8 @@ class SparkSpec(SpecModel):
                                                              "volumes, security contexts); driver.pod and "
                                                              "executor.pod override them per role.")
     ui: SparkUiSpec | None = Field(default=None, description="The running driver's Spark UI: a Service "
-                                                              "`<name>-ui` on port 4040 unless ui.service is false.")
+                                                              "`<name>-ui` on port 4040 unless ui.service is false, "
+                                                              "and an Ingress to it when ui.ingress is set.")
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128,
         description="Extra Spark configuration (spark.* keys). It overrides the operator's defaults, e.g. "
@@ -514,6 +626,10 @@ class SparkSpec(SpecModel):
     def ui_service(self) -> bool:
         """Whether the operator gives the driver's UI its own Service (`<name>-ui`)."""
         return self.ui is None or self.ui.service is not False
+
+    def ui_ingress(self) -> SparkUiIngressSpec | None:
+        """The UI's Ingress, when the spec asks for one (spec.spark.ui.ingress)."""
+        return self.ui.ingress if self.ui is not None else None
 
     def driver_pod(self) -> PodOptions:
         """The driver's pod options: spec.spark.pod with spec.spark.driver.pod laid over it."""

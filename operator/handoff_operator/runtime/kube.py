@@ -209,9 +209,9 @@ class Kube:
         return True
 
     def delete_if_owned(self, obj: Mapping[str, Any], owner_uid: str) -> bool:
-        """Delete a child the spec turned off (the UI Service of `spark.ui.service: false`) when it exists and the
-        handoff `owner_uid` owns it: an object of that name someone else made is left alone. Not repeated before
-        the resync (AppliedChildren); True if it deleted."""
+        """Delete a child the spec turned off (the UI Service of `spark.ui.service: false`, the UI Ingress once
+        spark.ui.ingress is removed) when it exists and the handoff `owner_uid` owns it: an object of that name
+        someone else made is left alone. Not repeated before the resync (AppliedChildren); True if it deleted."""
         now = time.monotonic()
         marker = {**obj, "absent": owner_uid}
         if self.applied.current(marker, now):

@@ -15,6 +15,8 @@ What the operator creates for a handoff `<name>` in namespace `<ns>`:
 - headless Service `<name>-driver`: a stable name for the driver's ports (UI, metrics). Executors connect
   back to the driver's pod IP (`spark.driver.host=$(POD_IP)`), which needs no cluster DNS;
 - Service `<name>-ui` (unless spec.spark.ui.service is false): the driver's Spark UI, port 4040, ClusterIP;
+- Ingress `<name>-ui` (networking.k8s.io/v1, only when spec.spark.ui.ingress is set): the host and path to that
+  Service; removing ui.ingress deletes it;
 - Deployment `<name>-driver` running `python -m handoff_spark run --config /etc/handoff/app.json` in
   Spark client mode, with the driver's pod options (spec.spark.pod / spec.spark.driver.pod) laid into its pod
   template; Spark then creates the executor pods itself (spark.kubernetes.*, and the executor pod template),
@@ -54,6 +56,7 @@ from handoff_spark.contract import progress_configmap_name
 
 from handoff_operator.models import (GROUP, MAX_NAME_LENGTH, VERSION, StreamTableHandoff, StreamTableHandoffSpec,
                      spark_memory)
+from handoff_operator.models.stream_table_handoff import SparkUiIngressSpec
 from handoff_operator.models.common import PropertyFrom, cpu_quantity, parse_duration
 from handoff_operator.models.pod import PodOptions
 
@@ -130,6 +133,11 @@ def app_config_name(name: str) -> str:
 
 def ui_service_name(name: str) -> str:
     """The Service of the driver's Spark UI (spec.spark.ui)."""
+    return f"{name}-ui"
+
+
+def ui_ingress_name(name: str) -> str:
+    """The Ingress to the UI Service (spec.spark.ui.ingress): the same name, one UI per handoff."""
     return f"{name}-ui"
 
 
@@ -507,6 +515,35 @@ def checkpoint_env(spec: StreamTableHandoffSpec) -> list[dict[str, Any]]:
     return env
 
 
+def ui_proxy_conf(spec: StreamTableHandoffSpec) -> dict[str, str]:
+    """The Spark settings a UI served under an Ingress path other than `/` needs; none at `/` (or without ingress).
+
+    - spark.ui.proxyBase: Spark prefixes every link of its pages with it (Spark still answers at `/`: the ingress
+      controller strips the prefix);
+    - spark.ui.proxyRedirectUri: Spark's own redirects (`/` → `/jobs/`, an unknown page → `/jobs/`) otherwise go to
+      the bare `/jobs/` of the host, outside the prefix; with it they go to `<scheme>://<host><path>/jobs/`. Left
+      out for a wildcard host, which names no one URL.
+    Both checked against the driver's Spark (tests/integration/spark/test_spark_ui_proxy_base.py)."""
+    ingress = spec.spark.ui_ingress()
+    base = ingress.proxy_base() if ingress is not None else None
+    if ingress is None or base is None:
+        return {}
+    conf = {"spark.ui.proxyBase": base}
+    if not ingress.host.startswith("*."):
+        conf["spark.ui.proxyRedirectUri"] = f"{'https' if ingress.tls is not None else 'http'}://{ingress.host}"
+    return conf
+
+
+def ui_proxy_base_args(spec: StreamTableHandoffSpec) -> str:
+    """`ui_proxy_conf` as spark-submit arguments (each followed by a space), for PYSPARK_SUBMIT_ARGS.
+
+    spark.ui.proxyBase is read as a JVM system property (UIUtils.uiRoot), not from the SparkConf a SparkSession is
+    built with: so it must come at JVM launch, through spark-submit's --conf, and the app's sparkConf could not carry
+    it. The host and path patterns of the model keep both values free of spaces and shell characters, since pyspark
+    splits these arguments like a shell."""
+    return "".join(f"--conf {key}={value} " for key, value in ui_proxy_conf(spec).items())
+
+
 def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str, image: str,
                         mount_secret: bool, grace_seconds: int) -> dict[str, Any]:
     """The pod template without the config-hash annotation (the hash is computed over it)."""
@@ -518,7 +555,8 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
     # node: with bindAddress 0.0.0.0 executors were told to connect to 0.0.0.0).
     submit_args = (f"--driver-memory {driver_heap(spec)} "
                    f"--conf spark.kubernetes.driver.pod.name=$(POD_NAME) "
-                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) pyspark-shell")
+                   f"--conf spark.driver.host=$(POD_IP) --conf spark.driver.bindAddress=$(POD_IP) "
+                   f"{ui_proxy_base_args(spec)}pyspark-shell")
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -719,6 +757,9 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
             "spec": {"selector": selector_labels(name),
                      "ports": [{"name": "http", "port": UI_PORT, "targetPort": "ui"}]},
         })
+    ingress = spec.spark.ui_ingress()
+    if ingress is not None:
+        children.append(ui_ingress(owner, name, namespace, ingress))
     deployment_meta = _meta(driver_name(name), namespace, "driver", owner)
     deployment_meta["annotations"] = {CONFIG_HASH_ANNOTATION: digest}
     children.append({
@@ -744,7 +785,28 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
                         "spec": pvc_spec})
     absent = [] if spec.spark.ui_service() else [
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": ui_service_name(name), "namespace": namespace}}]
+    if ingress is None:
+        absent.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                       "metadata": {"name": ui_ingress_name(name), "namespace": namespace}})
     return Rendered(config, digest, children, unowned, absent)
+
+
+def ui_ingress(owner: Mapping[str, Any], name: str, namespace: str, ingress: SparkUiIngressSpec) -> dict[str, Any]:
+    """The Ingress of spec.spark.ui.ingress: one rule, host + path to the UI Service's port. Nothing
+    controller-specific is added (no rewrite, no auth): those are the platform's, through ingress.annotations. Not
+    part of the config hash: adding, changing or removing it restarts no driver (only a path other than `/` does,
+    through spark.ui.proxyBase in the driver's pod template)."""
+    meta = _meta(ui_ingress_name(name), namespace, "ui", owner)
+    if ingress.annotations:
+        meta["annotations"] = dict(ingress.annotations)
+    ingress_spec: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
+        "path": ingress.path, "pathType": ingress.path_type,
+        "backend": {"service": {"name": ui_service_name(name), "port": {"number": UI_PORT}}}}]}}]}
+    if ingress.ingress_class_name:
+        ingress_spec["ingressClassName"] = ingress.ingress_class_name
+    if ingress.tls is not None:
+        ingress_spec["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls.secret_name}]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": ingress_spec}
 
 
 def rbac(owner: Mapping[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The chart's RBAC against a real kube-apiserver: as the chart's ServiceAccount (a real token from the
 TokenRequest API, real RBAC authorization), do everything the operator does in a watched namespace —
 read the handoff and its Secrets, write its status, server-side-apply every rendered child including the
-driver's Role (which the API server only allows if the operator holds every right it grants), create the
+driver's Role (which the API server only allows if the operator holds every right it grants) and the Spark UI's
+Ingress, delete the UI's Service and Ingress once the spec drops them, create the
 checkpoint PVC, scale the driver, create/read/list/delete a Backfill request's Job, post an Event — and check it is refused in a namespace it does not
 watch. Last, the operator itself (`handoff operator`) runs with only that token and must take a handoff
 through create → status → delete without one Forbidden."""
@@ -75,7 +76,8 @@ def setup(apiserver) -> Iterator[dict[str, Any]]:
 SPEC = {"source": {"bootstrapServers": "kafka:9092", "topics": ["orders"],
                    "propertiesFrom": [{"property": "sasl.password",
                                        "secretKeyRef": {"name": "kafka-creds", "key": "password"}}]},
-        "sink": {"iceberg": {"table": "shop.orders"}}}
+        "sink": {"iceberg": {"table": "shop.orders"}},
+        "spark": {"ui": {"ingress": {"host": "orders-ui.example.com"}}}}
 
 
 def test_operator_service_account_can_do_its_job(setup: dict[str, Any]) -> None:
@@ -97,9 +99,16 @@ def test_operator_service_account_can_do_its_job(setup: dict[str, Any]) -> None:
     spec = StreamTableHandoffSpec.model_validate(obj["spec"])
     rendered = render(obj, spec, "handoff:test", Resolved(source_properties={"sasl.password": "s3cret"}))
     kinds = [c["kind"] for c in rendered.children]
-    assert {"ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"} <= set(kinds)
+    assert {"ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Ingress",
+            "Deployment"} <= set(kinds)
     for child in rendered.children:
         kube.apply(child)  # the Role is refused unless the operator holds what it grants
+    # The UI's Service and Ingress turned off in the spec: the operator deletes the ones it made.
+    off = StreamTableHandoffSpec.model_validate({**obj["spec"], "spark": {"ui": {"service": False}}})
+    absent = render(obj, off, "handoff:test", Resolved(source_properties={"sasl.password": "s3cret"})).absent
+    assert sorted(a["kind"] for a in absent) == ["Ingress", "Service"]
+    for child in absent:
+        assert kube.delete_if_owned(child, obj["metadata"]["uid"]), child
     for child in rendered.unowned:
         assert kube.create_if_missing(child)
     assert kube.scale_driver(ns, "orders", 0)

@@ -151,17 +151,43 @@ NEEDED = [  # (group, resource, verbs) the operator uses in a managed namespace
     ("handoff.io", "replayrequests/status", ["patch"]),
     ("", "configmaps", ["get", "create", "patch", "delete"]),
     ("", "secrets", ["get", "create", "patch"]),
-    ("", "services", ["get", "create", "patch"]),
+    ("", "services", ["get", "create", "patch", "delete"]),  # delete: the UI Service of spark.ui.service: false
     ("", "serviceaccounts", ["get", "create", "patch"]),
     ("", "persistentvolumeclaims", ["get", "create"]),
     ("", "pods", ["get", "list", "watch"]),
     ("apps", "deployments", ["get", "create", "patch", "delete"]),
     ("apps", "deployments/scale", ["patch"]),
+    ("networking.k8s.io", "ingresses", ["get", "create", "patch", "delete"]),  # spec.spark.ui.ingress
     ("batch", "jobs", ["get", "list", "watch", "create", "delete"]),
     ("rbac.authorization.k8s.io", "roles", ["get", "create", "patch"]),
     ("rbac.authorization.k8s.io", "rolebindings", ["get", "create", "patch"]),
     ("", "events", ["create"]),
 ]
+
+
+def test_needed_covers_every_kind_the_operator_renders() -> None:
+    """NEEDED is what the RBAC test checks: every child the operator applies or deletes (here with every optional
+    child on: the app Secret, the driver's RBAC, the UI Service and Ingress, the checkpoint PVC) must be in it."""
+    from handoff_operator.spec.render import render as render_children
+    from handoff_operator.spec.validation import check, parse_spec
+    raw = {"source": {"bootstrapServers": "k:9092", "topics": ["t"],
+                      "propertiesFrom": [{"secretKeyRef": {"name": "kafka", "key": "password"},
+                                          "property": "sasl.password"}]},
+           "sink": {"iceberg": {"table": "db.t"}},
+           "spark": {"ui": {"ingress": {"host": "ui.example.com"}}}}
+    spec, problems = parse_spec(raw)
+    assert spec is not None, problems
+    resolved, problems = check("x", spec, {"kafka": {"password": "p"}})
+    assert not problems, problems
+    owner = {"metadata": {"name": "x", "namespace": "shop", "uid": "u"}}
+    rendered = render_children(owner, spec, "img:1", resolved)
+    plural = {"Ingress": "ingresses", "PersistentVolumeClaim": "persistentvolumeclaims"}
+    needed = {(g, res) for g, res, _ in NEEDED}
+    for obj in rendered.children + rendered.unowned + rendered.absent:
+        group = obj["apiVersion"].rpartition("/")[0]
+        resource = plural.get(obj["kind"], obj["kind"].lower() + "s")
+        assert (group, resource) in needed, (group, resource)
+    assert {o["kind"] for o in rendered.children} >= {"Secret", "Role", "Service", "Ingress", "Deployment"}
 
 
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])

@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pytest
 import yaml
+from kubernetes import client
 
 from handoff_testbed.proc import free_port
 from operator_support import REPO, Cluster, eventually, kubectl
@@ -71,6 +72,11 @@ def test_examples_get_children_and_a_waitable_status(cluster: Cluster, handoff_o
                           if c.metadata.name != f"{name}-timeline") == [f"{name}-app", f"{name}-progress"]
             if name == "orders-to-iceberg":  # its Kafka/S3 credentials come from Secrets
                 assert [s.metadata.name for s in children["Secret"]] == [f"{name}-app"]
+                # Its spec.spark.ui.ingress: the Ingress to the UI Service.
+                ingress = eventually(lambda: client.NetworkingV1Api(cluster.api).read_namespaced_ingress(
+                    f"{name}-ui", ns), f"{ns}/{name} UI Ingress")
+                assert ingress.spec.rules[0].host == "orders-ui.spark.example.com"
+                assert ingress.spec.rules[0].http.paths[0].backend.service.name == f"{name}-ui"
             waited = kubectl(cluster.kubeconfig, "wait", "-n", ns, "--for=condition=Progressing",
                              "--timeout=90s", f"sth/{name}", check=False)
             assert waited.returncode == 0 and "condition met" in waited.stdout, waited.stderr

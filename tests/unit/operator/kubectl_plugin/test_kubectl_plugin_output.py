@@ -91,3 +91,18 @@ def test_status_says_how_to_reach_the_spark_ui_and_that_a_stopped_driver_has_non
     handoff["spec"]["spark"]["ui"] = {"service": False}
     s = status.summary(handoff, None, NOW_MS)
     assert s["sparkUi"]["portForward"] == "kubectl port-forward -n shop svc/orders-driver 4040"
+
+
+def test_status_prints_the_ingress_url_by_tls_and_still_the_port_forward() -> None:
+    handoff = _handoff()
+    handoff["spec"]["spark"]["ui"] = {"ingress": {"host": "orders-ui.example.com", "path": "/spark/orders"}}
+    text = status.format_text(status.summary(handoff, None, NOW_MS))
+    assert ("spark ui    http://orders-ui.example.com/spark/orders/ (Ingress orders-ui), or kubectl port-forward -n "
+            "shop svc/orders-ui 4040, then http://localhost:4040 (only while the driver runs: a stopped driver's UI "
+            "is not kept)") in text
+    handoff["spec"]["spark"]["ui"]["ingress"]["tls"] = {"secretName": "orders-ui-tls"}
+    s = status.summary(handoff, None, NOW_MS)
+    assert s["sparkUi"]["ingress"] == {"name": "orders-ui", "url": "https://orders-ui.example.com/spark/orders/"}
+    assert "https://orders-ui.example.com/spark/orders/ (Ingress orders-ui)" in status.format_text(s)
+    # Without an ingress the summary has none (what -o json prints).
+    assert "ingress" not in status.summary(_handoff(), None, NOW_MS)["sparkUi"]
