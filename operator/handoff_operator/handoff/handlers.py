@@ -46,7 +46,8 @@ from handoff_operator.conditions import READY, DriverReport, condition_true
 from handoff_operator.handoff import journal
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
 from handoff_operator.retention.report import retention_condition
-from handoff_operator.runtime.controllers import serve_handoff_reconcile
+from handoff_operator.handoff import cost as cost_figures
+from handoff_operator.runtime.controllers import serve_handoff_reconcile, serve_reread_recorder
 from handoff_operator.runtime.kube import Kube, in_cluster_server, operator_kube
 from handoff_operator.spec.render import (COMPONENT_LABEL, GROUP, KIND, NAME_LABEL, PLURAL, VERSION, referenced_secrets,
                                           render)
@@ -490,4 +491,18 @@ def on_delete(namespace: str, name: str, memo: Any, body: Mapping[str, Any], sta
     state.forget(namespace, name)  # its phase and series, locks, rendering, scaling, retention, applied children
 
 
+def record_reread(namespace: str, name: str, kube: Kube, records: int, estimated_bytes: int | None) -> None:
+    """Add a finished RollbackAndReplay's or Backfill's re-read to the handoff's status.cost
+    (`cost.add_reread`), under the handoff's lock and from a fresh read, so that no reconcile's status patch works
+    from a version without it (the reconciles carry the figures forward: `cost.accumulate`)."""
+    with _lock(namespace, name):
+        obj = kube.get_handoff(namespace, name)
+        if obj is None:
+            return
+        cost = cost_figures.add_reread((obj.get("status") or {}).get("cost"), records, estimated_bytes, _now())
+        patched = kube.patch_status(namespace, name, {"cost": cost})
+        _known.set((namespace, name), reconciled_view(patched) if patched is not None else UNKNOWN)
+
+
 serve_handoff_reconcile(lambda namespace, name, kube: reconcile(namespace, name, kube, refresh_truth=False))
+serve_reread_recorder(record_reread)

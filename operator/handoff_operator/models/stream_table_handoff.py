@@ -926,6 +926,11 @@ class CostFigures(StatusModel):
                                                               "compaction: the small files it replaced).")
     rewritten_bytes: int = Field(default=0, ge=0, description="Bytes that upkeep wrote in their place (maintenance "
                                                               "rewrites, beside tableBytes).")
+    reread_records: int = Field(default=0, ge=0, description="Records that finished RollbackAndReplay and Backfill "
+                                                             "requests re-read from Kafka (a RollbackAndReplay's are "
+                                                             "also in records; a Backfill Job's only here).")
+    reread_bytes: int = Field(default=0, ge=0, description="Those requests' byte estimate of their re-reads "
+                                                           "(records × the table's bytes per row).")
 
 
 class CostDay(CostFigures):
@@ -942,8 +947,9 @@ class CostDriver(CostFigures):
 
 class CostStatus(CostFigures):
     """What this handoff read and wrote since the operator first counted it, today's share, and the Storage Write
-    API's money estimate (docs/observability.md, "Cost"). Counted from the driver's published totals: re-reads
-    of a RollbackAndReplay are in them; a Backfill Job's are not (it publishes nothing)."""
+    API's money estimate (docs/observability.md, "Cost"). Counted from the driver's published totals (re-reads of
+    a RollbackAndReplay are in them), and rereadRecords/rereadBytes from each finished RollbackAndReplay and
+    Backfill request."""
 
     since: datetime | None = Field(default=None, description="When counting began (the first report counted).")
     write_api_cost: float | None = Field(

@@ -48,7 +48,7 @@ from handoff_operator.replay import cost as replay_cost
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
-from handoff_operator.runtime.controllers import reconcile_handoff
+from handoff_operator.runtime.controllers import reconcile_handoff, record_reread
 from handoff_operator.runtime.kube import Kube, operator_kube
 from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
@@ -198,14 +198,19 @@ class Request:
     def _count_reread(self) -> None:
         """What a finished RollbackAndReplay or Backfill re-read, for the handoff's cost (issue 35): the records
         its progress counted in the table's ledger, and the plan's byte estimate for them. (A RollbackAndReplay's
-        re-reads are also inside the stream driver's totals, status.cost; a Backfill Job's are only here.)"""
+        re-reads are also inside the stream driver's totals; a Backfill Job's are only here and in rereadRecords.)"""
         spec = self.obj.get("spec") or {}
         handoff = (spec.get("handoffRef") or {}).get("name")
         plan = self.status.get("plan") or {}
         records = (self.status.get("progress") or {}).get("records", plan.get("records"))
         if handoff and isinstance(records, int) and records > 0:
-            metrics.count_reread(self.namespace, handoff, str(spec.get("mode") or ""), records,
-                                 (plan.get("cost") or {}).get("bytesToReread"))
+            estimate = (plan.get("cost") or {}).get("bytesToReread")
+            metrics.count_reread(self.namespace, handoff, str(spec.get("mode") or ""), records, estimate)
+            try:  # and in the handoff's status.cost (rereadRecords, rereadBytes: since counting began, per day)
+                record_reread(self.namespace, handoff, self.kube, records, estimate)
+            except Exception:  # noqa: BLE001 - the request succeeded; a cost figure never fails it
+                log.warning("could not add the re-read of %s/%s to handoff %s's status.cost", self.namespace,
+                            self.name, handoff, exc_info=True)
 
     def step(self, name: str, message: str, **fields: Any) -> None:
         steps = list(self.status.get("steps") or []) + [{"name": name, "at": _now_ms(), "message": message}]

@@ -197,6 +197,10 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     assert REGISTRY.get_sample_value("handoff_cost_reread_records_total", labels) == 45
     assert REGISTRY.get_sample_value("handoff_cost_reread_bytes_total", labels) == \
         status["plan"]["cost"]["bytesToReread"] > 0
+    # and in the handoff's status.cost, since counting began and today (the CRD keeps the fields)
+    cost = cluster.get(s.ns, "orders")["status"]["cost"]
+    assert (cost["rereadRecords"], cost["rereadBytes"]) == (45, status["plan"]["cost"]["bytesToReread"])
+    assert (cost["today"]["rereadRecords"], cost["today"]["rereadBytes"]) == (cost["rereadRecords"], cost["rereadBytes"])
     assert [st["name"] for st in status["steps"]] == ["DriverStopped", "Tagged", "RolledBack", "DriverStarted",
                                                       "Replayed"]
     # Rolled back exactly once: the target became current once after the head, never again.
@@ -273,6 +277,9 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
     # The re-read is counted for the handoff's cost (the in-process operator's registry): the 45 records.
     assert REGISTRY.get_sample_value("handoff_cost_reread_records_total",
                                      {"namespace": s.ns, "name": "orders", "mode": "Backfill"}) == 45
+    # A Backfill Job publishes no totals: its re-read is in the handoff's status.cost only through the request.
+    cost = cluster.get(s.ns, "orders")["status"]["cost"]
+    assert cost["rereadRecords"] == cost["today"]["rereadRecords"] == 45
     assert status["progress"] == {"offsets": {s.topic: {"0": 60, "1": 60}}, "records": 45, "total": 45}
     for reason in ("Planned", "JobCreated", "Backfilling", "Succeeded"):
         eventually(lambda: reason in s.events("fill"), f"a {reason} Event ({s.events('fill')})")

@@ -43,7 +43,7 @@ def test_today_rolls_over_at_midnight_utc():
     day1 = cost.accumulate(None, report(kafkaBytes=1000), NOW, 1)
     assert day1["today"]["date"] == "2026-11-28" and day1["today"]["kafkaBytes"] == 1000
     day2 = cost.accumulate(day1, report(kafkaBytes=1700), NOW + dt.timedelta(days=1), 1)
-    assert day2["today"] == {"date": "2026-11-29", **{k: 0 for k in cost.FIGURES}, "kafkaBytes": 700}
+    assert day2["today"] == {"date": "2026-11-29", **{k: 0 for k in cost.ALL_FIGURES}, "kafkaBytes": 700}
     assert day2["kafkaBytes"] == 1700 and day2["since"] == "2026-11-28T10:00:00Z"
 
 
@@ -69,7 +69,7 @@ def test_ended_days_are_kept_newest_first_for_a_week():
     from handoff_operator.models import StreamTableHandoffStatus
     typed = StreamTableHandoffStatus.model_validate({"cost": got}).model_dump(mode="json", by_alias=True,
                                                                               exclude_unset=True)
-    assert typed["cost"]["days"][0] == {"date": "2026-12-06", **{k: 0 for k in cost.FIGURES}, "kafkaBytes": 10}
+    assert typed["cost"]["days"][0] == {"date": "2026-12-06", **{k: 0 for k in cost.ALL_FIGURES}, "kafkaBytes": 10}
 
 
 def test_maintenance_rewrites_are_summed_beside_what_the_commits_wrote():
@@ -81,3 +81,24 @@ def test_maintenance_rewrites_are_summed_beside_what_the_commits_wrote():
     metrics.set_cost("ns", "rewrites", later)
     from prometheus_client import REGISTRY
     assert REGISTRY.get_sample_value("handoff_cost_rewritten_bytes", {"namespace": "ns", "name": "rewrites"}) == 700
+
+
+def test_a_finished_replays_reread_is_added_since_counting_began_and_today():
+    """rereadRecords/rereadBytes come from finished RollbackAndReplay and Backfill requests (add_reread), never from
+    a driver's totals: a report keeps them, a new UTC day moves today's to the history."""
+    first = cost.add_reread(None, 45, 4500, NOW)
+    assert (first["rereadRecords"], first["rereadBytes"]) == (45, 4500)
+    assert first["today"] == {"date": "2026-11-28", **{k: 0 for k in cost.ALL_FIGURES},
+                              "rereadRecords": 45, "rereadBytes": 4500}
+    assert first["since"] == "2026-11-28T10:00:00Z"
+    counted = cost.accumulate(first, report(kafkaBytes=1000, records=10), NOW, 1)
+    assert (counted["rereadRecords"], counted["today"]["rereadRecords"], counted["kafkaBytes"]) == (45, 45, 1000)
+    second = cost.add_reread(counted, 5, None, NOW)  # a plan without a byte estimate adds records only
+    assert (second["rereadRecords"], second["rereadBytes"], second["kafkaBytes"]) == (50, 4500, 1000)
+    assert second["driver"] == counted["driver"]  # the base of the next report's rise is kept
+    tomorrow = cost.accumulate(second, report(kafkaBytes=1000, records=10), NOW + dt.timedelta(days=1), 1)
+    assert tomorrow["rereadRecords"] == 50 and tomorrow["today"]["rereadRecords"] == 0
+    assert tomorrow["days"][0]["date"] == "2026-11-28" and tomorrow["days"][0]["rereadRecords"] == 50
+    later = cost.add_reread(tomorrow, 7, 70, NOW + dt.timedelta(days=2))
+    assert [d["date"] for d in later["days"]] == ["2026-11-29", "2026-11-28"]
+    assert later["today"]["rereadRecords"] == 7 and later["rereadRecords"] == 57
