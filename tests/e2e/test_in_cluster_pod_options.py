@@ -5,8 +5,9 @@ records to the table, because the handoff's `spec.spark.pod` tolerates the taint
 label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
 variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
 namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit, sized
-with the typed pod resources (CPU requests below the cores, memory overheads), and its Spark UI answers through the
-UI Service the operator made for it."""
+with the typed pod resources (CPU requests below the cores, memory overheads), its checkpoint on the test bed's S3
+(s3a://, credentials from a Secret, no volume), and its Spark UI answers through the UI Service the operator made
+for it."""
 from __future__ import annotations
 
 import json
@@ -138,6 +139,16 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         # Sized with the typed resources (docs/operator.md "Pod resources"): both pods get 1Gi heap + 512Mi.
         handoff["spec"]["spark"]["driver"].update({"coreRequest": "500m", "memoryOverhead": "512Mi"})
         handoff["spec"]["spark"]["executor"].update({"coreRequest": "250m", "memoryOverhead": "512Mi"})
+        # Its checkpoint on the test bed's S3 (s3a://, credentials from a Secret): the in-cluster run with an
+        # object-store checkpoint, beside the PVC of the test above (issue 36).
+        checkpoint_bucket = f"{BUCKET}-ro-ckpt"
+        s3.create_bucket(checkpoint_bucket)
+        cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-s3", "namespace": ns},
+                       "stringData": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}})
+        s3_for_pods = handoff["spec"]["sink"]["iceberg"]["catalog"]["properties"]["s3.endpoint"]
+        handoff["spec"]["checkpoint"] = {"location": f"s3a://{checkpoint_bucket}/{NAME}",
+                                         "credentialsSecret": "ckpt-s3", "endpoint": s3_for_pods,
+                                         "pathStyleAccess": True, "region": "us-east-1"}
         handoff["spec"]["spark"]["pod"] = {
             "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
             "containerSecurityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
@@ -159,8 +170,16 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
                        timeout=600, interval=2)
         except AssertionError as err:
             raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        # The checkpoint is in the bucket (Spark's offset and commit logs), no volume was made for it, and the
+        # executors got the Secret's keys too.
+        keys = [o["Key"] for page in s3.client().get_paginator("list_objects_v2").paginate(
+            Bucket=checkpoint_bucket, Prefix=f"{NAME}/") for o in page.get("Contents", [])]
+        assert any("/offsets/" in k for k in keys) and any("/commits/" in k for k in keys), keys[:20]
+        assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
         for pod in executors:
             (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
+            refs = {e["name"]: (e.get("valueFrom") or {}).get("secretKeyRef") for e in container.get("env") or []}
+            assert refs.get("AWS_ACCESS_KEY_ID") == {"name": "ckpt-s3", "key": "AWS_ACCESS_KEY_ID"}, refs
             assert container["securityContext"]["readOnlyRootFilesystem"] is True
             # Spark sized the executor pod from what the operator told it.
             assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1536Mi"},

@@ -62,7 +62,8 @@ def _roll_day(cost: Mapping[str, Any], date: str) -> tuple[dict[str, int], list[
     if today.get("date") == date:
         return _figures(today, ALL_FIGURES), days
     if today.get("date"):
-        days = [{"date": today["date"], **_figures(today, ALL_FIGURES)}] + [d for d in days if d["date"] != today["date"]]
+        ended = {"date": today["date"], **_figures(today, ALL_FIGURES)}
+        days = [ended] + [d for d in days if d["date"] != today["date"]]
     return _figures(None, ALL_FIGURES), days
 
 

@@ -200,7 +200,8 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     # and in the handoff's status.cost, since counting began and today (the CRD keeps the fields)
     cost = cluster.get(s.ns, "orders")["status"]["cost"]
     assert (cost["rereadRecords"], cost["rereadBytes"]) == (45, status["plan"]["cost"]["bytesToReread"])
-    assert (cost["today"]["rereadRecords"], cost["today"]["rereadBytes"]) == (cost["rereadRecords"], cost["rereadBytes"])
+    today = cost["today"]
+    assert (today["rereadRecords"], today["rereadBytes"]) == (cost["rereadRecords"], cost["rereadBytes"])
     assert [st["name"] for st in status["steps"]] == ["DriverStopped", "Tagged", "RolledBack", "DriverStarted",
                                                       "Replayed"]
     # Rolled back exactly once: the target became current once after the head, never again.
