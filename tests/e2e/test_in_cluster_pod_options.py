@@ -26,6 +26,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 NAME = "placed"
 TABLE = "e2e.placed"
+#: The second test's table: both tests share the PostgreSQL catalog, so one name would be one table (the first
+#: test's rows counted as the second's).
+TABLE_RO = "e2e.placed_ro"
 BUCKET = "e2e-placed"
 TAINT_KEY = "e2e.handoff.io/dedicated"
 LABEL_KEY = "e2e.handoff.io/pool"
@@ -134,7 +137,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         ns = where.namespace
         catalog = lake_catalog(postgres, s3, f"{BUCKET}-ro")
         handoff = lake_handoff(cluster, ns, NAME, bootstrap=pod_kafka.pod_bootstrap, topic=where.topic,
-                               postgres=postgres, s3=s3, bucket=f"{BUCKET}-ro", table=TABLE,
+                               postgres=postgres, s3=s3, bucket=f"{BUCKET}-ro", table=TABLE_RO,
                                scaling={"minExecutors": 1, "maxExecutors": 1}, executor_memory="1Gi")
         # Sized with the typed resources (docs/operator.md "Pod resources"): both pods get 1Gi heap + 512Mi.
         handoff["spec"]["spark"]["driver"].update({"coreRequest": "500m", "memoryOverhead": "512Mi"})
@@ -159,14 +162,14 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         produced = produce(pod_kafka.bootstrap, where.topic, range(0, 500))
         cluster.apply(handoff)
         try:
-            eventually(lambda: table_rows(catalog, TABLE) == produced, "the records in the table", timeout=900,
+            eventually(lambda: table_rows(catalog, TABLE_RO) == produced, "the records in the table", timeout=900,
                        interval=2)
             executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
                                                                          f"app.kubernetes.io/component=executor")
                                             if running(p)] or None, "a running executor pod", timeout=300)
             # More records once the executor runs: the stream keeps committing with the executors confined too.
             more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
-            eventually(lambda: table_rows(catalog, TABLE) == produced + more, "more records in the table",
+            eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more, "more records in the table",
                        timeout=600, interval=2)
         except AssertionError as err:
             raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None

@@ -78,12 +78,14 @@ def test_s3_checkpoint_lost_after_kill9_resumes_from_the_ledger(kafka, s3, tmp_p
     run_to_completion(tmp_path, max_runs=1, env=env)
 
     table = open_table(cfg, create=False)
-    boot = next(c for c in ledger.list_commits(table, cfg.handoff_id) if (c.query_id or "").startswith("bootstrap-"))
-    # the restarted driver started where the table's ledger ended, not at startingOffsets ...
-    assert {t: {p: se[0] for p, se in parts.items()} for t, parts in boot.offsets.items()} == committed
-    # ... and its new checkpoint, in S3 again, where that bootstrap batch ended
+    commits = ledger.list_commits(table, cfg.handoff_id)
+    restarted = [c for c in commits if c.query_id != commits[-1].query_id]  # a new query: a fresh checkpoint
+    assert restarted and restarted[-1].batch_id == 0
+    # the restarted driver's first batch started where the table's ledger ended, not at startingOffsets ...
+    assert {t: {p: se[0] for p, se in parts.items()} for t, parts in restarted[-1].offsets.items()} == committed
+    # ... as its new checkpoint, in S3 again, records
     assert ckpt.initial_offsets(cfg.checkpoint_location) == {
-        (t, p): se[1] for t, parts in boot.offsets.items() for p, se in parts.items()}
+        (t, p): off for t, parts in committed.items() for p, off in parts.items()}
     assert "offsets/0" in _keys(s3, bucket, prefix)
     assert_exactly_once(cfg, kafka.bootstrap, n, topic)
 
