@@ -40,8 +40,8 @@ RATE_SOURCE = "rate-micro-batch"
 QUERY_NAME = "handoff-session-warmup"
 #: The warm-up query's checkpoint: `<tmp>/handoff-session-warmup-<pid>-<random>` (`temp_dirs`).
 DIR_PREFIX = "handoff-session-warmup-"
-#: How long the driver waits for the warm-up before it starts the stream anyway (cold): on Kubernetes the
-#: warm-up's tasks wait for the first executors to register; the bootstrap batches keep the table fresh.
+#: How long the warm-up may run beside the stream before it is stopped: on Kubernetes its tasks wait for the
+#: first executors to register, as the stream's do.
 TIMEOUT_SECONDS = 120.0
 
 
