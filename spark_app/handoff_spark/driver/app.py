@@ -262,6 +262,14 @@ def idle_progress(data: dict[str, Any]) -> bool:
     return not data.get("numInputRows") and "addBatch" not in (data.get("durationMs") or {})
 
 
+def _progress_dict(progress: Any) -> dict[str, Any] | None:
+    """A StreamingQueryProgress (PySpark's object, its JSON, or a dict) as a dict; None stays None."""
+    if progress is None:
+        return None
+    data = progress.jsonValue() if hasattr(progress, "jsonValue") else progress
+    return json.loads(data) if isinstance(data, str) else data
+
+
 class ProgressReporter:
     """Turns each finished micro-batch into a console line, a progress-file rewrite and metrics.
 
@@ -282,17 +290,40 @@ class ProgressReporter:
         self.spark_batches = 0  # Spark's batches reported
         #: The seed line of this driver's checkpoint (driver.seed): batches below it are reported as seed batches.
         self.seed_line: dict[tuple[str, int], int] = {}
+        #: (batchId, timestamp) of the last progress `poll` looked at: an unchanged one is not read again.
+        self._last_seen: tuple[Any, Any] | None = None
 
     def poll(self, query: Any) -> None:
+        """Report the batches that finished since the last poll.
+
+        Reads `query.lastProgress` first and the whole `recentProgress` only when a batch went by unseen
+        (more than one finished between two polls, or this driver's first). Why: `recentProgress` serialises
+        each of up to 100 retained progresses to JSON in the JVM, one py4j call each: ~55 ms of the JVM's CPU
+        for 22 of them, so a driver past 100 batches spent a quarter of a core on it at two polls a second,
+        idle or not (docs/test-suite.md, "Where the time goes"). `lastProgress` is one progress."""
         try:
-            progresses = query.recentProgress
+            last = _progress_dict(query.lastProgress)
         except Exception:  # noqa: BLE001 - the JVM side may be shutting down
             return
+        if last is None:
+            return
+        key = (last.get("batchId"), last.get("timestamp"))
+        if key == self._last_seen:
+            return
+        self._last_seen = key
+        batch_id = int(last.get("batchId", -1))
+        if batch_id <= self.last_batch_id:
+            return
+        if batch_id == self.last_batch_id + 1 and self.last_batch_id >= 0:
+            progresses: list[Any] = [last]
+        else:
+            try:
+                progresses = query.recentProgress
+            except Exception:  # noqa: BLE001 - the JVM side may be shutting down
+                return
         for progress in progresses:
-            data = progress.jsonValue() if hasattr(progress, "jsonValue") else progress
-            if isinstance(data, str):
-                data = json.loads(data)
-            if int(data.get("batchId", -1)) <= self.last_batch_id or idle_progress(data):
+            data = _progress_dict(progress)
+            if data is None or int(data.get("batchId", -1)) <= self.last_batch_id or idle_progress(data):
                 continue
             try:
                 self._report(data)

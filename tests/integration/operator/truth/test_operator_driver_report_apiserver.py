@@ -47,10 +47,14 @@ def _spec(kafka, tmp_path) -> dict[str, Any]:
 
 
 class _Query:
-    """What ProgressReporter.poll reads of a streaming query: its recent progress (Spark's JSON shape)."""
+    """What ProgressReporter.poll reads of a streaming query: its last and recent progress (Spark's JSON shape)."""
 
     def __init__(self) -> None:
         self.recentProgress: list[dict[str, Any]] = []
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return self.recentProgress[-1] if self.recentProgress else None
 
 
 def _batch(reporter: ProgressReporter, query: _Query, batch: int, stats: AppendStats) -> None:

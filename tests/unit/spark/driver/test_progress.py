@@ -94,18 +94,23 @@ def test_an_idle_progress_is_not_reported_and_does_not_hide_the_batch_that_runs_
 
     class Query:
         recentProgress: list[dict] = []
+        lastProgress = property(lambda self: self.recentProgress[-1] if self.recentProgress else None)
 
+    Query = Query()  # type: ignore[misc]
     ran = progress(1, {"t": {"0": 0}}, {"t": {"0": 3000}}, {"t": {"0": 3000}}, rows=3)
     ran["durationMs"] = {"triggerExecution": 825, "addBatch": 700}
+    ran["timestamp"] = "2026-11-28T10:00:00.000Z"
     idle = progress(2, {"t": {"0": 3000}}, {"t": {"0": 3000}}, {"t": {"0": 3000}}, rows=0)
     idle["durationMs"] = {"triggerExecution": 4, "latestOffset": 4}
+    idle["timestamp"] = "2026-11-28T10:00:10.000Z"
     assert idle_progress(idle) and not idle_progress(ran)
     Query.recentProgress = [ran, idle]
     reporter.poll(Query)
     assert [line.split(":")[0] for line in lines] == ["batch 1"]
     after = progress(2, {"t": {"0": 3000}}, {"t": {"0": 6000}}, {"t": {"0": 6000}}, rows=3)
     after["durationMs"] = {"triggerExecution": 900, "addBatch": 800}
-    Query.recentProgress = [ran, idle, after]
+    after["timestamp"] = "2026-11-28T10:00:12.000Z"
+    Query.recentProgress = [ran, idle, after]  # type: ignore[attr-defined]
     reporter.poll(Query)
     assert [line.split(":")[0] for line in lines] == ["batch 1", "batch 2"]
     assert "t[0] 3000→6000" in lines[-1] and reporter.reports[-1].batch_id == 2
@@ -140,3 +145,53 @@ def test_record_bytes_counts_keys_and_values_nulls_as_nothing():
     assert record_bytes(raw) == 2 + 5 + 2
     assert record_bytes(raw.to_batches()[0]) == 9
     assert record_bytes(pa.table({"value": pa.array([], pa.binary())})) == 0
+
+
+def test_poll_reads_the_last_progress_and_the_whole_list_only_when_a_batch_went_by_unseen(tmp_path) -> None:
+    """`recentProgress` serialises up to 100 progresses in the JVM on every call: a poll reads `lastProgress`,
+    and the list only for the first batch of a driver or when more than one batch finished since the last poll.
+    Every batch is still reported once, in order."""
+    from handoff_spark.driver.app import ProgressReporter
+    from handoff_spark.config import AppConfig
+
+    cfg = AppConfig.model_validate({"handoffId": "ns/x", "source": {"bootstrapServers": "b:9092", "topics": ["t"]},
+                                    "sink": {"kind": "iceberg", "table": "db.t"}, "schema": {"onIncompatible": "halt"},
+                                    "checkpointLocation": f"file://{tmp_path}/ck"})
+    lines: list[str] = []
+    reporter = ProgressReporter(cfg, None, lines.append)
+
+    def ran(i: int, at: str) -> dict:
+        data = progress(i, {"t": {"0": i * 10}}, {"t": {"0": i * 10 + 10}}, {"t": {"0": i * 10 + 10}}, rows=10)
+        data["durationMs"] = {"triggerExecution": 50, "addBatch": 40}
+        data["timestamp"] = at
+        return data
+
+    class Query:
+        def __init__(self) -> None:
+            self.progresses: list[dict] = []
+            self.list_reads = 0
+
+        @property
+        def lastProgress(self) -> dict | None:
+            return self.progresses[-1] if self.progresses else None
+
+        @property
+        def recentProgress(self) -> list[dict]:
+            self.list_reads += 1
+            return list(self.progresses)
+
+    query = Query()
+    reporter.poll(query)  # nothing yet
+    query.progresses += [ran(5, "a"), ran(6, "b")]  # a resumed driver's first two batches
+    reporter.poll(query)
+    assert query.list_reads == 1
+    for i, at in ((7, "c"), (8, "d")):
+        query.progresses.append(ran(i, at))
+        reporter.poll(query)
+        reporter.poll(query)  # unchanged: nothing read, nothing reported twice
+    assert query.list_reads == 1
+    query.progresses += [ran(9, "e"), ran(10, "f"), ran(11, "g")]  # three between two polls
+    reporter.poll(query)
+    assert query.list_reads == 2
+    assert [r.batch_id for r in reporter.reports] == [5, 6, 7, 8, 9, 10, 11]
+    assert [line.split(":")[0] for line in lines] == [f"batch {i}" for i in range(5, 12)]
