@@ -298,9 +298,9 @@ class ProgressReporter:
 
         Reads `query.lastProgress` first and the whole `recentProgress` only when a batch went by unseen
         (more than one finished between two polls, or this driver's first). Why: `recentProgress` serialises
-        each of up to 100 retained progresses to JSON in the JVM, one py4j call each: ~55 ms of the JVM's CPU
-        for 22 of them, so a driver past 100 batches spent a quarter of a core on it at two polls a second,
-        idle or not (docs/test-suite.md, "Where the time goes"). `lastProgress` is one progress."""
+        each of up to 100 retained progresses to JSON in the JVM, one py4j call each: a driver past 100 batches
+        spent 8 % of a core on it at two polls a second, idle or not; `lastProgress` is one progress: 0.1 %
+        (bench/spark/driver/progress_poll.py, docs/benchmarks.md)."""
         try:
             last = _progress_dict(query.lastProgress)
         except Exception:  # noqa: BLE001 - the JVM side may be shutting down
