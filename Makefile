@@ -50,7 +50,8 @@ testbed-build: venv
 	PYTHONPATH=hack $(PY) -m handoff_testbed.jars
 	@# A class-data-sharing archive of Spark's classes for this machine's JDK and Spark (handoff_spark.startup.jvm_cds, ~30 s
 	@# once, kept in the cache): every local driver the tests start maps them instead of loading thousands of classes
-	@# again (a local session's start, 7.6-8.7 s -> 4.5-4.9 s here under the tests' JVM options).
+	@# again (a local session's start, 7.6-8.7 s -> 4.5-4.9 s here under the tests' JVM options). Each venv makes its own
+	@# (~170 MB); the step removes other installs' archives but the 3 most recently used (jvm_cds.prune).
 	$(PY) -m handoff_spark.startup.jvm_cds --if-missing
 
 ## The project's image (Dockerfile) built here on a debootstrapped Debian base; a no-op when the inputs

@@ -28,6 +28,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): spark_app/ goes on the path
@@ -173,6 +174,38 @@ def build(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+#: Archives the cache keeps besides the current one, and how long an unused one stays (see `prune`).
+KEEP_OTHERS = 3
+KEEP_UNUSED_DAYS = 14
+
+
+def prune(current: Path, keep_others: int = KEEP_OTHERS, unused_days: float = KEEP_UNUSED_DAYS) -> list[Path]:
+    """Delete the cache's archives that belong to other JDKs or Spark installs, but the `keep_others` most
+    recently used ones unless unused for `unused_days`. Returns what it deleted.
+
+    Why: the key holds the Spark jars' mtimes, and a CDS archive is valid only for the class path it was made
+    from, so every venv (each clone, each reinstall) makes its own ~170 MB archive; a developer's cache grew to
+    3.7 GB. An archive deleted while a JVM has it mapped stays readable to that JVM; a driver started after
+    finds none and loads classes as without the archive (`archive`), never a failed start."""
+    used = []
+    for other in current.parent.glob("*.jsa"):
+        if other == current:
+            continue
+        try:
+            st = other.stat()
+        except FileNotFoundError:
+            continue
+        used.append((max(st.st_atime, st.st_mtime), other))
+    used.sort(reverse=True)
+    cutoff = time.time() - unused_days * 86400
+    deleted = []
+    for i, (when, other) in enumerate(used):
+        if i >= keep_others or when < cutoff:
+            other.unlink(missing_ok=True)
+            deleted.append(other)
+    return deleted
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--create":
         create(argv[1])
@@ -186,6 +219,10 @@ def main(argv: list[str]) -> int:
     path = Path(argv[0]) if argv else cache_path()
     if not (if_missing and path.is_file()):
         build(path)
+    if not argv:  # the machine's cache: the archives of other venvs go (`prune`); a named path's folder is the caller's
+        for gone in prune(path):
+            print(f"removed {gone} (another JDK or Spark install's archive, not among the {KEEP_OTHERS} most "
+                  f"recently used or unused for {KEEP_UNUSED_DAYS} days)", file=sys.stderr)
     print(path)
     return 0
 

@@ -52,3 +52,31 @@ def test_the_cache_key_follows_the_spark_jars(tmp_path: Path, monkeypatch: pytes
     assert jvm_cds.cache_key() == before
     (jars / "spark-core.jar").write_bytes(b"12")  # another Spark: another archive
     assert jvm_cds.cache_key() != before
+
+
+def test_the_make_step_removes_other_installs_archives_but_the_recently_used(tmp_path: Path) -> None:
+    """`python -m handoff_spark.startup.jvm_cds --if-missing` (make testbed-build) on a cache holding this install's
+    archive and six others: the three most recently used others stay unless unused for 14 days, the rest go."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(Path(jvm_cds.__file__).parents[2])}
+    current = Path(subprocess.run([sys.executable, "-c", "from handoff_spark.startup import jvm_cds; "
+                                   "print(jvm_cds.cache_path())"], env=env, capture_output=True, text=True,
+                                  check=True).stdout.strip())
+    current.parent.mkdir(parents=True)
+    current.write_bytes(b"this install's archive")  # --if-missing keeps it: no JVM runs here
+    now = time.time()
+    ages_days = {"a": 1, "b": 2, "c": 3, "d": 4, "old": 20, "older": 40}
+    for name, days in ages_days.items():
+        other = current.parent / f"{name}.jsa"
+        other.write_bytes(b"x")
+        os.utime(other, (now - days * 86400, now - days * 86400))
+    out = subprocess.run([sys.executable, "-m", "handoff_spark.startup.jvm_cds", "--if-missing"], env=env,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(current)
+    assert sorted(p.name for p in current.parent.glob("*.jsa")) == sorted([current.name, "a.jsa", "b.jsa", "c.jsa"])
+    assert current.read_bytes() == b"this install's archive"
+    assert out.stderr.count("removed ") == 3, out.stderr
