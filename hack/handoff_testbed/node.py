@@ -48,6 +48,38 @@ OWNER_FILE = Path("/run/handoff-node.owner")
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CONTAINER_LOGS = Path("/var/log/containers")
 WAIT_FOR_OTHER_NODE = 900.0
+#: The kubelet's hard eviction threshold on the node's and the images' file systems (`evictionHard` below).
+EVICTION_FREE_FRACTION = 0.01
+#: Room the node's tests need above that threshold: the image (~1 GB unpacked), pod logs, Spark's scratch space.
+NODE_WORKING_SPACE = 4 * 1024**3
+
+
+def disk_shortfall(where: str, free: int, total: int, working: int = NODE_WORKING_SPACE) -> str | None:
+    """Why the node cannot start on a file system with `free` of `total` bytes, or None.
+
+    Why check: below the kubelet's eviction threshold it admits no pod ("eviction thresholds have been met, but no
+    pods are active to evict") and garbage-collects images, the pause image among them, so every node test fails
+    minutes later with nothing in its output about the disk (twice in this project's suite runs)."""
+    need = int(total * EVICTION_FREE_FRACTION) + working
+    if free >= need:
+        return None
+    gib = 1024**3
+    return (f"the test-bed node needs {need / gib:.1f} GiB free on the file system of {where} (the kubelet evicts "
+            f"every pod below {EVICTION_FREE_FRACTION:.0%} of its {total / gib:.0f} GiB, and its tests need "
+            f"{working / gib:.0f} GiB above that): {free / gib:.1f} GiB free. Free some, e.g. `.venv/bin/uv cache "
+            f"prune`, old clones' .test-logs/, {cache_dir()}/fresh-machine")
+
+
+def check_disk(workdir: Path) -> None:
+    """StartupError (`disk_shortfall`'s line) unless the kubelet's work directory (its nodefs) and containerd's
+    image store in the cache (its imagefs) have room."""
+    images = cache_dir() / "node"
+    images.mkdir(parents=True, exist_ok=True)
+    for where in (workdir, images):
+        usage = shutil.disk_usage(where)
+        problem = disk_shortfall(str(where), usage.free, usage.total)
+        if problem:
+            raise StartupError(problem)
 
 
 def _kubeconfig_server(kubeconfig: Path) -> str:
@@ -156,6 +188,7 @@ class Node(Component):
         self.workdir = workdir.resolve()
         workdir = self.workdir
         workdir.mkdir(parents=True, exist_ok=True)
+        check_disk(workdir)
         self._claim_machine(workdir)
         host_state.snapshot(workdir / "host-state.json", {
             "container_logs_existed": CONTAINER_LOGS.exists(),
