@@ -55,9 +55,12 @@ RUN rm -f /opt/venv/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
 # (from hack/hadoop-aws/pom.xml), into pyspark's own jars: the driver and the executors load them with Spark's.
 # MAVEN_REPO: where the build reaches Maven Central or a mirror of it (`make image` serves the test bed's copy).
 ARG MAVEN_REPO=https://repo1.maven.org/maven2
-COPY docker/fetch_jars.py docker/hadoop-aws-jars.txt /tmp/jars/
-RUN python /tmp/jars/fetch_jars.py "$MAVEN_REPO" /tmp/jars/hadoop-aws-jars.txt \
-      "$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
+# Google's GCS connector, for checkpoints on Google Cloud Storage (gs://...): its shaded jar, 37 MB, pinned with its
+# sha256 in docker/gcs-connector-jars.txt (from hack/gcs-connector/pom.xml).
+COPY docker/fetch_jars.py docker/hadoop-aws-jars.txt docker/gcs-connector-jars.txt /tmp/jars/
+RUN jars="$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
+ && python /tmp/jars/fetch_jars.py "$MAVEN_REPO" /tmp/jars/hadoop-aws-jars.txt "$jars" \
+ && python /tmp/jars/fetch_jars.py "$MAVEN_REPO" /tmp/jars/gcs-connector-jars.txt "$jars" \
  && rm -rf /tmp/jars
 
 COPY operator ./operator

@@ -45,8 +45,9 @@ venv: $(VENV)/.compiled
 ## the real node (kubelet, kube-proxy, pause image) and the project's image it runs. All cached.
 testbed-build: venv
 	PYTHON=$(PYTHON) bash hack/install-system-deps.sh test
-	$(TESTBED) build kafka apiserver postgres s3 bigquery node schema-registry
-	@# hadoop-aws and the AWS SDK modules (hack/hadoop-aws/pom.xml) for the drivers whose checkpoint is on S3.
+	$(TESTBED) build kafka apiserver postgres s3 gcs bigquery node schema-registry
+	@# hadoop-aws and the AWS SDK modules (hack/hadoop-aws/pom.xml) for the drivers whose checkpoint is on S3, Google's
+	@# GCS connector (hack/gcs-connector/pom.xml) for those on Google Cloud Storage.
 	PYTHONPATH=hack $(PY) -m handoff_testbed.jars
 	@# A class-data-sharing archive of Spark's classes for this machine's JDK and Spark (handoff_spark.startup.jvm_cds, ~30 s
 	@# once, kept in the cache): every local driver the tests start maps them instead of loading thousands of classes

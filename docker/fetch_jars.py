@@ -2,7 +2,8 @@
 
     python fetch_jars.py <maven repository URL> <list file> <directory>
 
-The list (docker/hadoop-aws-jars.txt) has one `group:artifact:version sha256` a line; `#` starts a comment. Why not
+A list (docker/hadoop-aws-jars.txt, docker/gcs-connector-jars.txt) has one
+`group:artifact:version[:classifier] sha256` a line; `#` starts a comment. Why not
 Maven itself in the image build: the image has no Maven, and the pinned list with checksums is the whole of what is
 fetched, so a changed or tampered jar fails the build instead of reaching the image. Standard library only (it runs
 in the Dockerfile before the app is installed)."""
@@ -12,35 +13,55 @@ import hashlib
 import sys
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 
-def parse(text: str) -> list[tuple[str, str, str, str]]:
-    """(group, artifact, version, sha256) of every line."""
+class Jar(NamedTuple):
+    """One listed jar: `group:artifact:version[:classifier] sha256`."""
+
+    group: str
+    artifact: str
+    version: str
+    digest: str
+    classifier: str = ""
+
+    @property
+    def file_name(self) -> str:
+        """The name Maven gives it (in a repository and in `dependency:copy-dependencies`'s output)."""
+        return f"{self.artifact}-{self.version}{'-' + self.classifier if self.classifier else ''}.jar"
+
+    @property
+    def repository_path(self) -> str:
+        return f"{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.file_name}"
+
+
+def parse(text: str) -> list[Jar]:
+    """Every line's jar."""
     out = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         coordinates, digest = line.split()
-        group, artifact, version = coordinates.split(":")
-        out.append((group, artifact, version, digest.lower()))
+        group, artifact, version, *classifier = coordinates.split(":")
+        out.append(Jar(group, artifact, version, digest.lower(), *classifier[:1]))
     return out
 
 
-def url(repository: str, group: str, artifact: str, version: str) -> str:
-    return f"{repository.rstrip('/')}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+def url(repository: str, jar: Jar) -> str:
+    return f"{repository.rstrip('/')}/{jar.repository_path}"
 
 
 def fetch(repository: str, listing: Path, target: Path) -> list[Path]:
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for group, artifact, version, digest in parse(listing.read_text()):
-        with urllib.request.urlopen(url(repository, group, artifact, version), timeout=120) as response:
+    for jar in parse(listing.read_text()):
+        with urllib.request.urlopen(url(repository, jar), timeout=120) as response:
             data = response.read()
         actual = hashlib.sha256(data).hexdigest()
-        if actual != digest:
-            raise SystemExit(f"{group}:{artifact}:{version}: sha256 {actual}, the list says {digest}")
-        path = target / f"{artifact}-{version}.jar"
+        if actual != jar.digest:
+            raise SystemExit(f"{jar.group}:{jar.artifact}:{jar.version}: sha256 {actual}, the list says {jar.digest}")
+        path = target / jar.file_name
         path.write_bytes(data)
         written.append(path)
     return written

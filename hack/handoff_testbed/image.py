@@ -145,30 +145,32 @@ def wheelhouse() -> Path:
 
 
 def maven_repository() -> Path:
-    """The jars docker/hadoop-aws-jars.txt lists, in a Maven repository's layout, for the build's
-    `docker/fetch_jars.py` (`--build-arg MAVEN_REPO`): Maven Central is not reachable from a build container here,
-    for the reason PyPI is not. Made from the test bed's copy (handoff_testbed.jars, fetched with Maven on the
-    host); the build checks every jar's sha256 against the list."""
-    from .jars import hadoop_aws_jars
+    """The jars docker/hadoop-aws-jars.txt and docker/gcs-connector-jars.txt list, in a Maven repository's layout, for
+    the build's `docker/fetch_jars.py` (`--build-arg MAVEN_REPO`): Maven Central is not reachable from a build
+    container here, for the reason PyPI is not. Made from the test bed's copies (handoff_testbed.jars, fetched with
+    Maven on the host); the build checks every jar's sha256 against the lists."""
+    from .jars import CONNECTORS, fetched
 
     sys.path.insert(0, str(REPO_ROOT / "docker"))
     try:
         import fetch_jars  # docker/fetch_jars.py: the list's parser
     finally:
         sys.path.pop(0)
-    listing = (REPO_ROOT / "docker" / "hadoop-aws-jars.txt").read_text()
-    path = images_dir() / f"maven-{hashlib.sha256(listing.encode()).hexdigest()[:12]}"
+    listings = {connector: connector.listing_path.read_text() for connector in CONNECTORS}
+    digest = hashlib.sha256("".join(listings.values()).encode()).hexdigest()[:12]
+    path = images_dir() / f"maven-{digest}"
     if (path / ".complete").exists():
         return path
-    jars = hadoop_aws_jars()
     shutil.rmtree(path, ignore_errors=True)
-    for group, artifact, version, _ in fetch_jars.parse(listing):
-        source = jars / f"{artifact}-{version}.jar"
-        if not source.exists():
-            raise RuntimeError(f"{source} is missing: docker/hadoop-aws-jars.txt and hack/hadoop-aws/pom.xml disagree")
-        target = path / group.replace(".", "/") / artifact / version / source.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+    for connector, listing in listings.items():
+        jars = fetched(connector)
+        for jar in fetch_jars.parse(listing):
+            source = jars / jar.file_name
+            if not source.exists():
+                raise RuntimeError(f"{source} is missing: {connector.listing_path.name} and {connector.pom} disagree")
+            target = path / jar.repository_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
     (path / ".complete").touch()
     for old in images_dir().glob("maven-*"):
         if old != path:

@@ -55,6 +55,7 @@ kafka = _session_fixture("kafka")
 apiserver = _session_fixture("apiserver")
 postgres = _session_fixture("postgres")
 s3 = _session_fixture("s3")
+gcs = _session_fixture("gcs")
 bigquery = _session_fixture("bigquery")
 schema_registry = _session_fixture("schema-registry", "schema_registry")
 

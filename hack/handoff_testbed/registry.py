@@ -10,6 +10,7 @@ COMPONENTS: dict[str, str] = {
     "apiserver": "handoff_testbed.apiserver:ApiServer",
     "postgres": "handoff_testbed.postgres:Postgres",
     "s3": "handoff_testbed.s3:S3",
+    "gcs": "handoff_testbed.gcs:Gcs",
     "bigquery": "handoff_testbed.bigquery:BigQueryEmulator",
     "node": "handoff_testbed.node:Node",
     "schema-registry": "handoff_testbed.schema_registry:SchemaRegistry",

@@ -78,9 +78,10 @@ def local_config(manifest: dict[str, Any], checkpoint: str | None, master: str) 
 
 
 def local_checkpoint_env(manifest: dict[str, Any]) -> dict[str, str]:
-    """The S3 settings of an s3a:// spec.checkpoint as the driver pod gets them (render.checkpoint_env), for a
-    local run: the values, not the Secret's keys, which are not resolved locally (AWS_ACCESS_KEY_ID and
-    AWS_SECRET_ACCESS_KEY come from the shell, as propertiesFrom's values do from the properties)."""
+    """The settings of an s3a:// or gs:// spec.checkpoint as the driver pod gets them (render.checkpoint_env), for
+    a local run: the values, not the Secret's keys or the pod's key file, which are not resolved locally
+    (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or GOOGLE_APPLICATION_CREDENTIALS, come from the shell, as
+    propertiesFrom's values do from the properties)."""
     from handoff_operator.spec.render import checkpoint_env
     from handoff_operator.spec.validation import parse_spec
 
@@ -88,7 +89,8 @@ def local_checkpoint_env(manifest: dict[str, Any]) -> dict[str, str]:
     if spec is None:
         return {}
     return {e["name"]: e["value"] for e in checkpoint_env(spec)
-            if "value" in e and e["name"] != contract.ENV_CHECKPOINT_CREDENTIALS_SECRET}
+            if "value" in e and e["name"] not in (contract.ENV_CHECKPOINT_CREDENTIALS_SECRET,
+                                                  contract.ENV_GOOGLE_APPLICATION_CREDENTIALS)}
 
 
 def _manifest(path: str) -> dict[str, Any]:
@@ -135,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = Path(own_temp_dir(RUN_DIR_PREFIX)) / contract.APP_CONFIG_FILE
     config.write_text(text)
-    if args.checkpoint is None:  # the spec's s3a:// checkpoint: its endpoint, path style, region (the shell's win)
+    if args.checkpoint is None:  # the spec's s3a:// or gs:// checkpoint's settings (the shell's win)
         for name, value in local_checkpoint_env(manifest).items():
             os.environ.setdefault(name, value)
     sys.stdout.flush()

@@ -14,9 +14,11 @@ a checkpoint may be trusted). What is in it:
 - `sources/handoff-gaps.jsonl`: offsets retention deleted before they were read (`onOffsetOutOfRange=earliest`);
 - `handoff/last-commit.json`: the sink's result of the newest batch, for the driver's progress record.
 
-Where: a local directory (`file://` or a plain path: the checkpoint volume) or an S3 prefix (`s3a://bucket/prefix`,
+Where: a local directory (`file://` or a plain path: the checkpoint volume), an S3 prefix (`s3a://bucket/prefix`,
 spec.checkpoint on S3: Spark reaches it through hadoop-aws's S3A, this module through pyarrow's S3 file system with
-the endpoint, path style and region of switches.CHECKPOINT_S3_* and the AWS SDK's credential chain).
+the endpoint, path style and region of switches.CHECKPOINT_S3_* and the AWS SDK's credential chain) or a Google Cloud
+Storage prefix (`gs://bucket/prefix`: Spark through Google's GCS connector, this module through pyarrow's GCS file
+system with switches.CHECKPOINT_GCS_* and Google's default credentials).
 """
 from __future__ import annotations
 
@@ -49,12 +51,13 @@ class OffsetLogError(RuntimeError):
 
 
 class CheckpointLocationError(ValueError):
-    """The checkpoint location is neither a local path nor an object store this module can reach (s3a://)."""
+    """The checkpoint location is neither a local path nor an object store this module can reach (s3a://, gs://)."""
 
 
-#: Object-store schemes whose checkpoints Handoff reads and writes (Spark through hadoop-aws's S3A, this module
-#: through pyarrow's S3 file system). Other schemes are refused when the spec is validated.
-OBJECT_STORE_SCHEMES = ("s3a",)
+#: Object-store schemes whose checkpoints Handoff reads and writes (Spark through hadoop-aws's S3A or Google's GCS
+#: connector, this module through pyarrow's S3 or GCS file system). Other schemes are refused when the spec is
+#: validated.
+OBJECT_STORE_SCHEMES = ("s3a", "gs")
 
 
 def local_path(checkpoint: str) -> Path:
@@ -145,20 +148,49 @@ def s3_settings(env: Mapping[str, str] | None = None) -> tuple[str | None, str, 
     return switches.CHECKPOINT_S3_ENDPOINT(env), region, switches.CHECKPOINT_S3_PATH_STYLE(env)
 
 
-class _S3Files:
-    """A checkpoint under an S3 prefix (`s3a://bucket/prefix`). An object appears whole when its PUT returns, so a
-    plain write is as safe for a reader as the local temporary-file-and-rename; there are no directories, only
-    prefixes."""
+def gcs_settings(env: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
+    """(endpoint, anonymous) of the checkpoint's GCS store from the environment the operator renders
+    (switches.CHECKPOINT_GCS_*)."""
+    anonymous = (switches.CHECKPOINT_GCS_ANONYMOUS(env) or "").strip().lower() in ("1", "true", "yes", "on")
+    return switches.CHECKPOINT_GCS_ENDPOINT(env), anonymous
+
+
+@functools.lru_cache(maxsize=4)
+def _gcs_filesystem(endpoint: str | None, anonymous: bool) -> Any:
+    """pyarrow's GCS file system for the checkpoint's store (one per process and settings). Credentials: none when
+    `anonymous`, else Google's default chain (GOOGLE_APPLICATION_CREDENTIALS: the key file the operator mounts from
+    spec.checkpoint.credentialsSecret; else the pod's workload identity)."""
+    from pyarrow import fs as pafs
+
+    kwargs: dict[str, Any] = {"anonymous": anonymous}
+    if endpoint:
+        parsed = urlparse(endpoint)
+        kwargs["endpoint_override"] = parsed.netloc or parsed.path
+        kwargs["scheme"] = parsed.scheme or "https"
+    return pafs.GcsFileSystem(**kwargs)
+
+
+class _ObjectStoreFiles:
+    """A checkpoint under an object-store prefix (`s3a://bucket/prefix`, `gs://bucket/prefix`). An object appears
+    whole when its upload returns, so a plain write is as safe for a reader as the local temporary-file-and-rename;
+    there are no directories, only prefixes.
+
+    Why `names` lists recursively on GCS: pyarrow's GCS file system lists one level only through directory marker
+    objects (`offsets/`), which Spark's connector writes and pyarrow's own writes do not; a prefix that holds only
+    pyarrow's files would look empty. For the same reason a "directory" is removed by its contents, never as a
+    marker that may not exist."""
 
     def __init__(self, checkpoint: str) -> None:
         parsed = urlparse(checkpoint)
         if not parsed.netloc:
-            raise CheckpointLocationError(f"checkpoint {checkpoint!r}: no bucket (s3a://<bucket>/<prefix>)")
+            raise CheckpointLocationError(
+                f"checkpoint {checkpoint!r}: no bucket ({parsed.scheme}://<bucket>/<prefix>)")
         self.base = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-        self.fs = _s3_filesystem(*s3_settings())
+        self.gcs = parsed.scheme == "gs"
+        self.fs = _gcs_filesystem(*gcs_settings()) if self.gcs else _s3_filesystem(*s3_settings())
 
     def _path(self, relative: str) -> str:
-        return f"{self.base}/{relative.strip('/')}" if relative else self.base
+        return f"{self.base}/{relative.strip('/')}" if relative.strip("/") else self.base
 
     def read(self, relative: str) -> str | None:
         try:
@@ -171,23 +203,36 @@ class _S3Files:
         with self.fs.open_output_stream(self._path(relative)) as fh:
             fh.write(text.encode())
 
-    def _infos(self, relative: str) -> list[Any]:
+    def _infos(self, relative: str, recursive: bool = False) -> list[Any]:
         from pyarrow import fs as pafs
 
-        return self.fs.get_file_info(pafs.FileSelector(self._path(relative), allow_not_found=True))
+        return self.fs.get_file_info(pafs.FileSelector(self._path(relative), allow_not_found=True,
+                                                       recursive=recursive))
 
     def names(self, relative: str) -> list[str]:
-        return [info.base_name for info in self._infos(relative)]
+        if not self.gcs:
+            return [info.base_name for info in self._infos(relative)]
+        root = self._path(relative).rstrip("/") + "/"
+        found = {info.path[len(root):].split("/", 1)[0] for info in self._infos(relative, recursive=True)
+                 if info.path.startswith(root)}
+        return sorted(name for name in found if name)
 
     def remove(self, relative: str, ignore_errors: bool = False) -> bool:
         from pyarrow import fs as pafs
 
+        path = self._path(relative)
         try:
-            info = self.fs.get_file_info(self._path(relative))
-            if info.type == pafs.FileType.Directory:
-                self.fs.delete_dir(self._path(relative))
-            elif info.type == pafs.FileType.File:
-                self.fs.delete_file(self._path(relative))
+            info = self.fs.get_file_info(path)
+            children = self._infos(relative, recursive=True) if self.gcs else []
+            if info.type == pafs.FileType.File:
+                self.fs.delete_file(path)
+            elif self.gcs and (children or info.type == pafs.FileType.Directory):
+                for child in children:
+                    if child.type == pafs.FileType.File:
+                        self.fs.delete_file(child.path)
+                self._remove_marker(path)
+            elif info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(path)
             else:
                 return False
         except OSError:
@@ -196,18 +241,26 @@ class _S3Files:
             raise
         return True
 
+    def _remove_marker(self, path: str) -> None:
+        """The `path/` marker object Spark's connector may have left (absent for pyarrow's own files)."""
+        try:
+            self.fs.delete_file(path + "/")
+        except (FileNotFoundError, OSError):
+            pass
+
     def reachable(self) -> bool:
         return True
 
 
-def files(checkpoint: str) -> _LocalFiles | _S3Files:
-    """The checkpoint's files, wherever they are: a local directory, or an S3 prefix (s3a://)."""
+def files(checkpoint: str) -> _LocalFiles | _ObjectStoreFiles:
+    """The checkpoint's files, wherever they are: a local directory, or an S3 or GCS prefix (s3a://, gs://)."""
     parsed = urlparse(checkpoint)
     if parsed.scheme in ("", "file"):
         return _LocalFiles(local_path(checkpoint))
     if parsed.scheme in OBJECT_STORE_SCHEMES:
-        return _S3Files(checkpoint)
-    raise CheckpointLocationError(f"checkpoint {checkpoint!r}: only local paths, file:// and s3a:// are supported")
+        return _ObjectStoreFiles(checkpoint)
+    raise CheckpointLocationError(
+        f"checkpoint {checkpoint!r}: only local paths, file://, s3a:// and gs:// are supported")
 
 
 def read_text(checkpoint: str, relative: str) -> str | None:

@@ -103,11 +103,26 @@ CHECKPOINT_OPTIONAL_CREDENTIAL_KEYS = ("AWS_SESSION_TOKEN",)
 #: What the operator sets for a checkpoint on S3 (besides the credentials themselves).
 CHECKPOINT_S3_ENV = frozenset({ENV_CHECKPOINT_S3_ENDPOINT, ENV_CHECKPOINT_S3_PATH_STYLE, ENV_CHECKPOINT_S3_REGION,
                                ENV_CHECKPOINT_CREDENTIALS_SECRET})
+#: A checkpoint on Google Cloud Storage (spec.checkpoint.location gs://…): the JSON API's root URL of a store that is
+#: not Google's (spec.checkpoint.endpoint: an emulator, a private endpoint) and whether requests go without
+#: credentials (spec.checkpoint.anonymous, "true"). Written by the operator, only for such a checkpoint; read by the
+#: driver, which hands them to Spark's GCS connector as `spark.hadoop.fs.gs.*`, and by `handoff_spark.checkpoint`.
+ENV_CHECKPOINT_GCS_ENDPOINT = "HANDOFF_CHECKPOINT_GCS_ENDPOINT"
+ENV_CHECKPOINT_GCS_ANONYMOUS = "HANDOFF_CHECKPOINT_GCS_ANONYMOUS"
+#: Google's own variable for a service account key file: the operator mounts spec.checkpoint.credentialsSecret's
+#: `GCS_KEY_FILE` at `GCS_KEY_DIR` and points this at it (pyarrow's and the connector's default credentials read it).
+ENV_GOOGLE_APPLICATION_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
+GCS_KEY_FILE = "key.json"
+GCS_KEY_DIR = "/var/run/secrets/handoff/checkpoint-gcs"
+#: What the operator sets for a checkpoint on GCS.
+CHECKPOINT_GCS_ENV = frozenset({ENV_CHECKPOINT_GCS_ENDPOINT, ENV_CHECKPOINT_GCS_ANONYMOUS,
+                                ENV_CHECKPOINT_CREDENTIALS_SECRET, ENV_GOOGLE_APPLICATION_CREDENTIALS})
 #: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
 #: publishes nor is scaled).
 STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
-#: Every variable the operator sets in the driver pod (the checkpoint's only for a checkpoint on S3).
-RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV, *CHECKPOINT_S3_ENV})
+#: Every variable the operator sets in the driver pod (the checkpoint's only for a checkpoint on S3 or GCS).
+RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV, *CHECKPOINT_S3_ENV,
+                          *CHECKPOINT_GCS_ENV})
 
 
 # ------------------------------------------------------------------------------ the progress ConfigMap

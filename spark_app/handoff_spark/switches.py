@@ -272,6 +272,28 @@ HADOOP_AWS_JARS = Text(
     "pyspark's own jars lack them (a local run; the image has them): `python -m handoff_testbed.jars` prints "
     "the test bed's.", what="a directory")
 
+# ----------------------------------------------------------------------------- a checkpoint on GCS
+
+CHECKPOINT_GCS_ENDPOINT = Text(
+    contract.ENV_CHECKPOINT_GCS_ENDPOINT, "driver and Python workers (`checkpoint`, `driver.app`)",
+    "The JSON API root URL of a `gs://` checkpoint's store when it is not Google's (spec.checkpoint.endpoint: an "
+    "emulator, a private endpoint): Spark's `fs.gs.storage.root.url` and pyarrow's endpoint; unset: Google Cloud "
+    "Storage.", what="a URL")
+CHECKPOINT_GCS_ANONYMOUS = Text(
+    contract.ENV_CHECKPOINT_GCS_ANONYMOUS, "driver and Python workers (`checkpoint`, `driver.app`)",
+    "`true`: requests to a `gs://` checkpoint's store carry no credentials (spec.checkpoint.anonymous: an emulator); "
+    "unset: a key file from GOOGLE_APPLICATION_CREDENTIALS, else the pod's own Google identity.", what="true or false")
+GOOGLE_APPLICATION_CREDENTIALS = Text(
+    contract.ENV_GOOGLE_APPLICATION_CREDENTIALS, "driver and Python workers (`driver.app`; pyarrow and the GCS "
+    "connector)", "Google's own variable: the service account key file of a `gs://` checkpoint (the operator mounts "
+    "spec.checkpoint.credentialsSecret's key.json and points this at it); the driver hands the path to the GCS "
+    "connector and to its executors; unset: the pod's own Google identity.", what="a path")
+HADOOP_GCS_JARS = Text(
+    "HANDOFF_HADOOP_GCS_JARS", "driver (`driver.app`)",
+    "A directory holding Google's GCS connector jar, added to `spark.jars` for a `gs://` checkpoint where pyspark's "
+    "own jars lack it (a local run; the image has it): `python -m handoff_testbed.jars` prints the test bed's.",
+    what="a directory")
+
 # ----------------------------------------------------------------------------------------- tests only
 
 FAULT = Text(

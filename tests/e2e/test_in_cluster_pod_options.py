@@ -3,7 +3,8 @@ and labelled for this test only, so nothing schedules there but pods that tolera
 runs because the chart's `tolerations` value says so; the driver and the executors Spark creates run, and commit
 records to the table, because the handoff's `spec.spark.pod` tolerates the taint and its nodeSelector matches the
 label; a pod without the toleration stays Pending (the taint does bite). The driver also sees an environment
-variable and a volume from a Secret, and runs with runAsNonRoot. A second handoff runs confined as a restricted
+variable and a volume from a Secret, and runs with runAsNonRoot; its checkpoint is on the test bed's Google Cloud
+Storage (gs://, fake-gcs-server, through the GCS connector the image ships). A second handoff runs confined as a restricted
 namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit, sized
 with the typed pod resources (CPU requests below the cores, memory overheads), its checkpoint on the test bed's S3
 (s3a://, credentials from a Secret, no volume), and its Spark UI answers through the UI Service the operator made
@@ -12,11 +13,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
 
+from handoff_testbed.gcs import Gcs
 from handoff_testbed.kafka import Kafka
+from handoff_testbed.proc import free_port
 from handoff_testbed.pytest_plugin import LOG_ROOT
 from iceberg_drill_support import produce
 from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, handoff_namespace,
@@ -47,6 +51,26 @@ def pod_kafka(cluster: Cluster) -> Iterator[Kafka]:
         yield kafka
 
 
+@dataclass
+class PodGcs:
+    server: Gcs
+    for_pods: str  # host:port where pods reach it
+
+
+@pytest.fixture(scope="module")
+def pod_gcs(cluster: Cluster) -> Iterator[PodGcs]:
+    """fake-gcs-server reachable from pods through a relay; it names the relay's address in its upload sessions
+    (a resumable upload's next request comes from the pod)."""
+    port = free_port()
+    for_pods = cluster.offer(port)
+    server = Gcs(port=port, public_url=f"http://{for_pods}")
+    server.start(LOG_ROOT / "pod-options-gcs")
+    try:
+        yield PodGcs(server, for_pods)
+    finally:
+        server.stop()
+
+
 @pytest.fixture()
 def dedicated_nodes(cluster: Cluster) -> Iterator[str]:
     """Every node tainted `<TAINT_KEY>=<value>:NoSchedule` and labelled `<LABEL_KEY>=<value>` for this test."""
@@ -69,7 +93,7 @@ def _unschedulable(cluster: Cluster, ns: str, name: str) -> str | None:
 
 @pytest.mark.timeout(2400)
 def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster: Cluster, pod_kafka: Kafka,
-                                                                        postgres: Any, s3: Any,
+                                                                        postgres: Any, s3: Any, pod_gcs: PodGcs,
                                                                         dedicated_nodes: str) -> None:
     toleration = {"key": TAINT_KEY, "operator": "Equal", "value": dedicated_nodes, "effect": "NoSchedule"}
     # The operator's own pod needs the chart's tolerations to run at all on these nodes.
@@ -92,6 +116,11 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
             "volumeMounts": [{"name": "extra", "mountPath": "/etc/extra", "readOnly": True}],
             "podSecurityContext": {"runAsNonRoot": True},
         }
+        # Its checkpoint on GCS (issue 36: the in-cluster run once with each object store; the second test's is on S3)
+        checkpoint_bucket = f"{BUCKET}-ckpt-{dedicated_nodes}"
+        pod_gcs.server.create_bucket(checkpoint_bucket)
+        handoff["spec"]["checkpoint"] = {"location": f"gs://{checkpoint_bucket}/{NAME}",
+                                         "endpoint": f"http://{pod_gcs.for_pods}", "anonymous": True}
 
         # The taint bites: a pod without the toleration is not scheduled.
         cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "untolerated", "namespace": ns},
@@ -125,6 +154,16 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
         seen = cluster.kubectl("exec", "-n", ns, name, "-c", "driver", "--", "sh", "-c",
                                "printf '%s ' \"$EXTRA_TOKEN\"; cat /etc/extra/token; echo; id -u")
         assert seen.split() == [f"token-{dedicated_nodes}", f"token-{dedicated_nodes}", "185"], seen
+        # Spark's offset and commit logs and Handoff's side files are in the bucket; no volume was made for them.
+        keys = pod_gcs.server.list_objects(checkpoint_bucket, f"{NAME}/")
+        assert any(k.startswith("offsets/") and k != "offsets/" for k in keys), keys[:20]
+        assert any(k.startswith("commits/") and k != "commits/" for k in keys), keys[:20]
+        assert "sources/handoff-initial.json" in keys, keys[:20]
+        assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
+        for pod in executors:  # executors would write a stateful query's state there: the same settings
+            (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
+            env = {e["name"]: e.get("value") for e in container.get("env") or []}
+            assert env.get("HANDOFF_CHECKPOINT_GCS_ANONYMOUS") == "true", env
 
 
 @pytest.mark.timeout(2400)

@@ -642,29 +642,37 @@ class SparkSpec(SpecModel):
 
 class CheckpointSpec(SpecModel):
     """Where Spark's checkpoint lives. It is a cache of progress, not the source of truth: the table's
-    commits are, so a lost checkpoint (a deleted volume or S3 prefix alike) is rebuilt from the table's ledger."""
+    commits are, so a lost checkpoint (a deleted volume, S3 or GCS prefix alike) is rebuilt from the table's
+    ledger."""
 
     location: str | None = Field(default=None, max_length=2048,
                                  description="Checkpoint path: file:///<path> on a volume mounted into the "
-                                             "driver, or s3a://<bucket>/<prefix> on S3 or an S3-compatible "
-                                             "store (then no volume is created); default: a "
-                                             "PersistentVolumeClaim the operator creates. Other object stores "
-                                             "(s3://, gs://, abfs://, hdfs://) are refused: the image ships "
-                                             "only the S3A connector.")
+                                             "driver, s3a://<bucket>/<prefix> on S3 or an S3-compatible "
+                                             "store, or gs://<bucket>/<prefix> on Google Cloud Storage (then "
+                                             "no volume is created); default: a PersistentVolumeClaim the "
+                                             "operator creates. Other stores (s3://, abfs://, hdfs://) are "
+                                             "refused: the image ships only the S3A and GCS connectors.")
     storage_size: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32)] = Field(
         default="1Gi", description="Size of the checkpoint volume when no location is given.")
     storage_class_name: str | None = Field(default=None, max_length=253,
                                            description="StorageClass of the checkpoint volume.")
     credentials_secret: str | None = Field(
         default=None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253,
-        description="s3a:// only: a Secret in the handoff's namespace with keys AWS_ACCESS_KEY_ID and "
-                    "AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN), given to the driver and its "
-                    "executors as environment variables. Default: the pods' own AWS identity (web identity "
-                    "token, instance role).")
+        description="A Secret in the handoff's namespace with the store's credentials. s3a://: keys "
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN), given to "
+                    "the driver and its executors as environment variables. gs://: key key.json, a service "
+                    "account key, mounted into the driver and its executors "
+                    "(GOOGLE_APPLICATION_CREDENTIALS). Default: the pods' own identity (AWS web identity or "
+                    "instance role; GKE workload identity).")
     endpoint: str | None = Field(
         default=None, pattern=r"^https?://[^\s/]+/?$", max_length=512,
-        description="s3a:// only: the S3 endpoint URL of a store that is not AWS S3 (MinIO, Ceph, ...), "
-                    "e.g. http://minio.storage:9000. Default: AWS S3 in region.")
+        description="s3a://: the S3 endpoint URL of a store that is not AWS S3 (MinIO, Ceph, ...), e.g. "
+                    "http://minio.storage:9000; default: AWS S3 in region. gs://: the storage API's root URL "
+                    "when it is not Google's (a private endpoint, an emulator such as fake-gcs-server), e.g. "
+                    "http://fake-gcs.storage:4443; default: Google Cloud Storage.")
+    anonymous: bool | None = Field(
+        default=None, description="gs:// only: send requests without credentials (an emulator such as "
+                                  "fake-gcs-server); not with credentialsSecret.")
     path_style_access: bool | None = Field(
         default=None, description="s3a:// only: address buckets as <endpoint>/<bucket> instead of "
                                   "<bucket>.<endpoint> (most S3-compatible stores need true).")

@@ -87,7 +87,7 @@ EXECUTOR_CONTAINER = "executor"
 POD_TEMPLATE_CONF = ("spark.kubernetes.executor.podTemplateFile", "spark.kubernetes.executor.podTemplateContainerName")
 #: What the operator and Spark mount, name and set themselves in the Spark pods: a user's pod options may not
 #: take these (spec.validation says which field to change).
-OPERATOR_VOLUMES = ("app-config", "run", "checkpoint", "bigquery-credentials")
+OPERATOR_VOLUMES = ("app-config", "run", "checkpoint", "bigquery-credentials", "checkpoint-gcs-key")
 RESERVED_VOLUME_PREFIX = "spark-"
 RESERVED_MOUNT_DIRS = (CONFIG_DIR, RUN_DIR, "/var/lib/handoff", "/opt/spark/conf", SA_DIR)
 OPERATOR_DRIVER_ENV = ("POD_NAME", "POD_NAMESPACE", "POD_IP", "PYSPARK_SUBMIT_ARGS", contract.ENV_SPARK_MASTER,
@@ -496,6 +496,8 @@ def checkpoint_env(spec: StreamTableHandoffSpec) -> list[dict[str, Any]]:
     Spark's conf. The driver hands the settings to Spark's S3A (handoff_spark.driver.app.s3_checkpoint_conf) and
     asks for the same Secret in its executor pods. Nothing for a volume."""
     checkpoint = spec.checkpoint
+    if (checkpoint.location or "").startswith("gs://"):
+        return gcs_checkpoint_env(spec)
     if not (checkpoint.location or "").startswith("s3a://"):
         return []
     env: list[dict[str, Any]] = []
@@ -513,6 +515,41 @@ def checkpoint_env(spec: StreamTableHandoffSpec) -> list[dict[str, Any]]:
         env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
                 for key in contract.CHECKPOINT_OPTIONAL_CREDENTIAL_KEYS]
     return env
+
+
+#: The volume holding a gs:// checkpoint's service account key (spec.checkpoint.credentialsSecret).
+GCS_KEY_VOLUME = "checkpoint-gcs-key"
+
+
+def gcs_checkpoint_env(spec: StreamTableHandoffSpec) -> list[dict[str, Any]]:
+    """The driver's environment for a checkpoint on Google Cloud Storage (gs://): the storage endpoint, anonymous
+    access, and the path of the service account key `checkpoint_key_volume` mounts (Google's own
+    GOOGLE_APPLICATION_CREDENTIALS, which pyarrow and the GCS connector read; the key never passes through the
+    operator, the app config or Spark's conf). The driver hands them to the connector
+    (handoff_spark.driver.app.gcs_checkpoint_conf) and asks Spark to mount the same Secret in its executors."""
+    checkpoint = spec.checkpoint
+    env: list[dict[str, Any]] = []
+    if checkpoint.endpoint:
+        env.append({"name": contract.ENV_CHECKPOINT_GCS_ENDPOINT, "value": checkpoint.endpoint.rstrip("/")})
+    if checkpoint.anonymous:
+        env.append({"name": contract.ENV_CHECKPOINT_GCS_ANONYMOUS, "value": "true"})
+    if checkpoint.credentials_secret:
+        env.append({"name": contract.ENV_CHECKPOINT_CREDENTIALS_SECRET, "value": checkpoint.credentials_secret})
+        env.append({"name": contract.ENV_GOOGLE_APPLICATION_CREDENTIALS,
+                    "value": f"{contract.GCS_KEY_DIR}/{contract.GCS_KEY_FILE}"})
+    return env
+
+
+def checkpoint_key_volume(spec: StreamTableHandoffSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(mount, volume) of a gs:// checkpoint's key Secret in the driver, or None. The same Secret reaches the
+    executors through `spark.kubernetes.executor.secrets.<name>` at the same path."""
+    checkpoint = spec.checkpoint
+    if not (checkpoint.location or "").startswith("gs://") or not checkpoint.credentials_secret:
+        return None
+    return ({"name": GCS_KEY_VOLUME, "mountPath": contract.GCS_KEY_DIR, "readOnly": True},
+            {"name": GCS_KEY_VOLUME, "secret": {"secretName": checkpoint.credentials_secret,
+                                                 "items": [{"key": contract.GCS_KEY_FILE,
+                                                            "path": contract.GCS_KEY_FILE}]}})
 
 
 def ui_proxy_conf(spec: StreamTableHandoffSpec) -> dict[str, str]:
@@ -582,6 +619,10 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         mounts.append({"name": "checkpoint", "mountPath": CHECKPOINT_DIR})
         volumes.append({"name": "checkpoint",
                         "persistentVolumeClaim": {"claimName": checkpoint_pvc_name(name)}})
+    key_volume = checkpoint_key_volume(spec)
+    if key_volume is not None:
+        mounts.append(key_volume[0])
+        volumes.append(key_volume[1])
     bq = spec.sink.bigquery
     if bq is not None and bq.credentials_from is not None:
         mounts.append({"name": "bigquery-credentials", "mountPath": BIGQUERY_CREDENTIALS_DIR, "readOnly": True})

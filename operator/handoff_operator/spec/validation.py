@@ -27,14 +27,18 @@ from handoff_operator.spec.render import (DRIVER_OVERHEAD_CONF, EXECUTOR_CPU_CON
                                           Resolved, app_config, partition_source_column, resolve)
 
 MIN_COMMIT_INTERVAL_SECONDS = 1.0
-#: Spark's checkpoint and Handoff's side files (initial offsets, retention gaps) live on a mounted volume (file://)
-#: or on S3 through S3A (s3a://: the image ships hadoop-aws, the driver reads the side files with pyarrow).
-CHECKPOINT_SCHEMES = ("file", "s3a")
-#: Object stores whose Hadoop connectors the image lacks: refused, naming the one that works.
-UNSUPPORTED_STORE_SCHEMES = ("s3", "s3n", "gs", "hdfs", "abfs", "abfss", "wasb", "wasbs", "oss", "cos")
-#: spec.checkpoint's fields that only mean something for an s3a:// location.
-S3_CHECKPOINT_FIELDS = (("credentials_secret", "credentialsSecret"), ("endpoint", "endpoint"),
-                        ("path_style_access", "pathStyleAccess"), ("region", "region"))
+#: Spark's checkpoint and Handoff's side files (initial offsets, retention gaps) live on a mounted volume (file://),
+#: on S3 through S3A (s3a://: the image ships hadoop-aws) or on Google Cloud Storage (gs://: the image ships Google's
+#: GCS connector); the driver reads the side files of both with pyarrow.
+CHECKPOINT_SCHEMES = ("file", "s3a", "gs")
+OBJECT_STORE_SCHEMES = ("s3a", "gs")
+#: Object stores whose Hadoop connectors the image lacks: refused, naming the ones that work.
+UNSUPPORTED_STORE_SCHEMES = ("s3", "s3n", "hdfs", "abfs", "abfss", "wasb", "wasbs", "oss", "cos")
+#: spec.checkpoint's fields and the object-store schemes each means something for.
+CHECKPOINT_STORE_FIELDS = (("credentials_secret", "credentialsSecret", ("s3a", "gs")),
+                           ("endpoint", "endpoint", ("s3a", "gs")),
+                           ("path_style_access", "pathStyleAccess", ("s3a",)), ("region", "region", ("s3a",)),
+                           ("anonymous", "anonymous", ("gs",)))
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: The view `transform.sql` reads (handoff_spark.driver.transform.SOURCE_VIEW; the operator does not import the
 #: driver's Spark module): a lookup of that name would hide the records.
@@ -137,29 +141,37 @@ def check(name: str, spec: StreamTableHandoffSpec,
 
 
 def _checkpoint_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
-    """spec.checkpoint: a scheme the driver can reach, and the S3 settings only with an s3a:// location."""
+    """spec.checkpoint: a scheme the driver can reach, and each store setting only with a location it applies to."""
     checkpoint = spec.checkpoint
     location = checkpoint.location
     scheme = (location.split("://", 1)[0] if "://" in location else "") if location is not None else ""
     if location is not None and scheme in UNSUPPORTED_STORE_SCHEMES:
         return [Problem("spec.checkpoint.location", (
             f"{location!r}: {scheme}:// is not supported for checkpoints (the image has no connector for it); "
-            f"use s3a://<bucket>/<prefix> for S3 or an S3-compatible store, file:///<path> on a volume you mount, "
-            f"or leave it empty for a PersistentVolumeClaim"))]
+            f"use s3a://<bucket>/<prefix> for S3 or an S3-compatible store, gs://<bucket>/<prefix> for Google "
+            f"Cloud Storage, file:///<path> on a volume you mount, or leave it empty for a PersistentVolumeClaim"))]
     if location is not None and scheme not in CHECKPOINT_SCHEMES:
         return [Problem("spec.checkpoint.location", (
-            f"{location!r} has no supported scheme; use s3a://<bucket>/<prefix> or file:///<path>, or leave "
-            f"it empty for a volume"))]
-    if scheme == "s3a":
+            f"{location!r} has no supported scheme; use s3a://<bucket>/<prefix>, gs://<bucket>/<prefix> or "
+            f"file:///<path>, or leave it empty for a volume"))]
+    if scheme in OBJECT_STORE_SCHEMES:
         bucket = location.split("://", 1)[1].split("/", 1)  # type: ignore[union-attr]
         if not bucket[0] or len(bucket) < 2 or not bucket[1].strip("/"):
             return [Problem("spec.checkpoint.location", (
-                f"{location!r}: name a bucket and a prefix, s3a://<bucket>/<prefix> (the prefix is the "
+                f"{location!r}: name a bucket and a prefix, {scheme}://<bucket>/<prefix> (the prefix is the "
                 f"checkpoint's alone: discarding it removes what is under it)"))]
-        return []
-    return [Problem(f"spec.checkpoint.{wire}", (
-        f"only applies to an s3a:// checkpoint location; remove it or set location to s3a://<bucket>/<prefix>"))
-        for field, wire in S3_CHECKPOINT_FIELDS if getattr(checkpoint, field) is not None]
+    problems = []
+    for field, wire, schemes in CHECKPOINT_STORE_FIELDS:
+        if getattr(checkpoint, field) is not None and scheme not in schemes:
+            forms = " or ".join(f"{s}://<bucket>/<prefix>" for s in schemes)
+            problems.append(Problem(f"spec.checkpoint.{wire}", (
+                f"only applies to a {' or '.join(s + '://' for s in schemes)} checkpoint location; remove it or "
+                f"set location to {forms}")))
+    if scheme == "gs" and checkpoint.anonymous and checkpoint.credentials_secret is not None:
+        problems.append(Problem("spec.checkpoint.anonymous", (
+            "anonymous requests carry no credentials, so credentialsSecret would be ignored; remove one of the "
+            "two")))
+    return problems
 
 
 def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:

@@ -113,7 +113,7 @@ def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
     reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment, and executor pods get them from the same
     Secret through `spark.kubernetes.executor.secretKeyRef.*`. The checkpoint file manager stays Spark's default
     (FileContext-based, S3A's `AbstractFileSystem`): `local_checkpoint_file_manager`'s shortcut is for local disks."""
-    if not ckpt.is_object_store(checkpoint_location):
+    if urlparse(checkpoint_location).scheme != "s3a":
         return conf
     out = dict(conf)
     endpoint, region, path_style = ckpt.s3_settings(env)
@@ -131,12 +131,69 @@ def s3_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
     if secret:
         for key in contract.CHECKPOINT_CREDENTIAL_KEYS:
             settings[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
-    jars_dir = switches.HADOOP_AWS_JARS(env)
+    _add_jars(out, switches.HADOOP_AWS_JARS, env)
+    for key, value in settings.items():
+        out.setdefault(key, value)
+    return out
+
+
+def _add_jars(conf: dict[str, str], switch: switches.Text, env: Mapping[str, str] | None) -> None:
+    """The jars of the directory `switch` names appended to `spark.jars` (a local run; the image has them)."""
+    jars_dir = switch(env)
     if jars_dir:
         jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
         if not jars:
-            raise SystemExit(f"{switches.HADOOP_AWS_JARS.as_set(env)} holds no jars (hack/handoff_testbed/jars.py)")
-        out["spark.jars"] = ",".join(x for x in (out.get("spark.jars", ""), *jars) if x)
+            raise SystemExit(f"{switch.as_set(env)} holds no jars (hack/handoff_testbed/jars.py)")
+        conf["spark.jars"] = ",".join(x for x in (conf.get("spark.jars", ""), *jars) if x)
+
+
+#: Google's GCS connector (gcs-connector, shaded), for a `gs://` checkpoint.
+GCS_FILE_SYSTEM = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+GCS_ABSTRACT_FILE_SYSTEM = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
+#: Sizes the connector reads as plain numbers, which Hadoop 3.5's core-default.xml sets with units (`64m`) for
+#: Hadoop's own hadoop-gcp: unset, the connector fails at its first call with NumberFormatException. Hadoop's
+#: defaults, in bytes.
+GCS_SIZES = {"fs.gs.block.size": 64 << 20, "fs.gs.rewrite.max.chunk.size": 512 << 20,
+             "fs.gs.outputstream.buffer.size": 8 << 20, "fs.gs.inputstream.inplace.seek.limit": 8 << 20,
+             "fs.gs.inputstream.min.range.request.size": 2 << 20}
+
+
+def gcs_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
+                        env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`conf` with what Google's GCS connector needs for a checkpoint on Google Cloud Storage (`gs://`), from the
+    environment the operator renders (switches.CHECKPOINT_GCS_*, GOOGLE_APPLICATION_CREDENTIALS); a key the user
+    set in sparkConf wins.
+
+    Why Google's gcs-connector and not Hadoop 3.5's own hadoop-gcp (which core-default.xml names for `gs:`):
+    hadoop-gcp 3.5.0 has no setting for the storage endpoint, so it can reach nothing but Google (no emulator, no
+    private endpoint) and could not be tested here; the connector (`fs.gs.storage.root.url`) can, and is what
+    Dataproc runs. Credentials: a key file (the Secret the operator mounts, also in executor pods through
+    `spark.kubernetes.executor.secrets.*`), none for `anonymous`, else the pod's own identity (APPLICATION_DEFAULT:
+    GKE's workload identity). The key itself is never in Spark's conf, only its path."""
+    if urlparse(checkpoint_location).scheme != "gs":
+        return conf
+    out = dict(conf)
+    endpoint, anonymous = ckpt.gcs_settings(env)
+    key_file = switches.GOOGLE_APPLICATION_CREDENTIALS(env)
+    settings = {"spark.hadoop.fs.gs.impl": GCS_FILE_SYSTEM,
+                "spark.hadoop.fs.AbstractFileSystem.gs.impl": GCS_ABSTRACT_FILE_SYSTEM,
+                **{f"spark.hadoop.{key}": str(value) for key, value in GCS_SIZES.items()}}
+    if endpoint:
+        settings["spark.hadoop.fs.gs.storage.root.url"] = endpoint.rstrip("/")
+        settings[f"spark.executorEnv.{switches.CHECKPOINT_GCS_ENDPOINT.name}"] = endpoint
+    if anonymous:
+        settings["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"
+        settings[f"spark.executorEnv.{switches.CHECKPOINT_GCS_ANONYMOUS.name}"] = "true"
+    elif key_file:
+        settings["spark.hadoop.fs.gs.auth.type"] = "SERVICE_ACCOUNT_JSON_KEYFILE"
+        settings["spark.hadoop.fs.gs.auth.service.account.json.keyfile"] = key_file
+        settings[f"spark.executorEnv.{switches.GOOGLE_APPLICATION_CREDENTIALS.name}"] = key_file
+    else:
+        settings["spark.hadoop.fs.gs.auth.type"] = "APPLICATION_DEFAULT"
+    secret = switches.CHECKPOINT_CREDENTIALS_SECRET(env)
+    if secret and not anonymous:
+        settings[f"spark.kubernetes.executor.secrets.{secret}"] = contract.GCS_KEY_DIR
+    _add_jars(out, switches.HADOOP_GCS_JARS, env)
     for key, value in settings.items():
         out.setdefault(key, value)
     return out
@@ -163,6 +220,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf.setdefault(ARROW_MAX_BYTES_KEY, ARROW_MAX_BYTES)
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     conf = s3_checkpoint_conf(conf, cfg.checkpoint_location)
+    conf = gcs_checkpoint_conf(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()

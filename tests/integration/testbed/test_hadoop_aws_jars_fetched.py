@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from handoff_testbed.image import maven_repository
-from handoff_testbed.jars import S3A_CLASS, hadoop_aws_jars, listing
+from handoff_testbed.jars import GCS_CONNECTOR, S3A_CLASS, gcs_connector_jars, hadoop_aws_jars, listing
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "docker"))
@@ -48,7 +48,7 @@ def test_the_list_is_what_maven_resolves_from_the_pom() -> None:
     assert listing() == LISTING.read_text(), "regenerate: python -m handoff_testbed.jars --write-list"
     jars = hadoop_aws_jars()
     fetched = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in jars.glob("*.jar")}
-    listed = {f"{a}-{v}.jar": digest for _, a, v, digest in fetch_jars.parse(LISTING.read_text())}
+    listed = {jar.file_name: jar.digest for jar in fetch_jars.parse(LISTING.read_text())}
     assert fetched == listed
     with zipfile.ZipFile(next(jars.glob("hadoop-aws-*.jar"))) as jar:
         assert S3A_CLASS in jar.namelist()
@@ -61,7 +61,20 @@ def test_the_image_builds_fetch_writes_the_listed_jars_and_refuses_changed_bytes
     url, root = served
     written = fetch_jars.fetch(url, LISTING, tmp_path / "jars")
     assert sorted(p.name for p in written) == sorted(p.name for p in hadoop_aws_jars().glob("*.jar"))
+    gcs = fetch_jars.fetch(url, GCS_CONNECTOR.listing_path, tmp_path / "gcs")
+    assert [p.name for p in gcs] == [p.name for p in gcs_connector_jars().glob("*.jar")]
     tampered = next(root.rglob("hadoop-aws-*.jar"))
     tampered.write_bytes(tampered.read_bytes() + b"\0")
     with pytest.raises(SystemExit, match="hadoop-aws:.*sha256"):
         fetch_jars.fetch(url, LISTING, tmp_path / "again")
+
+
+def test_the_gcs_list_is_what_maven_resolves_and_holds_the_connector() -> None:
+    assert listing(GCS_CONNECTOR) == GCS_CONNECTOR.listing_path.read_text(), (
+        "regenerate: python -m handoff_testbed.jars --write-list")
+    (jar_path,) = gcs_connector_jars().glob("*.jar")
+    (listed,) = fetch_jars.parse(GCS_CONNECTOR.listing_path.read_text())
+    assert jar_path.name == listed.file_name
+    assert hashlib.sha256(jar_path.read_bytes()).hexdigest() == listed.digest
+    with zipfile.ZipFile(jar_path) as jar:
+        assert GCS_CONNECTOR.proof_class in jar.namelist()

@@ -155,6 +155,31 @@ def test_the_rendered_s3_checkpoint_environment_is_what_the_driver_hands_to_spar
         assert conf[f"spark.kubernetes.executor.secretKeyRef.{key}"] == f"{secret_refs[key]['name']}:{key}"
 
 
+def test_the_rendered_gcs_checkpoint_environment_is_what_the_driver_hands_to_spark():
+    """spec.checkpoint on GCS → the driver pod's env and key volume (operator) → `spark.hadoop.fs.gs.*` and the
+    executors' Secret mount (driver): the key file the driver names is where the operator mounts it."""
+    from handoff_spark.driver.app import gcs_checkpoint_conf
+
+    b = body(spec(checkpoint={"location": "gs://lake/ckpt/orders", "credentialsSecret": "ckpt-gcs",
+                              "endpoint": "https://storage.private.example"}))
+    parsed, problems = parse_spec(b["spec"])
+    assert not problems
+    resolved, problems = check("orders", parsed, SECRETS)
+    assert not problems
+    rendered = render(b, parsed, "default/image:1", resolved)
+    pod = rendered.child("Deployment")["spec"]["template"]["spec"]
+    container = _driver_container(rendered.child("Deployment"))
+    conf = gcs_checkpoint_conf({}, rendered.config.checkpoint_location, _env(container))
+    assert conf["spark.hadoop.fs.gs.storage.root.url"] == "https://storage.private.example"
+    key_file = conf["spark.hadoop.fs.gs.auth.service.account.json.keyfile"]
+    (mount,) = [m for m in container["volumeMounts"] if key_file.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "ckpt-gcs"
+    assert [i["path"] for i in volume["secret"]["items"]] == [key_file.rsplit("/", 1)[1]]
+    assert conf["spark.kubernetes.executor.secrets.ckpt-gcs"] == mount["mountPath"]
+    assert not any(e["name"].startswith("HANDOFF_CHECKPOINT_S3") for e in container["env"])
+
+
 def test_handoff_runs_command_line_parses_on_the_driver():
     args = driver_parser().parse_args(contract.run_command("python", "/tmp/x/app.json", available_now=True,
                                                            metrics_port_fallback=True)[3:])

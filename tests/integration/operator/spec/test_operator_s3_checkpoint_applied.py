@@ -2,7 +2,8 @@
 the new fields, the operator creates no checkpoint PersistentVolumeClaim and mounts no volume, the driver
 Deployment's pod takes the credentials from the named Secret by secretKeyRef (they appear nowhere else: not in the
 app config the operator writes), the pod the ReplicaSet creates from it passes admission, and an object store
-without a shipped connector (gs://) is an InvalidSpec naming s3a://."""
+without a shipped connector (abfs://) is an InvalidSpec naming s3a:// and gs://. A checkpoint on Google Cloud Storage
+(gs://) gets its key Secret mounted and Google's variable pointing at it, in the Deployment and in the admitted pod."""
 from __future__ import annotations
 
 import json
@@ -55,11 +56,29 @@ def test_s3_checkpoint_renders_the_secret_into_the_drivers_env_and_no_volume(clu
                 if e.value_from is not None and e.value_from.secret_key_ref is not None}
         assert refs["AWS_ACCESS_KEY_ID"] == refs["AWS_SECRET_ACCESS_KEY"] == "ckpt-s3"
 
-        # gs:// has no connector in the image: InvalidSpec naming the field and the fix, and nothing is created
-        cluster.create(ns, "gcs", base_spec(checkpoint={"location": "gs://lake/checkpoints/gcs"}))
-        cond = cluster.wait_condition(ns, "gcs", "Ready", "False", "InvalidSpec")
+        # abfs:// has no connector in the image: InvalidSpec naming the field and the fix, and nothing is created
+        cluster.create(ns, "azure", base_spec(checkpoint={"location": "abfs://c@acct.dfs.core.windows.net/ckpt"}))
+        cond = cluster.wait_condition(ns, "azure", "Ready", "False", "InvalidSpec")
         assert "spec.checkpoint.location" in cond["message"] and "s3a://<bucket>/<prefix>" in cond["message"]
-        assert not cluster.children(ns, "gcs")["Deployment"]
+        assert "gs://<bucket>/<prefix>" in cond["message"]
+        assert not cluster.children(ns, "azure")["Deployment"]
+
+        # gs://: the key Secret mounted read-only, GOOGLE_APPLICATION_CREDENTIALS naming the file, no volume claim
+        cluster.core.create_namespaced_secret(ns, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="ckpt-gcs"), string_data={"key.json": '{"type": "service_account"}'}))
+        cluster.create(ns, "gcs", base_spec(checkpoint={"location": "gs://lake/checkpoints/gcs",
+                                                        "credentialsSecret": "ckpt-gcs",
+                                                        "endpoint": "http://fake-gcs.storage:4443"}))
+        dep = eventually(lambda: cluster.apps.read_namespaced_deployment("gcs-driver", ns), "gs:// driver Deployment")
+        pod = cluster.api.sanitize_for_serialization(dep)["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["HANDOFF_CHECKPOINT_GCS_ENDPOINT"] == "http://fake-gcs.storage:4443"
+        (key_volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "ckpt-gcs"]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == key_volume["name"]]
+        assert env["GOOGLE_APPLICATION_CREDENTIALS"] == mount["mountPath"] + "/key.json"
+        assert not cluster.children(ns, "gcs")["PersistentVolumeClaim"]
+        (driver,) = eventually(lambda: cluster.driver_pods(ns, "gcs"), "gs:// driver pod", timeout=60)
+        assert any(v.secret is not None and v.secret.secret_name == "ckpt-gcs" for v in driver.spec.volumes)
     finally:
         cluster.delete_all_handoffs()
         op.stop()

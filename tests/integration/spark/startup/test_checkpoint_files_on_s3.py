@@ -1,7 +1,7 @@
 """Handoff's own checkpoint files on S3 (`handoff_spark.checkpoint` over pyarrow's S3 file system), against the test
 bed's moto server: what the driver reads from Spark's offset log and writes beside it must work on an `s3a://`
 prefix exactly as on a volume. (Spark's side of the same checkpoint, through S3A, is the drill in
-tests/e2e/test_s3_checkpoint_drill.py.)"""
+tests/e2e/test_object_store_checkpoint_drill.py.)"""
 from __future__ import annotations
 
 import uuid

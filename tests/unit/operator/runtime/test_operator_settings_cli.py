@@ -47,6 +47,15 @@ def test_a_local_run_of_an_s3_checkpoint_gets_its_settings_but_no_secret():
     assert local_checkpoint_env({"spec": spec()}) == {}
 
 
+def test_a_local_run_of_a_gcs_checkpoint_gets_its_settings_but_not_the_pods_key_path():
+    manifest = {"kind": "StreamTableHandoff", "metadata": {"name": "orders"},
+                "spec": spec(checkpoint={"location": "gs://lake/ckpt", "credentialsSecret": "ckpt-gcs",
+                                         "endpoint": "http://127.0.0.1:4443"})}
+    assert local_checkpoint_env(manifest) == {"HANDOFF_CHECKPOINT_GCS_ENDPOINT": "http://127.0.0.1:4443"}
+    anonymous = {"spec": spec(checkpoint={"location": "gs://lake/ckpt", "anonymous": True})}
+    assert local_checkpoint_env(anonymous) == {"HANDOFF_CHECKPOINT_GCS_ANONYMOUS": "true"}
+
+
 def test_kopf_run_module_import_registers_the_handlers():
     """`kopf run -m handoff_operator` imports the package (with kopf loaded): handlers must register."""
     import subprocess

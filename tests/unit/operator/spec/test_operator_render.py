@@ -218,6 +218,40 @@ def test_checkpoint_on_s3_without_a_secret_uses_the_pods_identity():
                         "HANDOFF_CHECKPOINT_S3_ENDPOINT"}
 
 
+GCS_CHECKPOINT = {"location": "gs://lake/checkpoints/orders", "credentialsSecret": "ckpt-gcs",
+                  "endpoint": "https://storage.private.example/"}
+
+
+def test_checkpoint_on_gcs_means_no_volume_and_the_key_mounted_from_the_secret():
+    r = _render(spec(checkpoint=GCS_CHECKPOINT))
+    assert r.unowned == [] and r.config.checkpoint_location == "gs://lake/checkpoints/orders"
+    assert not any(c["kind"] == "PersistentVolumeClaim" for c in r.children)
+    pod = r.child("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "checkpoint" not in volumes
+    assert volumes["checkpoint-gcs-key"]["secret"] == {"secretName": "ckpt-gcs",
+                                                        "items": [{"key": "key.json", "path": "key.json"}]}
+    container = pod["containers"][0]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "checkpoint-gcs-key"]
+    assert mount["readOnly"] is True
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == mount["mountPath"] + "/key.json"
+    assert env["HANDOFF_CHECKPOINT_GCS_ENDPOINT"] == "https://storage.private.example"
+    assert env["HANDOFF_CHECKPOINT_CREDENTIALS_SECRET"] == "ckpt-gcs"
+    assert not [n for n in env if n.startswith(("AWS_", "HANDOFF_CHECKPOINT_S3"))]
+    assert "ckpt-gcs" not in r.config.to_json()
+
+
+def test_checkpoint_on_gcs_anonymous_or_with_the_pods_identity_mounts_no_key():
+    for checkpoint, anonymous in (({"location": "gs://lake/ckpt", "endpoint": "http://fake-gcs:4443",
+                                    "anonymous": True}, "true"), ({"location": "gs://lake/ckpt"}, None)):
+        pod = _render(spec(checkpoint=checkpoint)).child("Deployment")["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env.get("HANDOFF_CHECKPOINT_GCS_ANONYMOUS") == anonymous
+        assert "GOOGLE_APPLICATION_CREDENTIALS" not in env
+        assert "checkpoint-gcs-key" not in [v["name"] for v in pod["volumes"]]
+
+
 def test_a_volume_checkpoint_renders_no_s3_environment():
     for checkpoint in ({}, {"location": "file:///mnt/ckpt/orders"}):
         env = _render(spec(checkpoint=checkpoint)).child("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -87,25 +87,48 @@ def test_checkpoint_on_s3a_is_accepted_with_its_settings():
     assert _problems(spec(checkpoint={"location": "s3a://bucket/ckpt"})) == {}  # the pods' own AWS identity
 
 
-@pytest.mark.parametrize("location", ["gs://bucket/ckpt", "abfs://c@acct.dfs.core.windows.net/ckpt",
-                                      "s3://bucket/ckpt", "hdfs://nn/ckpt"])
-def test_object_stores_without_a_shipped_connector_are_refused_naming_s3a(location):
+def test_checkpoint_on_gcs_is_accepted_with_its_settings():
+    assert _problems(spec(checkpoint={"location": "gs://bucket/ckpt/orders", "credentialsSecret": "ckpt-gcs",
+                                      "endpoint": "https://storage.private.example"})) == {}
+    assert _problems(spec(checkpoint={"location": "gs://bucket/ckpt", "endpoint": "http://fake-gcs:4443",
+                                      "anonymous": True})) == {}
+    assert _problems(spec(checkpoint={"location": "gs://bucket/ckpt"})) == {}  # the pods' own Google identity
+
+
+@pytest.mark.parametrize("location", ["abfs://c@acct.dfs.core.windows.net/ckpt", "s3://bucket/ckpt", "hdfs://nn/ckpt"])
+def test_object_stores_without_a_shipped_connector_are_refused_naming_s3a_and_gs(location):
     message = _problems(spec(checkpoint={"location": location}))["spec.checkpoint.location"]
-    assert "not supported" in message and "s3a://<bucket>/<prefix>" in message and "\n" not in message
+    assert "not supported" in message and "\n" not in message
+    assert "s3a://<bucket>/<prefix>" in message and "gs://<bucket>/<prefix>" in message
     assert "PersistentVolumeClaim" in message
 
 
-@pytest.mark.parametrize("location", ["s3a://bucket", "s3a://bucket/", "s3a:///ckpt"])
-def test_s3a_checkpoint_needs_a_bucket_and_a_prefix(location):
-    assert "s3a://<bucket>/<prefix>" in _problems(spec(checkpoint={"location": location}))["spec.checkpoint.location"]
+@pytest.mark.parametrize("location", ["s3a://bucket", "s3a://bucket/", "s3a:///ckpt", "gs://bucket", "gs:///ckpt"])
+def test_object_store_checkpoint_needs_a_bucket_and_a_prefix(location):
+    scheme = location.split("://")[0]
+    message = _problems(spec(checkpoint={"location": location}))["spec.checkpoint.location"]
+    assert f"{scheme}://<bucket>/<prefix>" in message
 
 
 @pytest.mark.parametrize("field,value", [("credentialsSecret", "ckpt-s3"), ("endpoint", "http://minio:9000"),
-                                         ("pathStyleAccess", True), ("region", "eu-west-1")])
-def test_s3_settings_without_an_s3a_location_are_refused(field, value):
+                                         ("pathStyleAccess", True), ("region", "eu-west-1"), ("anonymous", True)])
+def test_store_settings_without_an_object_store_location_are_refused(field, value):
     for checkpoint in ({field: value}, {"location": "file:///mnt/ckpt/orders", field: value}):
         message = _problems(spec(checkpoint=checkpoint))[f"spec.checkpoint.{field}"]
-        assert "s3a://" in message
+        assert ("gs://" if field == "anonymous" else "s3a://") in message
+
+
+@pytest.mark.parametrize("field,value,location", [("pathStyleAccess", True, "gs://b/c"), ("region", "eu", "gs://b/c"),
+                                                  ("anonymous", True, "s3a://b/c")])
+def test_a_setting_of_the_other_store_is_refused_naming_where_it_applies(field, value, location):
+    message = _problems(spec(checkpoint={"location": location, field: value}))[f"spec.checkpoint.{field}"]
+    assert "only applies to a " + ("gs://" if field == "anonymous" else "s3a://") in message
+
+
+def test_anonymous_gcs_with_a_key_is_refused():
+    message = _problems(spec(checkpoint={"location": "gs://b/c", "anonymous": True,
+                                         "credentialsSecret": "k"}))["spec.checkpoint.anonymous"]
+    assert "credentialsSecret" in message and "remove one" in message
 
 
 def test_s3_endpoint_must_be_a_url():

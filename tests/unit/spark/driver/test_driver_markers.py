@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from handoff_spark import contract
 from handoff_spark.driver import app
 
 
@@ -92,6 +93,37 @@ def test_an_s3_checkpoint_gets_s3a_settings_from_the_environment_and_never_its_c
     # no region given: S3A's own default, us-east-1; a local checkpoint gets nothing
     assert app.s3_checkpoint_conf({}, "s3a://b/ckpt", {})["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
     assert app.s3_checkpoint_conf({}, "file:///ckpt", env) == {}
+
+
+def test_a_gcs_checkpoint_gets_the_connector_settings_and_only_the_key_files_path(tmp_path: Path) -> None:
+    """The operator's environment becomes `spark.hadoop.fs.gs.*` for Google's connector: its classes (Hadoop 3.5's
+    core-default names hadoop-gcp's), the sizes core-default writes with units in bytes, the endpoint, and the
+    credentials as a key file's path (mounted in executors from the same Secret), never the key."""
+    (tmp_path / "gcs-connector-3.1.3-shaded.jar").write_bytes(b"")
+    key = tmp_path / "key.json"
+    key.write_text('{"private_key": "very-secret"}')
+    env = {"HANDOFF_CHECKPOINT_GCS_ENDPOINT": "http://127.0.0.1:4443/", "HANDOFF_CHECKPOINT_CREDENTIALS_SECRET": "ckpt-gcs",
+           "GOOGLE_APPLICATION_CREDENTIALS": str(key), "HANDOFF_HADOOP_GCS_JARS": str(tmp_path)}
+    conf = app.gcs_checkpoint_conf({"spark.hadoop.fs.gs.block.size": "1048576"}, "gs://b/ckpt", env)
+    assert conf["spark.hadoop.fs.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+    assert conf["spark.hadoop.fs.AbstractFileSystem.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
+    assert conf["spark.hadoop.fs.gs.block.size"] == "1048576"  # the user's own
+    assert conf["spark.hadoop.fs.gs.outputstream.buffer.size"] == str(8 << 20)
+    assert all(conf[f"spark.hadoop.{k}"].isdigit() for k in app.GCS_SIZES)
+    assert conf["spark.hadoop.fs.gs.storage.root.url"] == "http://127.0.0.1:4443"
+    assert conf["spark.hadoop.fs.gs.auth.type"] == "SERVICE_ACCOUNT_JSON_KEYFILE"
+    assert conf["spark.hadoop.fs.gs.auth.service.account.json.keyfile"] == str(key)
+    assert conf["spark.kubernetes.executor.secrets.ckpt-gcs"] == contract.GCS_KEY_DIR
+    assert conf["spark.executorEnv.GOOGLE_APPLICATION_CREDENTIALS"] == str(key)
+    assert conf["spark.jars"] == str(tmp_path / "gcs-connector-3.1.3-shaded.jar")
+    assert "very-secret" not in str(conf)
+    anonymous = app.gcs_checkpoint_conf({}, "gs://b/ckpt", {"HANDOFF_CHECKPOINT_GCS_ANONYMOUS": "true"})
+    assert anonymous["spark.hadoop.fs.gs.auth.type"] == "UNAUTHENTICATED"
+    assert anonymous["spark.executorEnv.HANDOFF_CHECKPOINT_GCS_ANONYMOUS"] == "true"
+    # nothing said: the pod's own identity (GKE workload identity); an S3 or local checkpoint gets nothing of this
+    assert app.gcs_checkpoint_conf({}, "gs://b/ckpt", {})["spark.hadoop.fs.gs.auth.type"] == "APPLICATION_DEFAULT"
+    assert app.gcs_checkpoint_conf({}, "s3a://b/ckpt", env) == {}
+    assert app.s3_checkpoint_conf({}, "gs://b/ckpt", env) == {}
 
 
 def test_the_file_system_checkpoint_manager_is_in_pysparks_jars() -> None:

@@ -1,0 +1,88 @@
+"""Handoff's own checkpoint files on Google Cloud Storage (`handoff_spark.checkpoint` over pyarrow's GCS file system),
+against the test bed's fake-gcs-server: what the driver reads from Spark's offset log and writes beside it must
+work on a `gs://` prefix exactly as on a volume or S3. The offset log here is written by another client (the JSON
+API's media upload, as Spark's GCS connector does), with and without the directory marker objects the connector
+leaves (`offsets/`), which pyarrow's one-level listing depends on. (Spark's side of the same checkpoint is the
+drill in tests/e2e/test_gcs_checkpoint_drill.py.)"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from handoff_spark import checkpoint as ckpt
+from handoff_spark import contract
+
+
+@pytest.fixture
+def location(gcs: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An empty `gs://` checkpoint with the environment the operator renders for spec.checkpoint {endpoint,
+    anonymous}."""
+    monkeypatch.setenv(contract.ENV_CHECKPOINT_GCS_ENDPOINT, gcs.endpoint)
+    monkeypatch.setenv(contract.ENV_CHECKPOINT_GCS_ANONYMOUS, "true")
+    bucket = f"ckpt-{uuid.uuid4().hex[:8]}"
+    gcs.create_bucket(bucket)
+    return f"gs://{bucket}/checkpoints/orders"
+
+
+def _split(location: str) -> tuple[str, str]:
+    bucket, prefix = location.removeprefix("gs://").split("/", 1)
+    return bucket, prefix + "/"
+
+
+@pytest.mark.parametrize("markers", [False, True], ids=["no-markers", "connector-markers"])
+def test_spark_offset_log_on_gcs_reads_as_on_a_volume(gcs: Any, location: str, markers: bool) -> None:
+    bucket, prefix = _split(location)
+    assert ckpt.resume_point(location).empty  # nothing there yet: no error, no position
+    ckpt.write_initial_offsets(location, {"orders": {"0": 5, "1": 7}})
+    if markers:
+        for marker in ("", "offsets/", "commits/", "sources/"):
+            gcs.put_object(bucket, prefix + marker, "")
+    gcs.put_object(bucket, prefix + "metadata", '{"id":"q-1"}')
+    gcs.put_object(bucket, prefix + "offsets/0", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":10,"1":12}}\n')
+    gcs.put_object(bucket, prefix + "offsets/1", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":20,"1":22}}\n')
+    gcs.put_object(bucket, prefix + "commits/0", "v1\n{}\n")
+    assert ckpt.batch_range(location, 0) == {("orders", 0): (5, 10), ("orders", 1): (7, 12)}
+    assert ckpt.batch_range(location, 1) == {("orders", 0): (10, 20), ("orders", 1): (12, 22)}
+    point = ckpt.resume_point(location)
+    assert (point.query_id, point.pending_batch, point.next_start) == ("q-1", 1, {("orders", 0): 10, ("orders", 1): 12})
+    assert ckpt.latest_planned_batch(location) == (1, 0)
+
+    removed = ckpt.discard(location)
+    assert set(removed) == {"metadata", "offsets", "commits", "sources"}
+    # at most the checkpoint's own directory marker stays (the directory itself is kept, as a volume's mount point)
+    assert [k for k in gcs.list_objects(bucket, prefix) if k] == [], "discard left objects (or markers) behind"
+    assert ckpt.resume_point(location).empty
+
+
+def test_side_files_and_discard_on_gcs(gcs: Any, location: str) -> None:
+    bucket, prefix = _split(location)
+    ckpt.write_initial_offsets(location, {"orders": {"0": 0}})
+    ckpt.write_kafka_identity(location, {"cluster": "c-1"})
+    ckpt.write_last_commit(location, {"batch_id": 3, "rows": 9})
+    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 4, "to": 6})
+    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 8, "to": 9})
+    assert ckpt.write_frame_stats(location, 3, "orders-0-0-10", {"rows": 10})
+    assert ckpt.read_kafka_identity(location) == {"cluster": "c-1"}
+    assert ckpt.read_commit(location, 3) == {"batch_id": 3, "rows": 9}
+    assert ckpt.gaps_in(location, {("orders", 0): (0, 10)}) == {"orders": {"0": [8, 9]}}  # the later gap wins
+    assert ckpt.read_frame_stats(location, 3) == [{"rows": 10}]
+    ckpt.clear_frame_stats(location, up_to=3)
+    assert ckpt.read_frame_stats(location, 3) == []
+    assert "sources/handoff-gaps.jsonl" in gcs.list_objects(bucket, prefix)
+    gcs.put_object(bucket, prefix + "offsets/0", 'v1\n{}\n{"orders":{"0":10}}\n')
+    gcs.put_object(bucket, prefix + "metadata", '{"id":"q-1"}')
+    removed = ckpt.discard(location)
+    assert set(removed) == {"metadata", "offsets", "sources", "handoff"}
+    assert gcs.list_objects(bucket, prefix) == []
+    assert ckpt.resume_point(location).empty
+
+
+def test_a_backfill_checkpoint_sits_beside_the_streams_on_gcs() -> None:
+    assert ckpt.sibling("gs://lake/checkpoints/orders", "bf-1-checkpoint") == "gs://lake/checkpoints/bf-1-checkpoint"
+
+
+def test_a_gcs_location_without_a_bucket_is_refused_naming_the_form() -> None:
+    with pytest.raises(ckpt.CheckpointLocationError, match=r"gs://<bucket>/<prefix>"):
+        ckpt.files("gs:///orders")
