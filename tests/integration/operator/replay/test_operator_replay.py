@@ -194,11 +194,11 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     status = s.wait_phase("rewind", "Succeeded")
     assert status["progress"]["records"] == status["progress"]["total"] == 45
     labels = {"namespace": s.ns, "name": "orders", "mode": "RollbackAndReplay"}
+    # and in the handoff's status.cost, since counting began and today (the CRD keeps the fields)
+    cost = _rereads_counted(cluster, s.ns, labels)
     assert REGISTRY.get_sample_value("handoff_cost_reread_records_total", labels) == 45
     assert REGISTRY.get_sample_value("handoff_cost_reread_bytes_total", labels) == \
         status["plan"]["cost"]["bytesToReread"] > 0
-    # and in the handoff's status.cost, since counting began and today (the CRD keeps the fields)
-    cost = cluster.get(s.ns, "orders")["status"]["cost"]
     assert (cost["rereadRecords"], cost["rereadBytes"]) == (45, status["plan"]["cost"]["bytesToReread"])
     today = cost["today"]
     assert (today["rereadRecords"], today["rereadBytes"]) == (cost["rereadRecords"], cost["rereadBytes"])
@@ -243,6 +243,18 @@ def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(clu
 # ------------------------------------------------------------------------------------------------ Backfill
 # How a Backfill Job runs in these tests (pods held by a quota, its command run here): backfill_job_support.
 
+def _rereads_counted(cluster: Cluster, ns: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The handoff's status.cost once a finished request's re-read is in it. The operator counts it right after it
+    writes the request's final phase (never before: an operator that died in between would count it twice), so a
+    reader that saw `Succeeded` waits a moment for the figures."""
+    def counted() -> dict[str, Any] | None:
+        cost = (cluster.get(ns, "orders").get("status") or {}).get("cost") or {}
+        metric = REGISTRY.get_sample_value("handoff_cost_reread_records_total", labels)
+        return cost if cost.get("rereadRecords") and metric else None
+
+    return eventually(counted, "the re-read in status.cost and the metric", timeout=30)
+
+
 def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(cluster: Cluster, operator: Operator,
                                                                           kafka, tmp_path) -> None:
     from handoff_spark.iceberg import ledger
@@ -276,10 +288,10 @@ def test_backfill_runs_as_a_job_beside_the_stream_and_fills_the_range_once(clust
     status = s.wait_phase("fill", "Succeeded", timeout=120)
     assert [st["name"] for st in status["steps"]] == ["JobCreated", "Backfilled"]
     # The re-read is counted for the handoff's cost (the in-process operator's registry): the 45 records.
-    assert REGISTRY.get_sample_value("handoff_cost_reread_records_total",
-                                     {"namespace": s.ns, "name": "orders", "mode": "Backfill"}) == 45
     # A Backfill Job publishes no totals: its re-read is in the handoff's status.cost only through the request.
-    cost = cluster.get(s.ns, "orders")["status"]["cost"]
+    labels = {"namespace": s.ns, "name": "orders", "mode": "Backfill"}
+    cost = _rereads_counted(cluster, s.ns, labels)
+    assert REGISTRY.get_sample_value("handoff_cost_reread_records_total", labels) == 45
     assert cost["rereadRecords"] == cost["today"]["rereadRecords"] == 45
     assert status["progress"] == {"offsets": {s.topic: {"0": 60, "1": 60}}, "records": 45, "total": 45}
     for reason in ("Planned", "JobCreated", "Backfilling", "Succeeded"):
