@@ -47,6 +47,17 @@ def _batches(cfg: AppConfig) -> list[Any]:
     return [c for c in bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id) if c.batch_id >= 0]  # type: ignore[arg-type]
 
 
+def _batches_once_listed(cfg: AppConfig, at_least: int) -> list[Any]:
+    """The ledger's batches once at least `at_least` are listed. Drill.caught_up also reads the data table's offsets
+    (ledger.resume_offsets), and a batch's ledger row is appended after its data commit (best effort,
+    bigquery/ledger.record_batch), so one listing right after may come too soon."""
+    def listed() -> list[Any] | None:
+        batches = _batches(cfg)
+        return batches if len(batches) >= at_least else None
+
+    return eventually(listed, f"{at_least} batches in the ledger", timeout=60)
+
+
 class Drill:
     """A BigQuery handoff `orders` over a 2-partition topic, its driver run by the test's kubelet."""
 
@@ -141,8 +152,7 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             cfg = eventually(kubelet.config, "the rendered app config")
             drill.caught_up(cfg)
             _assert_exactly_once(drill, cfg)
-            batches = _batches(cfg)
-            assert len(batches) >= 6, len(batches)
+            batches = _batches_once_listed(cfg, 6)
             target = rollback.entry_key(batches[3])     # the newest three batches leave the table
 
             with KeepProducing(drill):
@@ -197,8 +207,7 @@ def test_rollback_leaves_its_gap_and_a_target_kafka_no_longer_holds_fails_before
         with drill.kubelet as kubelet:
             cfg = eventually(kubelet.config, "the rendered app config")
             drill.caught_up(cfg)
-            batches = _batches(cfg)
-            assert len(batches) >= 5, len(batches)
+            batches = _batches_once_listed(cfg, 5)
 
             # Rollback: the newest two batches leave the table for good; the stream goes on after them.
             drill.request("drop", mode="Rollback", target={"snapshotId": rollback.entry_key(batches[2])})
