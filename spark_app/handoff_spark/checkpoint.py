@@ -223,10 +223,12 @@ class _ObjectStoreFiles:
         path = self._path(relative)
         try:
             info = self.fs.get_file_info(path)
-            children = self._infos(relative, recursive=True) if self.gcs else []
             if info.type == pafs.FileType.File:
                 self.fs.delete_file(path)
-            elif self.gcs and (children or info.type == pafs.FileType.Directory):
+            elif self.gcs:
+                children = self._infos(relative, recursive=True)
+                if not children and info.type != pafs.FileType.Directory:
+                    return False
                 for child in children:
                     if child.type == pafs.FileType.File:
                         self.fs.delete_file(child.path)

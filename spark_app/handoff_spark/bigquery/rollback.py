@@ -70,8 +70,9 @@ def table_info(sink: BigQuerySink, client: Any | None = None) -> TableInfo:
         return TableInfo(False)
     tp = table.time_partitioning
     # The table-level option, or its older place inside timePartitioning (still read by BigQuery; the emulator
-    # keeps it only there).
-    required = bool(table.require_partition_filter) or bool(tp is not None and tp.require_partition_filter)
+    # keeps it only there), read from the resource: the client's property for it warns that it is deprecated.
+    old_place = (table.to_api_repr().get("timePartitioning") or {}).get("requirePartitionFilter")
+    required = bool(table.require_partition_filter) or str(old_place).lower() == "true"
     return TableInfo(True, required, tp.field if tp is not None else None,
                      int(table.num_rows or 0), int(table.num_bytes or 0))
 
