@@ -14,6 +14,8 @@ import pytest
 from handoff_spark import checkpoint as ckpt
 from handoff_spark import contract
 
+from checkpoint_store_support import offset_log_reads_as_on_a_volume, side_files_round_trip
+
 
 @pytest.fixture
 def location(gcs: Any, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -34,20 +36,10 @@ def _split(location: str) -> tuple[str, str]:
 @pytest.mark.parametrize("markers", [False, True], ids=["no-markers", "connector-markers"])
 def test_spark_offset_log_on_gcs_reads_as_on_a_volume(gcs: Any, location: str, markers: bool) -> None:
     bucket, prefix = _split(location)
-    assert ckpt.resume_point(location).empty  # nothing there yet: no error, no position
-    ckpt.write_initial_offsets(location, {"orders": {"0": 5, "1": 7}})
     if markers:
         for marker in ("", "offsets/", "commits/", "sources/"):
             gcs.put_object(bucket, prefix + marker, "")
-    gcs.put_object(bucket, prefix + "metadata", '{"id":"q-1"}')
-    gcs.put_object(bucket, prefix + "offsets/0", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":10,"1":12}}\n')
-    gcs.put_object(bucket, prefix + "offsets/1", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":20,"1":22}}\n')
-    gcs.put_object(bucket, prefix + "commits/0", "v1\n{}\n")
-    assert ckpt.batch_range(location, 0) == {("orders", 0): (5, 10), ("orders", 1): (7, 12)}
-    assert ckpt.batch_range(location, 1) == {("orders", 0): (10, 20), ("orders", 1): (12, 22)}
-    point = ckpt.resume_point(location)
-    assert (point.query_id, point.pending_batch, point.next_start) == ("q-1", 1, {("orders", 0): 10, ("orders", 1): 12})
-    assert ckpt.latest_planned_batch(location) == (1, 0)
+    offset_log_reads_as_on_a_volume(location, lambda relative, text: gcs.put_object(bucket, prefix + relative, text))
 
     removed = ckpt.discard(location)
     assert set(removed) == {"metadata", "offsets", "commits", "sources"}
@@ -58,18 +50,7 @@ def test_spark_offset_log_on_gcs_reads_as_on_a_volume(gcs: Any, location: str, m
 
 def test_side_files_and_discard_on_gcs(gcs: Any, location: str) -> None:
     bucket, prefix = _split(location)
-    ckpt.write_initial_offsets(location, {"orders": {"0": 0}})
-    ckpt.write_kafka_identity(location, {"cluster": "c-1"})
-    ckpt.write_last_commit(location, {"batch_id": 3, "rows": 9})
-    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 4, "to": 6})
-    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 8, "to": 9})
-    assert ckpt.write_frame_stats(location, 3, "orders-0-0-10", {"rows": 10})
-    assert ckpt.read_kafka_identity(location) == {"cluster": "c-1"}
-    assert ckpt.read_commit(location, 3) == {"batch_id": 3, "rows": 9}
-    assert ckpt.gaps_in(location, {("orders", 0): (0, 10)}) == {"orders": {"0": [8, 9]}}  # the later gap wins
-    assert ckpt.read_frame_stats(location, 3) == [{"rows": 10}]
-    ckpt.clear_frame_stats(location, up_to=3)
-    assert ckpt.read_frame_stats(location, 3) == []
+    side_files_round_trip(location)
     assert "sources/handoff-gaps.jsonl" in gcs.list_objects(bucket, prefix)
     gcs.put_object(bucket, prefix + "offsets/0", 'v1\n{}\n{"orders":{"0":10}}\n')
     gcs.put_object(bucket, prefix + "metadata", '{"id":"q-1"}')

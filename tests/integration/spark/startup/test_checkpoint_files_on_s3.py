@@ -13,6 +13,8 @@ from handoff_spark import checkpoint as ckpt
 from handoff_spark import contract
 from handoff_testbed.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
+from checkpoint_store_support import offset_log_reads_as_on_a_volume, side_files_round_trip
+
 
 @pytest.fixture
 def location(s3: Any, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -39,32 +41,11 @@ def _put(s3: Any, location: str, relative: str, text: str) -> None:
 
 
 def test_spark_offset_log_on_s3_reads_as_on_a_volume(s3: Any, location: str) -> None:
-    assert ckpt.resume_point(location).empty  # nothing there yet: no error, no position
-    ckpt.write_initial_offsets(location, {"orders": {"0": 5, "1": 7}})
-    _put(s3, location, "metadata", '{"id":"q-1"}')
-    _put(s3, location, "offsets/0", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":10,"1":12}}\n')
-    _put(s3, location, "offsets/1", 'v1\n{"batchWatermarkMs":0}\n{"orders":{"0":20,"1":22}}\n')
-    _put(s3, location, "commits/0", "v1\n{}\n")
-    assert ckpt.batch_range(location, 0) == {("orders", 0): (5, 10), ("orders", 1): (7, 12)}
-    assert ckpt.batch_range(location, 1) == {("orders", 0): (10, 20), ("orders", 1): (12, 22)}
-    point = ckpt.resume_point(location)
-    assert (point.query_id, point.pending_batch, point.next_start) == ("q-1", 1, {("orders", 0): 10, ("orders", 1): 12})
-    assert ckpt.latest_planned_batch(location) == (1, 0)
+    offset_log_reads_as_on_a_volume(location, lambda relative, text: _put(s3, location, relative, text))
 
 
 def test_side_files_and_discard_on_s3(s3: Any, location: str) -> None:
-    ckpt.write_initial_offsets(location, {"orders": {"0": 0}})
-    ckpt.write_kafka_identity(location, {"cluster": "c-1"})
-    ckpt.write_last_commit(location, {"batch_id": 3, "rows": 9})
-    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 4, "to": 6})
-    ckpt.append_gap(location, {"topic": "orders", "partition": 0, "from": 8, "to": 9})
-    assert ckpt.write_frame_stats(location, 3, "orders-0-0-10", {"rows": 10})
-    assert ckpt.read_kafka_identity(location) == {"cluster": "c-1"}
-    assert ckpt.read_commit(location, 3) == {"batch_id": 3, "rows": 9}
-    assert ckpt.gaps_in(location, {("orders", 0): (0, 10)}) == {"orders": {"0": [8, 9]}}  # the later gap wins
-    assert ckpt.read_frame_stats(location, 3) == [{"rows": 10}]
-    ckpt.clear_frame_stats(location, up_to=3)
-    assert ckpt.read_frame_stats(location, 3) == []
+    side_files_round_trip(location)
     _put(s3, location, "offsets/0", 'v1\n{}\n{"orders":{"0":10}}\n')
     _put(s3, location, "metadata", '{"id":"q-1"}')
     assert "sources/handoff-gaps.jsonl" in _keys(s3, location)
