@@ -99,6 +99,7 @@ class DriverReport:
     #: records, kafkaBytes, tableBytes, writeApiBytes, files, snapshots); None: not published.
     totals: Mapping[str, int] | None = None
     checkpoint_discarded: str | None = None  # why this driver discarded its checkpoint at start (resume)
+    query_held: str | None = None            # the replay whose hold stopped this driver's query (driver.hold)
 
 
 # What a sink's degradedReason means, for the condition message.

@@ -139,6 +139,14 @@ PROGRESS_DATA_KEY = "progress.json"
 #: The annotation of the progress ConfigMap holding the executor count the operator wants (a decimal integer).
 #: Written by the operator (`scaling.step`); polled and applied live by the driver (`driver.executor_scaler`).
 DESIRED_EXECUTORS_ANNOTATION = "handoff.io/desired-executors"
+#: The annotation of the progress ConfigMap that holds the stream's query (its value: the ReplayRequest's name).
+#: Written by the operator (`replay.handlers`) for a Rollback or RollbackAndReplay; polled by the driver
+#: (`driver.hold`), which runs no query while it is there: it stops its query at a batch boundary, says so in its
+#: record (`QUERY_HELD_KEY`) and starts the query again from the table's ledger once the annotation is gone,
+#: in the same JVM and Spark session (no pod restart).
+QUERY_HOLD_ANNOTATION = "handoff.io/query-hold"
+#: The progress record's key with the hold the driver obeys now (the request's name): its query is stopped.
+QUERY_HELD_KEY = "queryHeld"
 
 
 class ProgressDocument(TypedDict, total=False):
@@ -161,6 +169,7 @@ class ProgressDocument(TypedDict, total=False):
     committedSnapshot: int | None  # the batch's table commit (Iceberg snapshot id)
     totals: dict[str, int]        # what this driver committed since it started, running sums (the cost surface)
     checkpointDiscarded: str      # why this driver discarded its checkpoint at start (resumed from the ledger)
+    queryHeld: str                # the hold (QUERY_HOLD_ANNOTATION's request) this driver's stopped query obeys
 
 
 #: Published by the driver as `degradedReason` when BigQuery refused requests for quota or size limits.

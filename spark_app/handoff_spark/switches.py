@@ -232,21 +232,26 @@ SPARK_LOG_LEVEL = Text(
     "HANDOFF_SPARK_LOG_LEVEL", "driver (`driver.app`)", "The log level of the driver's Spark context.",
     what="a Spark log level", default="WARN")
 PROGRESS_CONFIGMAP = Text(
-    contract.ENV_PROGRESS_CONFIGMAP, "driver (`driver.publisher`, `driver.executor_scaler`)",
-    "Where the driver publishes its progress record and reads the desired executor count; unset (a local "
-    "run): neither.", what="a ConfigMap name")
-PROGRESS_NAMESPACE = Text(contract.ENV_PROGRESS_NAMESPACE, "driver (`driver.publisher`, `driver.executor_scaler`)",
+    contract.ENV_PROGRESS_CONFIGMAP, "driver (`driver.publisher`, `driver.executor_scaler`, `driver.hold`)",
+    "Where the driver publishes its progress record and reads the desired executor count and a replay's hold on "
+    "its query; unset (a local run): none of them.", what="a ConfigMap name")
+PROGRESS_NAMESPACE = Text(contract.ENV_PROGRESS_NAMESPACE,
+                          "driver (`driver.publisher`, `driver.executor_scaler`, `driver.hold`)",
                           "The progress ConfigMap's namespace.", what="a namespace")
 DRIVER_POD_NAME = Text(
     contract.ENV_DRIVER_POD_NAME, "driver (`driver.publisher`)", "The driver pod's name, published with each "
     "record so the operator tells the running driver's report from an old one.", what="a pod name")
 PROGRESS_PUBLISH_SECONDS = Seconds(
     "HANDOFF_PROGRESS_PUBLISH_SECONDS", "driver (`driver.publisher`)",
-    "How often the driver republishes its progress record as a heartbeat (a changed `degradedReason` goes out "
-    "at once).", default=15.0)
+    "How often the driver republishes its progress record as a heartbeat (a changed `degradedReason` or held "
+    "query goes out at once).", default=15.0)
 SCALE_POLL_SECONDS = Seconds(
     "HANDOFF_SCALE_POLL_SECONDS", "driver (`driver.executor_scaler`)",
     "How often the driver reads the operator's desired executor count.", default=5.0)
+HOLD_POLL_SECONDS = Seconds(
+    "HANDOFF_HOLD_POLL_SECONDS", "driver (`driver.hold`)",
+    "How often the driver reads whether the operator holds its query (a replay rolls the table back meanwhile).",
+    default=1.0)
 
 # ------------------------------------------------------------------------------ a checkpoint on S3
 

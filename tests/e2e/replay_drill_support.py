@@ -42,10 +42,13 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 class Kubelet:
-    """Runs the driver Deployment as a local process: the rendered app config, Spark in local mode."""
+    """Runs the driver Deployment as a local process: the rendered app config, Spark in local mode.
 
-    def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path) -> None:
-        self.cluster, self.ns, self.name, self.workdir = cluster, ns, name, workdir
+    `publish`: the driver gets the progress ConfigMap's environment, as the operator renders it into the pod, so it
+    publishes its progress there and obeys the operator's query hold (`handoff_spark.driver.hold`)."""
+
+    def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path, *, publish: bool = False) -> None:
+        self.cluster, self.ns, self.name, self.workdir, self.publish = cluster, ns, name, workdir, publish
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.stop = threading.Event()
@@ -64,9 +67,16 @@ class Kubelet:
         log = (self.workdir / f"driver-{self.starts}.log").open("w")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
                "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
+        if self.publish:
+            env.update(HANDOFF_PROGRESS_CONFIGMAP=f"{self.name}-progress", HANDOFF_PROGRESS_NAMESPACE=self.ns,
+                       HANDOFF_PROGRESS_PUBLISH_SECONDS="2", KUBECONFIG=self.cluster.kubeconfig)
         self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
         self.starts += 1
+
+    def logs(self) -> str:
+        """Every driver process's output so far, in start order."""
+        return "".join((self.workdir / f"driver-{i}.log").read_text(errors="replace") for i in range(self.starts))
 
     def _terminate(self) -> None:
         assert self.proc is not None

@@ -1,7 +1,8 @@
 """The product as it runs for users: the operator installed from the chart runs as a pod; it starts the
 driver Deployment from the project's image; the driver's Spark creates real executor pods; data goes from
 Kafka into an Iceberg table (PostgreSQL catalog, S3 warehouse) exactly once, across a driver pod killed
-mid-stream; status and metrics come from the running pods; deleting the handoff leaves nothing behind.
+mid-stream; status and metrics come from the running pods; a RollbackAndReplay holds the query in the running
+driver pod; deleting the handoff leaves nothing behind.
 
 Runs on the test bed's real node by default, or on any cluster (kind: hack/kind-e2e), see
 in_cluster_support. Kafka, PostgreSQL and S3 run on this machine and are offered to the pods at
@@ -154,6 +155,40 @@ def test_status_and_metrics_come_from_the_running_pods(cluster: Cluster, setup: 
     metrics = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{driver}:9090/proxy/metrics")
     rows = [line for line in metrics.splitlines() if line.startswith("handoff_rows_total{")]
     assert rows and float(rows[0].rsplit(" ", 1)[1]) > 0, metrics[:2000]
+
+
+def test_a_replay_holds_the_query_in_the_running_driver_pod(cluster: Cluster, setup: dict[str, Any]) -> None:
+    """A RollbackAndReplay applied with kubectl: the operator holds the query inside the running driver
+    (`handoff_spark.driver.hold`, through the progress ConfigMap the driver's own RBAC lets it read). The same pod
+    stops its query at a batch boundary, the table goes back three commits, and the query starts again from the
+    ledger in that pod: no new pod, no container restart; the table ends exactly once."""
+    ns, state = setup["ns"], setup
+    driver = eventually(lambda: _driver(cluster, ns), "one running driver pod")["metadata"]["name"]
+    commits = ledger.list_commits(state["catalog"].load_table(TABLE), include_markers=False)
+    assert len(commits) >= 4, commits
+    cluster.apply({"apiVersion": "handoff.io/v1alpha1", "kind": "ReplayRequest",
+                   "metadata": {"name": "rewind", "namespace": ns},
+                   "spec": {"handoffRef": {"name": NAME}, "mode": "RollbackAndReplay",
+                            "target": {"snapshotId": commits[3].snapshot_id}}})
+
+    def succeeded() -> dict[str, Any] | None:
+        status = cluster.get("replayrequest", "rewind", "-n", ns).get("status") or {}
+        assert status.get("phase") != "Failed", status
+        return status if status.get("phase") == "Succeeded" else None
+
+    try:
+        status = eventually(succeeded, "the replay Succeeded", timeout=300, interval=1)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+    assert status["progress"]["records"] == status["plan"]["records"] > 0
+    stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
+    assert f"(pod {driver}) stopped its query at a batch boundary" in stopped["message"], stopped
+    pod = _driver(cluster, ns)
+    assert pod is not None and pod["metadata"]["name"] == driver, "the same driver pod ran through the replay"
+    assert all(c.get("restartCount", 0) == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
+    log = cluster.kubectl("logs", "-n", ns, driver)
+    assert log.count("restarted after the operator lifted its hold rewind ") == 1, log[-3000:]
+    _assert_exactly_once(state)
 
 
 def test_deleting_the_handoff_stops_the_driver_and_leaves_no_children(cluster: Cluster,

@@ -6,7 +6,9 @@ test plays the kubelet). Real Kafka; the table and its ledger index in the test 
 Each drill ends with rows == distinct (partition, offset) == produced (minus a Rollback's gap, which is the point of
 a Rollback): RollbackAndReplay while the producer keeps writing, with the operator killed mid-replay (one
 rollback, Succeeded once) and a second replay to the same target; Rollback with its gap; a target older than what
-Kafka still holds (Failed before any change)."""
+Kafka still holds (Failed before any change). The first drill's driver publishes its progress as in a pod, so the
+operator holds its query in place (`handoff_spark.driver.hold`: one process throughout); the others' drivers do
+not, so the operator stops the driver (replicas 0) and starts it again."""
 from __future__ import annotations
 
 import threading
@@ -61,7 +63,8 @@ def _batches_once_listed(cfg: AppConfig, at_least: int) -> list[Any]:
 class Drill:
     """A BigQuery handoff `orders` over a 2-partition topic, its driver run by the test's kubelet."""
 
-    def __init__(self, cluster: Cluster, kafka: Any, bigquery: Any, tmp_path: Path, first: int) -> None:
+    def __init__(self, cluster: Cluster, kafka: Any, bigquery: Any, tmp_path: Path, first: int,
+                 publish: bool = False) -> None:
         self.cluster, self.kafka = cluster, kafka
         self.topic = f"bqreplay-{uuid.uuid4().hex[:6]}"
         kafka.create_topic(self.topic, partitions=2)
@@ -78,7 +81,7 @@ class Drill:
                           "onIncompatible": "halt"}
         spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
         cluster.create(self.ns, "orders", spec)
-        self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path)
+        self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path, publish=publish)
 
     def produce(self, n: int) -> None:
         produce(self.kafka.bootstrap, self.topic, range(self.produced, self.produced + n))
@@ -147,7 +150,8 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
     op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
     op.start()
     try:
-        drill = Drill(cluster, kafka, bigquery, tmp_path, first=2000)
+        # The driver publishes its progress, as in a pod: both replays hold its query in place (driver.hold).
+        drill = Drill(cluster, kafka, bigquery, tmp_path, first=2000, publish=True)
         with drill.kubelet as kubelet:
             cfg = eventually(kubelet.config, "the rendered app config")
             drill.caught_up(cfg)
@@ -170,7 +174,8 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             # Succeeded across the operator's kill; a second would be a second Event or a repeat count).
             eventually(lambda: "Succeeded" in drill.events("rewind"), "the Succeeded Event", timeout=30)
             assert drill.events("rewind").count("Succeeded") == 1
-            assert kubelet.starts == 2, "the driver was stopped once for the rollback and started again"
+            assert kubelet.starts == 1, "the replay held the query inside the running driver, never its process"
+            assert "stopped its query at a batch boundary" in status["steps"][0]["message"], status["steps"][0]
             # The undo point: the table and its ledger as they were before the rollback, in snapshot tables.
             undo = status["undoTag"]
             assert undo == f"orders__handoff_undo_{drill.ns.replace('-', '_')}_rewind"
@@ -190,7 +195,10 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             drill.request("again", mode="RollbackAndReplay", target={"snapshotId": target})
             again = drill.wait_phase("again", "Succeeded")
             assert again["plan"]["rollbackToSnapshot"] == str(target) and again["plan"]["records"] > 0
-            assert kubelet.starts == 3
+            assert kubelet.starts == 1
+            logs = kubelet.logs()
+            for name in ("rewind", "again"):
+                assert logs.count(f"restarted after the operator lifted its hold {name} ") == 1, logs[-3000:]
             drill.produce(100)
             drill.caught_up(cfg)
             _assert_exactly_once(drill, cfg)

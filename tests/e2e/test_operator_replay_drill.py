@@ -4,8 +4,12 @@ into the ConfigMap `<name>-app`, started and stopped as the driver Deployment's 
 the kubelet: replicas 1 → a running process, 0 → SIGTERM, the app stops at a batch boundary). Real Kafka, a
 real Iceberg table in a SQLite catalog.
 
+The driver publishes its progress into the handoff's progress ConfigMap, as in a pod, so the operator holds its
+query in place (`handoff_spark.driver.hold`): the same process stops its query, waits, and starts it again from
+the rolled-back table's ledger. (The BigQuery replay drills run drivers that do not publish: the pod path.)
+
 Done when: after rolling back the last three snapshots and replaying, the table holds exactly what it held
-before (same rows, no duplicates), plus what arrived meanwhile."""
+before (same rows, no duplicates), plus what arrived meanwhile, and the driver process was never restarted."""
 from __future__ import annotations
 
 import uuid
@@ -58,7 +62,7 @@ def test_rollback_and_replay_of_the_last_three_snapshots_restores_the_table(clus
     op.start()
     try:
         cluster.create(ns, "orders", spec)
-        with Kubelet(cluster, ns, "orders", tmp_path) as kubelet:
+        with Kubelet(cluster, ns, "orders", tmp_path, publish=True) as kubelet:
             cfg = eventually(lambda: kubelet.config(), "the rendered app config")
             ends = end_offsets(kafka.bootstrap, topic)
             eventually(lambda: _committed_to(cfg, topic, ends), "everything committed", timeout=300)
@@ -83,7 +87,12 @@ def test_rollback_and_replay_of_the_last_three_snapshots_restores_the_table(clus
             status = eventually(phase, "the replay Succeeded", timeout=300)
             assert status["plan"]["rollbackToSnapshot"] == str(target)
             assert status["progress"]["records"] == status["plan"]["records"] > 0
-            assert kubelet.starts == 2, "the driver was stopped once for the rollback and started again"
+            assert kubelet.starts == 1, "the replay held the query inside the running driver, never its process"
+            stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
+            assert "stopped its query at a batch boundary" in stopped["message"], stopped
+            logs = kubelet.logs()
+            assert "query held by the operator (last-three)" in logs, logs[-3000:]
+            assert logs.count("restarted after the operator lifted its hold last-three") == 1, logs[-3000:]
 
             after = _rows(cfg)
             assert after == before, "the table holds exactly what it held before: same rows, no duplicates"

@@ -8,16 +8,21 @@ and repeats nothing (each table step also checks the table itself, see `replay.t
 The run of a Rollback / RollbackAndReplay:
 1. plan (`replay_plan.plan`); a plan that cannot succeed ends Failed here, before anything changes;
    `dryRun` ends at phase Planned;
-2. claim the handoff: annotations `handoff.io/replay=<request>` (phase Replaying) and
-   `handoff.io/replay-hold` (render keeps the driver Deployment at 0 replicas), written with the
-   handoff's resourceVersion so two requests cannot both claim it;
-3. DriverStopped: the driver pod is gone (SIGTERM: the app finishes its batch). The plan is made again
-   against the now quiet table, since the driver may have committed batches meanwhile;
+2. claim the handoff: annotations `handoff.io/replay=<request>` (phase Replaying) and `handoff.io/replay-hold`,
+   written with the handoff's resourceVersion so two requests cannot both claim it, after the hold annotation
+   `handoff.io/query-hold=<request>` on the driver's progress ConfigMap. How the stream is quieted (`replay.hold`):
+   a driver that publishes now holds its query itself (replay-hold `query`: the pod, JVM and Spark session stay,
+   `handoff_spark.driver.hold`); otherwise render keeps the driver Deployment at 0 replicas (replay-hold `true`),
+   as it also does when a held driver has not acknowledged within `replay_hold_ack_seconds`;
+3. DriverStopped: the driver said its query is held for this request, or its pod is gone (SIGTERM: the app
+   finishes its batch). The plan is made again against the now quiet table, since the driver may have committed
+   batches meanwhile;
 4. Tagged: the head gets the tag `handoff-undo-<namespace>-<request>` (status.undoTag), the undo point;
 5. RolledBack: `manage_snapshots().rollback_to_snapshot(target)`;
 6. GapRecorded (Rollback only): the discarded offsets are recorded in the ledger as a deliberate gap,
    so the stream goes on from where it was and the discarded records never come back;
-7. DriverStarted: the hold is lifted; the driver resumes from the table's ledger;
+7. DriverStarted: both holds are lifted; the driver (its query again in the same pod, or a new pod) resumes from
+   the table's ledger;
 8. Replayed (RollbackAndReplay): the ledger has passed the offsets the table held before
    (status.progress meanwhile); then Succeeded and the claim is released.
 
@@ -52,8 +57,12 @@ from handoff_operator.runtime.controllers import reconcile_handoff, record_rerea
 from handoff_operator.runtime.kube import Kube, operator_kube
 from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
-from handoff_operator.spec.render import (GROUP, PLURAL, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION, VERSION, driver_name,
-                     referenced_secrets, render)
+from handoff_operator.spec.render import (GROUP, PLURAL, QUERY_HOLD_VALUE, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION,
+                                         VERSION, driver_name, referenced_secrets, render)
+from handoff_operator.conditions import DriverReport
+from handoff_operator.replay import hold as replay_hold
+from handoff_operator.truth import driver_report
+from handoff_spark.contract import QUERY_HOLD_ANNOTATION, progress_configmap_name
 from handoff_operator.truth.bigquery import service_account_key
 from handoff_operator.truth.reading import kafka_offsets
 from handoff_operator.spec.validation import check, parse_spec
@@ -286,6 +295,25 @@ def _make_plan(req: Request, spec: ReplayRequestSpec, handoff: Mapping[str, Any]
 
 # ---------------------------------------------------------------------------------------------- steps
 
+def _hold_query(kube: Kube, namespace: str, handoff_name: str, request: str | None) -> None:
+    """Set (request) or lift (None) the hold the running driver obeys: an annotation of its progress ConfigMap
+    (`handoff_spark.driver.hold`), merge-patched; the handoff's apply never sets it. No ConfigMap yet: nothing to
+    hold (the driver that will read it is not running)."""
+    body = {"metadata": {"annotations": {QUERY_HOLD_ANNOTATION: request}}}
+    try:
+        kube.core.patch_namespaced_config_map(progress_configmap_name(handoff_name), namespace, body,
+                                              field_manager="handoff-operator-replay")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _driver_now(kube: Kube, namespace: str, handoff_name: str) -> tuple[DriverReport | None, list[str]]:
+    """The driver's published report and the names of its pods."""
+    report = driver_report.parse(kube.read_driver_report(namespace, handoff_name))
+    return report, [pod.metadata.name for pod in kube.driver_pods(namespace, handoff_name)]
+
+
 def _release(req: Request, handoff: Mapping[str, Any] | None) -> None:
     """Drop the claim (if ours) and let the handoff's driver run again."""
     if handoff is None:
@@ -293,22 +321,41 @@ def _release(req: Request, handoff: Mapping[str, Any] | None) -> None:
     annotations = handoff["metadata"].get("annotations") or {}
     if annotations.get(REPLAY_ANNOTATION) != req.name:
         return
+    _hold_query(req.kube, handoff["metadata"]["namespace"], handoff["metadata"]["name"], None)
     _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: None, REPLAY_HOLD_ANNOTATION: None}, guarded=False)
     _apply_handoff(req.kube, handoff["metadata"]["namespace"], handoff["metadata"]["name"])
 
 
 def _claim(req: Request, handoff: Mapping[str, Any]) -> None:
+    """Claim the handoff for this request and hold its stream: the query inside a driver that publishes now, else
+    the driver pod (`replay.hold`)."""
     others = _active_others(req.kube, handoff, req.name)
     if others:
         raise Refused("AnotherReplayRunning", f"ReplayRequest {others[0]} is running for this handoff; create "
                       f"this request again once it has finished")
+    ns, handoff_name = handoff["metadata"]["namespace"], handoff["metadata"]["name"]
+    report, pods = _driver_now(req.kube, ns, handoff_name)
+    now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    hold_mode = replay_hold.mode(report, pods, now_ms, current_settings().driver_report_max_age)
+    # First the driver's hold, then the claim: a claimed handoff's driver never runs a batch unheld.
+    _hold_query(req.kube, ns, handoff_name, req.name)
     try:
-        _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: req.name, REPLAY_HOLD_ANNOTATION: "true"},
-                          guarded=True)
+        _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: req.name,
+                                              REPLAY_HOLD_ANNOTATION: QUERY_HOLD_VALUE if hold_mode == "query"
+                                              else "true"}, guarded=True)
     except ApiException as exc:
         if exc.status == 409:
             raise Wait("the handoff changed while claiming it; trying again") from exc
         raise
+
+
+def _waited_seconds(started_at: str | None) -> float:
+    """Seconds since the request's `startedAt` (its claim); 0 when unreadable."""
+    try:
+        started = dt.datetime.fromisoformat(str(started_at).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (dt.datetime.now(dt.timezone.utc) - started).total_seconds())
 
 
 def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: HandoffConfig) -> None:
@@ -333,15 +380,24 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: Han
                       startedAt=req.status.get("startedAt") or _now_ms())
             return
     if "DriverStopped" not in steps:
-        if REPLAY_HOLD_ANNOTATION not in annotations:
-            _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: "true"}, guarded=False)
+        value = annotations.get(REPLAY_HOLD_ANNOTATION)
+        if value is None:
+            value = "true"
+            _hold_query(req.kube, ns, handoff_name, req.name)
+            _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: value}, guarded=False)
         _apply_handoff(req.kube, ns, handoff_name)
-        pods = req.kube.driver_pods(ns, handoff_name)
-        if pods:
-            raise Wait(f"waiting for driver pod {pods[0].metadata.name} to stop at a batch boundary")
+        report, pods = _driver_now(req.kube, ns, handoff_name)
+        quiet = replay_hold.stopped("query" if value == QUERY_HOLD_VALUE else "pod", req.name, report, pods,
+                                    _waited_seconds(req.status.get("startedAt")),
+                                    current_settings().replay_hold_ack_seconds)
+        if quiet.escalate:
+            _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: "true"}, guarded=False)
+            _apply_handoff(req.kube, ns, handoff_name)
+        if not quiet.done:
+            raise Wait(quiet.message)
         # The driver may have committed batches since the plan: plan again against the quiet table.
         p, cost = _make_plan(req, spec, handoff, hc, claimed=True)
-        req.step("DriverStopped", f"driver of {handoff_name} stopped; plan: {p.summary}",
+        req.step("DriverStopped", f"driver of {handoff_name}: {quiet.message}; plan: {p.summary}",
                  plan=_plan_status(p, cost))
         return
     plan = req.status.get("plan") or {}
@@ -385,9 +441,13 @@ def _run(req: Request, spec: ReplayRequestSpec, handoff: dict[str, Any], hc: Han
                  + ", ".join(f"{t}[{p}] {s}-{e}" for t, parts in gap.items() for p, (s, e) in parts.items()))
         return
     if "DriverStarted" not in steps:
+        in_place = annotations.get(REPLAY_HOLD_ANNOTATION) == QUERY_HOLD_VALUE
+        _hold_query(req.kube, ns, handoff_name, None)
         _annotate_handoff(req.kube, handoff, {REPLAY_HOLD_ANNOTATION: None}, guarded=False)
         _apply_handoff(req.kube, ns, handoff_name)
-        req.step("DriverStarted", f"driver of {handoff_name} started again; it resumes from the table's ledger")
+        req.step("DriverStarted", (f"the driver of {handoff_name} starts its query again in the same pod"
+                                   if in_place else f"driver of {handoff_name} started again")
+                 + "; it resumes from the table's ledger")
         return
     if spec.mode == "Rollback":
         _release(req, handoff)
@@ -539,12 +599,13 @@ async def run_replay(namespace: str, name: str, memo: Any, stopped: kopf.DaemonS
            ↺ table or Kafka unreadable
 
         Rollback, RollbackAndReplay (phase Running from StoppingDriver on):
-        Planned ──claim: annotations replay + replay-hold──▶ StoppingDriver
-        StoppingDriver ──driver pod gone, plan again──▶ DriverStopped
+        Planned ──claim: the driver's query-hold, annotations replay + replay-hold──▶ StoppingDriver
+        StoppingDriver ──the driver says its query is held, or its pod is gone; plan again──▶ DriverStopped
+        StoppingDriver ──query held but not acknowledged in time: replay-hold true (pod to 0)──▶ StoppingDriver
         DriverStopped ──tag the head handoff-undo-<namespace>-<request>──▶ Tagged
         Tagged ──rollback_to_snapshot(target)──▶ RolledBack
         RolledBack ──Rollback: the discarded offsets as a gap in the ledger──▶ GapRecorded
-        RolledBack, GapRecorded ──lift replay-hold──▶ DriverStarted
+        RolledBack, GapRecorded ──lift query-hold and replay-hold──▶ DriverStarted
         DriverStarted ──Rollback: release the claim──▶ Succeeded
         DriverStarted ──RollbackAndReplay──▶ Replaying ↺ status.progress
         DriverStarted, Replaying ──the ledger passed replayTo (step Replayed), release the claim──▶ Succeeded

@@ -68,6 +68,9 @@ CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 # handoff's phase is Replaying), `replay-hold` keeps the driver at 0 replicas while the table is rewound.
 REPLAY_ANNOTATION = f"{GROUP}/replay"
 REPLAY_HOLD_ANNOTATION = f"{GROUP}/replay-hold"
+#: REPLAY_HOLD_ANNOTATION's value when the replay holds the query inside the running driver (the pod stays,
+#: `handoff_spark.driver.hold`); any other value stops the driver pod (replicas 0).
+QUERY_HOLD_VALUE = "query"
 NAME_LABEL = f"{GROUP}/name"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "handoff-operator", "app.kubernetes.io/part-of": "handoff"}
@@ -740,6 +743,13 @@ class Rendered:
         return next(c for c in self.children if c["kind"] == kind)
 
 
+
+def pod_held(annotations: Mapping[str, str] | None) -> bool:
+    """Does a replay hold the driver pod stopped (replicas 0)? Not when it holds only the query in the running
+    driver (`QUERY_HOLD_VALUE`)."""
+    value = (annotations or {}).get(REPLAY_HOLD_ANNOTATION)
+    return value is not None and value != QUERY_HOLD_VALUE
+
 def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
            resolved: Resolved = Resolved(), grace_seconds: int = DEFAULT_GRACE_SECONDS) -> Rendered:
     """Every child of one handoff. `owner` is the CR body (metadata.name/namespace/uid are used)."""
@@ -756,7 +766,7 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     # Beside app.json in whichever of the two the driver mounts at /etc/handoff.
     template_files = ({EXECUTOR_TEMPLATE_FILE: json.dumps(executor_template, indent=2, sort_keys=True)}
                       if executor_template is not None else {})
-    held = REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {})
+    held = pod_held(meta.get("annotations"))
     replicas = 0 if spec.suspend or held else 1
 
     children: list[dict[str, Any]] = [{

@@ -41,7 +41,7 @@ _cache: HandoffMemory[tuple[tuple[Any, ...], Prepared]] = HandoffMemory("spec.re
 
 def _signature(obj: Mapping[str, Any], spec_json: str, image: str, secrets: Mapping[str, Any]) -> tuple[Any, ...]:
     meta = obj["metadata"]
-    return (spec_json, meta.get("uid"), REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {}), image,
+    return (spec_json, meta.get("uid"), (meta.get("annotations") or {}).get(REPLAY_HOLD_ANNOTATION), image,
             hashlib.sha256(json.dumps(secrets, sort_keys=True).encode()).hexdigest() if secrets else None)
 
 

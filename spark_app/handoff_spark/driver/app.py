@@ -28,13 +28,14 @@ from handoff_spark.startup import session_warmup
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import TRANSFORM_INVALID_EXIT
+from handoff_spark.contract import QUERY_HELD_KEY, TRANSFORM_INVALID_EXIT
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
 from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets,
                        report_from_progress, write_progress_file, Totals)
 from handoff_spark.driver.executor_scaler import ExecutorScaler
+from handoff_spark.driver.hold import QueryHold
 from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
@@ -350,6 +351,26 @@ class ProgressReporter:
         self.seed_line: dict[tuple[str, int], int] = {}
         #: (batchId, timestamp) of the last progress `poll` looked at: an unchanged one is not read again.
         self._last_seen: tuple[Any, Any] | None = None
+        #: The newest record published, which a hold's acknowledgement republishes with `QUERY_HELD_KEY`.
+        self._record: dict[str, Any] | None = None
+
+    def new_query(self, checkpoint_discarded: str | None, seed_line: dict[tuple[str, int], int]) -> None:
+        """A query started again in this driver (after a hold): its checkpoint may be a fresh one whose batch ids
+        start at 0 again, so batches are followed from scratch; the totals and the driver's first batch stay."""
+        self.last_batch_id, self._last_seen = -1, None
+        self.checkpoint_discarded, self.seed_line = checkpoint_discarded, seed_line
+        if self._record is not None and QUERY_HELD_KEY in self._record:
+            self._offer({k: v for k, v in self._record.items() if k != QUERY_HELD_KEY})
+
+    def held(self, request: str) -> None:
+        """Say that the query is stopped under the operator's hold `request` (published at once)."""
+        base = self._record or {"handoffId": self.cfg.handoff_id, "totals": self.totals.record()}
+        self._offer({**base, QUERY_HELD_KEY: request})
+
+    def _offer(self, record: dict[str, Any]) -> None:
+        self._record = record
+        if self.publisher is not None:
+            self.publisher.offer(record)
 
     def poll(self, query: Any) -> None:
         """Report the batches that finished since the last poll.
@@ -424,8 +445,7 @@ class ProgressReporter:
             record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:
             write_progress_file(cfg.progress_file, record)
-        if self.publisher is not None:
-            self.publisher.offer(record)  # handed to its thread: the batch never waits for the API server
+        self._offer(record)  # handed to the publisher's thread: the batch never waits for the API server
 
 
 #: Each driver's directory for its stop and min-partitions markers: `<tmp>/handoff-stop-<pid>-<random>`.
@@ -501,7 +521,11 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     reporter = ProgressReporter(cfg, metrics, echo, publisher)
     min_partitions_file = str(Path(markers) / "min-partitions")
     scaler: ExecutorScaler | None = None
+    # A stream the operator manages: a replay holds its query in this driver instead of stopping the pod (driver.hold).
+    hold = QueryHold.from_env() if sink_format is None and not available_now else None
     try:
+        if hold is not None:
+            hold.start()
         start: StartPlan | None = None
         # The JVM launches while this thread prepares the table and reads the ledger (startup.early_session).
         session = EarlySession(lambda: build_session(cfg)).start()
@@ -528,11 +552,18 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if stop_requested.is_set():  # a stop signal during the start: nothing was read yet
             echo("stopped")
             return 0
-        start_offsets = start.start_offsets() if start is not None else None
-        if start is not None and frames_query(cfg, sink_format):
-            # A dedupe on an empty checkpoint: start earlier, to rebuild its window (driver.seed).
-            for (topic, partition), offset in seed.plan(cfg, start.ledger).items():
-                start_offsets.setdefault(topic, {})[partition] = offset  # type: ignore[union-attr]
+        if hold is not None and hold.first_answer() is not None:
+            # Started while a replay holds the stream (the pod restarted mid-replay): no batch until it is lifted,
+            # then the start is planned again against the table the replay left.
+            request = hold.requested() or "?"
+            echo(f"the operator holds the query ({request}): waiting before the first batch")
+            reporter.held(request)
+            if not hold.wait_released(stop_requested.is_set):
+                echo("stopped")
+                return 0
+            start = prepare_start(cfg, backend, echo)
+            reporter.checkpoint_discarded = start.discarded
+        start_offsets = query_start_offsets(cfg, start, sink_format)
         # The lookups' versions before the query reads them: a change in between restarts it rather than being missed.
         restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
         if frames_query(cfg, sink_format):
@@ -555,10 +586,31 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         quarantined = 0
         while True:
             try:
-                rc = wait(query, stop_requested, echo, reporter, restart_when=restart_when, stop_marker=stop_marker)
+                rc = wait(query, stop_requested, echo, reporter, restart_when=restart_when, stop_marker=stop_marker,
+                          hold=hold)
             except KeyboardInterrupt:
                 query.stop()
                 return 130
+            if rc == HOLD_QUERY and hold is not None and not stop_requested.is_set():
+                request = hold.requested() or "?"
+                echo(f"query held by the operator ({request}): stopped at a batch boundary, this driver waits")
+                reporter.held(request)
+                if not hold.wait_released(stop_requested.is_set):
+                    echo("stopped")
+                    return 0
+                # The ledger is the truth: the table may have been rolled back meanwhile (driver.resume).
+                start = prepare_start(cfg, backend, echo)
+                start_offsets = query_start_offsets(cfg, start, sink_format)
+                reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location)
+                                   if frames_query(cfg, sink_format) else {})
+                restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
+                query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
+                                    sink_format=sink_format, start_offsets=start_offsets,
+                                    min_partitions_file=min_partitions_file)
+                echo(f"query {query.id} restarted after the operator lifted its hold {request} (run {query.runId})")
+                continue
+            if rc == HOLD_QUERY:
+                rc = 0
             if rc == RESTART_QUERY and not stop_requested.is_set():
                 restart_when = lookups_changed(cfg)
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
@@ -582,6 +634,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                                 sink_format=sink_format, min_partitions_file=min_partitions_file)
             echo(f"query {query.id} restarted after a quarantine (run {query.runId})")
     finally:
+        if hold is not None:
+            hold.close()
         if scaler is not None:
             scaler.close()
         if publisher is not None:
@@ -589,6 +643,19 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(markers)
+
+
+def query_start_offsets(cfg: AppConfig, start: StartPlan | None,
+                        sink_format: str | None) -> dict[str, dict[int, int]] | None:
+    """The source's start offsets for a query on a fresh checkpoint: the ledger's ends, earlier for a dedupe whose
+    window must be rebuilt (driver.seed)."""
+    if start is None:
+        return None
+    offsets = start.start_offsets()
+    if frames_query(cfg, sink_format):
+        for (topic, partition), offset in seed.plan(cfg, start.ledger).items():
+            offsets.setdefault(topic, {})[partition] = offset
+    return offsets
 
 
 def frames_query(cfg: AppConfig, sink_format: str | None) -> bool:
@@ -631,17 +698,29 @@ def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None
 
 #: `wait`'s answer when `restart_when` asked for the query to start again (a lookup table changed).
 RESTART_QUERY = -1
+#: `wait`'s answer when the operator holds the query (driver.hold): stopped at a batch boundary.
+HOLD_QUERY = -2
 #: How often `restart_when` is asked.
 LOOKUP_CHECK_SECONDS = 10.0
 
 
 def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],
          reporter: ProgressReporter | None = None, restart_when: Callable[[], str | None] | None = None,
-         stop_marker: str | None = None) -> int:
+         stop_marker: str | None = None, hold: QueryHold | None = None) -> int:
     """Follow the query until it ends (0 done or stopped, 1 failed). `restart_when`: asked every
     `LOOKUP_CHECK_SECONDS`; a reason stops the query at a batch boundary (through the stop marker) and returns
-    `RESTART_QUERY`."""
+    `RESTART_QUERY`. `hold`: the operator's hold appearing does the same and returns `HOLD_QUERY`."""
     from pyspark.errors import StreamingQueryException
+
+    def stop_between_batches(answer: int) -> int:
+        Path(stop_marker).touch()  # type: ignore[arg-type]
+        try:
+            stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
+        finally:
+            Path(stop_marker).unlink(missing_ok=True)  # type: ignore[arg-type]
+        if reporter is not None:
+            reporter.poll(query)
+        return answer
 
     next_check = time.monotonic() + LOOKUP_CHECK_SECONDS
     try:
@@ -651,19 +730,15 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
             if stop_requested.is_set():
                 stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
                 break
+            if hold is not None and stop_marker and hold.requested() is not None:
+                echo(f"the operator holds the query ({hold.requested()}): stopping it at the batch boundary")
+                return stop_between_batches(HOLD_QUERY)
             if restart_when is not None and time.monotonic() >= next_check:
                 next_check = time.monotonic() + LOOKUP_CHECK_SECONDS
                 reason = restart_when()
                 if reason and stop_marker:
                     echo(f"{reason}: restarting the query at the batch boundary")
-                    Path(stop_marker).touch()
-                    try:
-                        stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
-                    finally:
-                        Path(stop_marker).unlink(missing_ok=True)
-                    if reporter is not None:
-                        reporter.poll(query)
-                    return RESTART_QUERY
+                    return stop_between_batches(RESTART_QUERY)
             query.awaitTermination(0.5)
         if reporter is not None:
             reporter.poll(query)

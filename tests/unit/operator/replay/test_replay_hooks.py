@@ -3,7 +3,7 @@ replicas (same config, so no restart is counted), the replay annotation makes th
 from __future__ import annotations
 
 from handoff_operator.conditions import DriverFacts, Facts, evaluate
-from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, render
+from handoff_operator.spec.render import QUERY_HOLD_VALUE, REPLAY_HOLD_ANNOTATION, render
 from handoff_operator.spec.validation import check, parse_spec
 
 from operator_spec_support import SECRETS, body
@@ -22,6 +22,13 @@ def test_hold_scales_the_driver_to_zero_without_changing_the_config() -> None:
     assert running.child("Deployment")["spec"]["replicas"] == 1
     assert held.child("Deployment")["spec"]["replicas"] == 0
     assert held.config_hash == running.config_hash
+
+
+def test_a_query_hold_keeps_the_driver_pod_running() -> None:
+    """The replay holds the query inside the driver (handoff_spark.driver.hold): the pod must stay."""
+    in_place = _render({REPLAY_HOLD_ANNOTATION: QUERY_HOLD_VALUE})
+    assert in_place.child("Deployment")["spec"]["replicas"] == 1
+    assert in_place.config_hash == _render({}).config_hash
 
 
 def test_a_replay_makes_the_handoff_replaying_not_ready() -> None:

@@ -108,3 +108,13 @@ def test_the_published_totals_and_a_checkpoint_discard_are_read():
     assert driver_report.parse(json.dumps({**doc, "totals": {"kafkaBytes": -1}})).totals is None
     assert driver_report.parse(json.dumps({**doc, "totals": {"kafkaBytes": 5}})).totals["tableBytes"] == 0
     assert driver_report.parse(json.dumps({"publishedAtMs": 1})).totals is None
+
+
+def test_a_held_query_is_read_and_anything_else_is_none():
+    import json
+
+    from handoff_operator.truth import driver_report
+
+    assert driver_report.parse(json.dumps({"publishedAtMs": 1, "queryHeld": "rewind"})).query_held == "rewind"
+    assert driver_report.parse(json.dumps({"publishedAtMs": 1})).query_held is None
+    assert driver_report.parse(json.dumps({"publishedAtMs": 1, "queryHeld": 3})).query_held is None

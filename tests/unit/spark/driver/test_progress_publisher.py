@@ -20,7 +20,7 @@ def test_same_state_at_most_once_per_interval_then_as_heartbeat() -> None:
 
 def test_state_is_the_degraded_reason_and_the_document_names_pod_and_time() -> None:
     record = {"batchId": 4, "degradedReason": "BigQueryUnavailable"}
-    assert state_key(record) == "BigQueryUnavailable" and state_key({"batchId": 5}) is None
+    assert state_key(record) != state_key({"batchId": 5}) == state_key({"batchId": 6})
     doc = json.loads(document(record, "driver-abc", 1234))
     assert doc == {"batchId": 4, "degradedReason": "BigQueryUnavailable", "driverPod": "driver-abc",
                    "publishedAtMs": 1234}
@@ -29,3 +29,11 @@ def test_state_is_the_degraded_reason_and_the_document_names_pod_and_time() -> N
 def test_disabled_without_the_operator_env() -> None:
     assert ProgressPublisher.from_env({}) is None
     assert ProgressPublisher.from_env({"HANDOFF_PROGRESS_CONFIGMAP": "x-progress"}) is None
+
+
+def test_the_query_held_and_released_go_out_at_once() -> None:
+    """The operator waits for a held query's acknowledgement (driver.hold): it must not wait for a heartbeat."""
+    running, held = {"batchId": 5}, {"batchId": 5, "queryHeld": "rewind"}
+    assert publish_due(state_key(held), state_key(running), published_at=99.0, now=100.0, interval=15)
+    assert publish_due(state_key(running), state_key(held), published_at=99.0, now=100.0, interval=15)
+    assert not publish_due(state_key(held), state_key(held), published_at=99.0, now=100.0, interval=15)
