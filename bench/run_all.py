@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "operator_scale": ("operator/handoff/operator_scale.py", [], ["--counts", "10,50", "--steady", "60"]),
     "transform": ("spark/sink/transform.py", [], ["--records", "50000", "--passes", "1"]),
     "progress_poll": ("spark/driver/progress_poll.py", [], ["--polls", "50", "--rounds", "1"]),
+    "query_hold": ("spark/driver/query_hold.py", [], ["--cycles", "1"]),
 }
 #: script under bench/ → why `make bench` does not run it (run it by hand; docs/benchmarks.md has its section)
 BY_HAND: dict[str, str] = {
