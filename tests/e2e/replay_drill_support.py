@@ -47,8 +47,10 @@ class Kubelet:
     `publish`: the driver gets the progress ConfigMap's environment, as the operator renders it into the pod, so it
     publishes its progress there and obeys the operator's query hold (`handoff_spark.driver.hold`)."""
 
-    def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path, *, publish: bool = False) -> None:
+    def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path, *, publish: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.cluster, self.ns, self.name, self.workdir, self.publish = cluster, ns, name, workdir, publish
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.stop = threading.Event()
@@ -70,6 +72,7 @@ class Kubelet:
         if self.publish:
             env.update(HANDOFF_PROGRESS_CONFIGMAP=f"{self.name}-progress", HANDOFF_PROGRESS_NAMESPACE=self.ns,
                        HANDOFF_PROGRESS_PUBLISH_SECONDS="2", KUBECONFIG=self.cluster.kubeconfig)
+        env.update(self.env)
         self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
         self.starts += 1

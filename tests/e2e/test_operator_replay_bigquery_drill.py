@@ -7,8 +7,9 @@ Each drill ends with rows == distinct (partition, offset) == produced (minus a R
 a Rollback): RollbackAndReplay while the producer keeps writing, with the operator killed mid-replay (one
 rollback, Succeeded once) and a second replay to the same target; Rollback with its gap; a target older than what
 Kafka still holds (Failed before any change). The first drill's driver publishes its progress as in a pod, so the
-operator holds its query in place (`handoff_spark.driver.hold`: one process throughout); the others' drivers do
-not, so the operator stops the driver (replicas 0) and starts it again."""
+operator holds its query in place (`handoff_spark.driver.hold`: one process throughout); the second one's driver
+publishes but never reads the hold (an image older than the hold), so the operator, after
+`replay_hold_ack_seconds` without its word, stops the driver (replicas 0) and starts it again."""
 from __future__ import annotations
 
 import threading
@@ -64,7 +65,7 @@ class Drill:
     """A BigQuery handoff `orders` over a 2-partition topic, its driver run by the test's kubelet."""
 
     def __init__(self, cluster: Cluster, kafka: Any, bigquery: Any, tmp_path: Path, first: int,
-                 publish: bool = False) -> None:
+                 publish: bool = False, driver_env: dict[str, str] | None = None) -> None:
         self.cluster, self.kafka = cluster, kafka
         self.topic = f"bqreplay-{uuid.uuid4().hex[:6]}"
         kafka.create_topic(self.topic, partitions=2)
@@ -81,7 +82,7 @@ class Drill:
                           "onIncompatible": "halt"}
         spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
         cluster.create(self.ns, "orders", spec)
-        self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path, publish=publish)
+        self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path, publish=publish, env=driver_env)
 
     def produce(self, n: int) -> None:
         produce(self.kafka.bootstrap, self.topic, range(self.produced, self.produced + n))
@@ -208,10 +209,13 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
 
 def test_rollback_leaves_its_gap_and_a_target_kafka_no_longer_holds_fails_before_any_change(
         cluster: Cluster, kafka, bigquery, tmp_path: Path) -> None:
-    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
+    # The driver publishes but never reads the hold (as a driver image older than the hold would): the operator
+    # waits replay_hold_ack_seconds for its word, then stops the driver pod instead.
+    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0, replay_hold_ack_seconds=5.0)
     op.start()
     try:
-        drill = Drill(cluster, kafka, bigquery, tmp_path, first=1500)
+        drill = Drill(cluster, kafka, bigquery, tmp_path, first=1500, publish=True,
+                      driver_env={"HANDOFF_HOLD_POLL_SECONDS": "3600"})
         with drill.kubelet as kubelet:
             cfg = eventually(kubelet.config, "the rendered app config")
             drill.caught_up(cfg)
@@ -222,6 +226,8 @@ def test_rollback_leaves_its_gap_and_a_target_kafka_no_longer_holds_fails_before
             status = drill.wait_phase("drop", "Succeeded")
             assert [s["name"] for s in status["steps"]] == ["DriverStopped", "Tagged", "RolledBack", "GapRecorded",
                                                             "DriverStarted"]
+            assert status["steps"][0]["message"].startswith("driver of orders: the driver pod stopped"), status
+            assert "query held by the operator" not in kubelet.logs()
             plan = status["plan"]
             gap = {(int(p), o) for p, start in plan["gapFrom"][drill.topic].items()
                    for o in range(start, plan["gapTo"][drill.topic][p])}
