@@ -65,6 +65,12 @@ def parse_desired(annotations: Mapping[str, str] | None) -> int | None:
     return desired if desired is not None and desired >= 0 else None
 
 
+def scalable_master(master: str) -> bool:
+    """Can Spark's scheduler under `master` change its executor count? Not local mode's (`local`, `local[N]`,
+    `local[N,F]`); every cluster manager's, and `local-cluster`'s, can."""
+    return not (master == "local" or master.startswith("local["))
+
+
 def surplus(executor_ids: list[str], desired: int) -> list[str]:
     """Which executors to kill to get down to `desired`: the newest (highest numeric id) first."""
     ordered = sorted(executor_ids, key=lambda e: (int(e) if e.isdigit() else -1, e))
@@ -169,7 +175,10 @@ class ExecutorScaler:
     def for_session(cls, spark: Any, cfg: Any = None, **kwargs: Any) -> ExecutorScaler | None:
         """The scaler of a driver the operator manages, warming new executors for `cfg`'s write path with
         `run_warmup` unless the handoff's Spark conf sets `spark.handoff.executorWarmup` to false (then every
-        executor counts as it registers, as before warm-ups existed)."""
+        executor counts as it registers, as before warm-ups existed). None in local mode (`local`, `local[N]`):
+        its one in-process executor cannot be scaled, and Spark answers every request with a warning."""
+        if not scalable_master(str(spark.sparkContext.master)):
+            return None
         enabled = str(spark.conf.get(WARMUP_CONF, "true")).strip().lower() != "false"
         return cls.from_env(SparkExecutors(spark.sparkContext),
                             warmup=(lambda executors: run_warmup(spark, executors, cfg)) if enabled else None,

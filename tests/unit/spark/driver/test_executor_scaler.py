@@ -225,3 +225,12 @@ def test_an_executor_whose_warm_up_hangs_counts_after_the_timeout(tmp_path, monk
     scaler.follow_executors()
     assert scaler.warm == {"1", "2"} and path.read_text() == "6"
     hang.set()
+
+
+def test_local_mode_is_not_scaled_and_every_cluster_manager_is():
+    from handoff_spark.driver.executor_scaler import scalable_master
+
+    for master in ("local", "local[2]", "local[*]", "local[2,3]"):
+        assert not scalable_master(master), master
+    for master in ("k8s://https://10.0.0.1:443", "local-cluster[2,1,1024]", "spark://h:7077", "yarn"):
+        assert scalable_master(master), master
