@@ -20,11 +20,20 @@ thread holding that lock waited for the GIL to drop a registered Arrow table (`u
 (`_SerializedConnection`): a thread blocked on a Python lock has released the GIL, so the holder can finish. Calls
 were never safe to interleave on one connection anyway; they are now one at a time.
 
+Also: BigQuery has `requirePartitionFilter` on the table resource (the one in `timePartitioning` is deprecated), and
+the Python client sets and reads it there; bqemulator 1.4.0 keeps it only inside `timePartitioning`, so a table made
+with `Table.require_partition_filter = True` came back without it. The table-level field is read from insert,
+patch and update bodies into the emulator's own place and written back on the table resource
+(`_table_meta_with_table_level_filter`, `_table_rest_with_table_level_filter`). And `ALTER TABLE … SET OPTIONS
+(require_partition_filter = …)`, which the emulator runs as a no-op, now changes it too (`_sync_altered_options`):
+that statement is the fix Handoff's replay refusal names, and it must work where the tests run it.
+
 Runs inside the emulator's own virtualenv (see hack/handoff_testbed/bigquery.py), never the repo's.
 Usage: <emulator-venv>/bin/python hack/bqemu_launcher.py start --rest-port P1 --grpc-port P2 ...
 """
 from __future__ import annotations
 
+import re
 import sys
 import threading
 
@@ -91,6 +100,69 @@ def _serialized_connection(self):
 
 _original_connection = engine.DuckDBEngine.connection
 engine.DuckDBEngine.connection = property(_serialized_connection)
+
+from bqemulator.api.routes import tables as _table_routes
+
+_original_rest_to_table_meta = _table_routes._rest_to_table_meta
+_original_table_to_rest = _table_routes._table_to_rest
+
+
+def _table_meta_with_table_level_filter(project_id, dataset_id, body, clock, existing=None):
+    meta = _original_rest_to_table_meta(project_id, dataset_id, body, clock, existing)
+    wanted = body.get("requirePartitionFilter")
+    if wanted is None or meta.time_partitioning is None:
+        return meta
+    flag = wanted if isinstance(wanted, bool) else str(wanted).strip().lower() == "true"
+    partitioning = meta.time_partitioning.model_copy(update={"require_partition_filter": flag})
+    return meta.model_copy(update={"time_partitioning": partitioning})
+
+
+def _table_rest_with_table_level_filter(table_meta):
+    body = _original_table_to_rest(table_meta)
+    if table_meta.time_partitioning is not None and table_meta.time_partitioning.require_partition_filter:
+        body["requirePartitionFilter"] = True
+    return body
+
+
+_table_routes._rest_to_table_meta = _table_meta_with_table_level_filter
+_table_routes._table_to_rest = _table_rest_with_table_level_filter
+
+_ALTER_OPTIONS = re.compile(r"\s*ALTER\s+TABLE\s+(?P<table>[^\s(]+)\s+SET\s+OPTIONS\s*\((?P<options>[^)]*)\)\s*;?\s*\Z",
+                            re.IGNORECASE)
+_FILTER_OPTION = re.compile(r"require_partition_filter\s*=\s*(?P<value>true|false)", re.IGNORECASE)
+
+
+def _sync_altered_options(bq_sql, project_id, ctx):
+    """`ALTER TABLE t SET OPTIONS (require_partition_filter = true|false)` onto the table's catalog entry."""
+    statement = _ALTER_OPTIONS.match(bq_sql)
+    option = _FILTER_OPTION.search(statement.group("options")) if statement else None
+    if option is None:
+        return
+    parts = [part for part in statement.group("table").replace("`", "").split(".") if part]
+    if len(parts) == 2:
+        parts = [project_id, *parts]
+    if len(parts) != 3:
+        return
+    meta = ctx.catalog.get_table(*parts)
+    if meta is None or meta.time_partitioning is None:
+        return
+    partitioning = meta.time_partitioning.model_copy(
+        update={"require_partition_filter": option.group("value").lower() == "true"})
+    ctx.catalog.update_table(meta.model_copy(update={"time_partitioning": partitioning,
+                                                     "last_modified_time": ctx.clock.now()}))
+
+
+from bqemulator.jobs import executor as _executor  # noqa: E402
+
+_original_sync_created_table = _executor.sync_created_table
+
+
+def _sync_created_table_and_altered_options(bq_sql, project_id, ctx):
+    _original_sync_created_table(bq_sql, project_id, ctx)
+    _sync_altered_options(bq_sql, project_id, ctx)
+
+
+_executor.sync_created_table = _sync_created_table_and_altered_options
 
 if __name__ == "__main__":
     from bqemulator.cli import main
