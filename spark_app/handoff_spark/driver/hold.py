@@ -89,13 +89,16 @@ class QueryHold:
         return True
 
     def read(self) -> str | None:
+        """One read of the hold: a list by name at `resourceVersion=0`, which the API server answers from its watch
+        cache. Why not a GET: a GET is a quorum read of etcd, and every driver asks once a second."""
         if self._api is None:
             self._api = api_client()
         from kubernetes import client
 
-        cm = client.CoreV1Api(self._api).read_namespaced_config_map(self.configmap, self.namespace,
-                                                                    _request_timeout=REQUEST_TIMEOUT)
-        return parse_hold(cm.metadata.annotations)
+        found = client.CoreV1Api(self._api).list_namespaced_config_map(
+            self.namespace, field_selector=f"metadata.name={self.configmap}", resource_version="0",
+            _request_timeout=REQUEST_TIMEOUT)
+        return parse_hold(found.items[0].metadata.annotations) if found.items else None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
