@@ -552,16 +552,25 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if stop_requested.is_set():  # a stop signal during the start: nothing was read yet
             echo("stopped")
             return 0
-        if hold is not None and hold.first_answer() is not None:
-            # Started while a replay holds the stream (the pod restarted mid-replay): no batch until it is lifted,
-            # then the start is planned again against the table the replay left.
+
+        def sit_out_hold(line: str) -> tuple[str, StartPlan] | None:
+            """Wait while the operator holds the query (driver.hold), saying so; then plan the start again against
+            the table the replay left (the ledger is the truth: driver.resume). None: a stop signal came first."""
+            assert hold is not None
             request = hold.requested() or "?"
-            echo(f"the operator holds the query ({request}): waiting before the first batch")
+            echo(line.format(request=request))
             reporter.held(request)
             if not hold.wait_released(stop_requested.is_set):
                 echo("stopped")
+                return None
+            return request, prepare_start(cfg, backend, echo)
+
+        if hold is not None and hold.first_answer() is not None:
+            # Started while a replay holds the stream (the pod restarted mid-replay): no batch until it is lifted.
+            resumed = sit_out_hold("the operator holds the query ({request}): waiting before the first batch")
+            if resumed is None:
                 return 0
-            start = prepare_start(cfg, backend, echo)
+            start = resumed[1]
             reporter.checkpoint_discarded = start.discarded
         start_offsets = query_start_offsets(cfg, start, sink_format)
         # The lookups' versions before the query reads them: a change in between restarts it rather than being missed.
@@ -592,14 +601,11 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 query.stop()
                 return 130
             if rc == HOLD_QUERY and hold is not None and not stop_requested.is_set():
-                request = hold.requested() or "?"
-                echo(f"query held by the operator ({request}): stopped at a batch boundary, this driver waits")
-                reporter.held(request)
-                if not hold.wait_released(stop_requested.is_set):
-                    echo("stopped")
+                resumed = sit_out_hold("query held by the operator ({request}): stopped at a batch boundary, this "
+                                       "driver waits")
+                if resumed is None:
                     return 0
-                # The ledger is the truth: the table may have been rolled back meanwhile (driver.resume).
-                start = prepare_start(cfg, backend, echo)
+                request, start = resumed
                 start_offsets = query_start_offsets(cfg, start, sink_format)
                 reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location)
                                    if frames_query(cfg, sink_format) else {})
