@@ -54,7 +54,7 @@ from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
 from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
 from handoff_operator.runtime.controllers import reconcile_handoff, record_reread
-from handoff_operator.runtime.kube import Kube, operator_kube
+from handoff_operator.runtime.kube import Kube, operator_kube, unless_gone
 from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, QUERY_HOLD_VALUE, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION,
@@ -315,13 +315,18 @@ def _driver_now(kube: Kube, namespace: str, handoff_name: str) -> tuple[DriverRe
 
 
 def _release(req: Request, handoff: Mapping[str, Any] | None) -> None:
-    """Drop the claim (if ours) and let the handoff's driver run again."""
+    """Drop the claim (if ours) and let the handoff's driver run again. The driver's hold is lifted if it is ours
+    even without the claim: `_claim` sets the hold first, and a request that ends between the two (refused,
+    deleted, the claim lost to another request) must not leave the stream held."""
     if handoff is None:
         return
+    ns, handoff_name = handoff["metadata"]["namespace"], handoff["metadata"]["name"]
+    cm = unless_gone(req.kube.core.read_namespaced_config_map, progress_configmap_name(handoff_name), ns)
+    if cm is not None and (cm.metadata.annotations or {}).get(QUERY_HOLD_ANNOTATION) == req.name:
+        _hold_query(req.kube, ns, handoff_name, None)
     annotations = handoff["metadata"].get("annotations") or {}
     if annotations.get(REPLAY_ANNOTATION) != req.name:
         return
-    _hold_query(req.kube, handoff["metadata"]["namespace"], handoff["metadata"]["name"], None)
     _annotate_handoff(req.kube, handoff, {REPLAY_ANNOTATION: None, REPLAY_HOLD_ANNOTATION: None}, guarded=False)
     _apply_handoff(req.kube, handoff["metadata"]["namespace"], handoff["metadata"]["name"])
 

@@ -168,9 +168,11 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
     head, target = s.current(), s.snapshots[1]
     s.request("rewind", mode="RollbackAndReplay", target={"snapshotId": target})
 
-    # The driver is stopped and held at 0 replicas; the handoff shows Replaying.
+    # No driver publishes here, so the driver pod is stopped (held at 0 replicas) and its query hold is set too,
+    # for a driver pod that would start meanwhile; the handoff shows Replaying.
     s.wait_step("rewind", "DriverStopped")
     assert s.replicas() == 0
+    assert _query_hold(cluster, s.ns) == "rewind"
     eventually(lambda: cluster.get(s.ns, "orders")["status"].get("phase") == "Replaying", "handoff Replaying")
 
     # The operator dies mid-replay and comes back.
@@ -212,7 +214,38 @@ def test_rollback_and_replay_survives_an_operator_restart_and_rolls_back_once(cl
         assert reason in s.events("rewind"), (reason, s.events("rewind"))
     handoff = cluster.get(s.ns, "orders")
     assert not {"handoff.io/replay", "handoff.io/replay-hold"} & set(handoff["metadata"].get("annotations") or {})
+    assert _query_hold(cluster, s.ns) is None
     eventually(lambda: cluster.get(s.ns, "orders")["status"].get("phase") != "Replaying", "handoff not Replaying")
+
+
+def _query_hold(cluster: Cluster, ns: str) -> str | None:
+    cm = cluster.core.read_namespaced_config_map("orders-progress", ns)
+    return (cm.metadata.annotations or {}).get("handoff.io/query-hold")
+
+
+def test_a_request_that_ends_without_its_claim_or_is_deleted_mid_run_leaves_no_hold(cluster: Cluster,
+                                                                                     operator: Operator, kafka,
+                                                                                     tmp_path) -> None:
+    """The claim sets the driver's query hold before the handoff's annotations: a request that ends in between (an
+    operator killed there, then the request refused) must lift it, as a request deleted mid-run lifts both."""
+    s = Setup(cluster, kafka, tmp_path)
+    eventually(lambda: _query_hold(cluster, s.ns) is None, "the progress ConfigMap")
+    # What an operator killed between the hold and the claim leaves behind, then the request is refused.
+    cluster.core.patch_namespaced_config_map("orders-progress", s.ns, {"metadata": {"annotations": {
+        "handoff.io/query-hold": "stranded"}}})
+    _failed(s, "stranded", "SnapshotNotFound", mode="RollbackAndReplay", target={"snapshotId": 12345})
+    eventually(lambda: _query_hold(cluster, s.ns) is None, "the stranded hold lifted")
+
+    s.request("dropped", mode="RollbackAndReplay", target={"snapshotId": s.snapshots[1]})
+    s.wait_step("dropped", "DriverStopped")
+    assert _query_hold(cluster, s.ns) == "dropped" and s.replicas() == 0
+    cluster.custom.delete_namespaced_custom_object(*RR, s.ns, "replayrequests", "dropped")
+
+    def released() -> bool:
+        annotations = cluster.get(s.ns, "orders")["metadata"].get("annotations") or {}
+        return (_query_hold(cluster, s.ns) is None and s.replicas() == 1
+                and not {"handoff.io/replay", "handoff.io/replay-hold"} & set(annotations))
+    eventually(released, "both holds lifted and the driver back", 60)
 
 
 def test_rollback_discards_for_good_and_the_stream_goes_on_from_where_it_was(cluster: Cluster, operator: Operator,
