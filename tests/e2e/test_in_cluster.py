@@ -188,6 +188,12 @@ def test_a_replay_holds_the_query_in_the_running_driver_pod(cluster: Cluster, se
     assert all(c.get("restartCount", 0) == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
     log = cluster.kubectl("logs", "-n", ns, driver)
     assert log.count("restarted after the operator lifted its hold rewind ") == 1, log[-3000:]
+    metrics = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{driver}:9090/proxy/metrics")
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(("handoff_query_starts_total{", "handoff_query_held{"))}
+    assert {k: v for k, v in samples.items() if 'reason="hold"' in k or k.startswith("handoff_query_held")} \
+        == {f'handoff_query_starts_total{{handoff="{ns}/{NAME}",reason="hold"}}': 1.0,
+            f'handoff_query_held{{handoff="{ns}/{NAME}"}}': 0.0}, samples
     _assert_exactly_once(state)
 
 

@@ -357,6 +357,8 @@ class ProgressReporter:
     def new_query(self, checkpoint_discarded: str | None, seed_line: dict[tuple[str, int], int]) -> None:
         """A query started again in this driver (after a hold): its checkpoint may be a fresh one whose batch ids
         start at 0 again, so batches are followed from scratch; the totals and the driver's first batch stay."""
+        if self.metrics is not None:
+            self.metrics.query_held.labels(self.cfg.handoff_id).set(0)
         self.last_batch_id, self._last_seen = -1, None
         self.checkpoint_discarded, self.seed_line = checkpoint_discarded, seed_line
         if self._record is not None and QUERY_HELD_KEY in self._record:
@@ -364,6 +366,8 @@ class ProgressReporter:
 
     def held(self, request: str) -> None:
         """Say that the query is stopped under the operator's hold `request` (published at once)."""
+        if self.metrics is not None:
+            self.metrics.query_held.labels(self.cfg.handoff_id).set(1)
         base = self._record or {"handoffId": self.cfg.handoff_id, "totals": self.totals.record()}
         self._offer({**base, QUERY_HELD_KEY: request})
 
@@ -586,6 +590,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                             min_partitions_file=min_partitions_file)
         # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
         echo(f"query {query.id} started (run {query.runId})")
+        metrics.query_starts.labels(cfg.handoff_id, "start").inc()
         # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
         scaler = ExecutorScaler.for_session(spark, cfg, min_partitions_file=min_partitions_file,
                                             partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
@@ -614,6 +619,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                                     sink_format=sink_format, start_offsets=start_offsets,
                                     min_partitions_file=min_partitions_file)
                 echo(f"query {query.id} restarted after the operator lifted its hold {request} (run {query.runId})")
+                metrics.query_starts.labels(cfg.handoff_id, "hold").inc()
                 continue
             if rc == HOLD_QUERY:
                 rc = 0
@@ -622,6 +628,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, min_partitions_file=min_partitions_file)
                 echo(f"query {query.id} restarted with the lookups' new content (run {query.runId})")
+                metrics.query_starts.labels(cfg.handoff_id, "lookup").inc()
                 continue
             if rc == RESTART_QUERY:
                 rc = 0
@@ -639,6 +646,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                 sink_format=sink_format, min_partitions_file=min_partitions_file)
             echo(f"query {query.id} restarted after a quarantine (run {query.runId})")
+            metrics.query_starts.labels(cfg.handoff_id, "quarantine").inc()
     finally:
         if hold is not None:
             hold.close()

@@ -262,6 +262,14 @@ class Metrics:
         self.publish_errors = Counter("handoff_progress_publish_errors",
                                       "Failed attempts to publish the progress record to the operator's "
                                       "ConfigMap", lbl, registry=self.registry)
+        # A replay's hold (driver.hold) and the query's starts in this driver: a held stream is quiet on purpose.
+        self.query_held = Gauge("handoff_query_held", "1 while a replay holds this driver's query (stopped at a batch "
+                                "boundary until the operator lifts the hold), else 0", lbl, registry=self.registry)
+        self.query_held.labels(handoff_id).set(0)
+        self.query_starts = Counter("handoff_query_starts", "Starts of the stream's query in this driver, by reason: "
+                                    "start, hold (again after a replay's hold), lookup (a lookup table changed), "
+                                    "quarantine (after dead-lettering records the transform failed on)",
+                                    lbl + ["reason"], registry=self.registry)
         self._max_event_ms: int | None = None
         freshness = Gauge("handoff_freshness_seconds", "now - newest event time committed to the table", lbl,
                           registry=self.registry)

@@ -56,3 +56,16 @@ def test_a_held_query_is_published_with_the_last_batch_and_cleared_when_the_quer
     # The new query's checkpoint may be fresh: its batch 0 must be reported, not taken for an old one.
     assert reporter.last_batch_id == -1
     assert reporter.checkpoint_discarded.startswith("the checkpoint resumes at 900")
+
+
+def test_the_held_gauge_says_when_the_stream_is_quiet_on_purpose(tmp_path) -> None:
+    from handoff_spark.driver.progress import Metrics
+
+    reporter = _reporter(tmp_path, _Publisher())
+    reporter.metrics = Metrics("ns/x")
+    held = lambda: reporter.metrics.registry.get_sample_value("handoff_query_held", {"handoff": "ns/x"})  # noqa: E731
+    assert held() == 0
+    reporter.held("rewind")
+    assert held() == 1
+    reporter.new_query(None, {})
+    assert held() == 0
