@@ -91,7 +91,7 @@ def test_every_alert_is_promql_with_a_runbook_docs_answer() -> None:
     alerts = rules(render(MONITORING_ON))
     assert {a["alert"] for a in alerts} == {
         "HandoffFreshnessTargetMissed", "HandoffLagGrowing", "HandoffDataLoss", "HandoffRetentionInsufficient",
-        "HandoffDriverCrashLooping", "HandoffReplayFailed"}
+        "HandoffDriverCrashLooping", "HandoffReplayFailed", "HandoffQueryHeldTooLong"}
     headings = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
                 for line in RUNBOOKS.read_text().splitlines() if line.startswith("#")}
     for alert in alerts:
@@ -104,10 +104,13 @@ def test_every_alert_is_promql_with_a_runbook_docs_answer() -> None:
         assert alert["labels"]["severity"] in ("warning", "critical")
         assert "runbook_url" not in alert["annotations"]
     values = copy.deepcopy(MONITORING_ON)
-    values["monitoring"]["rules"].update(runbookBaseUrl="https://docs.example/runbooks", lagGrowingFor="30m")
+    values["monitoring"]["rules"].update(runbookBaseUrl="https://docs.example/runbooks", lagGrowingFor="30m",
+                                         queryHeldFor="2h")
     alerts = {a["alert"]: a for a in rules(render(values))}
     assert alerts["HandoffDataLoss"]["annotations"]["runbook_url"] == "https://docs.example/runbooks#handoffdataloss"
     assert alerts["HandoffLagGrowing"]["for"] == "30m"
+    assert alerts["HandoffQueryHeldTooLong"]["for"] == "2h" and "over 2h" in \
+        alerts["HandoffQueryHeldTooLong"]["annotations"]["summary"]
 
 
 def test_pod_monitor_selects_the_driver_pods_and_port_the_operator_renders() -> None:
