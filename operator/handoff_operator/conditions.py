@@ -100,6 +100,7 @@ class DriverReport:
     totals: Mapping[str, int] | None = None
     checkpoint_discarded: str | None = None  # why this driver discarded its checkpoint at start (resume)
     query_held: str | None = None            # the replay whose hold stopped this driver's query (driver.hold)
+    query_holding: str | None = None         # the replay this driver is stopping its query for (a batch still runs)
 
 
 # What a sink's degradedReason means, for the condition message.

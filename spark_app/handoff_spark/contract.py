@@ -147,6 +147,9 @@ DESIRED_EXECUTORS_ANNOTATION = "handoff.io/desired-executors"
 QUERY_HOLD_ANNOTATION = "handoff.io/query-hold"
 #: The progress record's key with the hold the driver obeys now (the request's name): its query is stopped.
 QUERY_HELD_KEY = "queryHeld"
+#: The progress record's key with the hold the driver has seen and is stopping its query for, at a batch boundary
+#: (at most `HANDOFF_STOP_GRACE_SECONDS`): the operator then waits for `QUERY_HELD_KEY` instead of stopping the pod.
+QUERY_HOLDING_KEY = "queryHolding"
 
 
 class ProgressDocument(TypedDict, total=False):
@@ -170,6 +173,7 @@ class ProgressDocument(TypedDict, total=False):
     totals: dict[str, int]        # what this driver committed since it started, running sums (the cost surface)
     checkpointDiscarded: str      # why this driver discarded its checkpoint at start (resumed from the ledger)
     queryHeld: str                # the hold (QUERY_HOLD_ANNOTATION's request) this driver's stopped query obeys
+    queryHolding: str             # the hold this driver is stopping its query for (a batch still running)
 
 
 #: Published by the driver as `degradedReason` when BigQuery refused requests for quota or size limits.

@@ -7,7 +7,8 @@ Two ways, chosen when the request claims the handoff (`mode`):
 - `pod`: no live driver to ask (none running, one still starting, or one too old to publish): the driver
   Deployment goes to 0 replicas, as before the hold existed.
 A `query` hold the driver does not acknowledge within `ack_seconds` (an image whose driver does not know the hold)
-falls back to `pod`. Either way the progress ConfigMap's hold annotation stays until the request ends, so a driver
+falls back to `pod`; a driver that said it is stopping its query for the hold (`queryHolding`: a long batch still
+runs, bounded by its stop grace) is waited for. Either way the progress ConfigMap's hold annotation stays until the request ends, so a driver
 pod started meanwhile runs no batch; and the ledger's contiguity check refuses any batch that does not start where
 the rolled-back ledger ends.
 """
@@ -49,6 +50,9 @@ def stopped(hold_mode: Mode, request: str, report: DriverReport | None, driver_p
     if hold_mode == "query":
         if report is not None and report.query_held == request:
             return Stopped(done=True, message=f"the driver{_pod(report)} stopped its query at a batch boundary")
+        if report is not None and report.query_holding == request:
+            # It knows the hold and finishes its batch (at most its stop grace): stopping the pod gains nothing.
+            return Stopped(message=f"the driver{_pod(report)} is stopping its query at the end of its batch")
         if waited_seconds >= ack_seconds:
             return Stopped(escalate=True, message=f"the driver did not say its query is held within "
                                                   f"{ack_seconds:.0f}s: stopping the driver pod instead")

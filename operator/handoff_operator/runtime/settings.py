@@ -29,9 +29,9 @@ class OperatorSettings(BaseSettings):
     # A driver's published progress record older than this no longer counts (the driver republishes it
     # every 15 s while it lives): its degradedReason cannot keep Degraded stuck after the driver stopped.
     driver_report_max_age: float = Field(default=60.0, gt=0)
-    # How long a Rollback / RollbackAndReplay waits for the running driver to say its query is held (stopped at a
-    # batch boundary, the pod kept: driver.hold) before it stops the driver pod instead (a driver too old to know
-    # the hold never says so).
+    # How long a Rollback / RollbackAndReplay waits for the running driver to say it is stopping its query for the
+    # hold, or has stopped it (the pod kept: driver.hold), before it stops the driver pod instead (a driver too old
+    # to know the hold says neither).
     replay_hold_ack_seconds: float = Field(default=60.0, gt=0)
     # How long deletion waits for the driver to stop at a batch boundary before letting go.
     delete_grace_seconds: float = Field(default=180.0, ge=0)

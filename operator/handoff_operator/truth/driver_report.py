@@ -14,7 +14,7 @@ from typing import Any
 
 #: The progress ConfigMap's key (also read by `runtime.kube` and `truth.watched`).
 from handoff_spark.contract import PROGRESS_DATA_KEY as DATA_KEY  # noqa: F401
-from handoff_spark.contract import QUERY_HELD_KEY
+from handoff_spark.contract import QUERY_HELD_KEY, QUERY_HOLDING_KEY
 
 from handoff_operator.conditions import DriverReport
 
@@ -64,8 +64,11 @@ def parse(text: str | None) -> DriverReport | None:
         totals=totals(doc.get("totals")),
         checkpoint_discarded=(doc["checkpointDiscarded"][:500] if isinstance(doc.get("checkpointDiscarded"), str)
                               and doc["checkpointDiscarded"] else None),
-        query_held=(doc[QUERY_HELD_KEY] if isinstance(doc.get(QUERY_HELD_KEY), str) and doc[QUERY_HELD_KEY]
-                    else None))
+        query_held=_text(doc.get(QUERY_HELD_KEY)), query_holding=_text(doc.get(QUERY_HOLDING_KEY)))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 #: The driver's running totals the operator reads (`handoff_spark.driver.progress.Totals.record`).

@@ -28,7 +28,7 @@ from handoff_spark.startup import session_warmup
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import QUERY_HELD_KEY, TRANSFORM_INVALID_EXIT
+from handoff_spark.contract import QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -361,15 +361,24 @@ class ProgressReporter:
             self.metrics.query_held.labels(self.cfg.handoff_id).set(0)
         self.last_batch_id, self._last_seen = -1, None
         self.checkpoint_discarded, self.seed_line = checkpoint_discarded, seed_line
-        if self._record is not None and QUERY_HELD_KEY in self._record:
-            self._offer({k: v for k, v in self._record.items() if k != QUERY_HELD_KEY})
+        if self._record is not None and HOLD_KEYS & set(self._record):
+            self._offer(self._base())
+
+    def holding(self, request: str) -> None:
+        """Say that the query is being stopped for the operator's hold `request`: a batch may still run (published
+        at once; the operator waits for `held` rather than stop the pod)."""
+        self._offer({**self._base(), QUERY_HOLDING_KEY: request})
 
     def held(self, request: str) -> None:
         """Say that the query is stopped under the operator's hold `request` (published at once)."""
         if self.metrics is not None:
             self.metrics.query_held.labels(self.cfg.handoff_id).set(1)
+        self._offer({**self._base(), QUERY_HELD_KEY: request})
+
+    def _base(self) -> dict[str, Any]:
+        """The newest record without a hold's keys (or the handoff and its totals before any batch)."""
         base = self._record or {"handoffId": self.cfg.handoff_id, "totals": self.totals.record()}
-        self._offer({**base, QUERY_HELD_KEY: request})
+        return {k: v for k, v in base.items() if k not in HOLD_KEYS}
 
     def _offer(self, record: dict[str, Any]) -> None:
         self._record = record
@@ -714,6 +723,8 @@ def write_termination_message(message: str, path: str = TERMINATION_LOG) -> None
 RESTART_QUERY = -1
 #: `wait`'s answer when the operator holds the query (driver.hold): stopped at a batch boundary.
 HOLD_QUERY = -2
+#: The progress record's keys about a hold (driver.hold): stopping for one, stopped under one.
+HOLD_KEYS = frozenset({QUERY_HELD_KEY, QUERY_HOLDING_KEY})
 #: How often `restart_when` is asked.
 LOOKUP_CHECK_SECONDS = 10.0
 
@@ -744,8 +755,11 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
             if stop_requested.is_set():
                 stop_at_batch_boundary(query, echo, switches.STOP_GRACE_SECONDS())
                 break
-            if hold is not None and stop_marker and hold.requested() is not None:
-                echo(f"the operator holds the query ({hold.requested()}): stopping it at the batch boundary")
+            request = hold.requested() if hold is not None else None
+            if request is not None and stop_marker:
+                echo(f"the operator holds the query ({request}): stopping it at the batch boundary")
+                if reporter is not None:
+                    reporter.holding(request)
                 return stop_between_batches(HOLD_QUERY)
             if restart_when is not None and time.monotonic() >= next_check:
                 next_check = time.monotonic() + LOOKUP_CHECK_SECONDS

@@ -9,9 +9,9 @@ Contract with the operator (`handoff_operator.replay.handlers`, names in `handof
 - the operator writes `QUERY_HOLD_ANNOTATION` (the request's name) on the progress ConfigMap, the one this
   driver publishes into and already reads for its executor count;
 - the driver polls it every `HANDOFF_HOLD_POLL_SECONDS` (default 1). While it is there the driver runs no
-  query: a running one stops at a batch boundary; a driver starting (a pod restarted mid-replay) waits before
-  its first one. Once stopped it publishes `QUERY_HELD_KEY` = the request's name: the operator's cue that no
-  batch can commit;
+  query: a running one says `QUERY_HOLDING_KEY` = the request's name and stops at a batch boundary; a driver
+  starting (a pod restarted mid-replay) waits before its first one. Once stopped it publishes `QUERY_HELD_KEY` =
+  the request's name: the operator's cue that no batch can commit;
 - when the operator removes the annotation, the driver plans its start again (the ledger is the truth: a
   checkpoint ahead of the rolled-back table is discarded, `driver.resume`) and starts the query again.
 The ledger's contiguity check still guards the table whatever the driver does: a batch that does not start

@@ -64,7 +64,8 @@ def _published(degraded: str | None) -> str:
     totals.add(report)
     # what `driver.app` adds to each record, and to the last one when its query is held (`ProgressReporter.held`)
     record = {**report.record("shop/orders"), "firstOfDriver": True, "totals": totals.record(),
-              "checkpointDiscarded": "the checkpoint is ahead of the table's ledger", contract.QUERY_HELD_KEY: "rewind"}
+              "checkpointDiscarded": "the checkpoint is ahead of the table's ledger", contract.QUERY_HELD_KEY: "rewind",
+              contract.QUERY_HOLDING_KEY: "rewind"}
     return document(record, "orders-driver-abc", 1_700_000_000_500)
 
 
@@ -79,7 +80,7 @@ def test_what_the_driver_publishes_is_what_the_operator_reads():
     assert driver_report.parse(_published(None)).degraded_reason is None
     assert report.totals is not None and report.totals["records"] == 10 and report.totals["snapshots"] == 1
     assert report.checkpoint_discarded == "the checkpoint is ahead of the table's ledger"
-    assert report.query_held == "rewind"
+    assert report.query_held == report.query_holding == "rewind"
 
 
 def test_the_documented_shape_is_the_published_one_and_covers_what_the_operator_reads():

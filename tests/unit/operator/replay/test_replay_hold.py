@@ -9,8 +9,10 @@ from handoff_operator.replay.hold import mode, stopped
 NOW = 1_800_000_000_000
 
 
-def _report(age_s: float = 1.0, pod: str | None = "orders-driver-1", held: str | None = None) -> DriverReport:
-    return DriverReport(published_at_ms=int(NOW - age_s * 1000), driver_pod=pod, query_held=held)
+def _report(age_s: float = 1.0, pod: str | None = "orders-driver-1", held: str | None = None,
+            holding: str | None = None) -> DriverReport:
+    return DriverReport(published_at_ms=int(NOW - age_s * 1000), driver_pod=pod, query_held=held,
+                        query_holding=holding)
 
 
 def test_a_driver_that_publishes_now_holds_its_query_in_place() -> None:
@@ -34,6 +36,10 @@ def test_a_held_query_is_quiet_once_the_driver_says_so_for_this_request() -> Non
 def test_an_unacknowledged_hold_stops_the_pod_instead() -> None:
     late = stopped("query", "rewind", _report(), ["orders-driver-1"], 60, 60)
     assert late.escalate and not late.done and "60s" in late.message
+    # a driver that said it is stopping for this hold (a long batch still running) is waited for, not restarted
+    finishing = stopped("query", "rewind", _report(holding="rewind"), ["orders-driver-1"], 600, 60)
+    assert not finishing.done and not finishing.escalate and "end of its batch" in finishing.message
+    assert stopped("query", "rewind", _report(holding="other"), ["orders-driver-1"], 60, 60).escalate
     # acknowledged late is still acknowledged: no pod restart
     assert stopped("query", "rewind", _report(held="rewind"), ["orders-driver-1"], 300, 60).done
 

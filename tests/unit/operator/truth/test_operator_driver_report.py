@@ -118,3 +118,4 @@ def test_a_held_query_is_read_and_anything_else_is_none():
     assert driver_report.parse(json.dumps({"publishedAtMs": 1, "queryHeld": "rewind"})).query_held == "rewind"
     assert driver_report.parse(json.dumps({"publishedAtMs": 1})).query_held is None
     assert driver_report.parse(json.dumps({"publishedAtMs": 1, "queryHeld": 3})).query_held is None
+    assert driver_report.parse(json.dumps({"publishedAtMs": 1, "queryHolding": "rewind"})).query_holding == "rewind"

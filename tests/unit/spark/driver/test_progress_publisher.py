@@ -37,3 +37,6 @@ def test_the_query_held_and_released_go_out_at_once() -> None:
     assert publish_due(state_key(held), state_key(running), published_at=99.0, now=100.0, interval=15)
     assert publish_due(state_key(running), state_key(held), published_at=99.0, now=100.0, interval=15)
     assert not publish_due(state_key(held), state_key(held), published_at=99.0, now=100.0, interval=15)
+    holding = {"batchId": 5, "queryHolding": "rewind"}
+    assert publish_due(state_key(holding), state_key(running), published_at=99.0, now=100.0, interval=15)
+    assert publish_due(state_key(held), state_key(holding), published_at=99.0, now=100.0, interval=15)

@@ -3,7 +3,7 @@ The hold end to end (a real driver, the operator, a real API server): tests/e2e/
 from __future__ import annotations
 
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import QUERY_HELD_KEY, QUERY_HOLD_ANNOTATION
+from handoff_spark.contract import QUERY_HELD_KEY, QUERY_HOLD_ANNOTATION, QUERY_HOLDING_KEY
 from handoff_spark.driver.hold import QueryHold, parse_hold
 
 
@@ -48,6 +48,8 @@ def test_a_held_query_is_published_with_the_last_batch_and_cleared_when_the_quer
     assert publisher.offered[-1][QUERY_HELD_KEY] == "rewind"
     assert publisher.offered[-1]["handoffId"] == "ns/x" and "totals" in publisher.offered[-1]
     reporter._offer({"handoffId": "ns/x", "batchId": 7, "totals": {}})
+    reporter.holding("rewind")  # seen, a batch still running
+    assert publisher.offered[-1] == {"handoffId": "ns/x", "batchId": 7, "totals": {}, QUERY_HOLDING_KEY: "rewind"}
     reporter.held("rewind")
     assert publisher.offered[-1] == {"handoffId": "ns/x", "batchId": 7, "totals": {}, QUERY_HELD_KEY: "rewind"}
     reporter.last_batch_id = 7
