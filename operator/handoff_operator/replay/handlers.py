@@ -13,7 +13,8 @@ The run of a Rollback / RollbackAndReplay:
    `handoff.io/query-hold=<request>` on the driver's progress ConfigMap. How the stream is quieted (`replay.hold`):
    a driver that publishes now holds its query itself (replay-hold `query`: the pod, JVM and Spark session stay,
    `handoff_spark.driver.hold`); otherwise render keeps the driver Deployment at 0 replicas (replay-hold `true`),
-   as it also does when a held driver has not acknowledged within `replay_hold_ack_seconds`;
+   as it also does when the driver has said neither that it is stopping its query nor that it stopped it within
+   `replay_hold_ack_seconds`;
 3. DriverStopped: the driver said its query is held for this request, or its pod is gone (SIGTERM: the app
    finishes its batch). The plan is made again against the now quiet table, since the driver may have committed
    batches meanwhile;
@@ -52,14 +53,13 @@ from handoff_operator.replay import plan as replay_plan
 from handoff_operator.replay import cost as replay_cost
 from handoff_operator.replay import table as replay_table
 from handoff_operator.upgrade import step as rollback
-from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, merge_conditions
+from handoff_operator.conditions import DEGRADED, PROGRESSING, READY, Condition, DriverReport, merge_conditions
 from handoff_operator.runtime.controllers import reconcile_handoff, record_reread
 from handoff_operator.runtime.kube import Kube, operator_kube, unless_gone
 from handoff_operator.runtime.settings import current_settings
 from handoff_operator.models import ReplayRequest, ReplayRequestSpec
 from handoff_operator.spec.render import (GROUP, PLURAL, QUERY_HOLD_VALUE, REPLAY_ANNOTATION, REPLAY_HOLD_ANNOTATION,
                                          VERSION, driver_name, referenced_secrets, render)
-from handoff_operator.conditions import DriverReport
 from handoff_operator.replay import hold as replay_hold
 from handoff_operator.truth import driver_report
 from handoff_spark.contract import QUERY_HOLD_ANNOTATION, progress_configmap_name
@@ -606,7 +606,7 @@ async def run_replay(namespace: str, name: str, memo: Any, stopped: kopf.DaemonS
         Rollback, RollbackAndReplay (phase Running from StoppingDriver on):
         Planned ──claim: the driver's query-hold, annotations replay + replay-hold──▶ StoppingDriver
         StoppingDriver ──the driver says its query is held, or its pod is gone; plan again──▶ DriverStopped
-        StoppingDriver ──query held but not acknowledged in time: replay-hold true (pod to 0)──▶ StoppingDriver
+        StoppingDriver ──query hold unanswered in time: replay-hold true (pod to 0)──▶ StoppingDriver
         DriverStopped ──tag the head handoff-undo-<namespace>-<request>──▶ Tagged
         Tagged ──rollback_to_snapshot(target)──▶ RolledBack
         RolledBack ──Rollback: the discarded offsets as a gap in the ledger──▶ GapRecorded

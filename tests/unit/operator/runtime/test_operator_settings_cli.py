@@ -16,9 +16,11 @@ def test_settings_from_env(monkeypatch):
     monkeypatch.setenv("HANDOFF_LOG_LEVEL", "DEBUG")
     monkeypatch.setenv("HANDOFF_METRICS_PORT", "9102")
     monkeypatch.setenv("HANDOFF_STATUS_INTERVAL", "7.5")
+    monkeypatch.setenv("HANDOFF_REPLAY_HOLD_ACK_SECONDS", "20")
     s = OperatorSettings()
     assert (s.namespaces, s.log_level, s.metrics_port, s.status_interval) == (["shop", "analytics"], "DEBUG",
                                                                             9102, 7.5)
+    assert s.replay_hold_ack_seconds == 20.0
 
 
 def test_settings_defaults_and_metrics_off(monkeypatch):
