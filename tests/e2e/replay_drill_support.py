@@ -53,6 +53,7 @@ class Kubelet:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.crashed: list[int] = []     # start indices of processes that exited by themselves
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -81,6 +82,12 @@ class Kubelet:
         """Every driver process's output so far, in start order."""
         return "".join((self.workdir / f"driver-{i}.log").read_text(errors="replace") for i in range(self.starts))
 
+    def crashes(self) -> str:
+        """The end of each crashed process's log: what an assertion on `starts` shows when a driver died."""
+        return "\n".join(f"driver-{i}.log (exited by itself):\n"
+                         + (self.workdir / f"driver-{i}.log").read_text(errors="replace")[-3000:]
+                         for i in self.crashed)
+
     def _terminate(self) -> None:
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGTERM)   # the app finishes its micro-batch and exits
@@ -105,6 +112,7 @@ class Kubelet:
             elif not replicas and self.proc is not None:
                 self._terminate()
             elif self.proc is not None and self.proc.poll() is not None:
+                self.crashed.append(self.starts - 1)
                 self.proc = None          # crashed: restart it, as the kubelet would
             time.sleep(0.5)
         if self.proc is not None:

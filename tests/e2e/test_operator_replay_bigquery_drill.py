@@ -175,7 +175,8 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             # Succeeded across the operator's kill; a second would be a second Event or a repeat count).
             eventually(lambda: "Succeeded" in drill.events("rewind"), "the Succeeded Event", timeout=30)
             assert drill.events("rewind").count("Succeeded") == 1
-            assert kubelet.starts == 1, "the replay held the query inside the running driver, never its process"
+            assert kubelet.starts == 1, ("the replay held the query inside the running driver, never its process"
+                                         + kubelet.crashes())
             assert "stopped its query at a batch boundary" in status["steps"][0]["message"], status["steps"][0]
             # The undo point: the table and its ledger as they were before the rollback, in snapshot tables.
             undo = status["undoTag"]
@@ -196,7 +197,7 @@ def test_rollback_and_replay_while_producing_survives_an_operator_kill_and_repla
             drill.request("again", mode="RollbackAndReplay", target={"snapshotId": target})
             again = drill.wait_phase("again", "Succeeded")
             assert again["plan"]["rollbackToSnapshot"] == str(target) and again["plan"]["records"] > 0
-            assert kubelet.starts == 1
+            assert kubelet.starts == 1, kubelet.crashes()
             logs = kubelet.logs()
             for name in ("rewind", "again"):
                 assert logs.count(f"restarted after the operator lifted its hold {name} ") == 1, logs[-3000:]
@@ -255,7 +256,7 @@ def test_rollback_leaves_its_gap_and_a_target_kafka_no_longer_holds_fails_before
             assert not failed.get("steps") and not failed.get("undoTag")
             assert _rows(cfg) == rows and bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id) == ledger  # type: ignore[arg-type]
             assert not rollback.undo_point_exists(cfg.sink, rollback.undo_name(cfg.sink, drill.ns, "too-old"))  # type: ignore[arg-type]
-            assert kubelet.starts == 2 and cluster.apps.read_namespaced_deployment(
-                "orders-driver", drill.ns).spec.replicas == 1
+            assert kubelet.starts == 2, kubelet.crashes()
+            assert cluster.apps.read_namespaced_deployment("orders-driver", drill.ns).spec.replicas == 1
     finally:
         op.stop()

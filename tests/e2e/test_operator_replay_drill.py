@@ -87,7 +87,8 @@ def test_rollback_and_replay_of_the_last_three_snapshots_restores_the_table(clus
             status = eventually(phase, "the replay Succeeded", timeout=300)
             assert status["plan"]["rollbackToSnapshot"] == str(target)
             assert status["progress"]["records"] == status["plan"]["records"] > 0
-            assert kubelet.starts == 1, "the replay held the query inside the running driver, never its process"
+            assert kubelet.starts == 1, ("the replay held the query inside the running driver, never its process"
+                                         + kubelet.crashes())
             stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
             assert "stopped its query at a batch boundary" in stopped["message"], stopped
             logs = kubelet.logs()

@@ -35,7 +35,7 @@ from typing import Any
 from handoff_spark import pyspark_private, switches
 from handoff_spark.contract import DESIRED_EXECUTORS_ANNOTATION
 from handoff_spark.startup.executor_warmup import Executor, WarmUp, partitions_target, run_warmup, to_warm, warmed
-from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client
+from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client, import_kubernetes
 
 DEFAULT_POLL = switches.SCALE_POLL_SECONDS.default
 #: How long a scale-down waits for a batch boundary before killing executors mid-batch.
@@ -185,6 +185,7 @@ class ExecutorScaler:
                             **kwargs)
 
     def start(self) -> None:
+        import_kubernetes()
         self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:

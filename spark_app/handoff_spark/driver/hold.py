@@ -29,7 +29,7 @@ from typing import Any
 
 from handoff_spark import switches
 from handoff_spark.contract import QUERY_HOLD_ANNOTATION
-from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client
+from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client, import_kubernetes
 
 log = logging.getLogger("handoff.hold")
 
@@ -61,6 +61,7 @@ class QueryHold:
         return cls(namespace, configmap, poll=max(0.1, switches.HOLD_POLL_SECONDS(env)), **kwargs)
 
     def start(self) -> QueryHold:
+        import_kubernetes()
         self._thread.start()
         return self
 

@@ -57,6 +57,16 @@ def document(record: Mapping[str, Any], pod: str | None, now_ms: int) -> str:
     return json.dumps({**record, "driverPod": pod, "publishedAtMs": now_ms}, sort_keys=True)
 
 
+def import_kubernetes() -> None:
+    """Import the Kubernetes client on the calling thread, before a thread that uses it starts.
+
+    Why: `kubernetes.config` imports `requests` (through requests_oauthlib). A first import of `requests` in a
+    background thread while the main thread imports it too (google-cloud-bigquery does, preparing the sink) can
+    fail with "partially initialized module 'requests.utils'", which crashed a driver at its start."""
+    import kubernetes.client  # noqa: F401
+    import kubernetes.config  # noqa: F401
+
+
 def api_client() -> Any:
     """In-cluster service account, else $KUBECONFIG (read now: the client reads it only at import)."""
     from kubernetes import client, config
@@ -87,6 +97,7 @@ class ProgressPublisher:
         self._closed = False
         self._sent: dict[str, Any] | None = None
         self._failures = 0
+        import_kubernetes()
         self._thread = threading.Thread(target=self._loop, name="handoff-progress-publisher", daemon=True)
         self._thread.start()
 
