@@ -91,6 +91,9 @@ def test_a_lag_spike_scales_executors_up_and_the_drain_down_in_steps_live(cluste
             # Executor pods stay Pending (see the module docstring) and Spark drops surplus ones after 1 s.
             "spark.kubernetes.executor.node.selector.handoff.io/no-such-node": "true",
             "spark.dynamicAllocation.executorIdleTimeout": "1s",
+            # Pending executors never register: without a ratio of 0 the session's start would wait for 80 % of
+            # them (Spark's default on Kubernetes) for spark.scheduler.maxRegisteredResourcesWaitingTime, 30 s.
+            "spark.scheduler.minRegisteredResourcesRatio": "0",
         })
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HANDOFF_PROGRESS_CONFIGMAP": "orders-progress",
                "HANDOFF_PROGRESS_NAMESPACE": ns, "HANDOFF_SCALE_POLL_SECONDS": "1",

@@ -146,8 +146,11 @@ def _spark_driver(cluster: Cluster, apiserver: Any, ns: str, pod: str, workdir: 
     conf, token = local_driver_conf(cluster, apiserver, ns, NAME, pod)
     kubeconfig = token_kubeconfig(apiserver, workdir / "driver.kubeconfig", f"system:serviceaccount:{ns}:{NAME}-driver",
                                   token)
+    # Executor pods that never run never register: without a ratio of 0 the session's start would wait for 80 % of
+    # them (Spark's default on Kubernetes) for spark.scheduler.maxRegisteredResourcesWaitingTime, 30 s.
     conf.update({"spark.kubernetes.executor.node.selector.handoff.io/no-such-node": "true",
-                 "spark.dynamicAllocation.executorIdleTimeout": "1s"})
+                 "spark.dynamicAllocation.executorIdleTimeout": "1s",
+                 "spark.scheduler.minRegisteredResourcesRatio": "0"})
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HANDOFF_PROGRESS_CONFIGMAP": f"{NAME}-progress",
            "HANDOFF_PROGRESS_NAMESPACE": ns, "HANDOFF_SCALE_POLL_SECONDS": "1"}
     log = workdir / "spark-driver.log"
@@ -228,8 +231,10 @@ def test_the_timeline_lists_a_drills_six_steps_in_order_with_their_details(clust
         return publishers[-1]
 
     # Only the crash loop may roll back here, never the readiness clock.
+    # The drill's driver is played by the test and never reads the query hold (as an image older than the hold):
+    # after replay_hold_ack_seconds without its word the replay stops the driver pod, the new pod the timeline shows.
     with operator_running(cluster.kubeconfig, status_interval=1.0, retention_check_interval=2.0,
-                          upgrade_readiness_timeout=3600.0, delete_grace_seconds=5.0):
+                          upgrade_readiness_timeout=3600.0, delete_grace_seconds=5.0, replay_hold_ack_seconds=2.0):
         try:
             cluster.create(ns, NAME, spec)
             first = cluster.make_driver_ready(ns, NAME).metadata.name

@@ -111,12 +111,14 @@ def local_driver_conf(cluster: "Cluster", apiserver: Any, namespace: str, name: 
 
 #: A Spark driver on this machine for `python -c PROBE_DRIVER '<sparkConf as JSON>'`: it starts a SparkSession with
 #: that conf (so Spark's Kubernetes backend creates the executor pods the conf says), prints "driver up" and runs
-#: until its stdin closes (`stop_driver`).
+#: until its stdin closes (`stop_driver`). Its start does not wait for executors to register (ratio 0): the test
+#: bed's executor pods never run a process, and Spark's default on Kubernetes waits for 80 % of them for
+#: spark.scheduler.maxRegisteredResourcesWaitingTime (30 s), which only delayed the stop.
 PROBE_DRIVER = """
 import json, sys
 from pyspark.sql import SparkSession
 conf = json.loads(sys.argv[1])
-builder = SparkSession.builder.appName("handoff-executor-probe")
+builder = SparkSession.builder.appName("handoff-executor-probe").config("spark.scheduler.minRegisteredResourcesRatio", "0")
 for key, value in conf.items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
