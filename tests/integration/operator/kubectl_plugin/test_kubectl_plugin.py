@@ -200,7 +200,8 @@ def test_timeline_merges_the_ledger_the_events_and_the_replays_newest_first(clus
 
     # Cost: the driver's running totals (published by its own publisher) rise; the operator adds the rise into
     # status.cost, its gauges and kubectl get's Cost column. A checkpoint the driver discarded is a timeline row.
-    publisher = ProgressPublisher(ns, "orders-progress", api=cluster.api, pod="orders-driver-0")
+    # A 1 s heartbeat (HANDOFF_PROGRESS_PUBLISH_SECONDS): the second record would otherwise wait for the 15 s one.
+    publisher = ProgressPublisher(ns, "orders-progress", api=cluster.api, pod="orders-driver-0", interval=1.0)
     report = BatchReport(batch_id=2, rows=10, duration_ms=800, start={}, end={(topic, 0): 20}, lag={(topic, 0): 0},
                          commit=None, max_event_time_ms=now_ms)
     for kafka_bytes, table_bytes in ((1000, 3 << 20), (2500, 5 << 20)):
