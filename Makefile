@@ -28,6 +28,9 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*
 	@# (compiled by the step below); without the zips the workers import those.
 	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
 	  $(VENV)/lib/python3*/site-packages/pyspark/python/lib/py4j-*-src.zip
+	@# One fixed mtime for Spark's jars: a new venv at the same path (a CI checkout) can then use the JVM
+	@# class-data archive the last one built (handoff_spark.startup.jvm_cds).
+	$(PY) -m handoff_spark.startup.jvm_cds --pin-jar-mtimes
 	@touch $@
 
 ## Bytecode for everything the venv holds, written once, as pip (and so the image) does at install: uv writes

@@ -51,12 +51,33 @@ def spark_jars_dir() -> Path:
     return Path(spark_home()) / "jars"
 
 
+#: The mtime `make venv` gives Spark's jars (`pin_jar_mtimes`). Any constant would do.
+PINNED_JAR_MTIME = 1_700_000_000
+
+
+def pin_jar_mtimes(jars: Path | None = None) -> int:
+    """Give the Spark jars one fixed mtime; returns how many changed.
+
+    Why: the JVM uses an archive only with the jars it was made from, checked by path, size and mtime. Every
+    fresh venv (uv unpacks pyspark anew) gave the jars new mtimes, so a new clone at the same path (a CI
+    checkout) could not use the archive the last one made and built its own (~30 s of `make test`)."""
+    jars = jars or spark_jars_dir()
+    changed = 0
+    for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
+        if int(jar.stat().st_mtime) != PINNED_JAR_MTIME:
+            os.utime(jar, (PINNED_JAR_MTIME, PINNED_JAR_MTIME))
+            changed += 1
+    return changed
+
+
 def cache_key() -> str:
-    """What an archive is made from: the java spark-submit runs and the Spark jars (names, sizes, mtimes)."""
+    """What an archive is made from: the java spark-submit runs and the Spark jars (their folder, names, sizes,
+    mtimes: what the JVM checks before it uses an archive)."""
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java") or "java"
     h = hashlib.sha256(os.path.realpath(java).encode())
     jars = spark_jars_dir()
+    h.update(f"{os.path.realpath(jars)};".encode())
     for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
         st = (jars / name).stat()
         h.update(f"{name}:{st.st_size}:{int(st.st_mtime)};".encode())
@@ -183,9 +204,8 @@ def prune(current: Path, keep_others: int = KEEP_OTHERS, unused_days: float = KE
     """Delete the cache's archives that belong to other JDKs or Spark installs, but the `keep_others` most
     recently used ones unless unused for `unused_days`. Returns what it deleted.
 
-    Why: the key holds the Spark jars' mtimes, and a CDS archive is valid only for the class path it was made
-    from, so every venv (each clone, each reinstall) makes its own ~170 MB archive; a developer's cache grew to
-    3.7 GB. An archive deleted while a JVM has it mapped stays readable to that JVM; a driver started after
+    Why: a CDS archive is valid only for the class path it was made from, so every venv at another path makes its
+    own ~170 MB archive; a developer's cache grew to 3.7 GB. An archive deleted while a JVM has it mapped stays readable to that JVM; a driver started after
     finds none and loads classes as without the archive (`archive`), never a failed start."""
     used = []
     for other in current.parent.glob("*.jsa"):
@@ -210,11 +230,14 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--create":
         create(argv[1])
         return 0
+    if argv == ["--pin-jar-mtimes"]:
+        print(f"{pin_jar_mtimes()} Spark jars given the mtime {PINNED_JAR_MTIME}", file=sys.stderr)
+        return 0
     if_missing = argv[:1] == ["--if-missing"]
     argv = argv[1:] if if_missing else argv
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
         print("usage: python -m handoff_spark.startup.jvm_cds [--if-missing] [ARCHIVE_PATH]  (default: this machine's cache; "
-              "--if-missing: keep an archive already there)", file=sys.stderr)
+              "--if-missing: keep an archive already there) | --pin-jar-mtimes", file=sys.stderr)
         return 2
     path = Path(argv[0]) if argv else cache_path()
     if not (if_missing and path.is_file()):

@@ -80,3 +80,37 @@ def test_the_make_step_removes_other_installs_archives_but_the_recently_used(tmp
     assert sorted(p.name for p in current.parent.glob("*.jsa")) == sorted([current.name, "a.jsa", "b.jsa", "c.jsa"])
     assert current.read_bytes() == b"this install's archive"
     assert out.stderr.count("removed ") == 3, out.stderr
+
+
+def test_pinned_jars_give_a_new_venv_at_the_same_path_the_same_archive(tmp_path: Path) -> None:
+    """`make venv` runs `python -m handoff_spark.startup.jvm_cds --pin-jar-mtimes`: a venv made again at the same
+    path (uv unpacks the jars anew, with new mtimes) keys the archive the last one built; a venv elsewhere does
+    not (the JVM checks the jars' path too)."""
+    import os
+    import subprocess
+    import sys
+
+    def venv(where: Path, mtime: int) -> Path:
+        jars = where / "jars"
+        jars.mkdir(parents=True, exist_ok=True)
+        for name in ("spark-core.jar", "scala-library.jar"):
+            (jars / name).write_bytes(b"classes of " + name.encode())
+            os.utime(jars / name, (mtime, mtime))
+        return where
+
+    def key(spark_home: Path, *args: str) -> str:
+        env = {**os.environ, "SPARK_HOME": str(spark_home), "PYTHONPATH": str(Path(jvm_cds.__file__).parents[2])}
+        if args:
+            subprocess.run([sys.executable, "-m", "handoff_spark.startup.jvm_cds", *args], env=env, check=True,
+                           capture_output=True)
+        return subprocess.run([sys.executable, "-c", "from handoff_spark.startup import jvm_cds; "
+                               "print(jvm_cds.cache_key())"], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    home = tmp_path / "clone" / "spark"
+    first = key(venv(home, 1_800_000_000), "--pin-jar-mtimes")
+    assert {int(j.stat().st_mtime) for j in (home / "jars").glob("*.jar")} == {jvm_cds.PINNED_JAR_MTIME}
+    assert key(venv(home, 1_800_000_500)) != first          # unpacked anew: not the archive's jars
+    assert key(home, "--pin-jar-mtimes") == first           # pinned again: the same archive
+    elsewhere = tmp_path / "other-clone" / "spark"
+    assert key(venv(elsewhere, 1_800_000_000), "--pin-jar-mtimes") != first
