@@ -78,9 +78,9 @@ def cache_key() -> str:
     h = hashlib.sha256(os.path.realpath(java).encode())
     jars = spark_jars_dir()
     h.update(f"{os.path.realpath(jars)};".encode())
-    for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
-        st = (jars / name).stat()
-        h.update(f"{name}:{st.st_size}:{int(st.st_mtime)};".encode())
+    for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():  # the class path's `jars/*`: jar files only
+        st = jar.stat()
+        h.update(f"{jar.name}:{st.st_size}:{int(st.st_mtime)};".encode())
     return h.hexdigest()[:16]
 
 

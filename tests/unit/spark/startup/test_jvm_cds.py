@@ -96,6 +96,8 @@ def test_pinned_jars_give_a_new_venv_at_the_same_path_the_same_archive(tmp_path:
         for name in ("spark-core.jar", "scala-library.jar"):
             (jars / name).write_bytes(b"classes of " + name.encode())
             os.utime(jars / name, (mtime, mtime))
+        (jars / "connect-repl").mkdir(exist_ok=True)  # pyspark's jars/ holds a folder too, not on the class path
+        os.utime(jars / "connect-repl", (mtime, mtime))
         return where
 
     def key(spark_home: Path, *args: str) -> str:
