@@ -189,6 +189,10 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
     assert registered <= set(executor_pods), (registered, sorted(executor_pods))
     assert all(p["metadata"]["ownerReferences"][0]["uid"] == driver_uid for p in executor_pods.values())
 
+    # The 45 s cooldown held the count at 3 until the new executors registered and warmed; the drain's steps need
+    # not be that far apart (10 s still shows each on its own). Like maxExecutors above, it applies live.
+    cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type=merge",
+                    "-p", '{"spec": {"scaling": {"cooldown": "10s"}}}')
     # The drain: everything reaches the table, then the count goes down a step per cooldown.
     def drained() -> bool:
         return desired() == 1 and _rows(state) == produced
