@@ -51,6 +51,11 @@ def spark_jars_dir() -> Path:
     return Path(spark_home()) / "jars"
 
 
+def class_path_jars(jars: Path) -> list[Path]:
+    """The jar files of `jars`, as the class path's `jars/*` names them (pyspark's folder also holds a folder)."""
+    return sorted(jars.glob("*.jar")) if jars.is_dir() else []
+
+
 #: The mtime `make venv` gives Spark's jars (`pin_jar_mtimes`). Any constant would do.
 PINNED_JAR_MTIME = 1_700_000_000
 
@@ -63,7 +68,7 @@ def pin_jar_mtimes(jars: Path | None = None) -> int:
     checkout) could not use the archive the last one made and built its own (~30 s of `make test`)."""
     jars = jars or spark_jars_dir()
     changed = 0
-    for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
+    for jar in class_path_jars(jars):
         if int(jar.stat().st_mtime) != PINNED_JAR_MTIME:
             os.utime(jar, (PINNED_JAR_MTIME, PINNED_JAR_MTIME))
             changed += 1
@@ -78,7 +83,7 @@ def cache_key() -> str:
     h = hashlib.sha256(os.path.realpath(java).encode())
     jars = spark_jars_dir()
     h.update(f"{os.path.realpath(jars)};".encode())
-    for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():  # the class path's `jars/*`: jar files only
+    for jar in class_path_jars(jars):
         st = jar.stat()
         h.update(f"{jar.name}:{st.st_size}:{int(st.st_mtime)};".encode())
     return h.hexdigest()[:16]
@@ -205,8 +210,9 @@ def prune(current: Path, keep_others: int = KEEP_OTHERS, unused_days: float = KE
     recently used ones unless unused for `unused_days`. Returns what it deleted.
 
     Why: a CDS archive is valid only for the class path it was made from, so every venv at another path makes its
-    own ~170 MB archive; a developer's cache grew to 3.7 GB. An archive deleted while a JVM has it mapped stays readable to that JVM; a driver started after
-    finds none and loads classes as without the archive (`archive`), never a failed start."""
+    own ~170 MB archive; a developer's cache grew to 3.7 GB. An archive deleted while a JVM has it mapped stays
+    readable to that JVM; a driver started after finds none and loads classes as without the archive (`archive`),
+    never a failed start."""
     used = []
     for other in current.parent.glob("*.jsa"):
         if other == current:
