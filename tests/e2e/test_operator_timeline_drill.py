@@ -46,7 +46,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from handoff_spark.driver.publisher import ProgressPublisher
-from operator_support import (IMAGE, Cluster, base_spec, eventually, ledger_commit, local_driver_conf,
+from handoff_testbed.eventually import eventually as _eventually
+from operator_support import (IMAGE, NOT_YET, Cluster, base_spec, eventually, ledger_commit, local_driver_conf,
                               operator_running, sqlite_ledger_table, stop_driver, timeline, token_kubeconfig)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.e2e]
@@ -123,11 +124,17 @@ def _pods_of(cluster: Cluster, ns: str, config_hash: str) -> list[Any]:
 
 def _recorded(cluster: Cluster, ns: str, reason: str, contains: str) -> dict[str, Any]:
     """Wait until the operator's timeline record holds an entry of `reason` whose message holds `contains`."""
-    def probe() -> dict[str, Any] | None:
+    def entries() -> list[dict[str, Any]]:
         text = (cluster.core.read_namespaced_config_map(f"{NAME}-timeline", ns).data or {}).get("timeline.json")
-        return next((e for e in json.loads(text or "[]") if e["reason"] == reason and contains in e["message"]),
-                    None)
-    return eventually(probe, f"a {reason} entry with {contains!r} in the timeline record", timeout=90)
+        return json.loads(text or "[]")
+
+    def probe() -> dict[str, Any] | None:
+        return next((e for e in entries() if e["reason"] == reason and contains in e["message"]), None)
+
+    def record() -> str:  # on failure: what the record holds instead
+        return "the record: " + "; ".join(f"{e['reason']}: {e['message'][:160]}" for e in entries()[-12:])
+    return _eventually(probe, f"a {reason} entry with {contains!r} in the timeline record", timeout=90,
+                       retry_on=NOT_YET, context=record)
 
 
 def _new_driver_pod(cluster: Cluster, ns: str, old: set[str]) -> str:

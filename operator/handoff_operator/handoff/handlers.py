@@ -289,13 +289,15 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
     for kind, reason, message in decision.events:
         kopf.event(obj, type=kind, reason=reason, message=message)
     if not seen.deleting:
-        _record(kube, obj, decision.status, decision.events, check, facts.driver, seen.report)
+        _record(kube, obj, decision.status, decision.events, check, facts.driver, seen.report,
+                seen.driver.pod_name if seen.driver is not None else None)
 
 
 def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], events: list[tuple[str, str, str]],
-            check: Any, driver: Any, report: DriverReport | None) -> None:
+            check: Any, driver: Any, report: DriverReport | None, seen_pod: str | None = None) -> None:
     """Append what this reconcile owes to the handoff's timeline record (handoff.journal), when it owes
-    anything. A record that cannot be written loses that history, never the reconcile: logged, not raised."""
+    anything. A record that cannot be written loses that history, never the reconcile: logged, not raised.
+    `seen_pod`: the driver pod gathered before acting (`driver` is read back after)."""
     meta = obj["metadata"]
     key = (meta["namespace"], meta["name"])
     before = _restarts_seen.get(key)
@@ -318,7 +320,7 @@ def _record(kube: Kube, obj: Mapping[str, Any], status: Mapping[str, Any], event
         driver_restarts=(before[1] if before is not None and driver is not None and before[0] == driver.pod_name
                          else None, now_count),
         last_termination=driver.last_termination_reason if driver is not None else None,
-        checkpoint_discarded=discarded)
+        checkpoint_discarded=discarded, seen_pod=seen_pod)
     if not owed:
         return
     for _attempt in range(2):

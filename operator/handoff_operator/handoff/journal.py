@@ -44,7 +44,8 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
          retention_before: str | None = None,
          driver_restarts: tuple[int | None, int | None] = (None, None),
          last_termination: str | None = None,
-         checkpoint_discarded: tuple[str, str] | None = None) -> list[Entry]:
+         checkpoint_discarded: tuple[str, str] | None = None,
+         seen_pod: str | None = None) -> list[Entry]:
     """The entries one reconcile owes, oldest first: a spec change, the driver's pod starting or being replaced,
     its container restarting, a retention check (`retention_checked`: the check's verdict in a line,
     "<reason>: <message>", None: no check this time) unless its reason is the last check's (`retention_before`:
@@ -53,7 +54,9 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
 
     `driver_restarts`: the driver container's restart count as last seen by this process and now (None:
     unknown); only a rise in the same pod is a restart. `checkpoint_discarded`: (driver pod, why) from the
-    driver's published record."""
+    driver's published record. `seen_pod`: the driver pod this reconcile gathered before it acted; when its act
+    replaced that pod at once (a rollback's Recreate, read back after the apply), the pod in between still gets
+    its entries, so the timeline names the pod a decision was about (the crash-looping one a rollback removed)."""
     out: list[Entry] = []
     observed = old_status.get("observedGeneration")
     if observed is not None and generation > int(observed):
@@ -61,12 +64,16 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
                          f"generation {generation} of the spec (was {observed})"))
     old_pod = (old_status.get("app") or {}).get("driver")
     new_pod = (new_status.get("app") or {}).get("driver")
-    if new_pod and new_pod != old_pod:
-        if old_pod:
+    pods = [old_pod]
+    for pod in (seen_pod, new_pod):
+        if pod and pod not in pods:  # a replaced pod never comes back (names are unique); the status may keep one
+            pods.append(pod)
+    for before_pod, pod in zip(pods, pods[1:]):
+        if before_pod:
             out.append(entry(now_ms, "Normal", "DriverReplaced",
-                             f"driver pod {new_pod} replaced {old_pod} (a restart, a kill or an eviction)"))
+                             f"driver pod {pod} replaced {before_pod} (a restart, a kill or an eviction)"))
         else:
-            out.append(entry(now_ms, "Normal", "DriverStarted", f"driver pod {new_pod} created"))
+            out.append(entry(now_ms, "Normal", "DriverStarted", f"driver pod {pod} created"))
     before, now = driver_restarts
     if new_pod and new_pod == old_pod and before is not None and now is not None and now > before:
         out.append(entry(now_ms, "Warning", "DriverRestarted",

@@ -33,6 +33,21 @@ def test_driver_pods_start_and_are_replaced():
     assert owed(new_status={"app": {}}) == []  # no pod now: nothing started
 
 
+def test_a_pod_replaced_within_the_reconcile_that_saw_it_keeps_its_entries():
+    """A rollback's reconcile gathered the crash-looping p2 and its Recreate made p3 before the read back: the
+    timeline still names p2 (p1 → p2 → p3), and a pod seen and still there is one entry, not two."""
+    got = owed(new_status={"app": {"driver": "p3"}}, seen_pod="p2")
+    assert [(e["reason"], e["message"].split(" (")[0]) for e in got] == [
+        ("DriverReplaced", "driver pod p2 replaced p1"), ("DriverReplaced", "driver pod p3 replaced p2")]
+    assert [e["message"].split(" (")[0] for e in owed(new_status={"app": {"driver": "p2"}}, seen_pod="p2")] == [
+        "driver pod p2 replaced p1"]
+    assert owed(seen_pod="p1") == []
+    # the read back found no live pod, so the status kept p1: p2 is the news, not a return to p1
+    assert [e["message"].split(" (")[0] for e in owed(seen_pod="p2")] == ["driver pod p2 replaced p1"]
+    assert [e["message"] for e in owed(old_status={"observedGeneration": 1}, new_status={"app": {"driver": "p2"}},
+                                       seen_pod="p1")][0] == "driver pod p1 created"
+
+
 def test_a_container_restart_in_the_same_pod_counts_only_a_rise():
     [e] = owed(driver_restarts=(1, 2), last_termination="OOMKilled")
     assert e["type"] == "Warning" and e["reason"] == "DriverRestarted" and "OOMKilled" in e["message"]
