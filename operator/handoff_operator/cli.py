@@ -167,11 +167,10 @@ def _ledger(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     import time
 
-    import yaml
-
     from handoff_spark.config import AppConfig
     from handoff_spark.ledger import entries
 
+    from handoff_operator import yaml_text
     from handoff_operator.kubectl_plugin import timeline
     from handoff_operator.kubectl_plugin.output import print_document
 
@@ -201,7 +200,7 @@ def _timeline(args: argparse.Namespace) -> int:
                 if args.output == "json":
                     print(json.dumps(r, default=str))
                 elif args.output == "yaml":
-                    print("---\n" + yaml.safe_dump(r, sort_keys=False, default_flow_style=False), end="")
+                    print("---\n" + yaml_text.dump(r, sort_keys=False, default_flow_style=False), end="")
                 else:
                     print(timeline.format_text([r]))
     except KeyboardInterrupt:

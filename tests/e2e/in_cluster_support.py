@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import helm_python as helm
 import yaml
 
+from handoff_operator import yaml_text
 from handoff_testbed.eventually import eventually as _eventually
 from handoff_testbed.image import build_image
 from handoff_testbed.proc import Service
@@ -60,7 +61,7 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
     def apply(self, *docs: dict[str, Any]) -> None:
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml_text.dump_all(docs))
 
     def offer(self, port: int) -> str:
         """`host:port` where pods reach the loopback service on `port` (a relay on pod_host)."""

@@ -74,9 +74,9 @@ def kubectl(kubeconfig: str, *args: str, check: bool = True) -> subprocess.Compl
 def token_kubeconfig(apiserver: Any, path: Path, user: str, token: str) -> Path:
     """A kubeconfig for the test bed's API server that authenticates with a ServiceAccount token (e.g. from the
     TokenRequest API): what a pod running as that account would present."""
-    import yaml
+    from handoff_operator import yaml_text
 
-    path.write_text(yaml.safe_dump({
+    path.write_text(yaml_text.dump({
         "apiVersion": "v1", "kind": "Config", "current-context": user,
         "clusters": [{"name": "test", "cluster": {"server": apiserver.server,
                                                   "certificate-authority": str(apiserver.ca_cert)}}],

@@ -253,7 +253,7 @@ def make_tables(workdir: Path, namespace: str, count: int, end: dict[int, int]) 
 
 
 def manifests(namespace: str, count: int, bootstrap: str, catalog: dict[str, str]) -> str:
-    import yaml
+    from handoff_operator import yaml_text
 
     docs = []
     for i in range(count):
@@ -262,7 +262,7 @@ def manifests(namespace: str, count: int, bootstrap: str, catalog: dict[str, str
         spec["sink"] = {"iceberg": {"catalog": {"name": "lake", "properties": catalog}, "table": f"shop.t{i}"}}
         spec["checkpoint"] = {"location": f"file:///tmp/handoff-bench/{namespace}/h{i}"}
         spec["schema"] = {"columns": [{"name": "id", "type": "long"}]}
-        docs.append(yaml.safe_dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+        docs.append(yaml_text.dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
                                 "metadata": {"name": f"h{i}", "namespace": namespace}, "spec": spec}))
     return "---\n".join(docs)
 

@@ -28,9 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from handoff_operator import health
+from handoff_operator import health, yaml_text
 from handoff_operator.crd.apidoc import api_reference
 from handoff_operator.models import ALL_RESOURCES, CustomResource
 
@@ -197,7 +195,7 @@ def crd_for(model: type[CustomResource]) -> dict[str, Any]:
 
 
 def render(crd: dict[str, Any]) -> str:
-    return HEADER + yaml.safe_dump(crd, sort_keys=False, width=120, allow_unicode=True)
+    return HEADER + yaml_text.dump(crd, sort_keys=False, width=120, allow_unicode=True)
 
 
 def expected_files(root: Path = REPO_ROOT) -> dict[Path, str]:

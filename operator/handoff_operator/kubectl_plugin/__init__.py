@@ -7,7 +7,8 @@ decides, it only reads and writes the resources the operator works from.
 Modules: `status` and `replay` hold the pure parts (summaries, manifests, what a status change means), `ledger`
 and `cli` the I/O.
 
-May import: `models`, `runtime.kube`, `spec` (the app config the operator would render), `truth.driver_report`
-and `handoff_spark.ledger` (the data plane's public face; the backend is imported when the ledger is read).
+May import: `models`, `runtime.kube`, `spec` (the app config the operator would render), `truth.driver_report`,
+`yaml_text` (what `-o yaml` prints) and `handoff_spark.ledger` (the data plane's public face; the backend is
+imported when the ledger is read).
 Imported by nothing: it is an entry point.
 """

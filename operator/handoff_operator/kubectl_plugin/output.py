@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import yaml
+from handoff_operator import yaml_text
 
 
 def print_document(doc: Any, output: str, text: Callable[[Any], str]) -> None:
@@ -14,6 +14,6 @@ def print_document(doc: Any, output: str, text: Callable[[Any], str]) -> None:
     if output == "json":
         print(json.dumps(doc, indent=2, default=str))
     elif output == "yaml":
-        print(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), end="")
+        print(yaml_text.dump(doc, sort_keys=False, default_flow_style=False), end="")
     else:
         print(text(doc))

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from handoff_operator import yaml_text
 from operator_support import (PROBE_DRIVER, Cluster, Operator, base_spec, eventually, kubectl, local_driver_conf,
                               stop_driver)
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.apiserver
 
 def _manifest(tmp_path: Path, ns: str, name: str, spec: dict[str, Any]) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+    path.write_text(yaml_text.dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
                                     "metadata": {"name": name, "namespace": ns}, "spec": spec}))
     return path
 

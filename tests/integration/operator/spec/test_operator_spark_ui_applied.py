@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from handoff_operator import yaml_text
 
 from operator_support import Cluster, Operator, base_spec, eventually, kubectl
 
@@ -37,7 +38,7 @@ def _plugin(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _manifest(tmp_path: Path, ns: str, name: str, spec: dict[str, Any]) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
+    path.write_text(yaml_text.dump({"apiVersion": "handoff.io/v1alpha1", "kind": "StreamTableHandoff",
                                     "metadata": {"name": name, "namespace": ns}, "spec": spec}))
     return path
 
