@@ -21,9 +21,8 @@ REGION = "us-east-1"
 
 
 def _moto_server() -> list[str]:
-    """moto_server next to the running interpreter (the repo's .venv), else `python -m moto.server`."""
-    script = Path(sys.executable).parent / "moto_server"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "moto.server"]
+    """moto's server as `moto_server` runs it, answering `Expect: 100-continue` once (moto_s3_server says why)."""
+    return [sys.executable, str(Path(__file__).with_name("moto_s3_server.py"))]
 
 
 class S3(ServiceComponent):

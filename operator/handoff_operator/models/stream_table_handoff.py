@@ -726,7 +726,8 @@ class TransformSpec(SpecModel):
 
 
 class DedupeSpec(SpecModel):
-    """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark, its state in the checkpoint)."""
+    """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark; its state in RocksDB, off the heap, in
+    the checkpoint)."""
 
     keys: list[str] = Field(min_length=1, max_length=16, description=(
         "Columns of the business key, after the transform if one is set, e.g. [order_id]."))

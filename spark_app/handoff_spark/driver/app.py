@@ -201,8 +201,27 @@ def gcs_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
 
 
 FRAME_SHUFFLE_PARTITIONS = 8
+STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_MAX_BYTES = "2147483647"
+
+
+def frame_path_conf(conf: dict[str, str], cfg: AppConfig) -> dict[str, str]:
+    """`conf` with what the DataFrame path's stateful query needs; a user's own setting wins, and once a query has
+    started, its checkpoint's (Spark keeps both keys in the offset log). The fused path gets neither.
+
+    - Shuffle partitions: fixed in the checkpoint at the first start; Spark's 200 would make every batch 200 tasks
+      on any node, for ever. 8: parallel enough for a few executors, cheap on one core.
+    - A dedupe's state in RocksDB, off the heap: a window of keys in Spark's default heap store ran a 1 GiB
+      executor out of memory at 1M keys (docs/design/spark-data-path.md)."""
+    if not cfg.frame_path:
+        return conf
+    out = dict(conf)
+    out.setdefault("spark.sql.shuffle.partitions", str(FRAME_SHUFFLE_PARTITIONS))
+    if cfg.dedupe is not None:
+        out.setdefault(STATE_STORE_KEY, ROCKSDB_STATE_STORE)
+    return out
 
 
 def build_session(cfg: AppConfig) -> Any:
@@ -227,11 +246,7 @@ def build_session(cfg: AppConfig) -> Any:
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
-    if cfg.frame_path:
-        # A stateful query's shuffle partitions (the dedupe's state store) are fixed in its checkpoint at its first
-        # start; Spark's 200 would make every batch 200 tasks on any node, for ever. 8: parallel enough for a few
-        # executors, cheap on one core. A user's own setting wins (and, once started, the checkpoint's).
-        conf.setdefault("spark.sql.shuffle.partitions", str(FRAME_SHUFFLE_PARTITIONS))
+    conf = frame_path_conf(conf, cfg)
     if master is None or master.startswith("local"):
         conf.setdefault("spark.ui.showConsoleProgress", "false")
     if master:
