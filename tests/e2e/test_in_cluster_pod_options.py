@@ -171,7 +171,8 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
                                                                   postgres: Any, s3: Any) -> None:
     """The confinement a restricted namespace asks for (Pod Security Standard "restricted"): non-root, no privilege
     escalation, no capabilities, RuntimeDefault seccomp, and a read-only root filesystem with an emptyDir for
-    scratch space at /tmp; the driver and Spark's executors run with it and commit."""
+    scratch space at /tmp; the driver and Spark's executors run with it and commit, through a dedupe whose RocksDB
+    state goes to the checkpoint on S3."""
     with handoff_namespace(cluster, pod_kafka, "ro", NAME, {"statusInterval": 3}) as where:
         ns = where.namespace
         catalog = lake_catalog(postgres, s3, f"{BUCKET}-ro")
@@ -191,6 +192,10 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         handoff["spec"]["checkpoint"] = {"location": f"s3a://{checkpoint_bucket}/{NAME}",
                                          "credentialsSecret": "ckpt-s3", "endpoint": s3_for_pods,
                                          "pathStyleAccess": True, "region": "us-east-1"}
+        # A dedupe on the id: the DataFrame path, with its state in RocksDB (a native library it unpacks into
+        # the scratch space, its files uploaded to the checkpoint on S3) under the same confinement.
+        handoff["spec"]["dedupe"] = {"keys": ["id"], "within": "1h"}
+        handoff["spec"]["deadLetter"] = {"topic": f"{where.topic}-dlq"}
         handoff["spec"]["spark"]["pod"] = {
             "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
             "containerSecurityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
@@ -217,6 +222,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         keys = [o["Key"] for page in s3.client().get_paginator("list_objects_v2").paginate(
             Bucket=checkpoint_bucket, Prefix=f"{NAME}/") for o in page.get("Contents", [])]
         assert any("/offsets/" in k for k in keys) and any("/commits/" in k for k in keys), keys[:20]
+        assert any("/state/" in k and "/SSTs/" in k for k in keys), keys  # the dedupe's state, RocksDB's files
         assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
         for pod in executors:
             (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]
