@@ -482,6 +482,24 @@ def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+#: The dedupe keys the checkpoint's Spark state is keyed by (`driver.resume`): `{"dedupeKeys": [...] | null}`,
+#: written at every start. Spark refuses a state whose key schema changed (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE).
+STATE_KEYS_FILE = "handoff/state-keys.json"
+
+
+def write_state_keys(checkpoint: str, keys: list[str] | None) -> None:
+    files(checkpoint).write(STATE_KEYS_FILE, json.dumps({"dedupeKeys": keys}))
+
+
+def read_state_keys(checkpoint: str) -> tuple[bool, list[str] | None]:
+    """(recorded?, the keys): a checkpoint written before this file existed has none recorded."""
+    doc = read_json(checkpoint, STATE_KEYS_FILE)
+    if not isinstance(doc, dict) or "dedupeKeys" not in doc:
+        return False, None
+    keys = doc["dedupeKeys"]
+    return True, [str(k) for k in keys] if isinstance(keys, list) else None
+
+
 # ------------------------------------------------------------------ the DataFrame path's side files
 
 #: Per batch, what the frame source's read tasks counted (`sink.frames`): `handoff/frames/<batch>/<range>.json`.

@@ -150,6 +150,31 @@ def test_a_lost_checkpoint_keeps_the_dedupe_window(kafka, tmp_path):
     assert "dedupe window rebuilt from Kafka" in runs[0].log.read_text()
 
 
+def test_changed_dedupe_keys_rebuild_the_window_from_the_ledger_instead_of_failing_on_the_old_state(kafka, tmp_path):
+    """Spark's dedupe state in the checkpoint is keyed by the old `dedupe.keys`, and Spark refuses a state whose
+    key schema changed. The checkpoint is a cache: the driver discards it, says why, and rebuilds the window for the
+    new keys from the records the ledger committed, so the stream goes on and keys re-sent within the window are
+    still dropped."""
+    topic = "tx-dedupe-keys"
+    kafka.create_topic(topic, partitions=2)
+    config(tmp_path, kafka, topic)
+    phase1 = first_phase(600)
+    produce(kafka.bootstrap, topic, phase1)
+    run_to_completion(tmp_path, max_runs=1)
+    fields = {"transform": {"sql": SQL}, "dedupe": {"keys": ["id", "region"], "withinSeconds": 3600},
+              "eventTime": {"column": "ts", "watermarkSeconds": 3600}}
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic, columns=COLUMNS, max_records=300,
+                       deadLetterTopic=topic + "-dlq", **fields)
+    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent within the window (same id, same region)
+    fresh = [order(600 + i, 600 + i) for i in range(50)]
+    produce(kafka.bootstrap, topic, again + fresh)
+    runs = run_to_completion(tmp_path, max_runs=1)
+    log = runs[0].log.read_text()
+    check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
+    assert "dedupe.keys changed from [id] to [id, region]" in log, log[-3000:]
+    assert "dedupe window rebuilt from Kafka" in log
+
+
 def test_a_lookup_joins_the_catalogs_table_and_its_new_content_after_it_changes(kafka, tmp_path):
     """Enrichment: the SQL joins a table of the handoff's catalog; when that table changes, the running driver
     restarts its query (same session, same checkpoint) and the next batches join the new content."""

@@ -10,7 +10,11 @@ The Kafka cluster id and topic ids recorded in the ledger are checked first: off
 topic (or of another cluster) mean nothing for the new one, so the driver refuses to start rather than re-read
 or skip records silently, and says how to proceed.
 
-`checkpoint_problems` and `ledger.identity_problems` (handoff_spark.ledger.record) are the pure decisions; `prepare_start` does the I/O.
+A checkpoint whose Spark state is keyed by other `dedupe.keys` than the spec's (recorded at each start) is discarded
+too: Spark refuses a changed state key schema, and the window is rebuilt for the new keys from the ledger.
+
+`checkpoint_problems`, `state_keys_problem` and `ledger.identity_problems` (handoff_spark.ledger.record) are the
+pure decisions; `prepare_start` does the I/O.
 """
 from __future__ import annotations
 
@@ -84,6 +88,18 @@ class StartPlan:
         return out
 
 
+def state_keys_problem(recorded: list[str] | None, keys: list[str] | None) -> str | None:
+    """Why a checkpoint's Spark state no longer fits the spec's `dedupe.keys` (None: it fits). Spark keys the
+    dedupe's state by them and refuses a changed key schema, so the driver would fail at every start; the window
+    is rebuilt from the ledger instead (`driver.seed`), for the new keys."""
+    if recorded == keys:
+        return None
+
+    def shown(k: list[str] | None) -> str:
+        return f"[{', '.join(k)}]" if k is not None else "none (no dedupe)"
+    return f"dedupe.keys changed from {shown(recorded)} to {shown(keys)}"
+
+
 def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> StartPlan:
     """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the
     ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sink.registry.SinkBackend`)."""
@@ -124,5 +140,16 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> S
             echo(f"checkpoint {cfg.checkpoint_location} disagrees with the table's ledger and is discarded "
                  f"({', '.join(removed)}): {discarded}. Resuming from the ledger.")
             log.warning("checkpoint discarded: %s", discarded)
+    keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    if not point.empty and discarded is None:
+        recorded, recorded_keys = ckpt.read_state_keys(cfg.checkpoint_location)
+        changed = state_keys_problem(recorded_keys, keys) if recorded else None
+        if changed:
+            discarded = changed
+            removed = ckpt.discard(cfg.checkpoint_location)
+            echo(f"checkpoint {cfg.checkpoint_location} holds Spark's dedupe state for other keys and is discarded "
+                 f"({', '.join(removed)}): {changed}. Resuming from the ledger.")
+            log.warning("checkpoint discarded: %s", changed)
+    ckpt.write_state_keys(cfg.checkpoint_location, keys)
     ckpt.write_kafka_identity(cfg.checkpoint_location, {"cluster": cluster, "topics": topic_ids})
     return StartPlan(ledger=ledger, discarded=discarded)

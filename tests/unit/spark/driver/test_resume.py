@@ -7,7 +7,7 @@ import json
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.ledger.record import (BATCH, EPOCH, Commit, contiguity_problems, identity_problems, incarnations,
                                          newest_identity, of_incarnation)
-from handoff_spark.driver.resume import checkpoint_problems
+from handoff_spark.driver.resume import checkpoint_problems, state_keys_problem
 
 T0, T1 = ("t", 0), ("t", 1)
 
@@ -138,3 +138,22 @@ def test_gaps_inside_a_batch_range_are_found_for_the_ledger(tmp_path):
     ckpt.append_gap(cp, {"topic": "t", "partition": 1, "from": 2, "to": 4, "detectedAtMs": 1})  # older batch
     assert ckpt.gaps_in(cp, {T0: (12, 30), T1: (5, 9)}) == {"t": {"0": [12, 20]}}
     assert ckpt.gaps_in(str(tmp_path / "none"), {T0: (0, 1)}) == {}
+
+
+def test_changed_dedupe_keys_are_a_reason_to_discard_the_checkpoint_and_the_same_keys_are_not():
+    assert state_keys_problem(["id"], ["id"]) is None
+    assert state_keys_problem(None, None) is None
+    assert state_keys_problem(["id"], ["id", "region"]) == "dedupe.keys changed from [id] to [id, region]"
+    assert state_keys_problem(["id", "region"], ["region", "id"]) is not None  # Spark's key schema is ordered
+    assert state_keys_problem(None, ["id"]) == "dedupe.keys changed from none (no dedupe) to [id]"
+    assert state_keys_problem(["id"], None) == "dedupe.keys changed from [id] to none (no dedupe)"
+
+
+def test_the_recorded_state_keys_round_trip_and_an_old_checkpoint_has_none(tmp_path):
+    location = str(tmp_path / "checkpoint")
+    (tmp_path / "checkpoint").mkdir()
+    assert ckpt.read_state_keys(location) == (False, None)
+    ckpt.write_state_keys(location, ["id", "region"])
+    assert ckpt.read_state_keys(location) == (True, ["id", "region"])
+    ckpt.write_state_keys(location, None)
+    assert ckpt.read_state_keys(location) == (True, None)
