@@ -500,6 +500,21 @@ def read_state_keys(checkpoint: str) -> tuple[bool, list[str] | None]:
     return True, [str(k) for k in keys] if isinstance(keys, list) else None
 
 
+#: BigQuery: committed batches whose ledger-index row could not be written yet (the `record_batch` arguments of
+#: each), written again at the next commit (`bigquery.sink`). The index is best effort, but not lossy: a row that
+#: failed while BigQuery was briefly unavailable is written once it is back.
+UNINDEXED_FILE = "handoff/bigquery-unindexed.json"
+
+
+def read_unindexed(checkpoint: str) -> list[dict[str, Any]]:
+    doc = read_json(checkpoint, UNINDEXED_FILE)
+    return [r for r in doc if isinstance(r, dict)] if isinstance(doc, list) else []
+
+
+def write_unindexed(checkpoint: str, rows: list[dict[str, Any]]) -> None:
+    files(checkpoint).write(UNINDEXED_FILE, json.dumps(rows, sort_keys=True))
+
+
 # ------------------------------------------------------------------ the DataFrame path's side files
 
 #: Per batch, what the frame source's read tasks counted (`sink.frames`): `handoff/frames/<batch>/<range>.json`.

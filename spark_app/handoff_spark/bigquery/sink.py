@@ -583,6 +583,35 @@ class CommitResult(SinkCommitResult):
 # Per process: the last batch this process committed (or verified) for a (table, checkpoint). Lets the driver
 # skip the replay query when it already knows; cleared on any commit failure so the next try asks the table.
 _known_committed: dict[tuple[str, str], int] = {}
+#: Per checkpoint, the committed batches whose ledger-index row is still to be written (`ckpt.UNINDEXED_FILE`),
+#: read from the checkpoint at this process's first commit on it.
+_unindexed: dict[str, list[dict[str, Any]]] = {}
+
+
+def _index_later(cfg: AppConfig, row: dict[str, Any]) -> None:
+    """Keep a committed batch's index row for the next commit to write (the stream goes on meanwhile)."""
+    pending = _unindexed.setdefault(cfg.checkpoint_location, ckpt.read_unindexed(cfg.checkpoint_location))
+    pending.append(row)
+    ckpt.write_unindexed(cfg.checkpoint_location, pending)
+    log.warning("batch %s: its ledger-index row is written at a later commit", row["batch_id"])
+
+
+def _write_unindexed_rows(cfg: AppConfig, batch_id: int) -> None:
+    """Before batch `batch_id`'s own row: write the index rows earlier batches could not (only if missing: a row
+    may have landed unacknowledged). A kept row of this batch (a replay) is left to this commit, which writes it
+    only if missing too."""
+    location = cfg.checkpoint_location
+    if location not in _unindexed:
+        _unindexed[location] = ckpt.read_unindexed(location)
+    pending = _unindexed[location]
+    if not pending:
+        return
+    earlier = [row for row in pending if int(row["batch_id"]) < batch_id]
+    left = [row for row in earlier if not bigquery_ledger.record_batch(cfg, only_if_missing=True, **row)]
+    if len(left) < len(pending):
+        log.info("wrote %d ledger-index row(s) of earlier batches", len(earlier) - len(left))
+        _unindexed[location] = left
+        ckpt.write_unindexed(location, left)
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 _TOPIC_ID = re.compile(r"^[A-Za-z0-9+/=_-]+$")  # Kafka prints a topic id in base64
@@ -760,11 +789,15 @@ def commit_batch(cfg: AppConfig, msgs: list[BigQueryCommitMessage], batch_id: in
     newest_event = max((m.max_event_time_ms for m in msgs if m.max_event_time_ms is not None), default=None)
     if nonempty:
         # After the data commit, never before; on a skipped replay only if the crash came before it.
-        indexed = bigquery_ledger.record_batch(cfg, batch_id, offsets_json, rows, dlq_rows, newest_event,
-                                               snapshot_id, only_if_missing=skipped,
-                                               schemas={sid: v for m in msgs for sid, v in m.schemas.items()},
-                                               kafka=ckpt.read_kafka_identity(cfg.checkpoint_location),
-                                               late_rows=late_rows, dropped_rows=dropped_rows)
+        index_row = {"batch_id": batch_id, "offsets": offsets_json, "rows": rows, "dlq_rows": dlq_rows,
+                     "max_event_time_ms": newest_event, "commit_time_us": snapshot_id,
+                     "schemas": {sid: v for m in msgs for sid, v in m.schemas.items()},
+                     "kafka": ckpt.read_kafka_identity(cfg.checkpoint_location),
+                     "late_rows": late_rows, "dropped_rows": dropped_rows}
+        _write_unindexed_rows(cfg, batch_id)
+        indexed = bigquery_ledger.record_batch(cfg, only_if_missing=skipped, **index_row)
+        if not indexed and cfg.backfill is None:
+            _index_later(cfg, index_row)
         if not indexed and cfg.backfill is not None:
             # A backfill resumes, and its request follows its progress, from its own index rows only: without
             # this one the range would look unwritten (or refused as held). Fail the batch; its replay finds the

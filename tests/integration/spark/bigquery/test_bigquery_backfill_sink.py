@@ -2,8 +2,9 @@
 own write and commit, as the driver calls them): what `tests/e2e/test_bigquery_backfill.py` cannot reach from the
 command line.
 
-- a backfill's ledger-index row is not best effort: when it cannot be written the batch fails (the stream's would
-  go on), and the batch's replay skips the data commit and writes the row; the backfill then resumes after it;
+- a backfill's ledger-index row is not best effort: when it cannot be written the batch fails (the stream's goes
+  on, its row kept in the checkpoint and written by its next commit), and the batch's replay skips the data commit
+  and writes the row; the backfill then resumes after it;
 - the start check refuses a range the data table holds even when no index row says so (a crash between a data
   commit and its index row), naming the rows.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from google.cloud import bigquery as bq
 
+from handoff_spark import checkpoint as ckpt
 from handoff_spark.__main__ import backfill_config
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 
@@ -66,6 +68,15 @@ def test_a_backfill_batch_without_its_index_row_fails_and_its_replay_writes_it(b
     assert sink.ledger_end(fill) == {(topic, 0): 50} and sink.backfill_overlap(fill) == []  # resumes after it
     assert not _commit(fill, plan, 1, topic, 50, 100).skipped
     assert table_counts(stream) == (140, 140)
+
+    # The stream's batch 1 went on without its index row, which was kept in its checkpoint; the stream's next commit
+    # writes it, so the index has no hole where BigQuery was briefly unavailable.
+    assert [r["batch_id"] for r in ckpt.read_unindexed(stream.checkpoint_location)] == [1]
+    _commit(stream, plan, 2, topic, 140, 150)
+    indexed = {c.batch_id: c.offsets[topic][0] for c in bigquery_ledger.list_commits(stream.sink, stream.handoff_id)
+               if c.query == stream.query_name}
+    assert indexed == {1: (130, 140), 2: (140, 150)}  # batch 0's row went with the replaced table
+    assert ckpt.read_unindexed(stream.checkpoint_location) == []
 
 
 def test_the_start_check_names_rows_no_index_row_covers(bigquery, kafka, tmp_path):
