@@ -17,9 +17,20 @@ if [[ "${1:-}" == "executor" ]]; then
   while IFS= read -r opt; do
     java_opts+=("$opt")
   done < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//' || true)
-  classpath="${SPARK_HOME}/jars/*"
-  [[ -n "${SPARK_CLASSPATH:-}" ]] && classpath="${SPARK_CLASSPATH}:${classpath}"
-  [[ -n "${SPARK_CONF_DIR:-}" ]] && classpath="${SPARK_CONF_DIR}:${classpath}"
+  # The class path starts as the image's class-data archive was made (its `.classpath`, spark-submit's order), so
+  # the JVM maps Spark's classes from the archive (HANDOFF_SPARK_CDS_ARCHIVE; the driver passes it in the JVM
+  # options); the JVM uses an archive only when its class path begins with the archive's. The conf directory holds
+  # no classes and none of its files is in a jar, so it can come after them. Extra jars (SPARK_CLASSPATH) must stay
+  # first to take precedence, so with them the archive is not used.
+  recorded="${HANDOFF_SPARK_CDS_ARCHIVE:-}.classpath"
+  if [[ -z "${SPARK_CLASSPATH:-}" && -r "${recorded}" ]]; then
+    classpath="$(<"${recorded}")"
+    [[ -n "${SPARK_CONF_DIR:-}" ]] && classpath="${classpath}:${SPARK_CONF_DIR}"
+  else
+    classpath="${SPARK_HOME}/jars/*"
+    [[ -n "${SPARK_CLASSPATH:-}" ]] && classpath="${SPARK_CLASSPATH}:${classpath}"
+    [[ -n "${SPARK_CONF_DIR:-}" ]] && classpath="${SPARK_CONF_DIR}:${classpath}"
+  fi
   exec "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
     -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
     -cp "${classpath}" \

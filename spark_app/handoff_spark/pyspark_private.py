@@ -5,7 +5,7 @@ equivalent (see the callers):
 * `jvm(sc)` (`SparkContext._jvm`) and `scala_context(sc)` (`SparkContext._jsc.sc()`): py4j's view of the driver
   JVM and its Scala SparkContext, for what PySpark does not wrap: executor ids, `requestTotalExecutors`,
   `killExecutors`, the task scheduler and the status store (`executor_scaler`), and an RDD with preferred
-  locations (`executor_warmup`).
+  locations (`executor_warmup`); the class path an archive was made with (`jvm_cds`).
 * `java_session(spark)` (`SparkSession._jsparkSession`) and `set_active_session(spark)`
   (`SparkSession._get_j_spark_session_class`): a Dataset from that RDD, and the active session of the calling JVM
   thread, where Spark looks a Python data source up (`executor_warmup`, on the scaler's thread).

@@ -196,7 +196,8 @@ SESSION_WARMUP = OnOff(
 SPARK_CDS_ARCHIVE = PathOrOff(
     "HANDOFF_SPARK_CDS_ARCHIVE", "driver (`startup.jvm_cds`)",
     "The JVMs' class-data-sharing archive: this file (when it exists), none when off, else the machine's "
-    "cache's (`~/.cache/handoff/spark-cds/`) when built.", unset_means="the machine's cache")
+    "cache's (`~/.cache/handoff/spark-cds/`) when built. The project's image sets `/opt/handoff/spark-cds.jsa`, "
+    "made at its build.", unset_means="the machine's cache")
 WORKER_PRELOAD = OnOff(
     "HANDOFF_WORKER_PRELOAD", "Python worker daemon (`startup.worker_daemon`)",
     "The worker daemon imports pyarrow, PyIceberg, confluent-kafka and the write path before it forks "

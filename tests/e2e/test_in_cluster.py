@@ -101,6 +101,16 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
     executors = eventually(lambda: pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=executor"),
                            "executor pods", timeout=300, interval=1)
     assert all(e["metadata"]["ownerReferences"][0]["name"] == first["metadata"]["name"] for e in executors)
+    # Both JVMs map Spark's classes from the image's class-data archive (Dockerfile; the executors' class path
+    # starts as the archive's, docker/entrypoint.sh): a restart does not load them from the jars again.
+    running_executor = eventually(lambda: next((e for e in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                 f"app.kubernetes.io/component=executor")
+                                                if running(e)), None), "a running executor pod", timeout=300)
+    for pod in (first, running_executor):
+        container = pod["spec"]["containers"][0]["name"]  # "driver"; Spark's name for the executor's
+        mapped = cluster.kubectl("exec", "-n", ns, pod["metadata"]["name"], "-c", container, "--", "sh", "-c",
+                                 "grep -l /opt/handoff/spark-cds.jsa /proc/[0-9]*/maps || true")
+        assert mapped.strip(), f"no process of {pod['metadata']['name']} maps /opt/handoff/spark-cds.jsa"
 
     # Records keep arriving while the driver pod is force-deleted (no grace: as a node loss would).
     def trickle() -> None:

@@ -155,9 +155,13 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
                                "printf '%s ' \"$EXTRA_TOKEN\"; cat /etc/extra/token; echo; id -u")
         assert seen.split() == [f"token-{dedicated_nodes}", f"token-{dedicated_nodes}", "185"], seen
         # Spark's offset and commit logs and Handoff's side files are in the bucket; no volume was made for them.
-        keys = pod_gcs.server.list_objects(checkpoint_bucket, f"{NAME}/")
-        assert any(k.startswith("offsets/") and k != "offsets/" for k in keys), keys[:20]
-        assert any(k.startswith("commits/") and k != "commits/" for k in keys), keys[:20]
+        # Waited for: Spark writes a batch's commit log after the table commit the rows above were seen by.
+        def logged() -> list[str] | None:
+            keys = pod_gcs.server.list_objects(checkpoint_bucket, f"{NAME}/")
+            done = all(any(k.startswith(log) and k != log for k in keys) for log in ("offsets/", "commits/"))
+            return keys if done else None
+
+        keys = eventually(logged, "Spark's offset and commit logs in the checkpoint bucket", timeout=120)
         assert "sources/handoff-initial.json" in keys, keys[:20]
         assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
         for pod in executors:  # executors would write a stateful query's state there: the same settings

@@ -6,8 +6,8 @@ machine under load ~20, a local session start plus one tiny query took 31.6 s of
 16.7 s with it (docs/benchmarks.md, "Cold start"). Every restart (crash, upgrade, replay, rollback) pays it.
 
 An archive is only valid for the JDK and the Spark jars it was made from, so it is made where it is used:
-- an image can build one at build time and name it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH` (the project's
-  Dockerfile does not yet: docs/benchmarks.md, "Cold start", has the two lines and why they wait);
+- an image builds one at build time and names it with `HANDOFF_SPARK_CDS_ARCHIVE=PATH` (the project's Dockerfile
+  does: `/opt/handoff/spark-cds.jsa`, used by the driver pods and, through `<archive>.classpath`, the executor pods);
 - a machine without that variable uses its own cache's archive, `${XDG_CACHE_HOME:-~/.cache}/handoff/spark-cds/
   <key>.jsa` (key: the JDK and the Spark jars), once `python -m handoff_spark.startup.jvm_cds` has built it there;
 - `HANDOFF_SPARK_CDS_ARCHIVE=off` (or empty) turns it off.
@@ -20,7 +20,8 @@ class loading, never a failed start.
 This file runs as a plain script too (`python jvm_cds.py PATH`), so an image build can make its archive before
 the package is installed, in a layer that depends only on the JDK, the Spark jars and this file with the three
 beside it that it imports (the package's `__init__.py`, `pyspark_private.py`, the fence of the PySpark private
-APIs it uses, and `private_api.py`): as a script it imports its package from the directory above it.
+APIs it uses, and `private_api.py`; `switches` only when a driver asks for its archive): as a script it imports its
+package from the directory above it.
 """
 from __future__ import annotations
 
@@ -34,9 +35,15 @@ from pathlib import Path
 if not __package__:  # a plain script (`python .../handoff_spark/startup/jvm_cds.py`): spark_app/ goes on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from handoff_spark import switches  # noqa: E402 - after the path set-up above
 
-ENV = switches.SPARK_CDS_ARCHIVE.name
+def __getattr__(name: str) -> str:
+    """`ENV`, the switch's variable name, read from `switches` only when asked: the image build runs this file as a
+    script with only the modules `create` needs beside it (Dockerfile), so its layer is rebuilt only when they change."""
+    if name == "ENV":
+        from handoff_spark import switches
+
+        return switches.SPARK_CDS_ARCHIVE.name
+    raise AttributeError(name)
 
 
 def java_options(existing: str | None, archive: str) -> str:
@@ -97,6 +104,8 @@ def cache_path() -> Path:
 def archive() -> str | None:
     """The archive a driver uses: HANDOFF_SPARK_CDS_ARCHIVE's when set (none when it is off or the file is
     missing), else this machine's cache's when it has been built."""
+    from handoff_spark import switches
+
     named = switches.SPARK_CDS_ARCHIVE()
     if named is not None:
         return named if named and os.path.isfile(named) else None
@@ -127,7 +136,7 @@ def create(path: str) -> None:
     from pyspark.sql.datasource import (DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition,
                                         WriterCommitMessage)
 
-    from handoff_spark.pyspark_private import gateway_process
+    from handoff_spark.pyspark_private import gateway_process, jvm
 
     class Reader(DataSourceStreamReader):
         def initialOffset(self) -> dict:
@@ -178,10 +187,22 @@ def create(path: str) -> None:
         query = (spark.readStream.format("handoff-cds-training").load().writeStream.format("handoff-cds-training")
                  .option("checkpointLocation", ck).trigger(availableNow=True).start())
         query.awaitTermination(300)
-    jvm = gateway_process(spark.sparkContext)  # the JVM writes the archive as it exits: wait for that
+    class_path = jvm(spark.sparkContext).java.lang.System.getProperty("java.class.path")
+    classpath_file(Path(path)).write_text(class_path)
+    process = gateway_process(spark.sparkContext)  # the JVM writes the archive as it exits: wait for that
     spark.stop()
-    jvm.stdin.close()  # PySpark's JVM exits when its stdin closes
-    jvm.wait(600)
+    process.stdin.close()  # PySpark's JVM exits when its stdin closes
+    process.wait(600)
+
+
+def classpath_file(archive: Path) -> Path:
+    """Where `create` records the class path the archive was made with (`<archive>.classpath`).
+
+    Why: the JVM uses an archive only when its class path starts with that one, entry by entry. spark-submit's
+    order (slf4j's jar first, then `jars/*` in directory order) is spark-submit's own; the image's executor
+    entry point (docker/entrypoint.sh), which starts its JVM without spark-submit, reads this file to start
+    its class path the same way."""
+    return archive.with_name(archive.name + ".classpath")
 
 
 def build(path: Path) -> None:
@@ -195,9 +216,11 @@ def build(path: Path) -> None:
         subprocess.run([sys.executable, os.path.abspath(__file__), "--create", str(tmp)], check=True)
         if not tmp.is_file():
             raise SystemExit(f"the JVM wrote no archive at {tmp}")
+        os.replace(classpath_file(tmp), classpath_file(path))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        classpath_file(tmp).unlink(missing_ok=True)
 
 
 #: Archives the cache keeps besides the current one, and how long an unused one stays (see `prune`).
@@ -228,6 +251,7 @@ def prune(current: Path, keep_others: int = KEEP_OTHERS, unused_days: float = KE
     for i, (when, other) in enumerate(used):
         if i >= keep_others or when < cutoff:
             other.unlink(missing_ok=True)
+            classpath_file(other).unlink(missing_ok=True)
             deleted.append(other)
     return deleted
 
