@@ -70,10 +70,10 @@ crds: venv
 check-crds: venv
 	$(PY) -m handoff_operator.crd.generate --check
 
-## Two pytest-xdist workers (tests/conftest.py: each starts its own test bed; the real node's tests share one):
-## the suite waits on Kafka, Spark and the API server about a third of its time on one worker.
-## PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 2
+## Three pytest-xdist workers (tests/conftest.py: each starts its own test bed; the real node's tests share one):
+## the tests wait on Kafka, Spark and the API server, so two workers left the two cores idle ~15 % of the time
+## and three keep them busy (docs/test-suite.md). PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
 test: testbed-build check-crds
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
