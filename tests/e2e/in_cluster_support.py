@@ -146,7 +146,13 @@ def install_operator(cluster: Cluster, namespace: str, watched: str, values: dic
     crds = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))]
     cluster.apply(*crds)
     for crd in crds:
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+        # Asked again while the new CRD has no conditions yet: `kubectl wait` fails at once then ("<nil> is of the
+        # type <nil>"), as it did in one run, instead of waiting.
+        name = crd["metadata"]["name"]
+        eventually(lambda: cluster.kubectl("get", f"crd/{name}", "-o",
+                                           "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                                           check=False).strip() == "True" or None,
+                   f"CRD {name} Established", timeout=60)
     cluster.kubectl("create", "namespace", namespace)
     repository, _, tag = cluster.image.rpartition(":")
     release = f"e2e-{uuid.uuid4().hex[:5]}"
