@@ -56,7 +56,8 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
     unknown); only a rise in the same pod is a restart. `checkpoint_discarded`: (driver pod, why) from the
     driver's published record. `seen_pod`: the driver pod this reconcile gathered before it acted; when its act
     replaced that pod at once (a rollback's Recreate, read back after the apply), the pod in between still gets
-    its entries, so the timeline names the pod a decision was about (the crash-looping one a rollback removed)."""
+    its entries, so the timeline names the pod a decision was about (the crash-looping one a rollback removed), and
+    the pod the act made comes after the act's Events (the rollback, then its pod)."""
     out: list[Entry] = []
     observed = old_status.get("observedGeneration")
     if observed is not None and generation > int(observed):
@@ -68,12 +69,11 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
     for pod in (seen_pod, new_pod):
         if pod and pod not in pods:  # a replaced pod never comes back (names are unique); the status may keep one
             pods.append(pod)
-    for before_pod, pod in zip(pods, pods[1:]):
-        if before_pod:
-            out.append(entry(now_ms, "Normal", "DriverReplaced",
-                             f"driver pod {pod} replaced {before_pod} (a restart, a kill or an eviction)"))
-        else:
-            out.append(entry(now_ms, "Normal", "DriverStarted", f"driver pod {pod} created"))
+    # A pod first found on the read back after the act came after this reconcile's decisions (a rollback's
+    # Recreate made it): its entry follows the Events, so the timeline never shows the pod before its cause.
+    transitions = [_pod_entry(now_ms, before_pod, pod) for before_pod, pod in zip(pods, pods[1:])]
+    seen_before = len(transitions) - (seen_pod is not None and pods[-1] not in (old_pod, seen_pod))
+    out += transitions[:seen_before]
     before, now = driver_restarts
     if new_pod and new_pod == old_pod and before is not None and now is not None and now > before:
         out.append(entry(now_ms, "Warning", "DriverRestarted",
@@ -87,7 +87,15 @@ def owed(*, now_ms: int, generation: int, old_status: Mapping[str, Any], new_sta
                                           or retention_checked.partition(":")[0] != retention_before):
         out.append(entry(now_ms, "Normal", "RetentionChecked", retention_checked))
     out += [entry(now_ms, kind, reason, message) for kind, reason, message in events]
+    out += transitions[seen_before:]
     return out
+
+
+def _pod_entry(now_ms: int, before_pod: str | None, pod: str) -> Entry:
+    if before_pod:
+        return entry(now_ms, "Normal", "DriverReplaced",
+                     f"driver pod {pod} replaced {before_pod} (a restart, a kill or an eviction)")
+    return entry(now_ms, "Normal", "DriverStarted", f"driver pod {pod} created")
 
 
 def appended(existing: Sequence[Entry], new: Iterable[Entry], limit: int = LIMIT) -> list[Entry]:

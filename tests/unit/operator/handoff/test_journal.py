@@ -42,6 +42,15 @@ def test_a_pod_replaced_within_the_reconcile_that_saw_it_keeps_its_entries():
     assert [e["message"].split(" (")[0] for e in owed(new_status={"app": {"driver": "p2"}}, seen_pod="p2")] == [
         "driver pod p2 replaced p1"]
     assert owed(seen_pod="p1") == []
+    # p3 came from the rollback this reconcile decided: it follows the rollback's Event, p2 comes before it
+    got = owed(new_status={"app": {"driver": "p3"}}, seen_pod="p2",
+               events=[("Warning", "UpgradeRolledBack", "generation 3 crash-looped")])
+    assert [(e["reason"], e["message"].split(" (")[0]) for e in got] == [
+        ("DriverReplaced", "driver pod p2 replaced p1"), ("UpgradeRolledBack", "generation 3 crash-looped"),
+        ("DriverReplaced", "driver pod p3 replaced p2")]
+    # a pod gathered before the act stays before the Events
+    assert reasons(owed(new_status={"app": {"driver": "p2"}}, seen_pod="p2",
+                        events=[("Normal", "Scaled", "1 → 2")])) == ["DriverReplaced", "Scaled"]
     # the read back found no live pod, so the status kept p1: p2 is the news, not a return to p1
     assert [e["message"].split(" (")[0] for e in owed(seen_pod="p2")] == ["driver pod p2 replaced p1"]
     assert [e["message"] for e in owed(old_status={"observedGeneration": 1}, new_status={"app": {"driver": "p2"}},
