@@ -200,8 +200,12 @@ SPARK_CDS_ARCHIVE = PathOrOff(
     "made at its build.", unset_means="the machine's cache")
 WORKER_PRELOAD = OnOff(
     "HANDOFF_WORKER_PRELOAD", "Python worker daemon (`startup.worker_daemon`)",
-    "The worker daemon imports pyarrow, PyIceberg, confluent-kafka and the write path before it forks "
-    "workers.")
+    "The worker daemon imports pyarrow, confluent-kafka and the write path of the handoff's sink (PyIceberg for "
+    "Iceberg) before it forks workers.")
+WORKER_SINK = Text(
+    "HANDOFF_WORKER_SINK", "Python worker daemon (`startup.worker_daemon`); set by the driver",
+    "The handoff's sink, whose write path the worker daemon preloads (the driver passes it through "
+    "`spark.executorEnv.*`); unset or another value: every sink's.", what="iceberg or bigquery")
 JVM_C1_ONLY = OnOff(
     "HANDOFF_JVM_C1_ONLY", "driver (`driver.app`, JVM options)",
     "The driver's and executors' JVMs compile with C1 only (`-XX:TieredStopAtLevel=1`) unless sparkConf "

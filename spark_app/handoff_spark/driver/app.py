@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from handoff_spark import contract, switches
 from handoff_spark.startup import jvm_cds
-from handoff_spark.startup import session_warmup
+from handoff_spark.startup import session_warmup, worker_daemon
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
@@ -243,6 +243,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf = gcs_checkpoint_conf(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
+    conf.setdefault(f"spark.executorEnv.{worker_daemon.SINK_ENV}", cfg.sink.kind)  # what the daemon preloads
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)

@@ -39,24 +39,38 @@ import sys
 
 from handoff_spark import switches
 
-#: What a Handoff write task imports, heaviest first. gRPC-based clients (BigQuery) are left out on
+#: What every Handoff write task imports, heaviest first. gRPC-based clients (BigQuery's) are left out on
 #: purpose: gRPC's runtime is not fork-safe once initialised, so BigQuery workers import it after the fork.
-PRELOAD = (
+PRELOAD_COMMON = (
     "pyarrow",
     "pyarrow.compute",
     "pyarrow.json",
     "pyarrow.parquet",
-    "sqlalchemy",
-    "pyiceberg.catalog.sql",
-    "pyiceberg.io.pyarrow",
-    "pyiceberg.table",
     "confluent_kafka",
     "pydantic",
     "handoff_spark.config",
     "handoff_spark.decode.records",
     "handoff_spark.kafka.source",
-    "handoff_spark.iceberg.sink",
 )
+#: What each sink's write task imports besides (`SINK_ENV` names the handoff's sink). A BigQuery worker never
+#: imports PyIceberg or SQLAlchemy (~1.1 s of CPU per daemon ; docs/test-suite.md, "Who used the CPU").
+PRELOAD_BY_SINK = {
+    "iceberg": ("sqlalchemy", "pyiceberg.catalog.sql", "pyiceberg.io.pyarrow", "pyiceberg.table",
+                "handoff_spark.iceberg.sink"),
+    "bigquery": ("handoff_spark.bigquery.sink",),
+}
+#: The daemon's environment variable naming the handoff's sink (`switches.WORKER_SINK`): `driver.app.build_session`
+#: sets it through `spark.executorEnv.*`, which PySpark hands to the daemon in local mode and Kubernetes puts in the
+#: executors.
+SINK_ENV = switches.WORKER_SINK.name
+#: Everything, for a daemon that does not know its sink (a Spark started by someone else).
+PRELOAD = PRELOAD_COMMON + tuple(m for mods in PRELOAD_BY_SINK.values() for m in mods)
+
+
+def preload_for(sink: str | None) -> tuple[str, ...]:
+    """The modules to import for a handoff whose sink is `sink` (None or an unknown one: every sink's)."""
+    return PRELOAD_COMMON + PRELOAD_BY_SINK[sink] if sink in PRELOAD_BY_SINK else PRELOAD
+
 
 #: pyarrow's pool for the workers (see the module docstring); a user's own `ARROW_DEFAULT_MEMORY_POOL` wins.
 ARROW_POOL = "system"
@@ -130,7 +144,7 @@ def main() -> None:
     freed_memory_kept = keep_freed_memory()  # before the imports allocate: every worker forked from here inherits it
     drop_archives_without_python()  # before the imports probe them
     if switches.WORKER_PRELOAD():
-        preload()
+        preload(preload_for(switches.WORKER_SINK()))
     import gc
 
     from handoff_spark.pyspark_private import daemon_manager

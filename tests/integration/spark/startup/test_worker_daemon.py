@@ -77,19 +77,34 @@ def test_archives_without_python_leave_the_path_and_the_finder_cache(tmp_path: A
     assert importlib.import_module("some_zipped_module_x").X == 1  # what can be imported from an archive still is
 
 
-def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
+def test_preload_follows_the_sink() -> None:
+    assert "pyiceberg.table" in worker_daemon.preload_for("iceberg")
+    bigquery = worker_daemon.preload_for("bigquery")
+    assert "handoff_spark.bigquery.sink" in bigquery and not any(
+        m.startswith(("pyiceberg", "sqlalchemy")) for m in bigquery)
+    assert worker_daemon.preload_for(None) == worker_daemon.preload_for("elsewhere") == worker_daemon.PRELOAD
+
+
+SINKS = {"iceberg": {"kind": "iceberg", "table": "t.t"},
+         "bigquery": {"kind": "bigquery", "project": "p", "dataset": "d", "table": "t"}}
+
+
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any, sink: str) -> None:
+    """The workers have the write path of the handoff's own sink already imported, and only that sink's: a
+    BigQuery worker never uses PyIceberg or SQLAlchemy."""
     from handoff_spark.driver.app import C1_ONLY_OPTION, build_session
 
     cfg = AppConfig.model_validate({
         "handoffId": "test/daemon", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
-        "sink": {"kind": "iceberg", "table": "t.t"}, "schema": {"onIncompatible": "halt"},
+        "sink": SINKS[sink], "schema": {"onIncompatible": "halt"},
         "checkpointLocation": str(tmp_path), "sparkConf": {"spark.master": "local[1]"}})
     def modules_in_worker(_: Iterator[Any]) -> Iterator[tuple[str, bool]]:
         # Runs in a Spark Python worker (pickled by value); it imports nothing heavy itself, so what it
         # sees there came from the daemon it was forked from.
         import sys as worker_sys
 
-        for name in ("sqlalchemy", "pyiceberg.catalog.sql", "confluent_kafka"):
+        for name in ("sqlalchemy", "pyiceberg.catalog.sql", "confluent_kafka", "handoff_spark.bigquery.sink"):
             yield name, name in worker_sys.modules
         import pyarrow
 
@@ -131,6 +146,7 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any) -> None:
         spark.stop()
     # ... and allocate Arrow memory from the system allocator, not mimalloc's huge-page arena (worker_daemon)
     # ... and inherit the daemon's malloc settings (worker_daemon.keep_freed_memory)
-    assert dict(rows) == {"sqlalchemy": True, "pyiceberg.catalog.sql": True, "confluent_kafka": True,
-                          "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True, "jars": [],
+    iceberg = sink == "iceberg"
+    assert dict(rows) == {"sqlalchemy": iceberg, "pyiceberg.catalog.sql": iceberg, "confluent_kafka": True,
+                          "handoff_spark.bigquery.sink": not iceberg, "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True, "jars": [],
                           "py4j zipped": False}
