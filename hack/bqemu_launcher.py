@@ -18,7 +18,10 @@ polling and a driver's appends at once): a thread holding the GIL waited for Duc
 thread holding that lock waited for the GIL to drop a registered Arrow table (`unregister` →
 `PythonDependencyItem`'s destructor). Every call into the connection is made under one process-wide lock here
 (`_SerializedConnection`): a thread blocked on a Python lock has released the GIL, so the holder can finish. Calls
-were never safe to interleave on one connection anyway; they are now one at a time.
+were never safe to interleave on one connection anyway; they are now one at a time, and a statement holds the
+connection from its execute until its result is fetched (`_Pending`): DuckDB keeps one pending result per
+connection, and a SELECT fetched after another thread's INSERT got that INSERT's `Count` row (a replay drill's row
+check; `test_testbed_bigquery.py` runs SELECTs beside DML and Storage Write appends).
 
 Also: BigQuery has `requirePartitionFilter` on the table resource (the one in `timePartitioning` is deprecated), and
 the Python client sets and reads it there; bqemulator 1.4.0 keeps it only inside `timePartitioning`, so a table made
@@ -70,8 +73,9 @@ _DUCKDB_LOCK = threading.RLock()
 
 class _SerializedConnection:
     """The engine's DuckDB connection, each attribute read and call made under `_DUCKDB_LOCK` (module docstring).
-    A call that returns the connection itself (`execute` returns it as its own cursor) returns this wrapper, so
-    the fetch that follows is serialized too."""
+    A call that returns the connection itself (`execute` returns it as its own cursor) returns a `_Pending` that
+    keeps the lock until its result is fetched: the statement's result lives on the shared connection, so another
+    thread's statement in between would replace it (a SELECT answered with an INSERT's `Count` row, or nothing)."""
 
     def __init__(self, connection):
         self._connection = connection
@@ -83,11 +87,55 @@ class _SerializedConnection:
             return attr
 
         def call(*args, **kwargs):
-            with _DUCKDB_LOCK:
+            _DUCKDB_LOCK.acquire()
+            try:
                 out = attr(*args, **kwargs)
-            return self if out is self._connection else out
+            except BaseException:
+                _DUCKDB_LOCK.release()
+                raise
+            if out is self._connection:
+                return _Pending(self, out)  # the lock goes with it
+            _DUCKDB_LOCK.release()
+            return out
 
         return call
+
+
+class _Pending:
+    """A statement's result on the shared connection, with `_DUCKDB_LOCK` held for it (taken by the execute) until
+    a fetch returns or the object is dropped (a DDL's or DML's result nobody reads goes with the statement's
+    expression, at once in CPython). Every other attribute is the connection's, read under the same hold."""
+
+    FETCHES = frozenset({"fetchall", "fetchone", "fetchmany", "fetchdf", "fetchnumpy", "fetch_df", "df", "pl",
+                         "arrow", "to_arrow_table", "fetch_arrow_table", "fetch_record_batch"})
+
+    def __init__(self, wrapper, connection):
+        self._wrapper, self._connection, self._held = wrapper, connection, True
+
+    def _release(self):
+        if self._held:
+            self._held = False
+            try:
+                _DUCKDB_LOCK.release()
+            except RuntimeError:  # dropped by another thread than the one that executed: nothing of ours held
+                pass
+
+    def __getattr__(self, name):
+        attr = getattr(self._connection, name)
+        if not callable(attr):
+            return attr
+        if name in self.FETCHES:
+            def fetch(*args, **kwargs):
+                try:
+                    return attr(*args, **kwargs)
+                finally:
+                    self._release()
+            return fetch
+        self._release()  # another call on the connection (a next statement): the pending result is done with
+        return getattr(self._wrapper, name)
+
+    def __del__(self):
+        self._release()
 
 
 def _serialized_connection(self):

@@ -241,7 +241,7 @@ def build_session(cfg: AppConfig) -> Any:
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     conf = s3_checkpoint_conf(conf, cfg.checkpoint_location)
     conf = gcs_checkpoint_conf(conf, cfg.checkpoint_location)
-    # Workers fork from a daemon that has already imported pyarrow/PyIceberg/confluent-kafka (worker_daemon).
+    # Workers fork from a daemon that has already imported pyarrow, confluent-kafka and the sink's write path.
     conf.setdefault("spark.python.daemon.module", "handoff_spark.startup.worker_daemon")
     conf.setdefault(f"spark.executorEnv.{worker_daemon.SINK_ENV}", cfg.sink.kind)  # what the daemon preloads
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
