@@ -53,7 +53,7 @@ PRELOAD_COMMON = (
     "handoff_spark.kafka.source",
 )
 #: What each sink's write task imports besides (`SINK_ENV` names the handoff's sink). A BigQuery worker never
-#: imports PyIceberg or SQLAlchemy (~1.1 s of CPU per daemon ; docs/test-suite.md, "Who used the CPU").
+#: imports PyIceberg or SQLAlchemy (~1.1 s of CPU per daemon; docs/test-suite.md, "Who used the CPU").
 PRELOAD_BY_SINK = {
     "iceberg": ("sqlalchemy", "pyiceberg.catalog.sql", "pyiceberg.io.pyarrow", "pyiceberg.table",
                 "handoff_spark.iceberg.sink"),
