@@ -126,17 +126,26 @@ def test_a_query_gets_its_own_rows_while_other_statements_run_beside_it(bigquery
     other = write.create_write_stream(parent=write.table_path(bigquery.project, other_dataset, other_table),
                                       write_stream=types.WriteStream(type_=types.WriteStream.Type.COMMITTED))
 
-    def dml() -> None:
-        while not done.is_set():
-            client.query(f"DELETE FROM {ref} WHERE id < 0").result()
+    ran = {"dml": 0, "appends": 0}
+    errors: list[BaseException] = []
 
-    def appends() -> None:  # the Storage Write API's INSERTs, from the emulator's gRPC threads
-        start = 100
-        while not done.is_set():
-            list(write.append_rows(iter(_arrow_requests(other.name, [_batch(start, 1)]))))
-            start += 1
+    def looping(name: str, step) -> None:
+        """Run `step` until the SELECTs are done; counted, and an error kept (a dead thread is no load)."""
+        try:
+            while not done.is_set():
+                step(ran[name])
+                ran[name] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
 
-    others = [threading.Thread(target=dml, daemon=True), threading.Thread(target=appends, daemon=True)]
+    def dml(_: int) -> None:
+        client.query(f"DELETE FROM {ref} WHERE id < 0").result()
+
+    def append(i: int) -> None:  # the Storage Write API's INSERTs, from the emulator's gRPC threads
+        list(write.append_rows(iter(_arrow_requests(other.name, [_batch(100 + i, 1)]))))
+
+    others = [threading.Thread(target=looping, args=("dml", dml), daemon=True),
+              threading.Thread(target=looping, args=("appends", append), daemon=True)]
     for t in others:
         t.start()
     try:
@@ -148,4 +157,5 @@ def test_a_query_gets_its_own_rows_while_other_statements_run_beside_it(bigquery
         done.set()
         for t in others:
             t.join(30)
+    assert errors == [] and ran["dml"] > 0 and ran["appends"] > 0, (errors, ran)  # the load ran throughout
     assert wrong == [], wrong[:3]

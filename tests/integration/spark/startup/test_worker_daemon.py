@@ -148,5 +148,5 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any, sink: str)
     # ... and inherit the daemon's malloc settings (worker_daemon.keep_freed_memory)
     iceberg = sink == "iceberg"
     assert dict(rows) == {"sqlalchemy": iceberg, "pyiceberg.catalog.sql": iceberg, "confluent_kafka": True,
-                          "handoff_spark.bigquery.sink": not iceberg, "arrow pool": worker_daemon.ARROW_POOL, "freed memory kept": True, "jars": [],
-                          "py4j zipped": False}
+                          "handoff_spark.bigquery.sink": not iceberg, "arrow pool": worker_daemon.ARROW_POOL,
+                          "freed memory kept": True, "jars": [], "py4j zipped": False}
