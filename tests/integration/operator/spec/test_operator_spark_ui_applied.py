@@ -95,7 +95,10 @@ def _ingress(cluster: Cluster, ns: str) -> client.V1Ingress | None:
 
 
 def _submit_args(cluster: Cluster, ns: str) -> str:
-    deployment = cluster.apps.read_namespaced_deployment("orders-driver", ns)
+    # The operator makes the UI's Service and Ingress in the same reconcile as the driver's Deployment, and may make
+    # them first: a test that has seen the Ingress waits for the Deployment too (eventually retries the 404).
+    deployment = eventually(lambda: cluster.apps.read_namespaced_deployment("orders-driver", ns),
+                            "the driver's Deployment")
     (container,) = deployment.spec.template.spec.containers
     return next(e.value for e in container.env if e.name == "PYSPARK_SUBMIT_ARGS")
 
