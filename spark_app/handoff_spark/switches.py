@@ -191,8 +191,13 @@ class PathOrOff(Switch):
 
 SESSION_WARMUP = OnOff(
     "HANDOFF_SESSION_WARMUP", "driver (`startup.session_warmup`)",
-    "The session's warm-up query beside the stream's first batch (Spark's Python daemons and workers started "
-    "beside its path instead of one after another on it).")
+    "The session's warm-up query (Spark's Python daemons and workers started ahead of the stream's first batch "
+    "instead of one after another on its path; `HANDOFF_SESSION_WARMUP_AT` says when).")
+SESSION_WARMUP_AT = Choice(
+    "HANDOFF_SESSION_WARMUP_AT", "driver (`startup.session_warmup`)",
+    "When the session's warm-up query runs: `before` the stream's query starts (its first batch then finds "
+    "every daemon started: a warm batch), or `beside` its first batch (the two overlap).",
+    choices=("before", "beside"))
 SPARK_CDS_ARCHIVE = PathOrOff(
     "HANDOFF_SPARK_CDS_ARCHIVE", "driver (`startup.jvm_cds`)",
     "The JVMs' class-data-sharing archive: this file (when it exists), none when off, else the machine's "

@@ -225,7 +225,10 @@ class Driver:
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
 PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
                                          "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"},
-                                         # the session's warm-up beside the first batch off (startup.session_warmup)
+                                         # the session's warm-up beside the stream's first batch, not before its
+                                         # query (startup.session_warmup)
+                                         "handoff-beside": {"HANDOFF_SESSION_WARMUP_AT": "beside"},
+                                         # the session's warm-up off
                                          "handoff-nowarmup": {"HANDOFF_SESSION_WARMUP": "0"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}
@@ -465,7 +468,7 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
-    ap.add_argument("--pipelines", default="handoff,handoff-nowarmup,jvm",
+    ap.add_argument("--pipelines", default="handoff,handoff-beside,handoff-nowarmup,jvm",
                     help="for --chaos: the handoff variants among them (default: handoff)")
     ap.add_argument("--before", default=None, metavar="REF",
                     help="also run pipeline `before`: the handoff driver of git revision REF (e.g. main), first")

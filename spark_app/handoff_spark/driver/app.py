@@ -606,22 +606,34 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         restart_when = lookups_changed(cfg) if frames_query(cfg, sink_format) else None
         if frames_query(cfg, sink_format):
             reporter.seed_line = ckpt.read_seed_line(cfg.checkpoint_location)
+        query: Any = None
+        # In a pod the operator manages: its desired executor count is applied live (see executor_scaler). Started
+        # before the session's warm-up, whose tasks wait for the executors it asks for (minExecutors may be 0).
+        scaler = ExecutorScaler.for_session(spark, cfg, min_partitions_file=min_partitions_file,
+                                            partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
+                                            idle=lambda: query is None or not query.status.get("isTriggerActive"))
+        if scaler is not None:
+            scaler.start()
         if sink_format is None and not available_now and session_warmup.enabled():
             # Spark starts its Python daemons one after another on the first batch's path (planner, writer,
-            # worker daemon, commit runner); the warm-up query starts them beside it (startup.session_warmup).
-            session_warmup.start_beside(spark, cfg, lambda: "stop requested" if stop_requested.is_set() else None)
+            # worker daemon, commit runner); the warm-up query starts them before the stream's query, or beside
+            # its first batch (startup.session_warmup, HANDOFF_SESSION_WARMUP_AT).
+            def warm_stop() -> str | None:
+                return "stop requested" if stop_requested.is_set() else None
+
+            if session_warmup.before_query():
+                log.info(session_warmup.run(spark, cfg, warm_stop))
+                if stop_requested.is_set():  # a stop signal during the warm-up: nothing was read yet
+                    echo("stopped")
+                    return 0
+            else:
+                session_warmup.start_beside(spark, cfg, warm_stop)
         query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                             sink_format=sink_format, start_offsets=start_offsets,
                             min_partitions_file=min_partitions_file)
         # Once per driver process: scaling and replays must never restart the query (the e2e tests count this line).
         echo(f"query {query.id} started (run {query.runId})")
         metrics.query_starts.labels(cfg.handoff_id, "start").inc()
-        # In a pod the operator manages: its desired executor count is applied live (see executor_scaler).
-        scaler = ExecutorScaler.for_session(spark, cfg, min_partitions_file=min_partitions_file,
-                                            partitions_per_core=MIN_PARTITIONS_PER_CORE, echo=echo,
-                                            idle=lambda: not query.status.get("isTriggerActive"))
-        if scaler is not None:
-            scaler.start()
         quarantined = 0
         while True:
             try:

@@ -1,6 +1,6 @@
 """What exists only to make a (re)start of Spark's query faster, apart from the data path (every batch is
 committed by Spark's query; nothing here writes): the session launched while the driver prepares
-(`early_session`), the session's warm-up query beside the first batch (`session_warmup`), warming a new executor
+(`early_session`), the session's warm-up query ahead of the first batch (`session_warmup`), warming a new executor
 (`executor_warmup`), the JVM's class-data-sharing archive (`jvm_cds`) and the pre-importing Python worker daemon
 (`worker_daemon`). Turned off (each warm-up has a switch), the stream behaves the same, only slower to start.
 

@@ -1,4 +1,4 @@
-"""Warm a (re)started driver's Spark session beside the stream's first batch (I/O: driver and executors).
+"""Warm a (re)started driver's Spark session before the stream's first batch (I/O: driver and executors).
 
 Why: Spark's first micro-batch of a session starts, one after another on that batch's path, a fresh Python
 interpreter for each kind of Python work it does — PySpark keeps one daemon per worker module (the planner's
@@ -7,15 +7,18 @@ runner) and forks from it — and its forked workers import what they run: the c
 and opens the catalog. Every batch is Spark's, so a restarted driver's first commit waits for all of that
 (docs/benchmarks.md, "Cold start").
 
-How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint), started in a thread just before
-the stream's query: Spark's JVM `rate-micro-batch` source (one row per core, no Python planner on its way) into an
-Arrow stream writer like the table sinks'. It reaches the writer's planner, the worker daemon and the commit runner
-while the stream's query is still in its source's Python planning, and leaves every daemon started and its workers
-idle for reuse: its write tasks run the executor warm-up's task (`startup.executor_warmup.warm_task`: pyarrow's
-JSON/Parquet path, the Kafka reader's and the sink's set-up) and its commit runs the sink's own `warm_up` (imports
-the sink, opens its catalog and table) in the commit runner's worker. It writes nothing anywhere. These classes
-import only pyspark's (Spark unpickles them by reference in fresh planner interpreters); the heavy modules are
-imported inside the methods.
+How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint): Spark's JVM `rate-micro-batch`
+source (one row per core, no Python planner on its way) into an Arrow stream writer like the table sinks'. It
+leaves every daemon started and its workers idle for reuse: its write tasks run the executor warm-up's task
+(`startup.executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the sink's set-up) and
+its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in the commit runner's
+worker. It writes nothing anywhere. By default it runs to its end before the stream's query starts
+(`HANDOFF_SESSION_WARMUP_AT=before`): the stream's first batch is then a warm batch, and the time to the first
+commit is what it was with the two overlapped (docs/benchmarks.md, "Cold start"). `beside` starts it in a
+thread just before the stream's query instead, where it reaches the writer's planner, the worker daemon and the
+commit runner while the stream's query is still in its source's Python planning. These classes import only
+pyspark's (Spark unpickles them by reference in fresh planner interpreters); the heavy modules are imported
+inside the methods.
 """
 from __future__ import annotations
 
@@ -40,13 +43,18 @@ RATE_SOURCE = "rate-micro-batch"
 QUERY_NAME = "handoff-session-warmup"
 #: The warm-up query's checkpoint: `<tmp>/handoff-session-warmup-<pid>-<random>` (`temp_dirs`).
 DIR_PREFIX = "handoff-session-warmup-"
-#: How long the warm-up may run beside the stream before it is stopped: on Kubernetes its tasks wait for the
-#: first executors to register, as the stream's do.
+#: How long the warm-up may run before it is stopped (and the stream's first batch starts cold): on Kubernetes
+#: its tasks wait for the first executors to register, as the stream's would.
 TIMEOUT_SECONDS = 120.0
 
 
 def enabled() -> bool:
     return switches.SESSION_WARMUP()
+
+
+def before_query() -> bool:
+    """Whether the warm-up runs to its end before the stream's query starts (else beside its first batch)."""
+    return switches.SESSION_WARMUP_AT() == "before"
 
 
 @dataclass

@@ -31,7 +31,7 @@ SECONDS = {switches.STOP_GRACE_SECONDS: 300.0, switches.PROGRESS_PUBLISH_SECONDS
 def test_every_switch_has_a_kind_and_the_on_off_ones_are_those_that_were():
     assert {s.name for s in ON_OFF} == {"HANDOFF_SESSION_WARMUP", "HANDOFF_WORKER_PRELOAD",
                                         "HANDOFF_JVM_C1_ONLY", "HANDOFF_FUSED_READ"}
-    assert len(switches.SWITCHES) == 27 and all(type(s) is not switches.Switch for s in switches.SWITCHES.values())
+    assert len(switches.SWITCHES) == 28 and all(type(s) is not switches.Switch for s in switches.SWITCHES.values())
 
 
 @pytest.mark.parametrize("switch", ON_OFF, ids=lambda s: s.name)
@@ -70,6 +70,14 @@ def test_the_kafka_reader_is_native_or_python():
         "native", "native", "native", "python"]
     with pytest.raises(SwitchError, match=f"^{name}='fast': use native or python$"):
         reader({name: "fast"})
+
+
+def test_the_session_warmup_runs_before_the_query_unless_set_beside():
+    at, name = switches.SESSION_WARMUP_AT, switches.SESSION_WARMUP_AT.name
+    assert [at(e) for e in ({}, {name: ""}, {name: "BEFORE"}, {name: "beside"})] == [
+        "before", "before", "before", "beside"]
+    with pytest.raises(SwitchError, match=f"^{name}='after': use before or beside$"):
+        at({name: "after"})
 
 
 def test_the_cds_archive_is_a_path_off_or_unset():
