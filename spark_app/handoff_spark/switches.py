@@ -195,9 +195,10 @@ SESSION_WARMUP = OnOff(
     "instead of one after another on its path; `HANDOFF_SESSION_WARMUP_AT` says when).")
 SESSION_WARMUP_AT = Choice(
     "HANDOFF_SESSION_WARMUP_AT", "driver (`startup.session_warmup`)",
-    "When the session's warm-up query runs: `before` the stream's query starts (its first batch then finds "
-    "every daemon started: a warm batch), or `beside` its first batch (the two overlap).",
-    choices=("before", "beside"))
+    "When the session's warm-up query runs: `beside` the stream's first batch (the two overlap), or to its end "
+    "`before` the stream's query starts (its first batch then finds the daemons started, but the first commit "
+    "comes ~0.7 s later on 2 cores: docs/benchmarks.md, \"Cold start\").",
+    choices=("beside", "before"))
 SPARK_CDS_ARCHIVE = PathOrOff(
     "HANDOFF_SPARK_CDS_ARCHIVE", "driver (`startup.jvm_cds`)",
     "The JVMs' class-data-sharing archive: this file (when it exists), none when off, else the machine's "

@@ -174,8 +174,8 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
     """`handoff run --metrics-port N` serves on N. A second local run beside it, with the default port taken,
     serves on a free port and prints it. `kill -9` of the first leaves no process; what it leaves in the temp dir
     are only its own directories, which the next driver removes. A run asking for a taken port fails in one line
-    whose fix (`--metrics-port 0`) works. The session's warm-up: run a's (the default) ends before its stream's
-    query starts, run b's is set `beside`; a switch set to a value it does not take is refused in one line."""
+    whose fix (`--metrics-port 0`) works. The session's warm-up: run b's is set `before` and ends before its
+    stream's query starts; a switch set to a value it does not take is refused in one line."""
     topic = f"clicks-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=2)
     kafka.create_topic(f"{topic}.dlq", partitions=1)
@@ -218,8 +218,8 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
         e = start("e", "b", warmup_at="after")
         assert e.wait(120) == 2, logs["e"].read_text()[-4000:]
         refusal = logs["e"].read_text().strip().splitlines()[-1]
-        assert refusal == "handoff: HANDOFF_SESSION_WARMUP_AT='after': use before or beside", refusal
-        b = start("b", "b", warmup_at="beside")
+        assert refusal == "handoff: HANDOFF_SESSION_WARMUP_AT='after': use beside or before", refusal
+        b = start("b", "b", warmup_at="before")
         line_b = eventually(lambda: _metrics_line(logs["b"], b), "run b's metrics line", timeout=300,
                             interval=0.5)
         match = re.fullmatch(rf"metrics on :(\d+)/metrics \(port {DEFAULT_METRICS_PORT} is taken\)", line_b)
@@ -233,14 +233,14 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
             eventually(lambda n=name, p=proc: p.poll() is None
                        and re.search(r"^query \S+ started", logs[n].read_text(), re.M), f"run {name}'s query",
                        timeout=300, interval=0.5)
-        # The session's warm-up ran in both: by default to its end before the stream's query started, so Spark's
-        # first batch found its daemons started; `beside` (run b) overlaps it with that batch instead.
-        lines_a = logs["a"].read_text().splitlines()
-        warmed = [i for i, line in enumerate(lines_a) if "session warm-up done in" in line]
-        started = [i for i, line in enumerate(lines_a) if re.match(r"query \S+ started", line)]
-        assert warmed and started and warmed[0] < started[0], "\n".join(lines_a)[-4000:]
-        assert re.search(r"session warm-up (done in|stopped|failed)", logs["b"].read_text()), \
-            logs["b"].read_text()[-4000:]
+        # The session's warm-up ran in both: by default beside the stream's first batch; set `before` (run b), to
+        # its end before the stream's query started, so Spark's first batch found its daemons started.
+        assert re.search(r"session warm-up (done in|stopped|failed)", logs["a"].read_text()), \
+            logs["a"].read_text()[-4000:]
+        lines_b = logs["b"].read_text().splitlines()
+        warmed = [i for i, line in enumerate(lines_b) if "session warm-up done in" in line]
+        started = [i for i, line in enumerate(lines_b) if re.match(r"query \S+ started", line)]
+        assert warmed and started and warmed[0] < started[0], "\n".join(lines_b)[-4000:]
 
         tree_a = _process_tree(a.pid)
         assert len(tree_a) > 1  # the driver and its JVM at least

@@ -12,7 +12,8 @@ Pipelines: `handoff` (`python -m handoff_spark run`, the driver as the operator 
 in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same `handoff-iceberg` sink; this script
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
-Variants: `handoff-nocds` (the CDS archive off), `jvm-nocds`, and `before` (`--before REF`: REF's driver, exported
+Variants: `handoff-warmfirst` (the session warm-up before the query), `handoff-nowarmup` (no warm-up),
+`handoff-nocds` (the CDS archive off), `jvm-nocds`, and `before` (`--before REF`: REF's driver, exported
 with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
 (JVM, PySpark daemons and their forks, runners) first appears, up to the first commit.
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
@@ -225,9 +226,9 @@ class Driver:
 #: candidate behind an environment switch gets its own entry here, measured beside `handoff` in the same run.
 PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
                                          "handoff-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"},
-                                         # the session's warm-up beside the stream's first batch, not before its
-                                         # query (startup.session_warmup)
-                                         "handoff-beside": {"HANDOFF_SESSION_WARMUP_AT": "beside"},
+                                         # the session's warm-up to its end before the stream's query, not beside
+                                         # its first batch (startup.session_warmup)
+                                         "handoff-warmfirst": {"HANDOFF_SESSION_WARMUP_AT": "before"},
                                          # the session's warm-up off
                                          "handoff-nowarmup": {"HANDOFF_SESSION_WARMUP": "0"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
@@ -468,7 +469,7 @@ def chaos(bootstrap: str, tmp: Path, seconds: float, rate: int, kill_every: tupl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=30_000, help="N: the backlog and the warm batch size")
-    ap.add_argument("--pipelines", default="handoff,handoff-beside,handoff-nowarmup,jvm",
+    ap.add_argument("--pipelines", default="handoff,handoff-warmfirst,handoff-nowarmup,jvm",
                     help="for --chaos: the handoff variants among them (default: handoff)")
     ap.add_argument("--before", default=None, metavar="REF",
                     help="also run pipeline `before`: the handoff driver of git revision REF (e.g. main), first")

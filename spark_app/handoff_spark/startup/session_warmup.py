@@ -12,11 +12,12 @@ source (one row per core, no Python planner on its way) into an Arrow stream wri
 leaves every daemon started and its workers idle for reuse: its write tasks run the executor warm-up's task
 (`startup.executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the sink's set-up) and
 its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in the commit runner's
-worker. It writes nothing anywhere. By default it runs to its end before the stream's query starts
-(`HANDOFF_SESSION_WARMUP_AT=before`): the stream's first batch is then a warm batch, and the time to the first
-commit is what it was with the two overlapped (docs/benchmarks.md, "Cold start"). `beside` starts it in a
-thread just before the stream's query instead, where it reaches the writer's planner, the worker daemon and the
-commit runner while the stream's query is still in its source's Python planning. These classes import only
+worker. It writes nothing anywhere. By default it starts in a thread just before the stream's query
+(`HANDOFF_SESSION_WARMUP_AT=beside`), where it reaches the writer's planner, the worker daemon and the commit
+runner while the stream's query is still in its source's Python planning. `before` runs it to its end before the
+stream's query starts instead: Spark's first batch then finds those started (1.8–3.0× a warm batch against
+7.5–11×), but the first commit came 0.7 s later on average in three runs on 2 cores, so it is not the default
+(docs/benchmarks.md, "Cold start"). These classes import only
 pyspark's (Spark unpickles them by reference in fresh planner interpreters); the heavy modules are imported
 inside the methods.
 """

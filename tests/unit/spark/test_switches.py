@@ -72,11 +72,11 @@ def test_the_kafka_reader_is_native_or_python():
         reader({name: "fast"})
 
 
-def test_the_session_warmup_runs_before_the_query_unless_set_beside():
+def test_the_session_warmup_runs_beside_the_first_batch_unless_set_before():
     at, name = switches.SESSION_WARMUP_AT, switches.SESSION_WARMUP_AT.name
-    assert [at(e) for e in ({}, {name: ""}, {name: "BEFORE"}, {name: "beside"})] == [
-        "before", "before", "before", "beside"]
-    with pytest.raises(SwitchError, match=f"^{name}='after': use before or beside$"):
+    assert [at(e) for e in ({}, {name: ""}, {name: "BESIDE"}, {name: " before "})] == [
+        "beside", "beside", "beside", "before"]
+    with pytest.raises(SwitchError, match=f"^{name}='after': use beside or before$"):
         at({name: "after"})
 
 
