@@ -64,20 +64,22 @@ def test_text_switches_are_none_when_unset_or_empty():
     assert level({}) == "WARN" == level({level.name: ""}) and level({level.name: "ERROR"}) == "ERROR"
 
 
-def test_the_kafka_reader_is_native_or_python():
-    reader, name = switches.KAFKA_READER, switches.KAFKA_READER.name
-    assert [reader(e) for e in ({}, {name: ""}, {name: "NATIVE"}, {name: "python"})] == [
-        "native", "native", "native", "python"]
-    with pytest.raises(SwitchError, match=f"^{name}='fast': use native or python$"):
-        reader({name: "fast"})
+CHOICES = [switches.KAFKA_READER, switches.SESSION_WARMUP_AT]
 
 
-def test_the_session_warmup_runs_beside_the_first_batch_unless_set_before():
-    at, name = switches.SESSION_WARMUP_AT, switches.SESSION_WARMUP_AT.name
-    assert [at(e) for e in ({}, {name: ""}, {name: "BESIDE"}, {name: " before "})] == [
-        "beside", "beside", "beside", "before"]
-    with pytest.raises(SwitchError, match=f"^{name}='after': use beside or before$"):
-        at({name: "after"})
+@pytest.mark.parametrize("switch", CHOICES, ids=lambda s: s.name)
+def test_a_choice_is_one_of_its_choices_the_first_by_default(switch):
+    """The Kafka reader: native or python; the session warm-up: beside the first batch or before the query."""
+    name, (first, second) = switch.name, switch.choices
+    assert [switch(e) for e in ({}, {name: ""}, {name: first.upper()}, {name: f" {second} "})] == [
+        first, first, first, second]
+    with pytest.raises(SwitchError, match=f"^{name}='other': use {first} or {second}$"):
+        switch({name: "other"})
+
+
+def test_the_choices_and_their_defaults_are_those_documented():
+    assert {s.name for s in switches.SWITCHES.values() if isinstance(s, switches.Choice)} == {s.name for s in CHOICES}
+    assert [s.choices for s in CHOICES] == [("native", "python"), ("beside", "before")]
 
 
 def test_the_cds_archive_is_a_path_off_or_unset():
