@@ -1,4 +1,4 @@
-"""Warm a (re)started driver's Spark session before the stream's first batch (I/O: driver and executors).
+"""Warm a (re)started driver's Spark session ahead of the stream's first batch (I/O: driver and executors).
 
 Why: Spark's first micro-batch of a session starts, one after another on that batch's path, a fresh Python
 interpreter for each kind of Python work it does — PySpark keeps one daemon per worker module (the planner's
@@ -17,9 +17,8 @@ worker. It writes nothing anywhere. By default it starts in a thread just before
 runner while the stream's query is still in its source's Python planning. `before` runs it to its end before the
 stream's query starts instead: Spark's first batch then finds those started (1.8–3.0× a warm batch against
 7.5–11×), but the first commit came 0.7 s later on average in three runs on 2 cores, so it is not the default
-(docs/benchmarks.md, "Cold start"). These classes import only
-pyspark's (Spark unpickles them by reference in fresh planner interpreters); the heavy modules are imported
-inside the methods.
+(docs/benchmarks.md, "Cold start"). These classes import only pyspark's (Spark unpickles them by reference in
+fresh planner interpreters); the heavy modules are imported inside the methods.
 """
 from __future__ import annotations
 
