@@ -77,7 +77,7 @@ def test_a_choice_is_one_of_its_choices_the_first_by_default(switch):
         switch({name: "other"})
 
 
-def test_the_choices_and_their_defaults_are_those_documented():
+def test_these_are_every_choice_switch_and_their_choices_default_first():
     assert {s.name for s in switches.SWITCHES.values() if isinstance(s, switches.Choice)} == {s.name for s in CHOICES}
     assert [s.choices for s in CHOICES] == [("native", "python"), ("beside", "before")]
 
