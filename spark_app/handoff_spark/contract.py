@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 # ---------------------------------------------------------------------------- the driver's command line
 
@@ -83,6 +83,9 @@ ENV_DRIVER_POD_NAME = "HANDOFF_DRIVER_POD_NAME"
 ENV_PROGRESS_CONFIGMAP = "HANDOFF_PROGRESS_CONFIGMAP"
 #: That ConfigMap's namespace. Written by the operator; read by the driver.
 ENV_PROGRESS_NAMESPACE = "HANDOFF_PROGRESS_NAMESPACE"
+#: The driver pod's variable with its pod's `handoff.io/config-hash` (the downward API): the driver applies a query
+#: config only when the operator made it for this very pod template (a rollout to another pod runs the rest).
+ENV_POD_CONFIG_HASH = "HANDOFF_POD_CONFIG_HASH"
 #: A checkpoint on S3 (spec.checkpoint.location s3a://…): the store's endpoint (spec.checkpoint.endpoint, for an
 #: S3-compatible store that is not AWS), whether it takes path-style requests (spec.checkpoint.pathStyleAccess,
 #: "true"/"false") and its region (spec.checkpoint.region). Written by the operator, only for such a checkpoint;
@@ -119,7 +122,8 @@ CHECKPOINT_GCS_ENV = frozenset({ENV_CHECKPOINT_GCS_ENDPOINT, ENV_CHECKPOINT_GCS_
                                 ENV_CHECKPOINT_CREDENTIALS_SECRET, ENV_GOOGLE_APPLICATION_CREDENTIALS})
 #: What only the stream's driver gets: a Backfill Job copies the driver's pod without them (it neither
 #: publishes nor is scaled).
-STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME})
+STREAM_DRIVER_ONLY_ENV = frozenset({ENV_PROGRESS_CONFIGMAP, ENV_PROGRESS_NAMESPACE, ENV_DRIVER_POD_NAME,
+                                    ENV_POD_CONFIG_HASH})
 #: Every variable the operator sets in the driver pod (the checkpoint's only for a checkpoint on S3 or GCS).
 RENDERED_ENV = frozenset({ENV_SPARK_MASTER, ENV_STOP_GRACE_SECONDS, *STREAM_DRIVER_ONLY_ENV, *CHECKPOINT_S3_ENV,
                           *CHECKPOINT_GCS_ENV})
@@ -150,6 +154,30 @@ QUERY_HELD_KEY = "queryHeld"
 #: The progress record's key with the hold the driver has seen and is stopping its query for, at a batch boundary
 #: (at most `HANDOFF_STOP_GRACE_SECONDS`): the operator then waits for `QUERY_HELD_KEY` instead of stopping the pod.
 QUERY_HOLDING_KEY = "queryHolding"
+#: The annotation of the progress ConfigMap holding the query-only part of the app config the operator wants run
+#: now (`QueryConfig`, JSON): today `spec.transform` (its SQL and lookups), which the pod's config hash leaves out.
+#: Written by the operator (`spec.render`) when the handoff has a transform; polled by the driver (`driver.hold`,
+#: one read with the hold) and applied by `driver.query_config`: a change restarts the query at a batch boundary
+#: in the running driver (no pod restart), after the new SQL passed the same check a start runs.
+QUERY_CONFIG_ANNOTATION = "handoff.io/query-config"
+#: The progress record's key with the config hash (the operator's, of the whole app config) this driver runs now.
+CONFIG_HASH_KEY = "configHash"
+#: The progress record's key with when (ms since the epoch) this driver started running that config: a ledger
+#: commit after it is that config's (`upgrade.rule.committed_by`).
+CONFIG_SINCE_KEY = "configSinceMs"
+#: The progress record's keys of a query config this driver refused (its check failed): the config hash and the
+#: one line (`TransformInvalid: …`). The driver keeps running the config it ran; the operator shows Degraded
+#: TransformInvalid and rolls back to the last good spec when it can.
+CONFIG_REFUSED_KEY = "configRefused"
+CONFIG_REFUSED_HASH_KEY = "configRefusedHash"
+
+
+class QueryConfig(TypedDict):
+    """The value of `QUERY_CONFIG_ANNOTATION`."""
+
+    configHash: str               # the operator's hash of the whole app config this query config belongs to
+    podConfigHash: str            # the pod template's hash (without the query-only part) it goes with
+    transform: dict[str, Any]     # `AppConfig.transform` as JSON (`handoff_spark.config.Transform`)
 
 
 class ProgressDocument(TypedDict, total=False):
@@ -174,6 +202,10 @@ class ProgressDocument(TypedDict, total=False):
     checkpointDiscarded: str      # why this driver discarded its checkpoint at start (resumed from the ledger)
     queryHeld: str                # the hold (QUERY_HOLD_ANNOTATION's request) this driver's stopped query obeys
     queryHolding: str             # the hold this driver is stopping its query for (a batch still running)
+    configHash: str               # the app config (the operator's hash) this driver runs now (CONFIG_HASH_KEY)
+    configSinceMs: int            # since when it runs it (CONFIG_SINCE_KEY)
+    configRefused: str            # a query config this driver refused: its one line (CONFIG_REFUSED_KEY)
+    configRefusedHash: str        # that config's hash (CONFIG_REFUSED_HASH_KEY)
 
 
 #: Published by the driver as `degradedReason` when BigQuery refused requests for quota or size limits.

@@ -28,7 +28,8 @@ from handoff_spark.startup import session_warmup, worker_daemon
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT
+from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
+                                   QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT)
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
@@ -40,7 +41,7 @@ from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 from handoff_spark import checkpoint as ckpt
-from handoff_spark.driver import quarantine, seed, transform
+from handoff_spark.driver import quarantine, query_config, seed, transform
 from handoff_spark.sink.frames import SOURCE_NAME as FRAMES_SOURCE_NAME, FramesDataSource
 
 log = logging.getLogger("handoff.app")
@@ -365,6 +366,8 @@ class ProgressReporter:
         self.spark_batches = 0  # Spark's batches reported
         #: The seed line of this driver's checkpoint (driver.seed): batches below it are reported as seed batches.
         self.seed_line: dict[tuple[str, int], int] = {}
+        #: The operator's config this driver runs, and one it refused (CONFIG_KEYS): in every record it publishes.
+        self.config_keys: dict[str, Any] = {}
         #: (batchId, timestamp) of the last progress `poll` looked at: an unchanged one is not read again.
         self._last_seen: tuple[Any, Any] | None = None
         #: The newest record published, which a hold's acknowledgement republishes with `QUERY_HELD_KEY`.
@@ -391,10 +394,28 @@ class ProgressReporter:
             self.metrics.query_held.labels(self.cfg.handoff_id).set(1)
         self._offer({**self._base(), QUERY_HELD_KEY: request})
 
+    def config(self, config_hash: str, since_ms: int, *, changed: bool) -> None:
+        """Say which of the operator's configs this driver runs and since when (driver.query_config; published at
+        once). `changed`: its query just started with it, so the last batch's snapshot is not this config's (the
+        operator counts a config good once its own batch committed): dropped until the next batch."""
+        self.config_keys = {CONFIG_HASH_KEY: config_hash, CONFIG_SINCE_KEY: since_ms}
+        base = self._base()
+        if changed:
+            base.pop("committedSnapshot", None)
+        self._offer(base)
+
+    def refused(self, config_hash: str, message: str) -> None:
+        """Say that this driver refused the operator's config `config_hash` (its check failed) and why; it keeps
+        running the config it ran (published at once)."""
+        self.config_keys = {**{k: v for k, v in self.config_keys.items() if k in (CONFIG_HASH_KEY, CONFIG_SINCE_KEY)},
+                            CONFIG_REFUSED_HASH_KEY: config_hash, CONFIG_REFUSED_KEY: message}
+        self._offer(self._base())
+
     def _base(self) -> dict[str, Any]:
-        """The newest record without a hold's keys (or the handoff and its totals before any batch)."""
+        """The newest record without a hold's keys (or the handoff and its totals before any batch), with the
+        config this driver runs."""
         base = self._record or {"handoffId": self.cfg.handoff_id, "totals": self.totals.record()}
-        return {k: v for k, v in base.items() if k not in HOLD_KEYS}
+        return {**{k: v for k, v in base.items() if k not in HOLD_KEYS and k not in CONFIG_KEYS}, **self.config_keys}
 
     def _offer(self, record: dict[str, Any]) -> None:
         self._record = record
@@ -470,6 +491,7 @@ class ProgressReporter:
         record = report.record(cfg.handoff_id)
         record.update(extra)
         record["totals"] = self.totals.record()
+        record.update(self.config_keys)
         if self.checkpoint_discarded:
             record["checkpointDiscarded"] = self.checkpoint_discarded
         if cfg.progress_file:
@@ -571,6 +593,27 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             log.info("table prepared, start planned")
         spark = session.result()
         log.info("spark session started (%.1f s after the driver's start of it)", session.seconds or 0.0)
+        # The operator's transform for this pod (driver.query_config) may be newer than the pod's app.json: it runs.
+        pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
+        running_hash: str | None = None
+        refused_hash: str | None = None
+        pending: list[tuple[query_config.Wanted, AppConfig]] = []
+        if pod_hash:
+            hold.first_answer()  # type: ignore[union-attr]
+            wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
+            if wanted is not None:
+                if wanted.transform != cfg.transform:
+                    try:
+                        cfg = query_config.applied(cfg, wanted)
+                    except ValueError as exc:
+                        line = refusal(exc)
+                        echo(line)
+                        write_termination_message(line)
+                        return TRANSFORM_INVALID_EXIT
+                    reporter.cfg = cfg
+                    echo(f"running the operator's transform of config {wanted.config_hash} (newer than the pod's "
+                         f"app config)")
+                running_hash = wanted.config_hash
         if frames_query(cfg, sink_format):
             try:
                 transform.check(spark, cfg)
@@ -578,6 +621,37 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 echo(str(exc))
                 write_termination_message(str(exc))  # the operator's Degraded/TransformInvalid condition
                 return TRANSFORM_INVALID_EXIT
+        if running_hash is not None:
+            reporter.config(running_hash, int(time.time() * 1000), changed=False)
+
+        def config_changed() -> str | None:
+            """`wait`'s `config_when`: the operator's query config for this pod, when it is new and passes the
+            check a start runs (then kept in `pending`); a refused one is said once and the query runs on."""
+            nonlocal running_hash, refused_hash
+            assert hold is not None
+            wanted = query_config.parse(hold.query_config(), pod_hash)
+            if wanted is None or wanted.config_hash == running_hash:
+                if wanted is not None and refused_hash is not None:  # back to the config that runs: a rollback
+                    refused_hash = None
+                    reporter.config(wanted.config_hash, int(reporter.config_keys.get(CONFIG_SINCE_KEY) or 0),
+                                    changed=False)
+                return None
+            if wanted.config_hash == refused_hash:
+                return None
+            try:
+                candidate = query_config.applied(cfg, wanted)
+                transform.check(spark, candidate)
+            except (transform.TransformInvalid, ValueError) as exc:
+                line = refusal(exc)
+                refused_hash = wanted.config_hash
+                echo(f"the operator's transform of config {wanted.config_hash} is refused; the query runs on with "
+                     f"config {running_hash}: {line}")
+                reporter.refused(wanted.config_hash, line)
+                return None
+            pending[:] = [(wanted, candidate)]
+            return f"the operator changed the transform (config {running_hash} → {wanted.config_hash})"
+
+        config_when = config_changed if pod_hash else None
         if stop_requested.is_set():  # a stop signal during the start: nothing was read yet
             echo("stopped")
             return 0
@@ -638,7 +712,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         while True:
             try:
                 rc = wait(query, stop_requested, echo, reporter, restart_when=restart_when, stop_marker=stop_marker,
-                          hold=hold)
+                          hold=hold, config_when=config_when)
             except KeyboardInterrupt:
                 query.stop()
                 return 130
@@ -659,6 +733,21 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 metrics.query_starts.labels(cfg.handoff_id, "hold").inc()
                 continue
             if rc == HOLD_QUERY:
+                rc = 0
+            if rc == CONFIG_QUERY and not stop_requested.is_set():
+                # The operator changed the transform: the same checkpoint, a new query in this session.
+                wanted, cfg = pending.pop()
+                reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
+                since_ms = int(time.time() * 1000)
+                restart_when = lookups_changed(cfg)
+                query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
+                                    sink_format=sink_format, min_partitions_file=min_partitions_file)
+                reporter.config(wanted.config_hash, since_ms, changed=True)
+                echo(f"query {query.id} restarted with the operator's transform of config {wanted.config_hash} "
+                     f"(run {query.runId})")
+                metrics.query_starts.labels(cfg.handoff_id, "config").inc()
+                continue
+            if rc == CONFIG_QUERY:
                 rc = 0
             if rc == RESTART_QUERY and not stop_requested.is_set():
                 restart_when = lookups_changed(cfg)
@@ -732,6 +821,14 @@ def lookups_changed(cfg: AppConfig) -> Callable[[], str | None] | None:
     return changed
 
 
+def refusal(exc: Exception) -> str:
+    """The one line of a query config that cannot run: the check's own, or the app config's rule it breaks."""
+    if isinstance(exc, transform.TransformInvalid):
+        return str(exc)
+    first = str(exc).strip().splitlines()
+    return f"{contract.TRANSFORM_INVALID}: spec.transform: {' '.join(first[:3])[:400]}"
+
+
 #: Where Kubernetes reads a container's termination message (the pod spec's default `terminationMessagePath`).
 TERMINATION_LOG = "/dev/termination-log"
 
@@ -753,16 +850,22 @@ RESTART_QUERY = -1
 HOLD_QUERY = -2
 #: The progress record's keys about a hold (driver.hold): stopping for one, stopped under one.
 HOLD_KEYS = frozenset({QUERY_HELD_KEY, QUERY_HOLDING_KEY})
+#: The progress record's keys about the config this driver runs (driver.query_config).
+CONFIG_KEYS = frozenset({CONFIG_HASH_KEY, CONFIG_SINCE_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY})
+#: `wait`'s answer when `config_when` asked for the query to start again with the operator's new query config.
+CONFIG_QUERY = -3
 #: How often `restart_when` is asked.
 LOOKUP_CHECK_SECONDS = 10.0
 
 
 def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None],
          reporter: ProgressReporter | None = None, restart_when: Callable[[], str | None] | None = None,
-         stop_marker: str | None = None, hold: QueryHold | None = None) -> int:
+         stop_marker: str | None = None, hold: QueryHold | None = None,
+         config_when: Callable[[], str | None] | None = None) -> int:
     """Follow the query until it ends (0 done or stopped, 1 failed). `restart_when`: asked every
     `LOOKUP_CHECK_SECONDS`; a reason stops the query at a batch boundary (through the stop marker) and returns
-    `RESTART_QUERY`. `hold`: the operator's hold appearing does the same and returns `HOLD_QUERY`."""
+    `RESTART_QUERY`. `hold`: the operator's hold appearing does the same and returns `HOLD_QUERY`. `config_when`:
+    asked at every turn (it reads what the hold's poll read); a reason does the same and returns `CONFIG_QUERY`."""
     from pyspark.errors import StreamingQueryException
 
     def stop_between_batches(answer: int) -> int:
@@ -789,6 +892,10 @@ def wait(query: Any, stop_requested: threading.Event, echo: Callable[[str], None
                 if reporter is not None:
                     reporter.holding(request)
                 return stop_between_batches(HOLD_QUERY)
+            reason = config_when() if config_when is not None and stop_marker else None
+            if reason:
+                echo(f"{reason}: restarting the query at the batch boundary")
+                return stop_between_batches(CONFIG_QUERY)
             if restart_when is not None and time.monotonic() >= next_check:
                 next_check = time.monotonic() + LOOKUP_CHECK_SECONDS
                 reason = restart_when()

@@ -17,6 +17,9 @@ Contract with the operator (`handoff_operator.replay.handlers`, names in `handof
 The ledger's contiguity check still guards the table whatever the driver does: a batch that does not start
 where the rolled-back ledger ends is refused.
 
+The same read brings the operator's query config (`QUERY_CONFIG_ANNOTATION`, a changed transform), which
+`driver.query_config` applies: one request a second serves both.
+
 A failed poll keeps the last answer and is retried (a hold never lifts because the API server was briefly
 unreachable). Without the ConfigMap environment (local `handoff run`) there is no hold.
 """
@@ -28,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from handoff_spark import switches
-from handoff_spark.contract import QUERY_HOLD_ANNOTATION
+from handoff_spark.contract import QUERY_CONFIG_ANNOTATION, QUERY_HOLD_ANNOTATION
 from handoff_spark.driver.publisher import REQUEST_TIMEOUT, api_client, import_kubernetes
 
 log = logging.getLogger("handoff.hold")
@@ -46,6 +49,7 @@ class QueryHold:
     def __init__(self, namespace: str, configmap: str, *, poll: float, api: Any = None) -> None:
         self.namespace, self.configmap, self.poll, self._api = namespace, configmap, poll, api
         self._request: str | None = None
+        self._query_config: str | None = None  # the operator's QUERY_CONFIG_ANNOTATION, as read
         self._known = threading.Event()  # set after the first successful read
         self._changed = threading.Event()
         self._stop = threading.Event()
@@ -80,6 +84,10 @@ class QueryHold:
     def requested(self) -> str | None:
         return self._request
 
+    def query_config(self) -> str | None:
+        """The operator's query config as last read (`QUERY_CONFIG_ANNOTATION`'s text; None: there is none)."""
+        return self._query_config
+
     def wait_released(self, stopping: Callable[[], bool]) -> bool:
         """Block until the hold is gone (True) or `stopping()` says the driver stops (False)."""
         while self._request is not None:
@@ -89,9 +97,10 @@ class QueryHold:
             self._changed.clear()
         return True
 
-    def read(self) -> str | None:
-        """One read of the hold: a list by name at `resourceVersion=0`, which the API server answers from its watch
-        cache. Why not a GET: a GET is a quorum read of etcd, and every driver asks once a second."""
+    def read(self) -> tuple[str | None, str | None]:
+        """One read of the hold and the query config: a list by name at `resourceVersion=0`, which the API server
+        answers from its watch cache. Why not a GET: a GET is a quorum read of etcd, and every driver asks once a
+        second."""
         if self._api is None:
             self._api = api_client()
         from kubernetes import client
@@ -99,12 +108,13 @@ class QueryHold:
         found = client.CoreV1Api(self._api).list_namespaced_config_map(
             self.namespace, field_selector=f"metadata.name={self.configmap}", resource_version="0",
             _request_timeout=REQUEST_TIMEOUT)
-        return parse_hold(found.items[0].metadata.annotations) if found.items else None
+        annotations = (found.items[0].metadata.annotations or {}) if found.items else {}
+        return parse_hold(annotations), annotations.get(QUERY_CONFIG_ANNOTATION)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                request = self.read()
+                request, self._query_config = self.read()
             except Exception as exc:  # noqa: BLE001 - keep the last answer; the next poll tries again
                 self._failures += 1
                 if self._failures == 1 or self._failures % 20 == 0:

@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from handoff_spark import switches
-from handoff_spark.contract import PROGRESS_DATA_KEY, QUERY_HELD_KEY, QUERY_HOLDING_KEY
+from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, PROGRESS_DATA_KEY, QUERY_HELD_KEY,
+                                   QUERY_HOLDING_KEY)
 
 FIELD_MANAGER = "handoff-driver"
 DEFAULT_INTERVAL = switches.PROGRESS_PUBLISH_SECONDS.default
@@ -48,9 +49,11 @@ def publish_due(record_key: object, published_key: object, published_at: float |
 
 
 def state_key(record: Mapping[str, Any]) -> object:
-    """What makes a record urgent: the sink's degraded reason appearing, changing or clearing, and the query
-    stopping under the operator's hold or starting again (`driver.hold`: the operator waits for it)."""
-    return record.get("degradedReason"), record.get(QUERY_HELD_KEY), record.get(QUERY_HOLDING_KEY)
+    """What makes a record urgent: the sink's degraded reason appearing, changing or clearing, the query
+    stopping under the operator's hold or starting again (`driver.hold`: the operator waits for it), and the config
+    the driver runs or refused changing (`driver.query_config`: the operator's rollout rule reads it)."""
+    return (record.get("degradedReason"), record.get(QUERY_HELD_KEY), record.get(QUERY_HOLDING_KEY),
+            record.get(CONFIG_HASH_KEY), record.get(CONFIG_REFUSED_HASH_KEY))
 
 
 def document(record: Mapping[str, Any], pod: str | None, now_ms: int) -> str:

@@ -65,7 +65,8 @@ def _published(degraded: str | None) -> str:
     # what `driver.app` adds to each record, and to the last one when its query is held (`ProgressReporter.held`)
     record = {**report.record("shop/orders"), "firstOfDriver": True, "totals": totals.record(),
               "checkpointDiscarded": "the checkpoint is ahead of the table's ledger", contract.QUERY_HELD_KEY: "rewind",
-              contract.QUERY_HOLDING_KEY: "rewind"}
+              contract.QUERY_HOLDING_KEY: "rewind", contract.CONFIG_HASH_KEY: "c2", contract.CONFIG_SINCE_KEY: 1_699_999_999_000,
+              contract.CONFIG_REFUSED_HASH_KEY: "c3", contract.CONFIG_REFUSED_KEY: "TransformInvalid: spec.transform.sql: x"}
     return document(record, "orders-driver-abc", 1_700_000_000_500)
 
 
@@ -81,6 +82,8 @@ def test_what_the_driver_publishes_is_what_the_operator_reads():
     assert report.totals is not None and report.totals["records"] == 10 and report.totals["snapshots"] == 1
     assert report.checkpoint_discarded == "the checkpoint is ahead of the table's ledger"
     assert report.query_held == report.query_holding == "rewind"
+    assert (report.config_hash, report.config_since_ms) == ("c2", 1_699_999_999_000)
+    assert (report.config_refused_hash, report.config_refused) == ("c3", "TransformInvalid: spec.transform.sql: x")
 
 
 def test_the_documented_shape_is_the_published_one_and_covers_what_the_operator_reads():

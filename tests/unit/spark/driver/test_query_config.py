@@ -1,0 +1,89 @@
+"""driver.query_config: which of the operator's query configs a running driver takes (pure), and what it publishes
+about the config it runs or refused. The change end to end (the operator, a real node, the same driver pod):
+tests/e2e/test_in_cluster_pod_options.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from handoff_spark.config import AppConfig, Transform
+from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
+                                    QUERY_HELD_KEY)
+from handoff_spark.driver import query_config
+from handoff_spark.driver.publisher import state_key
+
+SQL = "SELECT * FROM source WHERE amount > 0"
+
+
+def _cfg(tmp_path, **extra) -> AppConfig:
+    return AppConfig.model_validate({
+        "handoffId": "ns/x", "source": {"bootstrapServers": "b:9092", "topics": ["t"]},
+        "sink": {"kind": "iceberg", "table": "db.t"},
+        "schema": {"onIncompatible": "halt", "columns": [{"name": "id", "type": "long"},
+                                                          {"name": "amount", "type": "double"}]},
+        "deadLetterTopic": "t-dlq", "transform": {"sql": SQL},
+        "checkpointLocation": f"file://{tmp_path}/ck", **extra})
+
+
+def _annotation(sql: str = "SELECT id, amount, _kafka_topic FROM source", pod: str = "p1", config: str = "h2") -> str:
+    return json.dumps({"configHash": config, "podConfigHash": pod, "transform": {"sql": sql, "lookups": []}})
+
+
+def test_the_driver_takes_only_a_config_made_for_its_own_pod_template():
+    wanted = query_config.parse(_annotation(), "p1")
+    assert wanted == query_config.Wanted("h2", Transform(sql="SELECT id, amount, _kafka_topic FROM source"))
+    assert query_config.parse(_annotation(pod="p2"), "p1") is None  # the next pod's (the Deployment rolls out)
+    assert query_config.parse(_annotation(), None) is None          # not in a pod the operator renders
+    assert query_config.parse(None, "p1") is None
+    for broken in ("{", "[]", json.dumps({"podConfigHash": "p1", "transform": {"sql": SQL}}),
+                   json.dumps({"configHash": "h2", "podConfigHash": "p1", "transform": {"sql": ""}})):
+        assert query_config.parse(broken, "p1") is None, broken
+
+
+def test_the_wanted_transform_replaces_only_the_transform_and_the_app_configs_rules_still_hold(tmp_path):
+    cfg = _cfg(tmp_path)
+    new = query_config.applied(cfg, query_config.Wanted("h2", Transform(sql="SELECT * FROM source")))
+    assert new.transform is not None and new.transform.sql == "SELECT * FROM source"
+    assert new.model_dump(exclude={"transform"}) == cfg.model_dump(exclude={"transform"})
+    no_dlq = cfg.model_copy(update={"dead_letter_topic": None})
+    with pytest.raises(ValueError, match="deadLetterTopic"):
+        query_config.applied(no_dlq, query_config.Wanted("h2", Transform(sql=SQL)))
+
+
+class _Publisher:
+    def __init__(self) -> None:
+        self.offered: list[dict] = []
+
+    def offer(self, record: dict) -> None:
+        self.offered.append(dict(record))
+
+
+def test_the_record_says_which_config_runs_drops_the_old_snapshot_and_says_a_refusal_until_cleared(tmp_path):
+    from handoff_spark.driver.app import ProgressReporter
+
+    publisher = _Publisher()
+    reporter = ProgressReporter(_cfg(tmp_path), None, lambda _line: None, publisher)
+    reporter.config("h1", 1_000, changed=False)  # at start, before any batch
+    assert publisher.offered[-1] == {"handoffId": "ns/x", "totals": reporter.totals.record(),
+                                     CONFIG_HASH_KEY: "h1", CONFIG_SINCE_KEY: 1_000}
+    reporter._offer({**reporter._base(), "batchId": 7, "committedSnapshot": 42})
+    line = "TransformInvalid: spec.transform.sql: nope"
+    reporter.refused("h3", line)
+    assert publisher.offered[-1][CONFIG_REFUSED_HASH_KEY] == "h3" and publisher.offered[-1][CONFIG_REFUSED_KEY] == line
+    assert publisher.offered[-1][CONFIG_HASH_KEY] == "h1" and publisher.offered[-1]["committedSnapshot"] == 42
+    # A hold's acknowledgement keeps them (the operator reads both at once).
+    reporter.held("rewind")
+    assert publisher.offered[-1][QUERY_HELD_KEY] == "rewind" and publisher.offered[-1][CONFIG_REFUSED_HASH_KEY] == "h3"
+    # The query restarted with h2: a snapshot of h1's batch is no evidence for h2; the refusal is gone.
+    reporter.config("h2", 2_000, changed=True)
+    last = publisher.offered[-1]
+    assert (last[CONFIG_HASH_KEY], last[CONFIG_SINCE_KEY], last["batchId"]) == ("h2", 2_000, 7)
+    assert "committedSnapshot" not in last and CONFIG_REFUSED_KEY not in last and QUERY_HELD_KEY not in last
+
+
+def test_a_new_config_or_refusal_is_published_at_once():
+    base = {"handoffId": "ns/x", CONFIG_HASH_KEY: "h1"}
+    assert state_key(base) != state_key({**base, CONFIG_HASH_KEY: "h2"})
+    assert state_key(base) != state_key({**base, CONFIG_REFUSED_HASH_KEY: "h3"})
+    assert state_key(base) == state_key({**base, "batchId": 8})
