@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from handoff_spark.contract import DEGRADED_REASONS, TRANSFORM_INVALID
@@ -56,6 +56,39 @@ class DriverFacts:
     waiting_reason: str | None = None
     last_termination_reason: str | None = None
     last_termination_message: str | None = None
+    # What the driver pod reports of its own config (`with_report`): a transform changes in the running driver
+    # (handoff_spark.driver.query_config), so its pod's annotation no longer says all it runs.
+    running_config_hash: str | None = None     # the whole app config's hash it runs now
+    running_since_ms: int | None = None        # since when (a ledger commit after it is that config's)
+    refused_config_hash: str | None = None     # a config it refused to apply (its transform check failed)
+    refused_message: str | None = None         # the refusal's one line (`TransformInvalid: …`)
+
+    @property
+    def config_hash(self) -> str | None:
+        """The app config this driver runs: what it reports, else its pod's annotation."""
+        return self.running_config_hash or self.pod_config_hash
+
+    @property
+    def config_started_at_ms(self) -> int | None:
+        """When this driver started running its config: the pod's start, or a later change in place."""
+        times = [t for t in (self.pod_started_at_ms, self.running_since_ms) if t is not None]
+        return max(times) if times else None
+
+    def runs(self, desired: str | None, desired_pod: str | None = None) -> bool:
+        """Does this driver run config `desired`? What it reports says so; before it reports (a pod starting), its
+        pod's template is the one `desired` renders to (`desired_pod`, the hash without the query-only part)."""
+        if self.running_config_hash is not None:
+            return self.running_config_hash == desired
+        return self.pod_config_hash == (desired_pod or desired)
+
+
+def with_report(driver: DriverFacts | None, report: DriverReport | None) -> DriverFacts | None:
+    """The driver with what its own published record says of its config (pure). Only a record of this very pod
+    counts: another pod's says nothing about this one."""
+    if driver is None or report is None or driver.pod_name is None or report.driver_pod != driver.pod_name:
+        return driver
+    return replace(driver, running_config_hash=report.config_hash, running_since_ms=report.config_since_ms,
+                   refused_config_hash=report.config_refused_hash, refused_message=report.config_refused)
 
 
 @dataclass(frozen=True)
@@ -101,6 +134,10 @@ class DriverReport:
     checkpoint_discarded: str | None = None  # why this driver discarded its checkpoint at start (resume)
     query_held: str | None = None            # the replay whose hold stopped this driver's query (driver.hold)
     query_holding: str | None = None         # the replay this driver is stopping its query for (a batch still runs)
+    config_hash: str | None = None           # the app config it runs (handoff_spark.driver.query_config)
+    config_since_ms: int | None = None       # since when
+    config_refused: str | None = None        # a query config it refused: the one line
+    config_refused_hash: str | None = None   # that config's hash
 
 
 # What a sink's degradedReason means, for the condition message.
@@ -112,7 +149,8 @@ class Facts:
     generation: int
     suspended: bool
     desired_hash: str | None
-    invalid: Sequence[str] = ()                # InvalidSpec messages ("spec.x: problem; fix: ...")
+    invalid: Sequence[str] = ()
+    desired_pod_hash: str | None = None        # the pod template's hash desired_hash renders to (None: the same)                # InvalidSpec messages ("spec.x: problem; fix: ...")
     driver: DriverFacts | None = None          # None = no Deployment (yet)
     progress: ProgressFacts = field(default_factory=ProgressFacts)
     freshness_target_seconds: float | None = None
@@ -225,7 +263,8 @@ def evaluate(facts: Facts) -> Evaluation:
     crash = _crash_reason(driver)
     current = (driver.rollout_observed and driver.updated_replicas >= 1 and
                driver.replicas == driver.updated_replicas and
-               (facts.desired_hash is None or driver.pod_config_hash in (None, facts.desired_hash)))
+               (facts.desired_hash is None or driver.pod_config_hash is None or
+                driver.runs(facts.desired_hash, facts.desired_pod_hash)))
     running = current and driver.pod_ready and driver.ready_replicas >= 1
 
     if crash:
@@ -244,12 +283,27 @@ def evaluate(facts: Facts) -> Evaluation:
                             message)
         return Evaluation("Degraded", (ready, progressing, degraded))
 
+    if (facts.desired_hash is not None and driver.refused_config_hash == facts.desired_hash
+            and driver.refused_message and not driver.runs(facts.desired_hash)):
+        # The running driver refused the changed transform (its check failed) and runs the one it ran.
+        message = (f"{driver.refused_message.strip()[:400]} (driver pod {driver.pod_name} keeps running config "
+                   f"{driver.config_hash}; fix the spec)")
+        return Evaluation("Degraded", (
+            _cond(READY, driver.pod_ready, "Running" if driver.pod_ready else TRANSFORM_INVALID,
+                  f"driver pod {driver.pod_name} runs the previous transform" + summary),
+            _cond(PROGRESSING, False, TRANSFORM_INVALID, message),
+            _cond(DEGRADED, True, TRANSFORM_INVALID, message),
+        ))
+
     if not running:
         # A restart replaces a driver that ran another config; the very first rollout is a start.
-        restarting = (driver.pod_config_hash not in (None, facts.desired_hash) or
+        restarting = (driver.config_hash not in (None, facts.desired_hash) or
                       facts.previous_hash not in (None, facts.desired_hash) or facts.restart_in_progress)
         if restarting:
-            message = f"restarting the driver to apply generation {facts.generation}"
+            in_place = (driver.running_config_hash is not None and driver.pod_ready and
+                        driver.pod_config_hash == (facts.desired_pod_hash or facts.desired_hash))
+            message = (f"restarting the query in driver pod {driver.pod_name} to apply generation {facts.generation}"
+                       if in_place else f"restarting the driver to apply generation {facts.generation}")
             return Evaluation("Starting", (
                 _cond(READY, False, "Restarting", message),
                 _cond(PROGRESSING, True, "Restarting", message),

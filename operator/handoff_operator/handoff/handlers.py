@@ -42,7 +42,7 @@ from handoff_operator.scaling import step as autoscale
 from handoff_operator.truth import driver_report
 from handoff_operator.spec import rendered as rendering
 from handoff_operator.truth.bigquery import service_account_key
-from handoff_operator.conditions import READY, DriverReport, condition_true
+from handoff_operator.conditions import READY, DriverReport, condition_true, with_report
 from handoff_operator.handoff import journal
 from handoff_operator.handoff.diffbase import SlimAnnotationsDiffBaseStorage
 from handoff_operator.retention.report import retention_condition
@@ -176,10 +176,10 @@ def _gather(kube: Kube, obj: dict[str, Any], truth: Truth | None, refresh_truth:
                         deleting=deleting, refresh_truth=refresh_truth, truth=truth, report=report,
                         report_read=report_read, settings=settings, now_ms=int(time.time() * 1000))
     if not gathered.acts_on_children:
-        return dataclasses.replace(gathered, driver=kube.driver_facts(namespace, name))
+        return dataclasses.replace(gathered, driver=with_report(kube.driver_facts(namespace, name), report))
     assert prepared.spec is not None and prepared.rendered is not None
-    driver = ((seen.settled_driver(condition_true(status, READY)) if seen is not None else None)
-              or kube.driver_facts(namespace, name))
+    driver = with_report((seen.settled_driver(condition_true(status, READY)) if seen is not None else None)
+                         or kube.driver_facts(namespace, name), report)
     running = seen.executors_running() if seen is not None else kube.executor_count(namespace, name)
     progress = truth.progress if truth is not None and refresh_truth else None
     return dataclasses.replace(
@@ -260,7 +260,7 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
             kube.delete_if_owned(child, meta["uid"])
         # The driver as gathered still stands unless this step changed one of its children.
         if any(applied) or plan.rolls_out or driver is None:
-            driver = kube.driver_facts(namespace, name)
+            driver = with_report(kube.driver_facts(namespace, name), seen.report)
     if plan.restart is not None:
         events.append(plan.restart)
     if plan.scaling is not None:

@@ -91,9 +91,10 @@ class Plan:
 
 
 def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generation: int,
-            rolling_back: bool) -> tuple[dict[str, Any], Event | None]:
+            rolling_back: bool, in_pod: str | None = None) -> tuple[dict[str, Any], Event | None]:
     """`status.app` after applying children of `config_hash`, and the Event of a restart: a config other than the
-    one running restarts the driver (a rollback has its own Event; a suspended handoff runs nothing)."""
+    one running restarts the driver (a rollback has its own Event; a suspended handoff runs nothing). `in_pod`: the
+    driver pod that keeps running, when only the query-only part (the transform) changed: its query restarts."""
     out = dict(app)
     old_hash = out.get("configHash")
     changed = bool(old_hash) and old_hash != config_hash and not suspended
@@ -102,6 +103,10 @@ def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generatio
     out["configHash"] = config_hash
     if not changed or rolling_back:
         return out, None
+    if in_pod is not None:
+        return out, ("Normal", "Restarting", (
+            f"generation {generation} changed the transform ({old_hash} → {config_hash}): driver pod {in_pod} "
+            f"checks it and restarts its query with it at a batch boundary"))
     return out, ("Normal", "Restarting", (
         f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
         f"batch boundary, then starting it with the new config"))
@@ -120,8 +125,13 @@ def plan(seen: Gathered) -> Plan:
     progress = truth.progress if truth is not None else None
     upgrade = upgrade_step.decide_step(seen.obj, seen.spec, seen.rendered, status, seen.report, progress,
                                        seen.settings, seen.now_ms, seen.driver, seen.last_good)
-    app, restarting = restart(app, upgrade.rendered.config_hash, seen.spec.suspend,
-                              int(seen.obj["metadata"].get("generation") or 0), upgrade.rolling_back)
+    runs = upgrade.rendered
+    driver = seen.driver
+    in_pod = (driver.pod_name if driver is not None and driver.pod_ready and runs.pod_config_hash is not None
+              and runs.pod_config_hash != runs.config_hash and driver.pod_config_hash == runs.pod_config_hash
+              else None)
+    app, restarting = restart(app, runs.config_hash, seen.spec.suspend,
+                              int(seen.obj["metadata"].get("generation") or 0), upgrade.rolling_back, in_pod)
     scaling = scaling_step.decide_step(
         seen.spec, status.get("executors") or {}, progress if seen.refresh_truth else None, seen.report,
         seen.running, seen.now_ms, seen.measured or scaling_step.Measured())
@@ -142,6 +152,7 @@ def observe(seen: Gathered, plan: Plan, driver: DriverFacts | None, retention: R
         generation=generation,
         suspended=bool(spec.suspend) if spec is not None else False,
         desired_hash=rendered.config_hash if rendered is not None else None,
+        desired_pod_hash=rendered.pod_hash if rendered is not None else None,
         invalid=[str(p) for p in seen.problems],
         driver=driver, progress=truth if truth is not None else status_progress(status),
         freshness_target_seconds=spec.freshness_target_seconds if spec is not None else None,

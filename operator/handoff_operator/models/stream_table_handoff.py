@@ -714,7 +714,11 @@ class TransformSpec(SpecModel):
         "schema.columns, and be deterministic (a replay must drop and derive what the first run did). "
         "Example: SELECT id, ts, upper(customer) AS customer, amount, region, _kafka_topic, _kafka_partition, "
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
-        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. A "
+        "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. "
+        "Changing the SQL or the lookups of a running handoff restarts its query in the running driver at a batch "
+        "boundary (no pod restart), after the new SQL passed the same check; a new SQL that fails it is refused, "
+        "the driver keeps running the one before, the handoff shows Degraded TransformInvalid and goes back to the "
+        "last good spec (UpgradeRolledBack). Adding or removing the transform restarts the driver. A "
         "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
         "transform-error and the stream goes on (so a transform needs deadLetter.topic)."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
@@ -1030,8 +1034,9 @@ class UpgradeStatus(StatusModel):
                                         "config runs until the spec changes again.")
     rolled_back_config_hash: str | None = Field(default=None, max_length=128,
                                                 description="Config hash of the rolled back spec.")
-    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout"] | None = Field(
-        default=None, description="Why it was rolled back.")
+    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"] | None = Field(
+        default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the changed "
+                                  "transform and kept running the one before).")
     rolled_back_at: datetime | None = Field(default=None, description="When it was rolled back.")
     message: str | None = Field(default=None, max_length=1024, description="What happened, for people.")
 

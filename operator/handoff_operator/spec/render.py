@@ -611,6 +611,12 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
         {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
+    if spec.transform is not None:
+        # The pod's own config hash: the driver applies the operator's changed transform in place only when it was
+        # rendered for this pod template (handoff_spark.driver.query_config). Only with a transform, so the template
+        # (and the hash) of every other handoff is what it was.
+        env.append({"name": contract.ENV_POD_CONFIG_HASH,
+                    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}})
     env += checkpoint_env(spec)
     mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "run", "mountPath": RUN_DIR}]
@@ -713,12 +719,28 @@ LIVE_EXECUTORS_KEY = "spark.executor.instances"
 MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
+#: The app config's query-only part: what the running driver changes by restarting its query, not its pod
+#: (handoff_spark.driver.query_config). Its presence stays in the pod's hash (adding or removing a transform changes
+#: the query's source and the pod's env), its content does not.
+QUERY_ONLY_KEYS = ("transform",)
+#: What a query-only key's content is replaced by in the pod's hash.
+QUERY_ONLY_MARK = "<applied in the running driver>"
+
+
 def config_hash(app_json: str, template: Mapping[str, Any],
-                executor_template: Mapping[str, Any] | None = None) -> str:
+                executor_template: Mapping[str, Any] | None = None, *, pod: bool = False) -> str:
     """Hash of everything the driver runs with, but the live executor count: a change means one restart, no
     change none. The executors' pod template counts (the driver reads it at start); without one the hash is what
-    it was before executor templates existed, so an operator upgrade restarts no driver."""
+    it was before executor templates existed, so an operator upgrade restarts no driver.
+
+    `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the content of the
+    query-only keys out: a change of the transform alone restarts the query in the running driver, not the pod.
+    Without a transform the two hashes are the same."""
     doc = json.loads(app_json)
+    if pod:
+        for key in QUERY_ONLY_KEYS:
+            if doc.get(key) is not None:
+                doc[key] = QUERY_ONLY_MARK
     for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
         (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()
@@ -729,15 +751,32 @@ def config_hash(app_json: str, template: Mapping[str, Any],
     return digest.hexdigest()[:16]
 
 
+def query_config_json(config: AppConfig, full_hash: str, pod_hash: str) -> str:
+    """The progress ConfigMap's `handoff.io/query-config` (contract.QueryConfig): the transform the running driver
+    of pod template `pod_hash` applies in place, and the whole config's hash it then reports. The transform holds
+    no Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
+    assert config.transform is not None
+    doc = {"configHash": full_hash, "podConfigHash": pod_hash,
+           "transform": config.transform.model_dump(mode="json", by_alias=True)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
 @dataclass(frozen=True)
 class Rendered:
     config: AppConfig
-    config_hash: str
+    config_hash: str                      # of the whole app config (status.app.configHash, the upgrade rule)
     children: list[dict[str, Any]]        # owned by the handoff, applied in this order
     unowned: list[dict[str, Any]]         # created if missing, never deleted by the operator
     #: Owned children the spec has turned off (apiVersion, kind, metadata name/namespace only): deleted when
     #: present and owned by this handoff.
     absent: list[dict[str, Any]] = field(default_factory=list)
+
+    #: The pod template's hash (without the query-only part): the driver pod's annotation. None: as config_hash.
+    pod_config_hash: str | None = None
+
+    @property
+    def pod_hash(self) -> str:
+        return self.pod_config_hash or self.config_hash
 
     def child(self, kind: str) -> dict[str, Any]:
         return next(c for c in self.children if c["kind"] == kind)
@@ -760,7 +799,8 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     full_json = config.to_json()
     template = driver_pod_template(spec, namespace, name, image, resolved.secret_values, grace_seconds)
     executor_template = executor_pod_template(spec)
-    digest = config_hash(full_json, template, executor_template)
+    full_digest = config_hash(full_json, template, executor_template)
+    digest = config_hash(full_json, template, executor_template, pod=True)
     template["metadata"]["annotations"] = {**template["metadata"].get("annotations", {}),
                                            CONFIG_HASH_ANNOTATION: digest}
     # Beside app.json in whichever of the two the driver mounts at /etc/handoff.
@@ -783,8 +823,11 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     if spec.spark.service_account_name is None:
         children += rbac(owner, name, namespace)
     # Metadata only, never `data`: that field belongs to the driver (field manager handoff-driver).
-    children.append({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": _meta(progress_configmap_name(name), namespace, "progress", owner)})
+    progress_meta = _meta(progress_configmap_name(name), namespace, "progress", owner)
+    if config.transform is not None:
+        progress_meta["annotations"] = {contract.QUERY_CONFIG_ANNOTATION: query_config_json(config, full_digest,
+                                                                                            digest)}
+    children.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": progress_meta})
     children.append({
         "apiVersion": "v1", "kind": "Service",
         "metadata": _meta(driver_name(name), namespace, "driver", owner),
@@ -839,7 +882,7 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
     if ingress is None:
         absent.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
                        "metadata": {"name": ui_ingress_name(name), "namespace": namespace}})
-    return Rendered(config, digest, children, unowned, absent)
+    return Rendered(config, full_digest, children, unowned, absent, pod_config_hash=digest)
 
 
 def ui_ingress(owner: Mapping[str, Any], name: str, namespace: str, ingress: SparkUiIngressSpec) -> dict[str, Any]:

@@ -54,7 +54,7 @@ class UpgradeState:
     trying_since_ms: int | None = None       # None: the readiness clock is not running
     rolled_back_generation: int | None = None
     rolled_back_hash: str | None = None
-    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout"] | None = None
+    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"] | None = None
     rolled_back_at_ms: int | None = None
     message: str | None = None
 
@@ -74,6 +74,7 @@ class UpgradeFacts:
     lag: int | None = None                  # records waiting in Kafka (None: unknown)
     last_good_available: bool = True        # the last good spec is stored and still renders
     held: bool = False                      # a ReplayRequest holds the driver at 0 replicas (replay-hold)
+    desired_pod_hash: str | None = None     # its pod template's hash (without the query-only part; None: the same)
 
 
 @dataclass(frozen=True)
@@ -85,15 +86,19 @@ class Decision:
 
 
 def committed_by(facts: UpgradeFacts, config_hash: str) -> bool:
-    """Has a driver of `config_hash` committed a batch? (See the module docstring for the evidence.)"""
+    """Has a driver of `config_hash` committed a batch? (See the module docstring for the evidence.) A driver that
+    changed its transform in place reports the config it runs and since when (DriverFacts.with_report): its record
+    names a snapshot only once a batch of that config committed, and a ledger commit counts from that moment."""
     driver = facts.driver
-    if driver is None or driver.pod_name is None or driver.pod_config_hash != config_hash:
+    desired_pod = facts.desired_pod_hash if config_hash == facts.desired_hash else None
+    if driver is None or driver.pod_name is None or not driver.runs(config_hash, desired_pod):
         return False
     report = facts.report
     if report is not None and report.driver_pod == driver.pod_name and report.committed_snapshot is not None:
         return True
-    return (facts.ledger_committed_at_ms is not None and driver.pod_started_at_ms is not None and
-            facts.ledger_committed_at_ms >= driver.pod_started_at_ms + START_SLACK_MS)
+    started = driver.config_started_at_ms
+    return (facts.ledger_committed_at_ms is not None and started is not None and
+            facts.ledger_committed_at_ms >= started + START_SLACK_MS)
 
 
 def crash_loop(driver: DriverFacts, crash_restarts: int) -> str | None:
@@ -108,7 +113,8 @@ def crash_loop(driver: DriverFacts, crash_restarts: int) -> str | None:
     return reason
 
 
-def _rolled_back(state: UpgradeState, facts: UpgradeFacts, reason: Literal["CrashLoop", "ReadinessTimeout"],
+def _rolled_back(state: UpgradeState, facts: UpgradeFacts,
+                 reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"],
                  what: str) -> Decision:
     message = (f"generation {facts.generation} (config {facts.desired_hash}) {what}; running the config of "
                f"generation {state.last_good_generation} ({state.last_good_hash}), the last one that committed "
@@ -156,8 +162,13 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
         return Decision("keep", replace(state, trying_since_ms=None), run_last_good=False)
 
     driver = facts.driver
-    ours = driver is not None and driver.pod_config_hash == facts.desired_hash
+    ours = driver is not None and driver.runs(facts.desired_hash, facts.desired_pod_hash)
     can_roll_back = facts.auto_rollback and state.last_good_hash is not None and facts.last_good_available
+    if (can_roll_back and driver is not None and driver.refused_config_hash == facts.desired_hash
+            and driver.refused_message and not ours):
+        # The running driver refused the changed transform and still runs the one before: waiting cannot help.
+        return _rolled_back(state, facts, "TransformInvalid", (
+            f"was refused by the running driver pod {driver.pod_name} ({driver.refused_message.strip()[:300]})"))
     if ours and can_roll_back:
         assert driver is not None
         crash = crash_loop(driver, facts.crash_restarts)
@@ -199,7 +210,7 @@ def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFac
             f"({state.last_good_hash}), the last one that committed a batch"
             + (f": generation {state.rolled_back_generation} was rolled back"
                if state.rolled_back_generation is not None else ""))
-    failed_pod = driver is not None and driver.pod_config_hash == decision.state.rolled_back_hash
+    failed_pod = driver is not None and driver.config_hash == decision.state.rolled_back_hash
     # The last good config's own driver failing: its Progressing=Restarting names the failure; kept.
     last_good_failing = not failed_pod and any(c.type == READY and c.status == "False" and c.reason in
                                                DRIVER_FAILING_REASONS for c in evaluation.conditions)

@@ -65,7 +65,7 @@ def state_from_status(status: Mapping[str, Any]) -> UpgradeState:
         trying_generation=up.get("tryingGeneration"), trying_hash=up.get("tryingConfigHash"),
         trying_since_ms=_ms(up.get("tryingSince")),
         rolled_back_generation=up.get("rolledBackGeneration"), rolled_back_hash=up.get("rolledBackConfigHash"),
-        rolled_back_reason=reason if reason in ("CrashLoop", "ReadinessTimeout") else None,
+        rolled_back_reason=reason if reason in ("CrashLoop", "ReadinessTimeout", "TransformInvalid") else None,
         rolled_back_at_ms=_ms(up.get("rolledBackAt")), message=up.get("message"))
 
 
@@ -176,6 +176,7 @@ def decide_step(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered
     timeout = spec.upgrade_readiness_timeout_seconds
     facts = UpgradeFacts(
         generation=int(meta.get("generation") or 0), desired_hash=rendered.config_hash,
+        desired_pod_hash=rendered.pod_hash,
         suspended=spec.suspend, now_ms=now_ms,
         timeout_seconds=timeout if timeout is not None else settings.upgrade_readiness_timeout,
         crash_restarts=settings.upgrade_crash_restarts, auto_rollback=spec.upgrade.auto_rollback,

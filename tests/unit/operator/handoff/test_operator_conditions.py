@@ -191,3 +191,32 @@ def test_a_first_status_that_is_wrong_is_told():
     old = merge_conditions(None, starting.conditions, 1, "t")
     assert transitions(None, starting.conditions) == []
     assert {e.reason for e in transitions(old, failing.conditions)} >= {"DriverFailing"}
+
+
+def test_the_driver_reports_the_config_it_runs_and_a_transform_it_refused():
+    """A transform changes in the running driver (driver.query_config): the pod's annotation (its template, "p1") is
+    not all it runs, its own record is (with_report). Until it runs the new config: Restarting, in that pod; a
+    transform it refused: Degraded TransformInvalid while it runs the one before."""
+    from handoff_operator.conditions import DriverReport, with_report
+
+    pod = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="d-1",
+                      pod_phase="Running", pod_ready=True, pod_config_hash="p1")
+    report = DriverReport(published_at_ms=1, driver_pod="d-1", config_hash="h1", config_since_ms=5)
+    runs_h1 = with_report(pod, report)
+    assert runs_h1 is not None and (runs_h1.config_hash, runs_h1.config_started_at_ms) == ("h1", 5)
+    assert with_report(pod, DriverReport(published_at_ms=1, driver_pod="d-0", config_hash="h0")) == pod
+    facts = dict(generation=2, suspended=False, desired_hash="h2", desired_pod_hash="p1")
+    ev = evaluate(Facts(driver=runs_h1, **facts))
+    c = _by_type(ev)
+    assert ev.phase == "Starting" and c["Progressing"].reason == "Restarting"
+    assert c["Progressing"].message == "restarting the query in driver pod d-1 to apply generation 2"
+    assert evaluate(Facts(driver=with_report(pod, DriverReport(published_at_ms=1, driver_pod="d-1",
+                                                               config_hash="h2")), **facts)).phase == "Running"
+    line = "TransformInvalid: spec.transform.sql: [UNRESOLVED_COLUMN] nope cannot be resolved"
+    refused = with_report(pod, DriverReport(published_at_ms=1, driver_pod="d-1", config_hash="h1",
+                                            config_refused_hash="h2", config_refused=line))
+    ev = evaluate(Facts(driver=refused, **facts))
+    c = _by_type(ev)
+    assert ev.phase == "Degraded" and (c["Degraded"].reason, c["Progressing"].reason) == ("TransformInvalid",) * 2
+    assert c["Degraded"].message.startswith(line) and "keeps running config h1" in c["Degraded"].message
+    assert c["Ready"].status == "True"  # the stream goes on with the transform before

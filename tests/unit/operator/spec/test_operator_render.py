@@ -414,13 +414,41 @@ def test_event_time_sets_the_freshness_column_when_schema_names_none():
     {"eventTime": None},
 ])
 def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
-    """The config hash is the driver pod template's annotation: a different hash restarts the driver on the new
-    transform (a driver keeps the SQL it started with)."""
+    """The config hash (status.app.configHash, the upgrade rule's) changes with each of them. The pod's own hash
+    (the driver pod template's annotation: a rollout per change) leaves out the transform's content, which the running
+    driver applies by restarting its query (driver.query_config); dedupe and event time change the pod's."""
     fields = {**TRANSFORM, **change}
     for key in [k for k, v in fields.items() if v is None]:
         del fields[key]
-    assert _render(spec(**fields)).config_hash != _render(spec(**TRANSFORM)).config_hash
-    assert _render(spec(**TRANSFORM)).config_hash == _render(spec(**TRANSFORM)).config_hash
+    changed, before = _render(spec(**fields)), _render(spec(**TRANSFORM))
+    assert changed.config_hash != before.config_hash
+    assert before.config_hash == _render(spec(**TRANSFORM)).config_hash
+    assert (changed.pod_hash == before.pod_hash) == ("transform" in change)
+    pod = lambda r: r.child("Deployment")["spec"]["template"]  # noqa: E731
+    assert (pod(changed) == pod(before)) == ("transform" in change)
+
+
+def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
+    """With a transform: the progress ConfigMap's query-config annotation holds it with both hashes, and the driver
+    pod gets its own hash through the downward API. Without one: neither, and the two hashes are one (the pods of
+    handoffs without a transform render as before)."""
+    r = _render(spec(**TRANSFORM))
+    progress = next(c for c in r.children if c["metadata"]["name"] == "orders-progress")
+    doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+    assert doc == {"configHash": r.config_hash, "podConfigHash": r.pod_hash,
+                   "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []}}
+    assert r.pod_hash != r.config_hash
+    template = r.child("Deployment")["spec"]["template"]
+    assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash
+    env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+    assert env["HANDOFF_POD_CONFIG_HASH"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}
+    plain = _render(spec(**DLQ, dedupe={"keys": ["id"], "within": "1h"}))
+    progress = next(c for c in plain.children if c["metadata"]["name"] == "orders-progress")
+    assert "annotations" not in progress["metadata"] and plain.pod_hash == plain.config_hash
+    template = plain.child("Deployment")["spec"]["template"]
+    assert "HANDOFF_POD_CONFIG_HASH" not in {e["name"] for e in template["spec"]["containers"][0]["env"]}
+    assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == plain.config_hash
 
 
 BIGQUERY = {"sink": {"bigquery": {"project": "p1", "dataset": "d", "table": "t"}}}

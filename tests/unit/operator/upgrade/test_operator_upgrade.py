@@ -243,3 +243,51 @@ def test_state_round_trips_through_the_status():
         status = status_from_state(state)
         assert state_from_status(status) == state
         assert set(status["upgrade"]) >= {"lastGoodConfigHash", "rolledBackGeneration", "tryingSince"}
+
+
+# A transform changed in place: the pod keeps its template (pod hash "p1"), the driver reports the config it runs.
+def _in_place(running: str | None, since_ms: int | None = None, **kw) -> DriverFacts:
+    return _driver("p1", pod_name="d-p1", running_config_hash=running, running_since_ms=since_ms, **kw)
+
+
+def test_a_transform_changed_in_place_is_good_once_the_driver_runs_it_and_a_batch_of_it_commits():
+    """The pod started long ago: its old config's commits must not prove the new one. What counts is the driver's
+    word that it runs the new config, and a commit since it does (its record, or the ledger after `since`)."""
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    facts = dict(desired_pod_hash="p1")
+    still_old = _in_place("h1")
+    assert decide(_facts(driver=still_old, report=_committed("d-p1"), ledger_committed_at_ms=NOW, **facts),
+                  tried).action == "keep"
+    since = NOW - 30_000
+    runs_new = _in_place("h2", since)
+    # Its record drops the old batch's snapshot when its query restarts: no snapshot, no evidence yet.
+    assert decide(_facts(driver=runs_new, report=_committed("d-p1", snapshot=None),
+                         ledger_committed_at_ms=since - 5_000, **facts), tried).action == "keep"
+    assert decide(_facts(driver=runs_new, ledger_committed_at_ms=since + 5_000, **facts), tried).action == "markGood"
+    assert decide(_facts(driver=runs_new, report=_committed("d-p1"), **facts), tried).action == "markGood"
+
+
+def test_a_starting_pod_is_judged_by_its_template_until_it_reports_what_it_runs():
+    """Before its first record a new pod of the desired template is the tried config's: a crash loop of it rolls back
+    (the pod hash differs from the config hash when the spec has a transform)."""
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    crashing = _driver("p2", ready_replicas=0, pod_ready=False, restart_count=3, waiting_reason="CrashLoopBackOff")
+    assert decide(_facts(driver=crashing, desired_pod_hash="p2"), tried).action == "rollBack"
+    assert decide(_facts(driver=crashing, desired_pod_hash="p3"), tried).action == "keep"
+
+
+def test_a_transform_the_running_driver_refused_rolls_back_at_once():
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW)
+    line = "TransformInvalid: spec.transform.sql: [UNRESOLVED_COLUMN] nope cannot be resolved"
+    refused = _in_place("h1", NOW - 10 * MIN, refused_config_hash="h2", refused_message=line)
+    decision = decide(_facts(driver=refused, desired_pod_hash="p1"), tried)
+    assert decision.action == "rollBack" and decision.state.rolled_back_reason == "TransformInvalid"
+    assert "refused by the running driver pod d-p1" in decision.message and "UNRESOLVED_COLUMN" in decision.message
+    stored = status_from_state(decision.state)
+    assert stored["upgrade"]["rolledBackReason"] == "TransformInvalid"
+    assert state_from_status(stored).rolled_back_reason == "TransformInvalid"
+    # Without a good spec to go back to it waits (the conditions say why), as a crash loop does.
+    assert decide(_facts(driver=refused, desired_pod_hash="p1", auto_rollback=False), tried).action == "keep"
+    # A refusal of another config says nothing about this one.
+    other = replace(refused, refused_config_hash="h9")
+    assert decide(_facts(driver=other, desired_pod_hash="p1"), tried).action == "keep"
