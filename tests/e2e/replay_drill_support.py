@@ -45,12 +45,16 @@ class Kubelet:
     """Runs the driver Deployment as a local process: the rendered app config, Spark in local mode.
 
     `publish`: the driver gets the progress ConfigMap's environment, as the operator renders it into the pod, so it
-    publishes its progress there and obeys the operator's query hold (`handoff_spark.driver.hold`)."""
+    publishes its progress there and obeys the operator's query hold (`handoff_spark.driver.hold`) and query config
+    (`handoff_spark.driver.query_config`). It also gets its pod template's config hash, as the downward API gives
+    it, and a new template replaces the process (the Deployment's Recreate rollout): `templates` counts them."""
 
     def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path, *, publish: bool = False,
                  env: dict[str, str] | None = None) -> None:
         self.cluster, self.ns, self.name, self.workdir, self.publish = cluster, ns, name, workdir, publish
         self.env = env or {}
+        self.template_hash: str | None = None  # the running process's pod template (its config-hash annotation)
+        self.templates: list[str | None] = []  # every template a process was started from, in order
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.crashed: list[int] = []     # start indices of processes that exited by themselves
@@ -73,6 +77,9 @@ class Kubelet:
         if self.publish:
             env.update(HANDOFF_PROGRESS_CONFIGMAP=f"{self.name}-progress", HANDOFF_PROGRESS_NAMESPACE=self.ns,
                        HANDOFF_PROGRESS_PUBLISH_SECONDS="2", KUBECONFIG=self.cluster.kubeconfig)
+            if self.template_hash:
+                env["HANDOFF_POD_CONFIG_HASH"] = self.template_hash
+        self.templates.append(self.template_hash)
         env.update(self.env)
         self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
@@ -101,13 +108,18 @@ class Kubelet:
     def _loop(self) -> None:
         while not self.stop.is_set():
             try:
-                replicas = self.cluster.apps.read_namespaced_deployment(f"{self.name}-driver",
-                                                                        self.ns).spec.replicas
+                deployment = self.cluster.apps.read_namespaced_deployment(f"{self.name}-driver", self.ns)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                replicas = 0      # not created yet
+                replicas, template = 0, None      # not created yet
+            else:
+                replicas = deployment.spec.replicas
+                template = (deployment.spec.template.metadata.annotations or {}).get("handoff.io/config-hash")
+            if replicas and self.proc is not None and template != self.template_hash:
+                self._terminate()                 # a new pod template: Recreate
             if replicas and self.proc is None:
+                self.template_hash = template
                 self._start()
             elif not replicas and self.proc is not None:
                 self._terminate()

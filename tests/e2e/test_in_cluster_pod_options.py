@@ -8,7 +8,8 @@ Storage (gs://, fake-gcs-server, through the GCS connector the image ships). A s
 namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no capabilities) to a commit, sized
 with the typed pod resources (CPU requests below the cores, memory overheads), its checkpoint on the test bed's S3
 (s3a://, credentials from a Secret, no volume), and its Spark UI answers through the UI Service the operator made
-for it."""
+for it; then its transform's SQL changes twice with kubectl, in the same driver container: a good SQL restarts its
+query and is marked good, a bad one is refused by the driver and rolled back by the operator."""
 from __future__ import annotations
 
 import json
@@ -199,6 +200,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         # A dedupe on the id: the DataFrame path, with its state in RocksDB (a native library it unpacks into
         # the scratch space, its files uploaded to the checkpoint on S3) under the same confinement.
         handoff["spec"]["dedupe"] = {"keys": ["id"], "within": "1h"}
+        handoff["spec"]["transform"] = {"sql": SQL_V1}  # changed in the running driver below
         handoff["spec"]["deadLetter"] = {"topic": f"{where.topic}-dlq"}
         handoff["spec"]["spark"]["pod"] = {
             "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -249,3 +251,80 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
 
         apps = eventually(applications, "the Spark UI's application list through the UI Service", timeout=120)
         assert apps and all(a.get("id") and a.get("name") for a in apps), apps
+        _transform_changes_in_the_running_driver(cluster, ns, pod_kafka, where.topic, catalog,
+                                                 driver["metadata"]["name"], produced + more)
+
+
+KAFKA_COLUMNS = "_kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp"
+SQL_V1 = f"SELECT id, ts, region, {KAFKA_COLUMNS} FROM source"
+SQL_V2 = f"SELECT id, ts, upper(region) AS region, {KAFKA_COLUMNS} FROM source"
+SQL_BAD = f"SELECT id, ts, nope AS region, {KAFKA_COLUMNS} FROM source"
+
+
+def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafka: Kafka, topic: str, catalog: Any,
+                                             driver: str, produced: int) -> None:
+    """A changed SQL applied with kubectl: the same driver pod checks it and restarts its query with it (no new pod,
+    no container restart), the operator marks the generation good once a batch of it committed (from the driver's
+    report of the config it runs), and the records after it carry its derivation. Then a SQL that fails the check:
+    the driver refuses it and runs on with the SQL before, the operator rolls the spec back (UpgradeRolledBack,
+    reason TransformInvalid), and the stream goes on, still in the same container."""
+    def handoff() -> dict[str, Any]:
+        return cluster.get("streamtablehandoff", NAME, "-n", ns)
+
+    def record() -> dict[str, Any]:
+        data = cluster.get("configmap", f"{NAME}-progress", "-n", ns).get("data") or {}
+        return json.loads(data.get("progress.json") or "{}")
+
+    def patch_sql(sql: str) -> int:
+        cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
+                        json.dumps({"spec": {"transform": {"sql": sql}}}))
+        return int(handoff()["metadata"]["generation"])
+
+    def same_container() -> None:
+        (pod,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
+                  if running(p)]
+        assert pod["metadata"]["name"] == driver, "the same driver pod"
+        assert all(c.get("restartCount", 0) == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
+
+    try:
+        v1 = eventually(lambda: record().get("configHash"), "the driver reporting the config it runs")
+        generation = patch_sql(SQL_V2)
+        v2 = eventually(lambda: (h := (handoff().get("status") or {}).get("app", {}).get("configHash")) != v1 and h,
+                        "the operator's new config hash")
+        eventually(lambda: record().get("configHash") == v2, "the driver running the new SQL", timeout=180)
+        more = produce(pod_kafka.bootstrap, topic, range(10_000, 10_300))
+        eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more, "the records after the change",
+                   timeout=300, interval=2)
+        eventually(lambda: (handoff().get("status") or {}).get("lastGoodGeneration") == generation,
+                   f"generation {generation} marked good", timeout=120)
+        same_container()
+        log = cluster.kubectl("logs", "-n", ns, driver)
+        assert log.count(f"restarted with the operator's transform of config {v2}") == 1, log[-3000:]
+        data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "region")).to_arrow()
+        regions = dict(zip(data["id"].to_pylist(), data["region"].to_pylist()))
+        assert len(regions) == data.num_rows == produced + more
+        assert {regions[i] for i in range(10_000, 10_300)} == {"EU", "US", "AP"}
+        assert {regions[i] for i in range(0, 500)} == {"eu", "us", "ap"}
+
+        bad = patch_sql(SQL_BAD)
+
+        def rolled_back() -> dict[str, Any] | None:
+            status = handoff().get("status") or {}
+            return status if (status.get("upgrade") or {}).get("rolledBackGeneration") == bad else None
+
+        status = eventually(rolled_back, "the refused SQL rolled back", timeout=180)
+        assert status["upgrade"]["rolledBackReason"] == "TransformInvalid", status["upgrade"]
+        assert "refused by the running driver" in status["upgrade"]["message"], status["upgrade"]
+        assert "nope" in status["upgrade"]["message"], status["upgrade"]
+        degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+        assert (degraded["status"], degraded["reason"]) == ("True", "UpgradeRolledBack"), degraded
+        # Back on the last good config the driver runs already: its refusal is cleared, the stream goes on.
+        eventually(lambda: (r := record()).get("configHash") == v2 and "configRefusedHash" not in r,
+                   "the driver's refusal cleared after the rollback", timeout=120)
+        again = produce(pod_kafka.bootstrap, topic, range(10_300, 10_400))
+        eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more + again, "the stream going on",
+                   timeout=300, interval=2)
+        same_container()
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+

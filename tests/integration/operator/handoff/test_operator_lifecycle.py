@@ -362,12 +362,30 @@ def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_
     assert cfg.schema_.event_time_column == "created_at" and cfg.dead_letter_topic == "orders-dlq"
     cluster.wait_condition(ns, "frames", "Progressing", "True")
 
-    # A changed SQL restarts the driver: a new config hash on the Deployment's pod template.
-    old_hash = _hash(_deployment(cluster, ns, "frames"))
+    # A changed SQL goes to the running driver (driver.query_config), which restarts only its query: the
+    # Deployment's pod template keeps its hash, the progress ConfigMap's query-config annotation and the handoff's
+    # config hash change. (The driver's side: tests/e2e/test_operator_transform_change.py.)
+    def query_config() -> dict:
+        cm = cluster.core.read_namespaced_config_map("frames-progress", ns)
+        return json.loads((cm.metadata.annotations or {})["handoff.io/query-config"])
+
+    old_hash, old_config = _hash(_deployment(cluster, ns, "frames")), query_config()
+    assert old_config["podConfigHash"] == old_hash and old_config["transform"]["sql"] == cfg.transform.sql
+    assert old_config["configHash"] == cluster.get(ns, "frames")["status"]["app"]["configHash"] != old_hash
     cluster.patch_spec(ns, "frames", {"transform": {"sql": "SELECT * FROM source WHERE id > 1"}})
-    eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new config hash after the SQL")
+    new_config = eventually(lambda: (c := query_config())["transform"]["sql"] == "SELECT * FROM source WHERE id > 1"
+                            and c, "the new SQL in the query config")
+    assert new_config["configHash"] != old_config["configHash"] and new_config["podConfigHash"] == old_hash
+    eventually(lambda: cluster.get(ns, "frames")["status"]["app"]["configHash"] == new_config["configHash"],
+               "the handoff's new config hash")
+    assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is the same"
     eventually(lambda: AppConfig.model_validate_json(cluster.core.read_namespaced_config_map(
         "frames-app", ns).data["app.json"]).transform.sql == "SELECT * FROM source WHERE id > 1", "the new SQL")
+    # Removing the transform changes what the driver's query reads: that restarts the driver.
+    cluster.patch_spec(ns, "frames", {"transform": None})
+    eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new pod template without it")
+    eventually(lambda: "handoff.io/query-config" not in (cluster.core.read_namespaced_config_map(
+        "frames-progress", ns).metadata.annotations or {}), "the query config gone with the transform")
 
 
 def test_a_transform_combination_that_cannot_work_is_invalid_spec_naming_the_field(

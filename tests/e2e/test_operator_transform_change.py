@@ -1,0 +1,127 @@
+"""A changed transform restarts the query in the running driver, not the driver (issue 31, "restart the query inside
+the running driver instead of the JVM"): the operator (in-process, real kube-apiserver) renders the new SQL into the
+progress ConfigMap's query-config annotation and leaves the driver's pod template as it was; a real driver process
+(`python -m handoff_spark run`, Spark local mode; the test plays the kubelet and the Deployment's Recreate rollout,
+replay_drill_support.Kubelet) checks the new SQL, stops its query at a batch boundary and starts it again with it
+from the same checkpoint. A SQL that fails the check is refused: the query runs on with the SQL before. Real Kafka, a
+real Iceberg table in a SQLite catalog.
+
+Done when: one driver process ran through both changes (no new pod template, no restart), every record is in the
+table exactly once, the records produced after the driver said it runs the new SQL carry its derivation and those
+before the old one's, and the refused SQL left the stream running with the SQL before it."""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from handoff_spark.config import AppConfig
+from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY
+from handoff_spark.iceberg import ledger
+from operator_support import Cluster, Operator, base_spec, eventually
+from replay_drill_support import Kubelet, end_offsets, produce
+
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
+
+KAFKA_COLUMNS = "_kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp"
+SQL_V1 = f"SELECT id, ts, region, {KAFKA_COLUMNS} FROM source"
+SQL_V2 = f"SELECT id, ts, upper(region) AS region, {KAFKA_COLUMNS} FROM source"
+SQL_BAD = f"SELECT id, ts, nope AS region, {KAFKA_COLUMNS} FROM source"
+
+
+def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
+    sink = cfg.sink
+    table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id", "region")).to_arrow()
+    return sorted(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist(),
+                      data["id"].to_pylist(), data["region"].to_pylist()))
+
+
+def _committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
+    sink = cfg.sink
+    try:
+        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - not created yet
+        return False
+    at = ledger.resume_offsets(table, handoff_id=cfg.handoff_id).get(topic, {})
+    return all(at.get(p, 0) >= e for p, e in ends.items())
+
+
+def _record(cluster: Cluster, ns: str) -> dict[str, Any]:
+    """The driver's published progress record (what the operator reads)."""
+    cm = cluster.core.read_namespaced_config_map("orders-progress", ns)
+    return json.loads((cm.data or {}).get("progress.json") or "{}")
+
+
+def _wanted_hash(cluster: Cluster, ns: str) -> str:
+    """The config hash of the transform the operator wants run now (its query-config annotation)."""
+    cm = cluster.core.read_namespaced_config_map("orders-progress", ns)
+    return json.loads(cm.metadata.annotations["handoff.io/query-config"])["configHash"]
+
+
+def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_one_is_refused(
+        cluster: Cluster, kafka, tmp_path: Path) -> None:
+    topic = f"transform-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(f"{topic}-dlq", partitions=1)
+    produce(kafka.bootstrap, topic, range(0, 1000))
+    ns = cluster.new_namespace("transform-e2e")
+    spec = base_spec(kafka.bootstrap, commitInterval="1s", freshness={"target": "5m"},
+                     transform={"sql": SQL_V1}, deadLetter={"topic": f"{topic}-dlq"})
+    spec["source"].update(topics=[topic], maxRecordsPerBatch=400)
+    spec["sink"]["iceberg"].update(catalog={"name": "lake", "properties": {
+        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}},
+        table="shop.transformed", partitionBy=[])
+    spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True},
+                                  {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}],
+                      "onIncompatible": "halt"}
+    spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
+    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
+    op.start()
+    try:
+        cluster.create(ns, "orders", spec)
+        with Kubelet(cluster, ns, "orders", tmp_path, publish=True) as kubelet:
+            cfg = eventually(lambda: kubelet.config(), "the rendered app config")
+            ends = end_offsets(kafka.bootstrap, topic)
+            eventually(lambda: _committed_to(cfg, topic, ends), "the first records committed", timeout=300)
+            v1 = _wanted_hash(cluster, ns)
+            assert _record(cluster, ns).get(CONFIG_HASH_KEY) == v1, "the driver reports the config it runs"
+
+            cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
+            v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
+            eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
+                       timeout=120)
+            produce(kafka.bootstrap, topic, range(1000, 2000))
+            ends = end_offsets(kafka.bootstrap, topic)
+            eventually(lambda: _committed_to(cfg, topic, ends), "the records after the change committed",
+                       timeout=120)
+
+            cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
+            bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
+            record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
+                                "the driver refusing the bad SQL", timeout=120)
+            assert record[CONFIG_HASH_KEY] == v2, record
+            assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
+            assert "nope" in record[CONFIG_REFUSED_KEY], record
+            produce(kafka.bootstrap, topic, range(2000, 2300))
+            ends = end_offsets(kafka.bootstrap, topic)
+            eventually(lambda: _committed_to(cfg, topic, ends), "the stream going on with the SQL before",
+                       timeout=120)
+
+            assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
+                "one driver process, one pod template, through both changes" + kubelet.crashes())
+            logs = kubelet.logs()
+            assert logs.count("restarted with the operator's transform of config") == 1, logs[-3000:]
+            assert f"the operator's transform of config {bad} is refused; the query runs on with config {v2}" \
+                in logs, logs[-3000:]
+            rows = _rows(cfg)
+            assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2300
+            assert sorted(i for _p, _o, i, _r in rows) == list(range(2300))
+            regions = {i: r for _p, _o, i, r in rows}
+            assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
+            assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
+    finally:
+        op.stop()
