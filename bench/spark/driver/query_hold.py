@@ -12,12 +12,17 @@ SQLite catalog) with the operator's ConfigMap environment. Each of `--cycles` cy
 - `driver restarted`: SIGTERM to the driver; *stop* = until the process exited; a new driver process is started
   at once; *resume* = from its start until the table's first new commit. This is a pod's restart without the
   pod: no image pull, no scheduling, no container start, so a real pod takes longer.
+With `--transform` the driver runs a transform (the DataFrame path), and each cycle also measures
+- `transform changed`: write the operator's `handoff.io/query-config` with a new SQL (another derived `note`);
+  *stop* = until the driver publishes that it runs it (`configHash`: its query stopped at a batch boundary, the SQL
+  checked, the query started again; `driver.query_config`); *resume* = from then until the table's first new
+  commit. The `driver restarted` baseline then starts its new process with the SQL last set, as a pod would.
 No rollback happens in between (its table steps are the same in both cases and measured by
 bench/operator/replay/replay.py), so neither restart discards its checkpoint. At the end the producer stops, the
 driver catches up, and the table is checked: rows == distinct (partition, offset) == produced.
 Prints a table and writes bench/results/query_hold.json.
 
-    .venv/bin/python bench/spark/driver/query_hold.py [--cycles 3] [--rate 500] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/spark/driver/query_hold.py [--cycles 3] [--rate 500] [--transform] [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
 
@@ -47,6 +52,14 @@ COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "typ
            {"name": "region", "type": "string"}, {"name": "note", "type": "string"}]
 NAMESPACE, HANDOFF = "bench-hold", "orders"
 CONFIGMAP = f"{HANDOFF}-progress"
+#: The pod template hash the driver is told it runs (HANDOFF_POD_CONFIG_HASH) and the query configs are made for.
+POD_HASH = "bench-pod"
+
+
+def transform_sql(version: int) -> str:
+    """The `--transform` SQL, version `version`: every record kept, its `note` derived (so the table stays whole)."""
+    return (f"SELECT id, ts, customer, amount, region, concat('v{version}-', customer) AS note, _kafka_topic, "
+            f"_kafka_partition, _kafka_offset, _kafka_timestamp FROM source")
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 300.0, interval: float = 0.05) -> Any:
@@ -92,7 +105,8 @@ class Driver:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "spark_app"), str(ROOT / "hack")]),
                "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                "KUBECONFIG": str(self.kubeconfig), "HANDOFF_PROGRESS_CONFIGMAP": CONFIGMAP,
-               "HANDOFF_PROGRESS_NAMESPACE": NAMESPACE, "HANDOFF_PROGRESS_PUBLISH_SECONDS": "2"}
+               "HANDOFF_PROGRESS_NAMESPACE": NAMESPACE, "HANDOFF_PROGRESS_PUBLISH_SECONDS": "2",
+               "HANDOFF_POD_CONFIG_HASH": POD_HASH}
         with self.log.open("a") as fh:
             self.proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config",
                                           str(self.app_json)], stdout=fh, stderr=subprocess.STDOUT, env=env,
@@ -115,13 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--rate", type=int, default=500, help="records per second while the cycles run")
+    ap.add_argument("--transform", action="store_true",
+                    help="run a transform, and measure its change in the running driver too")
     add_broker_argument(ap)
     add_out_argument(ap, "query_hold.json")
     args = ap.parse_args(argv)
     from kubernetes import client, config
 
     from handoff_spark.config import AppConfig
-    from handoff_spark.contract import PROGRESS_DATA_KEY, QUERY_HELD_KEY, QUERY_HOLD_ANNOTATION
+    from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_SINCE_KEY, PROGRESS_DATA_KEY, QUERY_CONFIG_ANNOTATION,
+                                        QUERY_HELD_KEY, QUERY_HOLD_ANNOTATION)
     from handoff_spark.iceberg import ledger
     from handoff_testbed.apiserver import ApiServer
 
@@ -139,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             core.create_namespace({"metadata": {"name": NAMESPACE}})
             core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": CONFIGMAP}})
             topic = f"hold-{uuid.uuid4().hex[:6]}"
-            if kafka is not None:
-                kafka.create_topic(topic, partitions=2)
-            else:
-                from confluent_kafka.admin import AdminClient, NewTopic
+            for name, partitions in [(topic, 2)] + ([(f"{topic}-dlq", 1)] if args.transform else []):
+                if kafka is not None:
+                    kafka.create_topic(name, partitions=partitions)
+                else:
+                    from confluent_kafka.admin import AdminClient, NewTopic
 
-                AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+                    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
+                        [NewTopic(name, partitions, 1)])[name].result(30)
             props = {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db", "warehouse": f"file://{tmp}/warehouse"}
             cfg = AppConfig.model_validate({
                 "handoffId": f"{NAMESPACE}/{HANDOFF}", "source": {"bootstrapServers": bootstrap, "topics": [topic]},
@@ -152,9 +171,34 @@ def main(argv: list[str] | None = None) -> int:
                          "table": "bench.orders"},
                 "schema": {"columns": COLUMNS, "onIncompatible": "halt"},
                 "checkpointLocation": str(tmp / "checkpoint"), "triggerIntervalSeconds": 0.5,
-                "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}})
+                "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"},
+                **({"transform": {"sql": transform_sql(0)}, "deadLetterTopic": f"{topic}-dlq"}
+                   if args.transform else {})})
             app_json = tmp / "app.json"
             app_json.write_text(cfg.to_json())
+            version = 0
+
+            def set_transform(v: int) -> str:
+                """The operator's query config of SQL version `v` on the ConfigMap, and in app.json (what a new pod
+                would mount); its config hash."""
+                config_hash = f"bench-{v}"
+                doc = {"configHash": config_hash, "podConfigHash": POD_HASH,
+                       "transform": {"sql": transform_sql(v), "lookups": []}}
+                core.patch_namespaced_config_map(CONFIGMAP, NAMESPACE, {"metadata": {"annotations": {
+                    QUERY_CONFIG_ANNOTATION: json.dumps(doc)}}})
+                app_json.write_text(AppConfig.model_validate({**json.loads(cfg.to_json()),
+                                                              "transform": doc["transform"]}).to_json())
+                return config_hash
+
+            def record() -> dict[str, Any]:
+                data = core.read_namespaced_config_map(CONFIGMAP, NAMESPACE).data or {}
+                try:
+                    return json.loads(data.get(PROGRESS_DATA_KEY) or "{}")
+                except json.JSONDecodeError:
+                    return {}
+
+            if args.transform:
+                set_transform(version)
 
             def newest_commit_ms() -> int:
                 try:
@@ -203,6 +247,19 @@ def main(argv: list[str] | None = None) -> int:
                              "resume_seconds": round((resumed_ms - lifted_ms) / 1000, 2)})
                 print(f"cycle {cycle}: query held    stop {stop_s:5.2f} s, resume {rows[-1]['resume_seconds']:5.2f} s",
                       flush=True)
+                if args.transform:
+                    version += 1
+                    changed_ms = int(time.time() * 1000)
+                    wanted = set_transform(version)
+                    since_ms = wait_for(f"the driver running SQL version {version}",
+                                        lambda: (r := record()).get(CONFIG_HASH_KEY) == wanted and r[CONFIG_SINCE_KEY],
+                                        timeout=300, interval=0.1)
+                    resumed_ms = wait_for(f"a commit of SQL version {version}", lambda: commit_after(since_ms))
+                    rows.append({"cycle": cycle, "how": "transform changed",
+                                 "stop_seconds": round((since_ms - changed_ms) / 1000, 2),
+                                 "resume_seconds": round((resumed_ms - since_ms) / 1000, 2)})
+                    print(f"cycle {cycle}: transform     stop {rows[-1]['stop_seconds']:5.2f} s, resume "
+                          f"{rows[-1]['resume_seconds']:5.2f} s", flush=True)
                 t = time.monotonic()
                 driver.terminate()
                 stop_s = time.monotonic() - t
@@ -232,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     def median(how: str, key: str) -> float:
         return round(statistics.median(r[key] for r in rows if r["how"] == how), 2)
 
+    kinds = ("query held", "transform changed", "driver restarted") if args.transform else \
+        ("query held", "driver restarted")
     summary = {how: {"stop_seconds_median": median(how, "stop_seconds"),
-                     "resume_seconds_median": median(how, "resume_seconds")}
-               for how in ("query held", "driver restarted")}
+                     "resume_seconds_median": median(how, "resume_seconds")} for how in kinds}
     ratio = round(summary["query held"]["resume_seconds_median"]
                   / summary["driver restarted"]["resume_seconds_median"], 2)
     print("\n| restart | stop (median s) | resume: to the first new commit (median s) |\n|---|---|---|")
@@ -243,7 +301,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | {figures['stop_seconds_median']} | {figures['resume_seconds_median']} |")
     print(f"\nresume ratio held / restarted: {ratio}; table whole: {whole} ({rows_n} rows, {distinct} distinct, "
           f"{produced} produced); load average {load_before} → {load_after}")
-    write_json(args.out, {"cycles": rows, "summary": summary, "resume_ratio": ratio, "rate": args.rate,
+    if args.transform:
+        changed = summary["transform changed"]
+        restarted = summary["driver restarted"]
+        total_ratio = round((changed["stop_seconds_median"] + changed["resume_seconds_median"])
+                            / (restarted["stop_seconds_median"] + restarted["resume_seconds_median"]), 2)
+        print(f"transform changed in the driver / driver restarted, stop + resume: {total_ratio}")
+        extra: dict[str, Any] = {"transform": True, "transform_total_ratio": total_ratio}
+    else:
+        extra = {"transform": False}
+    write_json(args.out, {"cycles": rows, "summary": summary, "resume_ratio": ratio, "rate": args.rate, **extra,
                           "produced": produced, "table_rows": rows_n, "table_distinct_offsets": distinct,
                           "table_whole": whole, "load_avg_before": load_before, "load_avg_after": load_after,
                           **machine_facts()})
