@@ -3,6 +3,7 @@ test_operator_replay_bigquery_drill.py on the BigQuery emulator): a producer, Ka
 playing the kubelet for the driver Deployment (a real driver process, started and stopped as its replicas say)."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -12,13 +13,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
-from operator_support import REPO, Cluster
+from operator_support import REPO, Cluster, Operator, base_spec, eventually
 
 PY = sys.executable
 
@@ -30,6 +31,34 @@ def produce(bootstrap: str, topic: str, ids: range) -> None:
         producer.produce(topic, key=str(i).encode(), value=json.dumps(
             {"id": i, "ts": ts.isoformat(), "region": ["eu", "us", "ap"][i % 3]}).encode())
     assert producer.flush(30) == 0
+
+
+def iceberg_spec(bootstrap: str, topic: str, tmp_path: Path, table: str, **overrides: Any) -> dict[str, Any]:
+    """A handoff spec for the drills that run a local driver: `topic` into `table` of a SQLite catalog under
+    `tmp_path` (one commit a second, at most 400 records a batch), columns id/ts/region, its checkpoint there too."""
+    spec = base_spec(bootstrap, commitInterval="1s", freshness={"target": "5m"}, **overrides)
+    spec["source"].update(topics=[topic], maxRecordsPerBatch=400)
+    spec["sink"]["iceberg"].update(catalog={"name": "lake", "properties": {
+        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}},
+        table=table, partitionBy=[])
+    spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True},
+                                  {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}],
+                      "onIncompatible": "halt"}
+    spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
+    return spec
+
+
+def committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
+    """Has the table's ledger reached `ends` on every partition of `topic`?"""
+    from handoff_spark.iceberg import ledger
+
+    sink = cfg.sink
+    try:
+        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - not created yet
+        return False
+    at = ledger.resume_offsets(table, handoff_id=cfg.handoff_id).get(topic, {})
+    return all(at.get(p, 0) >= e for p, e in ends.items())
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
@@ -137,3 +166,21 @@ class Kubelet:
     def __exit__(self, *_: Any) -> None:
         self.stop.set()
         self.thread.join(180)
+
+
+@contextlib.contextmanager
+def local_handoff(cluster: Cluster, ns: str, spec: dict[str, Any], workdir: Path, bootstrap: str,
+                  topic: str) -> Iterator[tuple[Kubelet, AppConfig]]:
+    """The operator (in-process, against the test bed's API server) and a local driver (`Kubelet`, publishing) for
+    the handoff `orders` of `spec`, yielded once what `topic` held at the start is committed; stopped after."""
+    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
+    op.start()
+    try:
+        cluster.create(ns, "orders", spec)
+        with Kubelet(cluster, ns, "orders", workdir, publish=True) as kubelet:
+            cfg = eventually(lambda: kubelet.config(), "the rendered app config")
+            ends = end_offsets(bootstrap, topic)
+            eventually(lambda: committed_to(cfg, topic, ends), "the records produced so far committed", timeout=300)
+            yield kubelet, cfg
+    finally:
+        op.stop()

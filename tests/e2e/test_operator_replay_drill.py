@@ -19,8 +19,8 @@ import pytest
 
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig
-from operator_support import Cluster, Operator, base_spec, eventually
-from replay_drill_support import Kubelet, end_offsets, produce
+from operator_support import Cluster, eventually
+from replay_drill_support import committed_to, end_offsets, iceberg_spec, local_handoff, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -33,77 +33,50 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int]]:
                       data["id"].to_pylist()))
 
 
-def _committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
-    sink = cfg.sink
-    try:
-        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - not created yet
-        return False
-    at = ledger.resume_offsets(table, handoff_id=cfg.handoff_id).get(topic, {})
-    return all(at.get(p, 0) >= e for p, e in ends.items())
-
-
 def test_rollback_and_replay_of_the_last_three_snapshots_restores_the_table(cluster: Cluster, kafka,
                                                                            tmp_path: Path) -> None:
     topic = f"replay-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=2)
     produce(kafka.bootstrap, topic, range(0, 3000))
     ns = cluster.new_namespace("replay-e2e")
-    spec = base_spec(kafka.bootstrap, commitInterval="1s", freshness={"target": "5m"})
-    spec["source"].update(topics=[topic], maxRecordsPerBatch=400)
-    spec["sink"]["iceberg"].update(catalog={"name": "lake", "properties": {
-        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}},
-        table="shop.replayed", partitionBy=[])
-    spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True},
-                                  {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}],
-                      "onIncompatible": "halt"}
-    spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
-    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
-    op.start()
-    try:
-        cluster.create(ns, "orders", spec)
-        with Kubelet(cluster, ns, "orders", tmp_path, publish=True) as kubelet:
-            cfg = eventually(lambda: kubelet.config(), "the rendered app config")
-            ends = end_offsets(kafka.bootstrap, topic)
-            eventually(lambda: _committed_to(cfg, topic, ends), "everything committed", timeout=300)
-            before = _rows(cfg)
-            assert len(before) == 3000 and len(set(before)) == 3000
+    spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.replayed")
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
+        before = _rows(cfg)
+        assert len(before) == 3000 and len(set(before)) == 3000
 
-            sink = cfg.sink
-            table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
-            commits = ledger.list_commits(table, cfg.handoff_id)
-            assert len(commits) >= 5, len(commits)
-            target = commits[3].snapshot_id  # the last three commits are discarded
-            cluster.custom.create_namespaced_custom_object("handoff.io", "v1alpha1", ns, "replayrequests", {
-                "apiVersion": "handoff.io/v1alpha1", "kind": "ReplayRequest", "metadata": {"name": "last-three"},
-                "spec": {"handoffRef": {"name": "orders"}, "mode": "RollbackAndReplay",
-                         "target": {"snapshotId": target}}})
+        sink = cfg.sink
+        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+        commits = ledger.list_commits(table, cfg.handoff_id)
+        assert len(commits) >= 5, len(commits)
+        target = commits[3].snapshot_id  # the last three commits are discarded
+        cluster.custom.create_namespaced_custom_object("handoff.io", "v1alpha1", ns, "replayrequests", {
+            "apiVersion": "handoff.io/v1alpha1", "kind": "ReplayRequest", "metadata": {"name": "last-three"},
+            "spec": {"handoffRef": {"name": "orders"}, "mode": "RollbackAndReplay",
+                     "target": {"snapshotId": target}}})
 
-            def phase() -> str | None:
-                status = cluster.custom.get_namespaced_custom_object(
-                    "handoff.io", "v1alpha1", ns, "replayrequests", "last-three").get("status") or {}
-                assert status.get("phase") != "Failed", status
-                return status if status.get("phase") == "Succeeded" else None
-            status = eventually(phase, "the replay Succeeded", timeout=300)
-            assert status["plan"]["rollbackToSnapshot"] == str(target)
-            assert status["progress"]["records"] == status["plan"]["records"] > 0
-            assert kubelet.starts == 1, ("the replay held the query inside the running driver, never its process"
-                                         + kubelet.crashes())
-            stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
-            assert "stopped its query at a batch boundary" in stopped["message"], stopped
-            logs = kubelet.logs()
-            assert "query held by the operator (last-three)" in logs, logs[-3000:]
-            assert logs.count("restarted after the operator lifted its hold last-three") == 1, logs[-3000:]
+        def phase() -> str | None:
+            status = cluster.custom.get_namespaced_custom_object(
+                "handoff.io", "v1alpha1", ns, "replayrequests", "last-three").get("status") or {}
+            assert status.get("phase") != "Failed", status
+            return status if status.get("phase") == "Succeeded" else None
+        status = eventually(phase, "the replay Succeeded", timeout=300)
+        assert status["plan"]["rollbackToSnapshot"] == str(target)
+        assert status["progress"]["records"] == status["plan"]["records"] > 0
+        assert kubelet.starts == 1, ("the replay held the query inside the running driver, never its process"
+                                     + kubelet.crashes())
+        stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
+        assert "stopped its query at a batch boundary" in stopped["message"], stopped
+        logs = kubelet.logs()
+        assert "query held by the operator (last-three)" in logs, logs[-3000:]
+        assert logs.count("restarted after the operator lifted its hold last-three") == 1, logs[-3000:]
 
-            after = _rows(cfg)
-            assert after == before, "the table holds exactly what it held before: same rows, no duplicates"
+        after = _rows(cfg)
+        assert after == before, "the table holds exactly what it held before: same rows, no duplicates"
 
-            # The stream goes on: what arrives afterwards lands once.
-            produce(kafka.bootstrap, topic, range(3000, 3300))
-            ends = end_offsets(kafka.bootstrap, topic)
-            eventually(lambda: _committed_to(cfg, topic, ends), "new records committed", timeout=120)
-            final = _rows(cfg)
-            assert len(final) == len(set(final)) == 3300
-            assert sorted(r[2] for r in final) == list(range(3300))
-    finally:
-        op.stop()
+        # The stream goes on: what arrives afterwards lands once.
+        produce(kafka.bootstrap, topic, range(3000, 3300))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "new records committed", timeout=120)
+        final = _rows(cfg)
+        assert len(final) == len(set(final)) == 3300
+        assert sorted(r[2] for r in final) == list(range(3300))

@@ -21,8 +21,8 @@ import pytest
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY
 from handoff_spark.iceberg import ledger
-from operator_support import Cluster, Operator, base_spec, eventually
-from replay_drill_support import Kubelet, end_offsets, produce
+from operator_support import Cluster, eventually
+from replay_drill_support import committed_to, end_offsets, iceberg_spec, local_handoff, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -38,16 +38,6 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id", "region")).to_arrow()
     return sorted(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist(),
                       data["id"].to_pylist(), data["region"].to_pylist()))
-
-
-def _committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
-    sink = cfg.sink
-    try:
-        table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - not created yet
-        return False
-    at = ledger.resume_offsets(table, handoff_id=cfg.handoff_id).get(topic, {})
-    return all(at.get(p, 0) >= e for p, e in ends.items())
 
 
 def _record(cluster: Cluster, ns: str) -> dict[str, Any]:
@@ -69,59 +59,42 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
     kafka.create_topic(f"{topic}-dlq", partitions=1)
     produce(kafka.bootstrap, topic, range(0, 1000))
     ns = cluster.new_namespace("transform-e2e")
-    spec = base_spec(kafka.bootstrap, commitInterval="1s", freshness={"target": "5m"},
-                     transform={"sql": SQL_V1}, deadLetter={"topic": f"{topic}-dlq"})
-    spec["source"].update(topics=[topic], maxRecordsPerBatch=400)
-    spec["sink"]["iceberg"].update(catalog={"name": "lake", "properties": {
-        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}},
-        table="shop.transformed", partitionBy=[])
-    spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True},
-                                  {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}],
-                      "onIncompatible": "halt"}
-    spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
-    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
-    op.start()
-    try:
-        cluster.create(ns, "orders", spec)
-        with Kubelet(cluster, ns, "orders", tmp_path, publish=True) as kubelet:
-            cfg = eventually(lambda: kubelet.config(), "the rendered app config")
-            ends = end_offsets(kafka.bootstrap, topic)
-            eventually(lambda: _committed_to(cfg, topic, ends), "the first records committed", timeout=300)
-            v1 = _wanted_hash(cluster, ns)
-            assert _record(cluster, ns).get(CONFIG_HASH_KEY) == v1, "the driver reports the config it runs"
+    spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.transformed", transform={"sql": SQL_V1},
+                        deadLetter={"topic": f"{topic}-dlq"})
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
+        v1 = _wanted_hash(cluster, ns)
+        assert _record(cluster, ns).get(CONFIG_HASH_KEY) == v1, "the driver reports the config it runs"
 
-            cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
-            v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
-            eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
-                       timeout=120)
-            produce(kafka.bootstrap, topic, range(1000, 2000))
-            ends = end_offsets(kafka.bootstrap, topic)
-            eventually(lambda: _committed_to(cfg, topic, ends), "the records after the change committed",
-                       timeout=120)
+        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
+        v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
+                   timeout=120)
+        produce(kafka.bootstrap, topic, range(1000, 2000))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the records after the change committed",
+                   timeout=120)
 
-            cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
-            bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
-            record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
-                                "the driver refusing the bad SQL", timeout=120)
-            assert record[CONFIG_HASH_KEY] == v2, record
-            assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
-            assert "nope" in record[CONFIG_REFUSED_KEY], record
-            produce(kafka.bootstrap, topic, range(2000, 2300))
-            ends = end_offsets(kafka.bootstrap, topic)
-            eventually(lambda: _committed_to(cfg, topic, ends), "the stream going on with the SQL before",
-                       timeout=120)
+        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
+        bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
+        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
+                            "the driver refusing the bad SQL", timeout=120)
+        assert record[CONFIG_HASH_KEY] == v2, record
+        assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
+        assert "nope" in record[CONFIG_REFUSED_KEY], record
+        produce(kafka.bootstrap, topic, range(2000, 2300))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the stream going on with the SQL before",
+                   timeout=120)
 
-            assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
-                "one driver process, one pod template, through both changes" + kubelet.crashes())
-            logs = kubelet.logs()
-            assert logs.count("restarted with the operator's transform of config") == 1, logs[-3000:]
-            assert f"the operator's transform of config {bad} is refused; the query runs on with config {v2}" \
-                in logs, logs[-3000:]
-            rows = _rows(cfg)
-            assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2300
-            assert sorted(i for _p, _o, i, _r in rows) == list(range(2300))
-            regions = {i: r for _p, _o, i, r in rows}
-            assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
-            assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
-    finally:
-        op.stop()
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
+            "one driver process, one pod template, through both changes" + kubelet.crashes())
+        logs = kubelet.logs()
+        assert logs.count("restarted with the operator's transform of config") == 1, logs[-3000:]
+        assert f"the operator's transform of config {bad} is refused; the query runs on with config {v2}" \
+            in logs, logs[-3000:]
+        rows = _rows(cfg)
+        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2300
+        assert sorted(i for _p, _o, i, _r in rows) == list(range(2300))
+        regions = {i: r for _p, _o, i, r in rows}
+        assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
+        assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
