@@ -83,6 +83,7 @@ class Kubelet:
         self.cluster, self.ns, self.name, self.workdir, self.publish = cluster, ns, name, workdir, publish
         self.env = env or {}
         self.template_hash: str | None = None  # the running process's pod template (its config-hash annotation)
+        self.restart_with: AppConfig | None = None  # the app config the next start mounts instead of the rendered one
         self.templates: list[str | None] = []  # every template a process was started from, in order
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -99,7 +100,8 @@ class Kubelet:
 
     def _start(self) -> None:
         path = self.workdir / "app.json"
-        path.write_text(self.config().to_json())
+        path.write_text((self.restart_with or self.config()).to_json())
+        self.restart_with = None
         log = (self.workdir / f"driver-{self.starts}.log").open("w")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
                "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
@@ -113,6 +115,15 @@ class Kubelet:
         self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
         self.starts += 1
+
+    def crash(self, restart_with: AppConfig | None = None) -> None:
+        """kill -9 the driver, as a crash: the loop starts it again (from `restart_with` when given: a pod whose
+        mounted app.json is older than what the operator rendered since, as the kubelet refreshes such a volume
+        only after a while)."""
+        proc = self.proc
+        assert proc is not None
+        self.restart_with = restart_with
+        os.killpg(proc.pid, signal.SIGKILL)
 
     def logs(self) -> str:
         """Every driver process's output so far, in start order."""

@@ -8,10 +8,12 @@ real Iceberg table in a SQLite catalog.
 
 Done when: one driver process ran through both changes (no new pod template, no restart), every record is in the
 table exactly once, the records produced after the driver said it runs the new SQL carry its derivation and those
-before the old one's, and the refused SQL left the stream running with the SQL before it."""
+before the old one's, the refused SQL left the stream running with the SQL before it, and a driver killed and
+started from an older mounted app config runs the operator's newest SQL."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY
+from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY
 from handoff_spark.iceberg import ledger
 from operator_support import Cluster, eventually
 from replay_drill_support import committed_to, end_offsets, iceberg_spec, local_handoff, produce
@@ -30,6 +32,7 @@ KAFKA_COLUMNS = "_kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp
 SQL_V1 = f"SELECT id, ts, region, {KAFKA_COLUMNS} FROM source"
 SQL_V2 = f"SELECT id, ts, upper(region) AS region, {KAFKA_COLUMNS} FROM source"
 SQL_BAD = f"SELECT id, ts, nope AS region, {KAFKA_COLUMNS} FROM source"
+SQL_V3 = f"SELECT id, ts, concat(region, '3') AS region, {KAFKA_COLUMNS} FROM source"
 
 
 def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
@@ -92,9 +95,30 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert logs.count("restarted with the operator's transform of config") == 1, logs[-3000:]
         assert f"the operator's transform of config {bad} is refused; the query runs on with config {v2}" \
             in logs, logs[-3000:]
+
+        # A fixed SQL, then the driver killed (-9) and started from the app config its pod mounted first: the kubelet
+        # refreshes a mounted ConfigMap only after a while, so a restarted driver may read an old SQL there. It runs
+        # the operator's newest (the annotation) instead, and says so.
+        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V3}})
+        v3 = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad) and h, "the fixed SQL's config")
+        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v3 and r,
+                            "the driver running the fixed SQL", timeout=120)
+        assert CONFIG_REFUSED_HASH_KEY not in record, record
+        crashed_ms = int(time.time() * 1000)
+        kubelet.crash(restart_with=cfg)  # cfg: the app config the first process mounted (SQL_V1)
+        eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v3
+                   and r.get(CONFIG_SINCE_KEY, 0) > crashed_ms, "the new process running the fixed SQL", timeout=300)
+        produce(kafka.bootstrap, topic, range(2300, 2500))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the records after the restart committed", timeout=300)
+        assert kubelet.starts == 2, kubelet.crashes()
+        assert f"running the operator's transform of config {v3} (newer than the pod's app config)" \
+            in kubelet.logs(), kubelet.logs()[-3000:]
+
         rows = _rows(cfg)
-        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2300
-        assert sorted(i for _p, _o, i, _r in rows) == list(range(2300))
+        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2500
+        assert sorted(i for _p, _o, i, _r in rows) == list(range(2500))
         regions = {i: r for _p, _o, i, r in rows}
         assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
         assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
+        assert all(regions[i] == ["eu", "us", "ap"][i % 3] + "3" for i in range(2300, 2500)), "after the restart"

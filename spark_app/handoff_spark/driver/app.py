@@ -621,22 +621,27 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 echo(str(exc))
                 write_termination_message(str(exc))  # the operator's Degraded/TransformInvalid condition
                 return TRANSFORM_INVALID_EXIT
+        running_since_ms = int(time.time() * 1000)
         if running_hash is not None:
-            reporter.config(running_hash, int(time.time() * 1000), changed=False)
+            reporter.config(running_hash, running_since_ms, changed=False)
+        check_again_at = 0.0  # after a check that failed for another reason than the SQL (a catalog hiccup)
 
         def config_changed() -> str | None:
             """`wait`'s `config_when`: the operator's query config for this pod, when it is new and passes the
             check a start runs (then kept in `pending`); a refused one is said once and the query runs on."""
-            nonlocal running_hash, refused_hash
+            nonlocal running_hash, refused_hash, check_again_at
             assert hold is not None
             wanted = query_config.parse(hold.query_config(), pod_hash)
-            if wanted is None or wanted.config_hash == running_hash:
-                if wanted is not None and refused_hash is not None:  # back to the config that runs: a rollback
-                    refused_hash = None
-                    reporter.config(wanted.config_hash, int(reporter.config_keys.get(CONFIG_SINCE_KEY) or 0),
-                                    changed=False)
+            if wanted is None or wanted.config_hash in (running_hash, refused_hash):
+                if wanted is not None and wanted.config_hash == running_hash and refused_hash is not None:
+                    refused_hash = None  # back to the config that runs (the operator rolled the refused one back)
+                    reporter.config(wanted.config_hash, running_since_ms, changed=False)
                 return None
-            if wanted.config_hash == refused_hash:
+            if wanted.transform == cfg.transform:  # what runs already (its first read came late): nothing restarts
+                running_hash, refused_hash = wanted.config_hash, None
+                reporter.config(wanted.config_hash, running_since_ms, changed=False)
+                return None
+            if time.monotonic() < check_again_at:
                 return None
             try:
                 candidate = query_config.applied(cfg, wanted)
@@ -647,6 +652,11 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 echo(f"the operator's transform of config {wanted.config_hash} is refused; the query runs on with "
                      f"config {running_hash}: {line}")
                 reporter.refused(wanted.config_hash, line)
+                return None
+            except Exception as exc:  # noqa: BLE001 - not the SQL's fault: the query runs on, checked again later
+                log.warning("could not check the operator's transform of config %s (checked again in %.0f s): %s",
+                            wanted.config_hash, LOOKUP_CHECK_SECONDS, str(exc).splitlines()[0][:300])
+                check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
                 return None
             pending[:] = [(wanted, candidate)]
             return f"the operator changed the transform (config {running_hash} → {wanted.config_hash})"
@@ -738,11 +748,11 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 # The operator changed the transform: the same checkpoint, a new query in this session.
                 wanted, cfg = pending.pop()
                 reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
-                since_ms = int(time.time() * 1000)
+                running_since_ms = int(time.time() * 1000)
                 restart_when = lookups_changed(cfg)
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, min_partitions_file=min_partitions_file)
-                reporter.config(wanted.config_hash, since_ms, changed=True)
+                reporter.config(wanted.config_hash, running_since_ms, changed=True)
                 echo(f"query {query.id} restarted with the operator's transform of config {wanted.config_hash} "
                      f"(run {query.runId})")
                 metrics.query_starts.labels(cfg.handoff_id, "config").inc()

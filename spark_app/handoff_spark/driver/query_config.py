@@ -23,6 +23,7 @@ same checkpoint, and a batch that does not start where the ledger ends is refuse
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -42,10 +43,12 @@ class Wanted:
     transform: Transform
 
 
+@functools.lru_cache(maxsize=8)
 def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
     """The annotation's query config for the pod template `pod_hash`, or None: there is none, this driver does not
     know its pod's hash (not in a pod the operator renders), it was made for another pod template, or it is
-    unreadable (logged: the operator wrote it, so that is a bug, never the user's)."""
+    unreadable (logged: the operator wrote it, so that is a bug, never the user's). Cached: the driver asks twice a
+    second with the same text, so a bad one is logged once and a good one parsed once."""
     if not text or not pod_hash:
         return None
     try:
