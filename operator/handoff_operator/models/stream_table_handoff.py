@@ -717,8 +717,10 @@ class TransformSpec(SpecModel):
         "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. "
         "Changing the SQL or the lookups of a running handoff restarts its query in the running driver at a batch "
         "boundary (no pod restart), after the new SQL passed the same check; a new SQL that fails it is refused, "
-        "the driver keeps running the one before, the handoff shows Degraded TransformInvalid and goes back to the "
-        "last good spec (UpgradeRolledBack). Adding or removing the transform restarts the driver. A "
+        "the driver keeps running the one before, and the handoff goes back to the last good spec (Degraded, reason "
+        "UpgradeRolledBack, status.upgrade.rolledBackReason TransformInvalid; without a last good spec or with "
+        "upgrade.autoRollback false: Degraded, reason TransformInvalid). Adding or removing the transform restarts "
+        "the driver. A "
         "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
         "transform-error and the stream goes on (so a transform needs deadLetter.topic)."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
