@@ -155,10 +155,10 @@ QUERY_HELD_KEY = "queryHeld"
 #: (at most `HANDOFF_STOP_GRACE_SECONDS`): the operator then waits for `QUERY_HELD_KEY` instead of stopping the pod.
 QUERY_HOLDING_KEY = "queryHolding"
 #: The annotation of the progress ConfigMap holding the query-only part of the app config the operator wants run
-#: now (`QueryConfig`, JSON): today `spec.transform` (its SQL and lookups), which the pod's config hash leaves out.
-#: Written by the operator (`spec.render`) when the handoff has a transform; polled by the driver (`driver.hold`,
-#: one read with the hold) and applied by `driver.query_config`: a change restarts the query at a batch boundary
-#: in the running driver (no pod restart), after the new SQL passed the same check a start runs.
+#: now (`QueryConfig`, JSON): the transform, the dedupe and the event time, whose content the pod's config hash leaves
+#: out. Written by the operator (`spec.render`) when the handoff runs the DataFrame path; polled by the driver
+#: (`driver.hold`, one read with the hold) and applied by `driver.query_config`: a change restarts the query at a
+#: batch boundary in the running driver (no pod restart), after it passed the same check a start runs.
 QUERY_CONFIG_ANNOTATION = "handoff.io/query-config"
 #: The progress record's key with the config hash (the operator's, of the whole app config) this driver runs now.
 CONFIG_HASH_KEY = "configHash"
@@ -177,7 +177,9 @@ class QueryConfig(TypedDict):
 
     configHash: str               # the operator's hash of the whole app config this query config belongs to
     podConfigHash: str            # the pod template's hash (without the query-only part) it goes with
-    transform: dict[str, Any]     # `AppConfig.transform` as JSON (`handoff_spark.config.Transform`)
+    transform: dict[str, Any] | None  # `AppConfig.transform` as JSON (`handoff_spark.config.Transform`) or null
+    dedupe: dict[str, Any] | None     # `AppConfig.dedupe` (`config.Dedupe`) or null
+    eventTime: dict[str, Any] | None  # `AppConfig.event_time` (`config.EventTime`) or null
 
 
 class ProgressDocument(TypedDict, total=False):

@@ -593,7 +593,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             log.info("table prepared, start planned")
         spark = session.result()
         log.info("spark session started (%.1f s after the driver's start of it)", session.seconds or 0.0)
-        # The operator's transform for this pod (driver.query_config) may be newer than the pod's app.json: it runs.
+        # The operator's query config for this pod (driver.query_config) may be newer than the pod's app.json: it runs.
         pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
         running_hash: str | None = None
         refused_hash: str | None = None
@@ -602,7 +602,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             hold.first_answer()  # type: ignore[union-attr]
             wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
             if wanted is not None:
-                if wanted.transform != cfg.transform:
+                if not wanted.runs_in(cfg):
                     try:
                         cfg = query_config.applied(cfg, wanted)
                     except ValueError as exc:
@@ -611,8 +611,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                         write_termination_message(line)
                         return TRANSFORM_INVALID_EXIT
                     reporter.cfg = cfg
-                    echo(f"running the operator's transform of config {wanted.config_hash} (newer than the pod's "
-                         f"app config)")
+                    echo(f"running the operator's query config {wanted.config_hash} (newer than the pod's app "
+                         f"config)")
                 running_hash = wanted.config_hash
         if frames_query(cfg, sink_format):
             try:
@@ -637,7 +637,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                     refused_hash = None  # back to the config that runs (the operator rolled the refused one back)
                     reporter.config(wanted.config_hash, running_since_ms, changed=False)
                 return None
-            if wanted.transform == cfg.transform:  # what runs already (its first read came late): nothing restarts
+            if wanted.runs_in(cfg):  # what runs already (its first read came late): nothing restarts
                 running_hash, refused_hash = wanted.config_hash, None
                 reporter.config(wanted.config_hash, running_since_ms, changed=False)
                 return None
@@ -649,17 +649,17 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             except (transform.TransformInvalid, ValueError) as exc:
                 line = refusal(exc)
                 refused_hash = wanted.config_hash
-                echo(f"the operator's transform of config {wanted.config_hash} is refused; the query runs on with "
-                     f"config {running_hash}: {line}")
+                echo(f"the operator's query config {wanted.config_hash} is refused; the query runs on with config "
+                     f"{running_hash}: {line}")
                 reporter.refused(wanted.config_hash, line)
                 return None
             except Exception as exc:  # noqa: BLE001 - not the SQL's fault: the query runs on, checked again later
-                log.warning("could not check the operator's transform of config %s (checked again in %.0f s): %s",
+                log.warning("could not check the operator's query config %s (checked again in %.0f s): %s",
                             wanted.config_hash, LOOKUP_CHECK_SECONDS, str(exc).splitlines()[0][:300])
                 check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
                 return None
             pending[:] = [(wanted, candidate)]
-            return f"the operator changed the transform (config {running_hash} → {wanted.config_hash})"
+            return f"the operator changed the query (config {running_hash} → {wanted.config_hash})"
 
         config_when = config_changed if pod_hash else None
         if stop_requested.is_set():  # a stop signal during the start: nothing was read yet
@@ -745,15 +745,21 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             if rc == HOLD_QUERY:
                 rc = 0
             if rc == CONFIG_QUERY and not stop_requested.is_set():
-                # The operator changed the transform: the same checkpoint, a new query in this session.
+                # The operator changed the query: its start planned again as a driver's start plans it (a checkpoint
+                # whose dedupe state no longer fits is discarded, the window rebuilt: driver.resume, driver.seed), and
+                # a new query in this session.
                 wanted, cfg = pending.pop()
                 reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
                 running_since_ms = int(time.time() * 1000)
+                start = prepare_start(cfg, backend, echo)
+                start_offsets = query_start_offsets(cfg, start, sink_format)
+                reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location))
                 restart_when = lookups_changed(cfg)
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
-                                    sink_format=sink_format, min_partitions_file=min_partitions_file)
+                                    sink_format=sink_format, start_offsets=start_offsets,
+                                    min_partitions_file=min_partitions_file)
                 reporter.config(wanted.config_hash, running_since_ms, changed=True)
-                echo(f"query {query.id} restarted with the operator's transform of config {wanted.config_hash} "
+                echo(f"query {query.id} restarted with the operator's query config {wanted.config_hash} "
                      f"(run {query.runId})")
                 metrics.query_starts.labels(cfg.handoff_id, "config").inc()
                 continue
@@ -836,7 +842,7 @@ def refusal(exc: Exception) -> str:
     if isinstance(exc, transform.TransformInvalid):
         return str(exc)
     first = str(exc).strip().splitlines()
-    return f"{contract.TRANSFORM_INVALID}: spec.transform: {' '.join(first[:3])[:400]}"
+    return f"{contract.TRANSFORM_INVALID}: spec: {' '.join(first[:3])[:400]}"
 
 
 #: Where Kubernetes reads a container's termination message (the pod spec's default `terminationMessagePath`).

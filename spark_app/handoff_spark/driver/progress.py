@@ -268,8 +268,8 @@ class Metrics:
         self.query_held.labels(handoff_id).set(0)
         self.query_starts = Counter("handoff_query_starts", "Starts of the stream's query in this driver, by reason: "
                                     "start, hold (again after a replay's hold), lookup (a lookup table changed), "
-                                    "quarantine (after dead-lettering records the transform failed on), config (the operator "
-                                    "changed the transform)",
+                                    "quarantine (after dead-lettering records the transform failed on), config (the "
+                                    "operator changed the transform, dedupe or event time)",
                                     lbl + ["reason"], registry=self.registry)
         self._max_event_ms: int | None = None
         freshness = Gauge("handoff_freshness_seconds", "now - newest event time committed to the table", lbl,

@@ -1,25 +1,29 @@
 """The operator's query config, applied by the running driver (pure; the read is `driver.hold`'s, the check and the
 query's restart are `driver.app`'s).
 
-Why: a change of the transform alone (its SQL, its lookups) changes what the query does, not the JVM, the pod or
-the executors. Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a
-busy node, docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary.
-So the pod's config hash leaves the transform's content out (`handoff_operator.spec.render.config_hash`), and the
-operator hands the transform to the running driver instead.
+Why: a change of what the DataFrame path's query does (the transform's SQL and lookups, the dedupe's keys and window,
+the event time's column, watermark and late-record policy) changes the query, not the JVM, the pod or the executors.
+Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
+docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
+config hash leaves their content out (`handoff_operator.spec.render.config_hash`; which of them are set stays in:
+that decides the query's source and the session's state store), and the operator hands them to the running driver.
 
 Contract with the operator (names in `handoff_spark.contract`):
-- the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap when the handoff has a transform:
-  `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": {...}}`;
+- the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap when the handoff runs the DataFrame path:
+  `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
+  "eventTime": …}` (each as in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
-- at start the driver runs the annotation's transform (it may be newer than the pod's mounted app.json); while it
-  runs, a new one is checked as a start checks it (`driver.transform.check`): passed, the query stops at a batch
-  boundary and starts again with it in the same session; failed, the driver keeps the query it runs and says so;
+- at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
+  it runs, a new one is checked as a start checks it (`driver.transform.check`): passed, the query stops at a batch
+  boundary, the start is planned again as at a driver's start (`driver.resume.prepare_start`: a checkpoint whose
+  dedupe state is keyed by other keys is discarded and the window rebuilt from the ledger, `driver.seed`) and the
+  query starts again in the same session; failed, the driver keeps the query it runs and says so;
 - the driver publishes the config hash it runs and since when (`CONFIG_HASH_KEY`, `CONFIG_SINCE_KEY`), and a
   refused one (`CONFIG_REFUSED_HASH_KEY`, `CONFIG_REFUSED_KEY`): the operator's upgrade rule and conditions read
   them (`handoff_operator.conditions.with_report`).
-The ledger's contiguity check guards the table whatever the query does: the restarted query continues from the
-same checkpoint, and a batch that does not start where the ledger ends is refused.
+The ledger's contiguity check guards the table whatever the query does: a batch that does not start where the
+ledger ends is refused.
 """
 from __future__ import annotations
 
@@ -30,9 +34,12 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from handoff_spark.config import AppConfig, Transform
+from handoff_spark.config import AppConfig, Dedupe, EventTime, Transform
 
 log = logging.getLogger("handoff.query_config")
+
+#: The app config's keys a query config carries (as the app config's JSON names them).
+KEYS = ("transform", "dedupe", "eventTime")
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,13 @@ class Wanted:
     """The query config the operator wants this driver to run."""
 
     config_hash: str
-    transform: Transform
+    transform: Transform | None
+    dedupe: Dedupe | None = None
+    event_time: EventTime | None = None
+
+    def runs_in(self, cfg: AppConfig) -> bool:
+        """Is this what `cfg` runs already?"""
+        return (self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
 
 
 @functools.lru_cache(maxsize=8)
@@ -62,15 +75,17 @@ def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
     if not isinstance(config_hash, str) or not config_hash:
         return None
     try:
-        transform = Transform.model_validate(doc.get("transform"))
+        parts = [None if doc.get(key) is None else model.model_validate(doc[key])
+                 for key, model in zip(KEYS, (Transform, Dedupe, EventTime))]
     except ValidationError as exc:
-        log.warning("the operator's query config has no readable transform: %s", str(exc).splitlines()[0])
+        log.warning("the operator's query config is unreadable: %s", str(exc).splitlines()[0])
         return None
-    return Wanted(config_hash, transform)
+    return Wanted(config_hash, *parts)  # type: ignore[arg-type]
 
 
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
-    """`cfg` running `wanted`'s transform, validated as a whole (the app config's own rules hold for it too)."""
+    """`cfg` running `wanted`, validated as a whole (the app config's own rules hold for it too)."""
     data = json.loads(cfg.to_json())
-    data["transform"] = wanted.transform.model_dump(mode="json", by_alias=True)
+    for key, part in zip(KEYS, (wanted.transform, wanted.dedupe, wanted.event_time)):
+        data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)
     return AppConfig.model_validate(data)

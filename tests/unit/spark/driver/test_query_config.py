@@ -1,6 +1,6 @@
-"""driver.query_config: which of the operator's query configs a running driver takes (pure), and what it publishes
-about the config it runs or refused. The change end to end (the operator, a real node, the same driver pod):
-tests/e2e/test_in_cluster_pod_options.py."""
+"""driver.query_config: which of the operator's query configs (transform, dedupe, event time) a running driver takes
+(pure), and what it publishes about the config it runs or refused. The change end to end: a local driver and the
+operator, tests/e2e/test_operator_transform_change.py; a real node, tests/e2e/test_in_cluster_pod_options.py."""
 from __future__ import annotations
 
 import json
@@ -39,6 +39,23 @@ def test_the_driver_takes_only_a_config_made_for_its_own_pod_template():
     for broken in ("{", "[]", json.dumps({"podConfigHash": "p1", "transform": {"sql": SQL}}),
                    json.dumps({"configHash": "h2", "podConfigHash": "p1", "transform": {"sql": ""}})):
         assert query_config.parse(broken, "p1") is None, broken
+
+
+def test_a_changed_dedupe_or_event_time_is_a_query_config_too(tmp_path):
+    doc = {"configHash": "h4", "podConfigHash": "p1", "transform": {"sql": SQL},
+           "dedupe": {"keys": ["id", "amount"], "withinSeconds": 600},
+           "eventTime": {"column": "ts", "watermarkSeconds": 30}}
+    wanted = query_config.parse(json.dumps(doc), "p1")
+    assert wanted is not None and wanted.dedupe is not None and wanted.dedupe.keys == ["id", "amount"]
+    assert wanted.event_time is not None and wanted.event_time.late_records == "deadLetter"
+    cfg = _cfg(tmp_path)
+    assert not wanted.runs_in(cfg)
+    new = query_config.applied(cfg, wanted)
+    assert wanted.runs_in(new) and new.transform == cfg.transform
+    assert (new.dedupe.within_seconds, new.event_time.watermark_seconds) == (600, 30)
+    # Back to none of them but the transform: what cfg runs.
+    assert query_config.parse(_annotation(sql=SQL), "p1").runs_in(cfg)
+    assert query_config.parse(json.dumps({**doc, "dedupe": {"keys": []}}), "p1") is None  # unreadable: logged
 
 
 def test_the_wanted_transform_replaces_only_the_transform_and_the_app_configs_rules_still_hold(tmp_path):
