@@ -105,8 +105,8 @@ def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generatio
         return out, None
     if in_pod is not None:
         return out, ("Normal", "Restarting", (
-            f"generation {generation} changed the transform ({old_hash} → {config_hash}): driver pod {in_pod} "
-            f"checks it and restarts its query with it at a batch boundary"))
+            f"generation {generation} changed the query's transform, dedupe or event time ({old_hash} → "
+            f"{config_hash}): driver pod {in_pod} checks it and restarts its query with it at a batch boundary"))
     return out, ("Normal", "Restarting", (
         f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
         f"batch boundary, then starting it with the new config"))

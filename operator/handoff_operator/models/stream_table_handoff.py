@@ -715,13 +715,12 @@ class TransformSpec(SpecModel):
         "Example: SELECT id, ts, upper(customer) AS customer, amount, region, _kafka_topic, _kafka_partition, "
         "_kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5. A SQL Spark cannot plan, or an output "
         "that does not fit, stops the driver before it writes anything: Degraded, reason TransformInvalid. "
-        "Changing the SQL or the lookups of a running handoff restarts its query in the running driver at a batch "
-        "boundary (no pod restart), after the new SQL passed the same check; a new SQL that fails it is refused, "
-        "the driver keeps running the one before, and the handoff goes back to the last good spec (Degraded, reason "
-        "UpgradeRolledBack, status.upgrade.rolledBackReason TransformInvalid; without a last good spec or with "
-        "upgrade.autoRollback false: Degraded, reason TransformInvalid). Adding or removing the transform restarts "
-        "the driver. A "
-        "record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
+        "Changing the SQL or the lookups of a running handoff (or its dedupe or eventTime) restarts its query in the "
+        "running driver at a batch boundary (no pod restart), after the new config passed the same check; one that "
+        "fails it is refused, the driver keeps running the one before, and the handoff goes back to the last good "
+        "spec (Degraded, reason UpgradeRolledBack, status.upgrade.rolledBackReason TransformInvalid; without a last "
+        "good spec or with upgrade.autoRollback false: Degraded, reason TransformInvalid). Adding or removing the "
+        "transform restarts the driver. A record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
         "transform-error and the stream goes on (so a transform needs deadLetter.topic)."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
         "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
@@ -733,7 +732,8 @@ class TransformSpec(SpecModel):
 
 class DedupeSpec(SpecModel):
     """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark; its state in RocksDB, off the heap, in
-    the checkpoint)."""
+    the checkpoint). Changing keys or within restarts the query in the running driver (new keys: the window is
+    rebuilt from the table's ledger); adding or removing the dedupe restarts the driver."""
 
     keys: list[str] = Field(min_length=1, max_length=16, description=(
         "Columns of the business key, after the transform if one is set, e.g. [order_id]."))
@@ -746,7 +746,8 @@ class DedupeSpec(SpecModel):
 
 
 class EventTimeSpec(SpecModel):
-    """The event-time column, its watermark and the late-record policy (supersedes schema.eventTimeColumn)."""
+    """The event-time column, its watermark and the late-record policy (supersedes schema.eventTimeColumn).
+    Changing them restarts the query in the running driver; adding or removing eventTime restarts the driver."""
 
     column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128, description=(
         "A column of type timestamp (of the SQL's output when a transform is set); the watermark and the "
@@ -797,10 +798,13 @@ class StreamTableHandoffSpec(SpecModel):
         "dropDuplicatesWithinWatermark). The keys seen are kept in the checkpoint; a driver that starts without "
         "one (lost or discarded) first re-reads from Kafka the records the table's ledger committed within the "
         "window, as far back as Kafka still holds them, to rebuild the keys without writing them again. Needs "
-        "deadLetter.topic.  Iceberg and BigQuery sinks. Example: {keys: [order_id], within: 1h}."))
+        "deadLetter.topic.  Iceberg and BigQuery sinks. Example: {keys: [order_id], within: 1h}. Changing keys or "
+        "within restarts the query in the running driver (new keys: the window is rebuilt as above); adding or "
+        "removing the dedupe restarts the driver."))
     event_time: EventTimeSpec | None = Field(default=None, description=(
         "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg and BigQuery "
-        "sinks. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}."))
+        "sinks. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}. Changing it restarts the "
+        "query in the running driver; adding or removing it restarts the driver."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 

@@ -611,10 +611,10 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
         {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
-    if spec.transform is not None:
-        # The pod's own config hash: the driver applies the operator's changed transform in place only when it was
-        # rendered for this pod template (handoff_spark.driver.query_config). Only with a transform, so the template
-        # (and the hash) of every other handoff is what it was.
+    if spec.transform is not None or spec.dedupe is not None or spec.event_time is not None:
+        # The pod's own config hash: the driver applies the operator's changed query config in place only when it was
+        # rendered for this pod template (handoff_spark.driver.query_config). Only on the DataFrame path, so the
+        # template (and the hash) of every other handoff is what it was.
         env.append({"name": contract.ENV_POD_CONFIG_HASH,
                     "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}})
     env += checkpoint_env(spec)
@@ -720,9 +720,9 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
 #: The app config's query-only part: what the running driver changes by restarting its query, not its pod
-#: (handoff_spark.driver.query_config). Its presence stays in the pod's hash (adding or removing a transform changes
-#: the query's source and the pod's env), its content does not.
-QUERY_ONLY_KEYS = ("transform",)
+#: (handoff_spark.driver.query_config). Which of them are set stays in the pod's hash (that decides the query's source,
+#: the JVMs' JIT and the session's state store: adding or removing one restarts the driver), their content does not.
+QUERY_ONLY_KEYS = ("transform", "dedupe", "eventTime")
 #: What a query-only key's content is replaced by in the pod's hash.
 QUERY_ONLY_MARK = "<applied in the running driver>"
 
@@ -734,8 +734,8 @@ def config_hash(app_json: str, template: Mapping[str, Any],
     it was before executor templates existed, so an operator upgrade restarts no driver.
 
     `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the content of the
-    query-only keys out: a change of the transform alone restarts the query in the running driver, not the pod.
-    Without a transform the two hashes are the same."""
+    query-only keys out: a change of the transform, the dedupe or the event time alone restarts the query in the
+    running driver, not the pod. Without any of them the two hashes are the same."""
     doc = json.loads(app_json)
     if pod:
         for key in QUERY_ONLY_KEYS:
@@ -752,12 +752,11 @@ def config_hash(app_json: str, template: Mapping[str, Any],
 
 
 def query_config_json(config: AppConfig, full_hash: str, pod_hash: str) -> str:
-    """The progress ConfigMap's `handoff.io/query-config` (contract.QueryConfig): the transform the running driver
-    of pod template `pod_hash` applies in place, and the whole config's hash it then reports. The transform holds
-    no Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
-    assert config.transform is not None
-    doc = {"configHash": full_hash, "podConfigHash": pod_hash,
-           "transform": config.transform.model_dump(mode="json", by_alias=True)}
+    """The progress ConfigMap's `handoff.io/query-config` (contract.QueryConfig): the query-only part the running
+    driver of pod template `pod_hash` applies in place, and the whole config's hash it then reports. None of it holds
+    a Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
+    app = json.loads(config.to_json())
+    doc = {"configHash": full_hash, "podConfigHash": pod_hash, **{key: app.get(key) for key in QUERY_ONLY_KEYS}}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
@@ -824,7 +823,7 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
         children += rbac(owner, name, namespace)
     # Metadata only, never `data`: that field belongs to the driver (field manager handoff-driver).
     progress_meta = _meta(progress_configmap_name(name), namespace, "progress", owner)
-    if config.transform is not None:
+    if config.frame_path:
         progress_meta["annotations"] = {contract.QUERY_CONFIG_ANNOTATION: query_config_json(config, full_digest,
                                                                                             digest)}
     children.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": progress_meta})

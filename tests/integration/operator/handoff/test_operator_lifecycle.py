@@ -381,11 +381,13 @@ def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is the same"
     eventually(lambda: AppConfig.model_validate_json(cluster.core.read_namespaced_config_map(
         "frames-app", ns).data["app.json"]).transform.sql == "SELECT * FROM source WHERE id > 1", "the new SQL")
-    # Removing the transform changes what the driver's query reads: that restarts the driver.
+    # So does a changed dedupe window; removing the transform changes what the driver runs: that restarts the driver.
+    cluster.patch_spec(ns, "frames", {"dedupe": {"within": "2h"}})
+    eventually(lambda: query_config()["dedupe"] == {"keys": ["id"], "withinSeconds": 7200.0}, "the new window")
+    assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
     cluster.patch_spec(ns, "frames", {"transform": None})
     eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new pod template without it")
-    eventually(lambda: "handoff.io/query-config" not in (cluster.core.read_namespaced_config_map(
-        "frames-progress", ns).metadata.annotations or {}), "the query config gone with the transform")
+    eventually(lambda: query_config()["transform"] is None, "the query config without the transform")
 
 
 def test_a_transform_combination_that_cannot_work_is_invalid_spec_naming_the_field(

@@ -65,6 +65,26 @@ def test_a_changed_config_is_one_restart_with_an_event_unless_a_rollback_says_it
     assert restart({"configHash": "a"}, "b", True, 2, False) == ({"configHash": "b"}, None)  # suspended
 
 
+def test_a_changed_transform_is_planned_as_a_restart_of_the_query_in_the_running_pod():
+    """Only the transform changed: the pod's template is the same, so the Event names the running pod whose query
+    restarts (driver.query_config); a change of the pod's template is the driver's restart, as before."""
+    frames = dict(deadLetter={"topic": "orders-dlq"}, transform={"sql": "SELECT * FROM source"})
+    old = _prepared(base_spec(**frames))
+    new = _prepared(base_spec(**{**frames, "transform": {"sql": "SELECT * FROM source WHERE id > 0"}}))
+    assert new.rendered.pod_hash == old.rendered.pod_hash != new.rendered.config_hash != old.rendered.config_hash
+    obj = _handoff(base_spec(**{**frames, "transform": {"sql": "SELECT * FROM source WHERE id > 0"}}), 2,
+                   {"app": {"configHash": old.rendered.config_hash}})
+    running = _driver(old.rendered.pod_hash, running_config_hash=old.rendered.config_hash)
+    planned = plan(_gathered(obj, new, driver=running))
+    assert planned.restart is not None and planned.app["configHash"] == new.rendered.config_hash
+    assert f"driver pod {running.pod_name} checks it and restarts its query" in planned.restart[2], planned.restart
+    other = _prepared(base_spec(**{**frames, "commitInterval": "30s"}))
+    assert other.rendered.pod_hash != old.rendered.pod_hash
+    planned = plan(_gathered(_handoff(base_spec(**{**frames, "commitInterval": "30s"}), 2,
+                                      {"app": {"configHash": old.rendered.config_hash}}), other, driver=running))
+    assert planned.restart is not None and "stopping the driver at a batch boundary" in planned.restart[2]
+
+
 def test_a_crash_looping_change_plans_the_last_good_children_and_says_why():
     good, new = _prepared(base_spec()), _prepared(base_spec(commitInterval="30s"))
     good_hash, new_hash = good.rendered.config_hash, new.rendered.config_hash

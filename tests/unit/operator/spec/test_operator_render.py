@@ -415,35 +415,42 @@ def test_event_time_sets_the_freshness_column_when_schema_names_none():
 ])
 def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
     """The config hash (status.app.configHash, the upgrade rule's) changes with each of them. The pod's own hash
-    (the driver pod template's annotation: a rollout per change) leaves out the transform's content, which the running
-    driver applies by restarting its query (driver.query_config); dedupe and event time change the pod's."""
+    (the driver pod template's annotation: a rollout per change) leaves out their content, which the running driver
+    applies by restarting its query (driver.query_config); removing one (or adding it) changes the pod's."""
     fields = {**TRANSFORM, **change}
     for key in [k for k, v in fields.items() if v is None]:
         del fields[key]
     changed, before = _render(spec(**fields)), _render(spec(**TRANSFORM))
     assert changed.config_hash != before.config_hash
     assert before.config_hash == _render(spec(**TRANSFORM)).config_hash
-    assert (changed.pod_hash == before.pod_hash) == ("transform" in change)
+    in_place = None not in change.values()
+    assert (changed.pod_hash == before.pod_hash) == in_place
     pod = lambda r: r.child("Deployment")["spec"]["template"]  # noqa: E731
-    assert (pod(changed) == pod(before)) == ("transform" in change)
+    assert (pod(changed) == pod(before)) == in_place
 
 
 def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
-    """With a transform: the progress ConfigMap's query-config annotation holds it with both hashes, and the driver
-    pod gets its own hash through the downward API. Without one: neither, and the two hashes are one (the pods of
-    handoffs without a transform render as before)."""
+    """On the DataFrame path: the progress ConfigMap's query-config annotation holds the transform, dedupe and event
+    time with both hashes, and the driver pod gets its own hash through the downward API. Without them: neither, and
+    the two hashes are one (the pods of handoffs on the fused path render as before)."""
     r = _render(spec(**TRANSFORM))
     progress = next(c for c in r.children if c["metadata"]["name"] == "orders-progress")
     doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
     assert doc == {"configHash": r.config_hash, "podConfigHash": r.pod_hash,
-                   "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []}}
+                   "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []},
+                   "dedupe": {"keys": ["id"], "withinSeconds": 3600.0},
+                   "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"}}
     assert r.pod_hash != r.config_hash
     template = r.child("Deployment")["spec"]["template"]
     assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash
     env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
     assert env["HANDOFF_POD_CONFIG_HASH"]["valueFrom"] == {
         "fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}
-    plain = _render(spec(**DLQ, dedupe={"keys": ["id"], "within": "1h"}))
+    dedupe_only = _render(spec(**DLQ, dedupe={"keys": ["id"], "within": "1h"}))
+    progress = next(c for c in dedupe_only.children if c["metadata"]["name"] == "orders-progress")
+    doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+    assert doc["transform"] is None and doc["eventTime"] is None and doc["dedupe"]["keys"] == ["id"]
+    plain = _render()
     progress = next(c for c in plain.children if c["metadata"]["name"] == "orders-progress")
     assert "annotations" not in progress["metadata"] and plain.pod_hash == plain.config_hash
     template = plain.child("Deployment")["spec"]["template"]
