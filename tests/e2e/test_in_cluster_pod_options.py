@@ -299,7 +299,7 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
                    f"generation {generation} marked good", timeout=120)
         same_container()
         log = cluster.kubectl("logs", "-n", ns, driver)
-        assert log.count(f"restarted with the operator's transform of config {v2}") == 1, log[-3000:]
+        assert log.count(f"restarted with the operator's query config {v2}") == 1, log[-3000:]
         data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "region")).to_arrow()
         regions = dict(zip(data["id"].to_pylist(), data["region"].to_pylist()))
         assert len(regions) == data.num_rows == produced + more

@@ -1,15 +1,16 @@
-"""A changed transform restarts the query in the running driver, not the driver (issue 31, "restart the query inside
-the running driver instead of the JVM"): the operator (in-process, real kube-apiserver) renders the new SQL into the
-progress ConfigMap's query-config annotation and leaves the driver's pod template as it was; a real driver process
-(`python -m handoff_spark run`, Spark local mode; the test plays the kubelet and the Deployment's Recreate rollout,
-replay_drill_support.Kubelet) checks the new SQL, stops its query at a batch boundary and starts it again with it
-from the same checkpoint. A SQL that fails the check is refused: the query runs on with the SQL before. Real Kafka, a
-real Iceberg table in a SQLite catalog.
+"""A changed transform or dedupe restarts the query in the running driver, not the driver (issue 31, "restart the
+query inside the running driver instead of the JVM"): the operator (in-process, real kube-apiserver) renders the new
+query config into the progress ConfigMap's query-config annotation and leaves the driver's pod template as it was; a
+real driver process (`python -m handoff_spark run`, Spark local mode; the test plays the kubelet and the Deployment's
+Recreate rollout, replay_drill_support.Kubelet) checks it, stops its query at a batch boundary and starts it again
+with it. A SQL that fails the check is refused: the query runs on with the SQL before. New dedupe keys no longer fit
+Spark's state in the checkpoint: the start is planned again in the driver, the checkpoint discarded and the window
+rebuilt from the ledger. Real Kafka, a real Iceberg table in a SQLite catalog.
 
-Done when: one driver process ran through both changes (no new pod template, no restart), every record is in the
-table exactly once, the records produced after the driver said it runs the new SQL carry its derivation and those
+Done when: one driver process ran through the four changes (no new pod template, no restart), every record is in
+the table exactly once, the records produced after the driver said it runs a new SQL carry its derivation and those
 before the old one's, the refused SQL left the stream running with the SQL before it, and a driver killed and
-started from an older mounted app config runs the operator's newest SQL."""
+started from an older mounted app config runs the operator's newest config."""
 from __future__ import annotations
 
 import json
@@ -63,7 +64,7 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
     produce(kafka.bootstrap, topic, range(0, 1000))
     ns = cluster.new_namespace("transform-e2e")
     spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.transformed", transform={"sql": SQL_V1},
-                        deadLetter={"topic": f"{topic}-dlq"})
+                        dedupe={"keys": ["id"], "within": "1h"}, deadLetter={"topic": f"{topic}-dlq"})
     with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
         v1 = _wanted_hash(cluster, ns)
         assert _record(cluster, ns).get(CONFIG_HASH_KEY) == v1, "the driver reports the config it runs"
@@ -92,8 +93,8 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
             "one driver process, one pod template, through both changes" + kubelet.crashes())
         logs = kubelet.logs()
-        assert logs.count("restarted with the operator's transform of config") == 1, logs[-3000:]
-        assert f"the operator's transform of config {bad} is refused; the query runs on with config {v2}" \
+        assert logs.count("restarted with the operator's query config") == 1, logs[-3000:]
+        assert f"the operator's query config {bad} is refused; the query runs on with config {v2}" \
             in logs, logs[-3000:]
 
         # A fixed SQL, then the driver killed (-9) and started from the app config its pod mounted first: the kubelet
@@ -104,15 +105,30 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v3 and r,
                             "the driver running the fixed SQL", timeout=120)
         assert CONFIG_REFUSED_HASH_KEY not in record, record
+
+        # Other dedupe keys: Spark's state in the checkpoint is keyed by the old ones, so the query's start is planned
+        # again in the same driver (driver.resume): the checkpoint is discarded and the window rebuilt from the ledger.
+        cluster.patch_spec(ns, "orders", {"dedupe": {"keys": ["id", "region"]}})
+        v4 = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad, v3) and h, "the new keys' config")
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v4, "the driver running the new keys",
+                   timeout=120)
+        produce(kafka.bootstrap, topic, range(2300, 2400))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the records after the new keys committed", timeout=180)
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        logs = kubelet.logs()
+        assert logs.count("restarted with the operator's query config") == 3, logs[-3000:]
+        assert "dedupe.keys changed from [id] to [id, region]" in logs, logs[-3000:]
+
         crashed_ms = int(time.time() * 1000)
-        kubelet.crash(restart_with=cfg)  # cfg: the app config the first process mounted (SQL_V1)
-        eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v3
-                   and r.get(CONFIG_SINCE_KEY, 0) > crashed_ms, "the new process running the fixed SQL", timeout=300)
-        produce(kafka.bootstrap, topic, range(2300, 2500))
+        kubelet.crash(restart_with=cfg)  # cfg: the app config the first process mounted (SQL_V1, keys [id])
+        eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v4
+                   and r.get(CONFIG_SINCE_KEY, 0) > crashed_ms, "the new process running the newest config", timeout=300)
+        produce(kafka.bootstrap, topic, range(2400, 2500))
         ends = end_offsets(kafka.bootstrap, topic)
         eventually(lambda: committed_to(cfg, topic, ends), "the records after the restart committed", timeout=300)
         assert kubelet.starts == 2, kubelet.crashes()
-        assert f"running the operator's transform of config {v3} (newer than the pod's app config)" \
+        assert f"running the operator's query config {v4} (newer than the pod's app config)" \
             in kubelet.logs(), kubelet.logs()[-3000:]
 
         rows = _rows(cfg)
