@@ -56,11 +56,11 @@ class DriverFacts:
     waiting_reason: str | None = None
     last_termination_reason: str | None = None
     last_termination_message: str | None = None
-    # What the driver pod reports of its own config (`with_report`): a transform changes in the running driver
-    # (handoff_spark.driver.query_config), so its pod's annotation no longer says all it runs.
+    # What the driver pod reports of its own config (`with_report`): a transform, dedupe or event time changes in the
+    # running driver (handoff_spark.driver.query_config), so its pod's annotation no longer says all it runs.
     running_config_hash: str | None = None     # the whole app config's hash it runs now
     running_since_ms: int | None = None        # since when (a ledger commit after it is that config's)
-    refused_config_hash: str | None = None     # a config it refused to apply (its transform check failed)
+    refused_config_hash: str | None = None     # a config it refused to apply (its check failed)
     refused_message: str | None = None         # the refusal's one line (`TransformInvalid: …`)
 
     @property
@@ -73,6 +73,12 @@ class DriverFacts:
         """When this driver started running its config: the pod's start, or a later change in place."""
         times = [t for t in (self.pod_started_at_ms, self.running_since_ms) if t is not None]
         return max(times) if times else None
+
+    def restarts_query_in_place(self, desired_pod: str | None) -> bool:
+        """Does this driver apply a config of pod template `desired_pod` by restarting its query, not its pod? It is
+        ready, of that very template, and reports the config it runs (it takes the operator's query configs)."""
+        return (self.pod_ready and self.running_config_hash is not None and desired_pod is not None and
+                self.pod_config_hash == desired_pod)
 
     def runs(self, desired: str | None, desired_pod: str | None = None) -> bool:
         """Does this driver run config `desired`? What it reports says so; before it reports (a pod starting), its
@@ -149,8 +155,8 @@ class Facts:
     generation: int
     suspended: bool
     desired_hash: str | None
-    invalid: Sequence[str] = ()
-    desired_pod_hash: str | None = None        # the pod template's hash desired_hash renders to (None: the same)                # InvalidSpec messages ("spec.x: problem; fix: ...")
+    invalid: Sequence[str] = ()                # InvalidSpec messages ("spec.x: problem; fix: ...")
+    desired_pod_hash: str | None = None        # the pod template's hash desired_hash renders to (None: the same)
     driver: DriverFacts | None = None          # None = no Deployment (yet)
     progress: ProgressFacts = field(default_factory=ProgressFacts)
     freshness_target_seconds: float | None = None
@@ -285,12 +291,12 @@ def evaluate(facts: Facts) -> Evaluation:
 
     if (facts.desired_hash is not None and driver.refused_config_hash == facts.desired_hash
             and driver.refused_message and not driver.runs(facts.desired_hash)):
-        # The running driver refused the changed transform (its check failed) and runs the one it ran.
+        # The running driver refused the changed query config (its check failed) and runs the one it ran.
         message = (f"{driver.refused_message.strip()[:400]} (driver pod {driver.pod_name} keeps running config "
                    f"{driver.config_hash}; fix the spec)")
         return Evaluation("Degraded", (
             _cond(READY, driver.pod_ready, "Running" if driver.pod_ready else TRANSFORM_INVALID,
-                  f"driver pod {driver.pod_name} runs the previous transform" + summary),
+                  f"driver pod {driver.pod_name} runs the previous query config" + summary),
             _cond(PROGRESSING, False, TRANSFORM_INVALID, message),
             _cond(DEGRADED, True, TRANSFORM_INVALID, message),
         ))
@@ -300,10 +306,9 @@ def evaluate(facts: Facts) -> Evaluation:
         restarting = (driver.config_hash not in (None, facts.desired_hash) or
                       facts.previous_hash not in (None, facts.desired_hash) or facts.restart_in_progress)
         if restarting:
-            in_place = (driver.running_config_hash is not None and driver.pod_ready and
-                        driver.pod_config_hash == (facts.desired_pod_hash or facts.desired_hash))
             message = (f"restarting the query in driver pod {driver.pod_name} to apply generation {facts.generation}"
-                       if in_place else f"restarting the driver to apply generation {facts.generation}")
+                       if driver.restarts_query_in_place(facts.desired_pod_hash or facts.desired_hash)
+                       else f"restarting the driver to apply generation {facts.generation}")
             return Evaluation("Starting", (
                 _cond(READY, False, "Restarting", message),
                 _cond(PROGRESSING, True, "Restarting", message),

@@ -127,9 +127,7 @@ def plan(seen: Gathered) -> Plan:
                                        seen.settings, seen.now_ms, seen.driver, seen.last_good)
     runs = upgrade.rendered
     driver = seen.driver
-    in_pod = (driver.pod_name if driver is not None and driver.pod_ready and runs.pod_config_hash is not None
-              and runs.pod_config_hash != runs.config_hash and driver.pod_config_hash == runs.pod_config_hash
-              else None)
+    in_pod = driver.pod_name if driver is not None and driver.restarts_query_in_place(runs.pod_hash) else None
     app, restarting = restart(app, runs.config_hash, seen.spec.suspend,
                               int(seen.obj["metadata"].get("generation") or 0), upgrade.rolling_back, in_pod)
     scaling = scaling_step.decide_step(

@@ -844,6 +844,12 @@ class StreamTableHandoffSpec(SpecModel):
                              "fresher than its commit interval)")
         return self
 
+    @property
+    def frame_path(self) -> bool:
+        """Records become Spark rows (a transform, a dedupe or event time): the DataFrame path (the app config's
+        `frame_path`, handoff_spark.config)."""
+        return self.transform is not None or self.dedupe is not None or self.event_time is not None
+
     # Parsed views of the duration strings, for the reconcile logic.
     @property
     def commit_interval_seconds(self) -> float:

@@ -611,7 +611,7 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
         {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
-    if spec.transform is not None or spec.dedupe is not None or spec.event_time is not None:
+    if spec.frame_path:
         # The pod's own config hash: the driver applies the operator's changed query config in place only when it was
         # rendered for this pod template (handoff_spark.driver.query_config). Only on the DataFrame path, so the
         # template (and the hash) of every other handoff is what it was.

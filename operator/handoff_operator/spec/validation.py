@@ -180,7 +180,7 @@ def _frame_path_problems(spec: StreamTableHandoffSpec) -> list[Problem]:
     status instead of a crash-looping driver. The rules between the three fields themselves (dead-letter topic,
     keep with a dedupe, watermark over the window, Iceberg only, eventTimeColumn disagreeing) are the model's
     (StreamTableHandoffSpec._cross_field), which mirrors the app config's validators."""
-    if spec.transform is None and spec.dedupe is None and spec.event_time is None:
+    if not spec.frame_path:
         return []
     problems: list[Problem] = []
     schema = spec.schema_

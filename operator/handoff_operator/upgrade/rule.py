@@ -87,7 +87,7 @@ class Decision:
 
 def committed_by(facts: UpgradeFacts, config_hash: str) -> bool:
     """Has a driver of `config_hash` committed a batch? (See the module docstring for the evidence.) A driver that
-    changed its transform in place reports the config it runs and since when (DriverFacts.with_report): its record
+    changed its query in place reports the config it runs and since when (DriverFacts.with_report): its record
     names a snapshot only once a batch of that config committed, and a ledger commit counts from that moment."""
     driver = facts.driver
     desired_pod = facts.desired_pod_hash if config_hash == facts.desired_hash else None
@@ -166,7 +166,7 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
     can_roll_back = facts.auto_rollback and state.last_good_hash is not None and facts.last_good_available
     if (can_roll_back and driver is not None and driver.refused_config_hash == facts.desired_hash
             and driver.refused_message and not ours):
-        # The running driver refused the changed transform and still runs the one before: waiting cannot help.
+        # The running driver refused the changed query config and still runs the one before: waiting cannot help.
         return _rolled_back(state, facts, "TransformInvalid", (
             f"was refused by the running driver pod {driver.pod_name} ({driver.refused_message.strip()[:300]})"))
     if ours and can_roll_back:

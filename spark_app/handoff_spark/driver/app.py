@@ -597,7 +597,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
         running_hash: str | None = None
         refused_hash: str | None = None
-        pending: list[tuple[query_config.Wanted, AppConfig]] = []
+        pending: tuple[query_config.Wanted, AppConfig] | None = None  # checked, to run at the batch boundary
         if pod_hash:
             hold.first_answer()  # type: ignore[union-attr]
             wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
@@ -629,7 +629,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         def config_changed() -> str | None:
             """`wait`'s `config_when`: the operator's query config for this pod, when it is new and passes the
             check a start runs (then kept in `pending`); a refused one is said once and the query runs on."""
-            nonlocal running_hash, refused_hash, check_again_at
+            nonlocal running_hash, refused_hash, check_again_at, pending
             assert hold is not None
             wanted = query_config.parse(hold.query_config(), pod_hash)
             if wanted is None or wanted.config_hash in (running_hash, refused_hash):
@@ -658,7 +658,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                             wanted.config_hash, LOOKUP_CHECK_SECONDS, str(exc).splitlines()[0][:300])
                 check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
                 return None
-            pending[:] = [(wanted, candidate)]
+            pending = (wanted, candidate)
             return f"the operator changed the query (config {running_hash} → {wanted.config_hash})"
 
         config_when = config_changed if pod_hash else None
@@ -748,7 +748,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 # The operator changed the query: its start planned again as a driver's start plans it (a checkpoint
                 # whose dedupe state no longer fits is discarded, the window rebuilt: driver.resume, driver.seed), and
                 # a new query in this session.
-                wanted, cfg = pending.pop()
+                assert pending is not None
+                (wanted, cfg), pending = pending, None
                 reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
                 running_since_ms = int(time.time() * 1000)
                 start = prepare_start(cfg, backend, echo)
