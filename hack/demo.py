@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from handoff_testbed.kafka import Kafka  # noqa: E402
+from handoff_testbed.process_tree import kill_tree  # noqa: E402
 
 TOPIC = "orders"
 DLQ_TOPIC = "orders.dlq"
@@ -186,7 +187,7 @@ class Driver:
 
     def kill9(self) -> None:
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_tree(self.proc.pid)  # the driver, its JVM and its Python workers, as a pod dies
         self.proc.wait()
 
     def stop(self, timeout: float = 120) -> int:

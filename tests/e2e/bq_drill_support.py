@@ -4,7 +4,6 @@ ends with — checked from BigQuery alone."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import uuid
@@ -13,6 +12,7 @@ from typing import Any, Callable
 
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.config import AppConfig
+from handoff_testbed.process_tree import kill_tree
 
 from bq_common import table_counts
 from iceberg_drill_support import PY, REPO, Run, end_offsets
@@ -98,13 +98,13 @@ def run_bq_app(tmp_path: Path, cfg: AppConfig, env: dict[str, str] | None = None
                     on_commits[1]()
                     on_commits = None
                 if kill_after_commits is not None and bq_commits(cfg) >= kill_after_commits:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_tree(proc.pid)  # every process, as a pod dies
                     proc.wait()
                     break
                 time.sleep(0.3)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait()
     return Run(proc.returncode, log)
 

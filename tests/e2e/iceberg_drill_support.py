@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.config import AppConfig
 from handoff_spark.iceberg.sink import open_table
+from handoff_testbed.process_tree import kill_tree
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -100,13 +100,13 @@ def run_app(tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 
                     on_commits[1]()
                     on_commits = None
                 if kill_after_commits is not None and cfg is not None and _commits(cfg) >= kill_after_commits:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_tree(proc.pid)  # every process, as a pod dies
                     proc.wait()
                     break
                 time.sleep(0.2)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait()
     return Run(proc.returncode, log)
 

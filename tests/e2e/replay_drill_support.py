@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
+from handoff_testbed.process_tree import kill_tree
 from operator_support import REPO, Cluster, Operator, base_spec, eventually
 
 PY = sys.executable
@@ -123,7 +124,7 @@ class Kubelet:
         proc = self.proc
         assert proc is not None
         self.restart_with = restart_with
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # every process of the driver, as a pod dies
 
     def logs(self) -> str:
         """Every driver process's output so far, in start order."""

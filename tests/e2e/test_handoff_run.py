@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from handoff_testbed.eventually import eventually
+from handoff_testbed.process_tree import process_tree, running
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
@@ -133,38 +134,6 @@ def _rows_committed(port: int, handoff: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _process_tree(root: int) -> set[tuple[int, str]]:
-    """`root` and its descendants now, as (pid, start time): a pid reused later is not the same process."""
-    parents: dict[int, int] = {}
-    started: dict[int, str] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        parents[pid], started[pid] = int(fields[1]), fields[19]
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in started:
-            tree.add((pid, started[pid]))
-            todo += [child for child, parent in parents.items() if parent == pid]
-    return tree
-
-
-def _running(procs: set[tuple[int, str]]) -> set[tuple[int, str]]:
-    alive = set()
-    for pid, start in procs:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[19] == start and fields[0] != "Z":
-            alive.add((pid, start))
-    return alive
-
-
 def _owners(tmp: Path) -> dict[str, int | None]:
     """Each entry of the runs' temp dir: the pid of the driver that owns it, or None for one nobody removes."""
     return {p.name: (int(m.group(2)) if (m := OWNED.match(p.name)) else None) for p in tmp.iterdir()}
@@ -242,11 +211,11 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
         started = [i for i, line in enumerate(lines_b) if re.match(r"query \S+ started", line)]
         assert warmed and started and warmed[0] < started[0], "\n".join(lines_b)[-4000:]
 
-        tree_a = _process_tree(a.pid)
+        tree_a = process_tree(a.pid)
         assert len(tree_a) > 1  # the driver and its JVM at least
         a.send_signal(signal.SIGKILL)
         a.wait()
-        eventually(lambda: not _running(tree_a), "run a's JVM and Python workers gone", timeout=120, interval=0.5)
+        eventually(lambda: not running(tree_a), "run a's JVM and Python workers gone", timeout=120, interval=0.5)
         assert _scrape(port_b) and b.poll() is None  # the other run is untouched
         left = _owners(tmp)
         assert {owner for owner in left.values()} <= {a.pid, b.pid}, left
@@ -265,10 +234,10 @@ def test_two_local_runs_side_by_side_and_kill_9_leaves_nothing_behind(kafka, tmp
         left = _owners(tmp)
         assert {owner for owner in left.values()} <= {b.pid, d.pid}, left
 
-        tree_b = _process_tree(b.pid)
+        tree_b = process_tree(b.pid)
         b.send_signal(signal.SIGKILL)
         b.wait()
-        eventually(lambda: not _running(tree_b), "run b's JVM and Python workers gone", timeout=120, interval=0.5)
+        eventually(lambda: not running(tree_b), "run b's JVM and Python workers gone", timeout=120, interval=0.5)
         assert {owner for owner in _owners(tmp).values()} <= {b.pid, d.pid}
     finally:
         default_port.close()
