@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -49,8 +50,26 @@ def iceberg_spec(bootstrap: str, topic: str, tmp_path: Path, table: str, **overr
     return spec
 
 
+def bigquery_spec(bootstrap: str, topic: str, tmp_path: Path, bigquery: Any, **overrides: Any) -> dict[str, Any]:
+    """iceberg_spec's handoff into a table `orders` of a dataset of its own in the test bed's BigQuery emulator."""
+    spec = iceberg_spec(bootstrap, topic, tmp_path, "unused.orders", **overrides)
+    spec["sink"] = {"bigquery": {"project": bigquery.project, "dataset": f"drill_{uuid.uuid4().hex[:8]}",
+                                 "table": "orders", "partitionBy": "ts", "restEndpoint": bigquery.rest_endpoint,
+                                 "grpcEndpoint": bigquery.grpc_endpoint}}
+    return spec
+
+
 def committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
-    """Has the table's ledger reached `ends` on every partition of `topic`?"""
+    """Has the table's ledger reached `ends` on every partition of `topic`? (Iceberg or BigQuery.)"""
+    if cfg.sink.kind == "bigquery":
+        from handoff_spark.bigquery import ledger as bigquery_ledger
+
+        time.sleep(1.0)   # the emulator serves the driver's writes too: ask once a second, not every 0.2 s
+        try:
+            at = bigquery_ledger.resume_offsets(cfg.sink, cfg.handoff_id).get(topic, {})  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - not created yet
+            return False
+        return all(at.get(p, 0) >= e for p, e in ends.items())
     from handoff_spark.iceberg import ledger
 
     sink = cfg.sink

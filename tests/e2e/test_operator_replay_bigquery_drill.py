@@ -13,7 +13,6 @@ publishes but never reads the hold (an image older than the hold), so the operat
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from confluent_kafka.admin import AdminClient
 
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger, rollback
 from handoff_spark.config import AppConfig
-from operator_support import Cluster, Operator, base_spec, eventually
-from replay_drill_support import Kubelet, end_offsets, produce
+from operator_support import Cluster, Operator, eventually
+from replay_drill_support import Kubelet, bigquery_spec, committed_to, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.bigquery]
 RR = ("handoff.io", "v1alpha1")
@@ -35,15 +34,6 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int]]:
     client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
     sql = f"SELECT _kafka_partition AS p, _kafka_offset AS o, id FROM `{bigquery_client.table_ref(cfg.sink)}`"  # type: ignore[arg-type]
     return sorted((int(r["p"]), int(r["o"]), int(r["id"])) for r in client.query(sql, retry=None).result())
-
-
-def _committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
-    time.sleep(1.0)   # the emulator serves the driver's writes too: ask once a second, not every 0.2 s
-    try:
-        at = bigquery_ledger.resume_offsets(cfg.sink, cfg.handoff_id).get(topic, {})  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - not created yet
-        return False
-    return all(at.get(p, 0) >= e for p, e in ends.items())
 
 
 def _batches(cfg: AppConfig) -> list[Any]:
@@ -72,15 +62,8 @@ class Drill:
         self.produced = 0
         self.produce(first)
         self.ns = cluster.new_namespace("bqreplay")
-        spec = base_spec(kafka.bootstrap, commitInterval="1s", freshness={"target": "5m"})
-        spec["source"].update(topics=[self.topic], maxRecordsPerBatch=250)
-        spec["sink"] = {"bigquery": {"project": bigquery.project, "dataset": f"replay_{uuid.uuid4().hex[:8]}",
-                                     "table": "orders", "partitionBy": "ts", "restEndpoint": bigquery.rest_endpoint,
-                                     "grpcEndpoint": bigquery.grpc_endpoint}}
-        spec["schema"] = {"columns": [{"name": "id", "type": "long", "required": True},
-                                      {"name": "ts", "type": "timestamp"}, {"name": "region", "type": "string"}],
-                          "onIncompatible": "halt"}
-        spec["checkpoint"] = {"location": f"file://{tmp_path}/checkpoint"}
+        spec = bigquery_spec(kafka.bootstrap, self.topic, tmp_path, bigquery)
+        spec["source"]["maxRecordsPerBatch"] = 250
         cluster.create(self.ns, "orders", spec)
         self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path, publish=publish, env=driver_env)
 
@@ -90,7 +73,7 @@ class Drill:
 
     def caught_up(self, cfg: AppConfig) -> None:
         ends = end_offsets(self.kafka.bootstrap, self.topic)
-        eventually(lambda: _committed_to(cfg, self.topic, ends), "everything committed", timeout=300)
+        eventually(lambda: committed_to(cfg, self.topic, ends), "everything committed", timeout=300)
 
     def request(self, name: str, **spec: Any) -> None:
         self.cluster.custom.create_namespaced_custom_object(*RR, self.ns, "replayrequests", {

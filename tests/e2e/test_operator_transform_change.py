@@ -5,7 +5,8 @@ real driver process (`python -m handoff_spark run`, Spark local mode; the test p
 Recreate rollout, replay_drill_support.Kubelet) checks it, stops its query at a batch boundary and starts it again
 with it. A SQL that fails the check is refused: the query runs on with the SQL before. New dedupe keys no longer fit
 Spark's state in the checkpoint: the start is planned again in the driver, the checkpoint discarded and the window
-rebuilt from the ledger. Real Kafka, a real Iceberg table in a SQLite catalog.
+rebuilt from the ledger. Real Kafka, a real Iceberg table in a SQLite catalog; the second drill runs a new SQL and a
+refused one into a BigQuery table of the test bed's emulator.
 
 Done when: one driver process ran through the four changes (no new pod template, no restart), every record is in
 the table exactly once, the records produced after the driver said it runs a new SQL carry its derivation and those
@@ -21,11 +22,12 @@ from typing import Any
 
 import pytest
 
+from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY
 from handoff_spark.iceberg import ledger
 from operator_support import Cluster, eventually
-from replay_drill_support import committed_to, end_offsets, iceberg_spec, local_handoff, produce
+from replay_drill_support import bigquery_spec, committed_to, end_offsets, iceberg_spec, local_handoff, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -42,6 +44,13 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id", "region")).to_arrow()
     return sorted(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist(),
                       data["id"].to_pylist(), data["region"].to_pylist()))
+
+
+def _bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
+    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
+    sql = (f"SELECT _kafka_partition AS p, _kafka_offset AS o, id, region "
+           f"FROM `{bigquery_client.table_ref(cfg.sink)}`")  # type: ignore[arg-type]
+    return sorted((int(r["p"]), int(r["o"]), int(r["id"]), r["region"]) for r in client.query(sql, retry=None).result())
 
 
 def _record(cluster: Cluster, ns: str) -> dict[str, Any]:
@@ -138,3 +147,46 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
         assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
         assert all(regions[i] == ["eu", "us", "ap"][i % 3] + "3" for i in range(2300, 2500)), "after the restart"
+
+
+@pytest.mark.bigquery
+def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_a_bad_one_is_refused(
+        cluster: Cluster, kafka, bigquery, tmp_path: Path) -> None:
+    """The same in-place path into a BigQuery table (Storage Write API commits, the ledger in the table): a new SQL
+    is run by the same driver process, a bad one refused while the stream goes on, every record once."""
+    topic = f"bqtransform-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(f"{topic}-dlq", partitions=1)
+    produce(kafka.bootstrap, topic, range(0, 600))
+    ns = cluster.new_namespace("bqtransform-e2e")
+    spec = bigquery_spec(kafka.bootstrap, topic, tmp_path, bigquery, transform={"sql": SQL_V1},
+                         dedupe={"keys": ["id"], "within": "1h"}, deadLetter={"topic": f"{topic}-dlq"})
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
+        assert cfg.sink.kind == "bigquery"
+        v1 = _wanted_hash(cluster, ns)
+        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
+        v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
+                   timeout=120)
+        produce(kafka.bootstrap, topic, range(600, 1200))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the records after the change committed", timeout=180)
+
+        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
+        bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
+        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
+                            "the driver refusing the bad SQL", timeout=120)
+        assert record[CONFIG_HASH_KEY] == v2, record
+        produce(kafka.bootstrap, topic, range(1200, 1500))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the stream going on with the SQL before", timeout=180)
+
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        assert kubelet.logs().count("restarted with the operator's query config") == 1, kubelet.logs()[-3000:]
+
+    rows = _bigquery_rows(cfg)
+    assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 1500
+    assert sorted(i for _p, _o, i, _r in rows) == list(range(1500))
+    regions = {i: r for _p, _o, i, r in rows}
+    assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(600)), "before: the first SQL"
+    assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(600, 1500)), "after: the second"
