@@ -584,8 +584,33 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         if hold is not None:
             hold.start()
         start: StartPlan | None = None
-        # The JVM launches while this thread prepares the table and reads the ledger (startup.early_session).
-        session = EarlySession(lambda: build_session(cfg)).start()
+        # The JVM launches while this thread prepares the table and reads the ledger (startup.early_session). Its
+        # settings depend only on which of transform, dedupe and event time are set, which the pod's own config says.
+        pod_cfg = cfg
+        session = EarlySession(lambda: build_session(pod_cfg)).start()
+        # The operator's query config for this pod (driver.query_config) may be newer than the pod's app.json: it runs,
+        # and the start is planned for it (a checkpoint is kept or discarded for the dedupe keys that will run).
+        pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
+        running_hash: str | None = None
+        refused_hash: str | None = None
+        pending: tuple[query_config.Wanted, AppConfig] | None = None  # checked, to run at the batch boundary
+        if pod_hash:
+            hold.first_answer()  # type: ignore[union-attr]
+            wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
+            if wanted is not None:
+                if not wanted.runs_in(cfg):
+                    try:
+                        cfg = query_config.applied(cfg, wanted)
+                    except ValueError as exc:
+                        session.abandon()
+                        line = refusal(exc)
+                        echo(line)
+                        write_termination_message(line)
+                        return TRANSFORM_INVALID_EXIT
+                    reporter.cfg = cfg
+                    echo(f"running the operator's query config {wanted.config_hash} (newer than the pod's app "
+                         f"config)")
+                running_hash = wanted.config_hash
         if sink_format is None:
             try:
                 # A table or Kafka problem fails in a second or two, with its own message.
@@ -599,27 +624,6 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             log.info("table prepared, start planned")
         spark = session.result()
         log.info("spark session started (%.1f s after the driver's start of it)", session.seconds or 0.0)
-        # The operator's query config for this pod (driver.query_config) may be newer than the pod's app.json: it runs.
-        pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
-        running_hash: str | None = None
-        refused_hash: str | None = None
-        pending: tuple[query_config.Wanted, AppConfig] | None = None  # checked, to run at the batch boundary
-        if pod_hash:
-            hold.first_answer()  # type: ignore[union-attr]
-            wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
-            if wanted is not None:
-                if not wanted.runs_in(cfg):
-                    try:
-                        cfg = query_config.applied(cfg, wanted)
-                    except ValueError as exc:
-                        line = refusal(exc)
-                        echo(line)
-                        write_termination_message(line)
-                        return TRANSFORM_INVALID_EXIT
-                    reporter.cfg = cfg
-                    echo(f"running the operator's query config {wanted.config_hash} (newer than the pod's app "
-                         f"config)")
-                running_hash = wanted.config_hash
         if frames_query(cfg, sink_format):
             try:
                 transform.check(spark, cfg)
