@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 # ---------------------------------------------------------------------------- the driver's command line
 
@@ -155,9 +155,10 @@ QUERY_HELD_KEY = "queryHeld"
 #: (at most `HANDOFF_STOP_GRACE_SECONDS`): the operator then waits for `QUERY_HELD_KEY` instead of stopping the pod.
 QUERY_HOLDING_KEY = "queryHolding"
 #: The annotation of the progress ConfigMap holding the query-only part of the app config the operator wants run
-#: now (`QueryConfig`, JSON): the transform, the dedupe and the event time, whose content the pod's config hash leaves
-#: out. Written by the operator (`spec.render`) when the handoff runs the DataFrame path; polled by the driver
-#: (`driver.hold`, one read with the hold) and applied by `driver.query_config`: a change restarts the query at a
+#: now (`QueryConfig`, JSON): the transform, the dedupe, the event time and the query's pace (trigger interval, batch
+#: size; when absent, the driver keeps its own), whose content the pod's config hash leaves out. Written by the
+#: operator (`spec.render`) when the handoff runs the DataFrame path; polled by the driver (`driver.hold`, one read
+#: with the hold) and applied by `driver.query_config`: a change restarts the query at a
 #: batch boundary in the running driver (no pod restart), after it passed the same check a start runs.
 QUERY_CONFIG_ANNOTATION = "handoff.io/query-config"
 #: The progress record's key with the config hash (the operator's, of the whole app config) this driver runs now.
@@ -180,6 +181,8 @@ class QueryConfig(TypedDict):
     transform: dict[str, Any] | None  # `AppConfig.transform` as JSON (`handoff_spark.config.Transform`) or null
     dedupe: dict[str, Any] | None     # `AppConfig.dedupe` (`config.Dedupe`) or null
     eventTime: dict[str, Any] | None  # `AppConfig.event_time` (`config.EventTime`) or null
+    triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
+    maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
 
 
 class ProgressDocument(TypedDict, total=False):

@@ -1,4 +1,4 @@
-"""A changed transform or dedupe restarts the query in the running driver, not the driver (issue 31, "restart the
+"""A changed transform, dedupe or pace restarts the query in the running driver, not the driver (issue 31, "restart the
 query inside the running driver instead of the JVM"): the operator (in-process, real kube-apiserver) renders the new
 query config into the progress ConfigMap's query-config annotation and leaves the driver's pod template as it was; a
 real driver process (`python -m handoff_spark run`, Spark local mode; the test plays the kubelet and the Deployment's
@@ -8,9 +8,9 @@ Spark's state in the checkpoint: the start is planned again in the driver, the c
 rebuilt from the ledger. Real Kafka, a real Iceberg table in a SQLite catalog; the second drill runs a new SQL and a
 refused one into a BigQuery table of the test bed's emulator.
 
-Done when: one driver process ran through the four changes (no new pod template, no restart), every record is in
+Done when: one driver process ran through the five changes (no new pod template, no restart), every record is in
 the table exactly once, the records produced after the driver said it runs a new SQL carry its derivation and those
-before the old one's, the refused SQL left the stream running with the SQL before it, and a driver killed and
+before the old one's, those after a new batch size came in batches of that size, the refused SQL left the stream running with the SQL before it, and a driver killed and
 started from an older mounted app config runs the operator's newest config."""
 from __future__ import annotations
 
@@ -44,6 +44,18 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id", "region")).to_arrow()
     return sorted(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist(),
                       data["id"].to_pylist(), data["region"].to_pylist()))
+
+
+def _batch_sizes_from(cfg: AppConfig, topic: str, start: dict[int, int]) -> list[int]:
+    """The records of each ledger batch that begins at or after `start` on every partition of `topic`."""
+    sink = cfg.sink
+    table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    sizes = []
+    for commit in ledger.list_commits(table, cfg.handoff_id, include_markers=False):
+        ranges = commit.offsets.get(topic, {})
+        if ranges and all(se[0] >= start.get(int(p), 0) for p, se in ranges.items()):
+            sizes.append(sum(se[1] - se[0] for se in ranges.values()))
+    return sizes
 
 
 def _bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
@@ -140,13 +152,32 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert f"running the operator's query config {v4} (newer than the pod's app config)" \
             in kubelet.logs(), kubelet.logs()[-3000:]
 
+        # The query's pace (spec.commitInterval, spec.source.maxRecordsPerBatch) changes in the running driver too: the
+        # next 300 records arrive in batches of at most 50 (400 before), committed by the second process.
+        cluster.patch_spec(ns, "orders", {"commitInterval": "2s", "source": {"maxRecordsPerBatch": 50}})
+        pace = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad, v3, v4) and h, "the pace's config")
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == pace, "the driver running the new pace",
+                   timeout=120)
+        before = end_offsets(kafka.bootstrap, topic)
+        produce(kafka.bootstrap, topic, range(2500, 2800))
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the records at the new pace committed", timeout=120)
+        sizes = _batch_sizes_from(cfg, topic, before)
+        assert sum(sizes) == 300 and max(sizes) <= 50 and len(sizes) >= 6, sizes
+        assert kubelet.starts == 2 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        logs = kubelet.logs()
+        assert logs.count("restarted with the operator's query config") == 4, logs[-3000:]
+        # Only the new keys discarded the checkpoint: the restart from the old app config planned its start for the
+        # operator's config (keys [id, region], what the checkpoint holds), and a new pace keeps the state.
+        assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 1, logs[-6000:]
+
         rows = _rows(cfg)
-        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2500
-        assert sorted(i for _p, _o, i, _r in rows) == list(range(2500))
+        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2800
+        assert sorted(i for _p, _o, i, _r in rows) == list(range(2800))
         regions = {i: r for _p, _o, i, r in rows}
         assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
         assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
-        assert all(regions[i] == ["eu", "us", "ap"][i % 3] + "3" for i in range(2300, 2500)), "after the restart"
+        assert all(regions[i] == ["eu", "us", "ap"][i % 3] + "3" for i in range(2300, 2800)), "after the fixed SQL"
 
 
 @pytest.mark.bigquery

@@ -117,7 +117,9 @@ class KafkaSourceSpec(SpecModel):
         default=None, description="The Schema Registry for format avro, protobuf or jsonSchema.")
     max_records_per_batch: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
-        description="Upper bound on records per micro-batch (admission control while catching up).")
+        description="Upper bound on records per micro-batch (admission control while catching up). With a "
+                    "transform, dedupe or eventTime set, a change restarts the query in the running driver at a "
+                    "batch boundary (no pod restart); otherwise it restarts the driver.")
     min_partitions: int | None = Field(
         default=None, ge=1, le=100_000,
         description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
@@ -780,7 +782,11 @@ class StreamTableHandoffSpec(SpecModel):
                                 description="Declared columns and drift policy.")
     dead_letter: DeadLetterSpec | None = Field(default=None, description="Dead-letter topic for incompatible records.")
     commit_interval: Duration = Field(default="10s", description="How often a micro-batch is committed to "
-                                                                 "the table (the trigger interval).")
+                                                                 "the table (the trigger interval). With a "
+                                                                 "transform, dedupe or eventTime set, a change "
+                                                                 "restarts the query in the running driver at a "
+                                                                 "batch boundary (no pod restart); otherwise it "
+                                                                 "restarts the driver.")
     freshness: FreshnessSpec = Field(default_factory=FreshnessSpec, description="Freshness objective.")
     replay: ReplaySpec = Field(default_factory=ReplaySpec, description="Replay window and outage tolerance.")
     retention: RetentionSpec = Field(default_factory=RetentionSpec, description="Kafka retention policy checks.")

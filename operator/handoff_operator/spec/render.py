@@ -723,8 +723,24 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 #: (handoff_spark.driver.query_config). Which of them are set stays in the pod's hash (that decides the query's source,
 #: the JVMs' JIT and the session's state store: adding or removing one restarts the driver), their content does not.
 QUERY_ONLY_KEYS = ("transform", "dedupe", "eventTime")
+#: The query's pace on the DataFrame path: the trigger (spec.commitInterval) and the source's batch size
+#: (spec.source.maxRecordsPerBatch), as (path in the app config's JSON, the query config's key). Options of the
+#: query, so the running driver applies them too; left out of the pod's hash only when one of QUERY_ONLY_KEYS is
+#: set (a handoff on the fused path has no query config, and its pod's hash stays what it was).
+QUERY_PACE_KEYS = ((("triggerIntervalSeconds",), "triggerIntervalSeconds"),
+                   (("source", "maxRecordsPerBatch"), "maxRecordsPerBatch"))
 #: What a query-only key's content is replaced by in the pod's hash.
 QUERY_ONLY_MARK = "<applied in the running driver>"
+
+
+def _frame_path(doc: Mapping[str, Any]) -> bool:
+    return any(doc.get(key) is not None for key in QUERY_ONLY_KEYS)
+
+
+def _pace(doc: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        doc = (doc or {}).get(key)  # type: ignore[assignment]
+    return doc
 
 
 def config_hash(app_json: str, template: Mapping[str, Any],
@@ -734,13 +750,19 @@ def config_hash(app_json: str, template: Mapping[str, Any],
     it was before executor templates existed, so an operator upgrade restarts no driver.
 
     `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the content of the
-    query-only keys out: a change of the transform, the dedupe or the event time alone restarts the query in the
-    running driver, not the pod. Without any of them the two hashes are the same."""
+    query-only keys out: a change of the transform, the dedupe, the event time, the commit interval or the batch
+    size alone restarts the query in the running driver, not the pod. Without a transform, dedupe or event time the
+    two hashes are the same."""
     doc = json.loads(app_json)
-    if pod:
+    if pod and _frame_path(doc):
         for key in QUERY_ONLY_KEYS:
             if doc.get(key) is not None:
                 doc[key] = QUERY_ONLY_MARK
+        for path, _ in QUERY_PACE_KEYS:
+            parent = doc
+            for key in path[:-1]:
+                parent = parent.setdefault(key, {})
+            parent[path[-1]] = QUERY_ONLY_MARK
     for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
         (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()
@@ -756,7 +778,8 @@ def query_config_json(config: AppConfig, full_hash: str, pod_hash: str) -> str:
     driver of pod template `pod_hash` applies in place, and the whole config's hash it then reports. None of it holds
     a Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
     app = json.loads(config.to_json())
-    doc = {"configHash": full_hash, "podConfigHash": pod_hash, **{key: app.get(key) for key in QUERY_ONLY_KEYS}}
+    doc = {"configHash": full_hash, "podConfigHash": pod_hash, **{key: app.get(key) for key in QUERY_ONLY_KEYS},
+           **{key: _pace(app, path) for path, key in QUERY_PACE_KEYS}}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 

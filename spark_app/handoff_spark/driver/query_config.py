@@ -2,7 +2,8 @@
 query's restart are `driver.app`'s).
 
 Why: a change of what the DataFrame path's query does (the transform's SQL and lookups, the dedupe's keys and window,
-the event time's column, watermark and late-record policy) changes the query, not the JVM, the pod or the executors.
+the event time's column, watermark and late-record policy) or of its pace (the trigger interval, the source's batch
+size) changes the query, not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
 config hash leaves their content out (`handoff_operator.spec.render.config_hash`; which of them are set stays in:
@@ -11,7 +12,7 @@ that decides the query's source and the session's state store), and the operator
 Contract with the operator (names in `handoff_spark.contract`):
 - the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap when the handoff runs the DataFrame path:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
-  "eventTime": …}` (each as in the app config, or null);
+  "eventTime": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …}` (each as in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
@@ -42,18 +43,38 @@ log = logging.getLogger("handoff.query_config")
 KEYS = ("transform", "dedupe", "eventTime")
 
 
+#: The query config's keys of the query's pace (the app config's `triggerIntervalSeconds` and
+#: `source.maxRecordsPerBatch`).
+PACE_KEYS = ("triggerIntervalSeconds", "maxRecordsPerBatch")
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The query's trigger interval and the source's batch size (spec.commitInterval, spec.source.maxRecordsPerBatch)."""
+
+    trigger_interval_seconds: float
+    max_records_per_batch: int | None
+
+    @staticmethod
+    def of(cfg: AppConfig) -> "Pace":
+        return Pace(cfg.trigger_interval_seconds, cfg.source.max_records_per_batch)
+
+
 @dataclass(frozen=True)
 class Wanted:
-    """The query config the operator wants this driver to run."""
+    """The query config the operator wants this driver to run (`pace` None: the annotation carried none, so the
+    driver's own stays)."""
 
     config_hash: str
     transform: Transform | None
     dedupe: Dedupe | None = None
     event_time: EventTime | None = None
+    pace: Pace | None = None
 
     def runs_in(self, cfg: AppConfig) -> bool:
         """Is this what `cfg` runs already?"""
-        return (self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
+        return ((self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
+                and self.pace in (None, Pace.of(cfg)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,10 +98,19 @@ def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
     try:
         parts = [None if doc.get(key) is None else model.model_validate(doc[key])
                  for key, model in zip(KEYS, (Transform, Dedupe, EventTime))]
-    except ValidationError as exc:
+        pace = _pace(doc)
+    except (ValidationError, TypeError, ValueError) as exc:
         log.warning("the operator's query config is unreadable: %s", str(exc).splitlines()[0])
         return None
-    return Wanted(config_hash, *parts)  # type: ignore[arg-type]
+    return Wanted(config_hash, *parts, pace=pace)  # type: ignore[arg-type, misc]
+
+
+def _pace(doc: dict) -> Pace | None:
+    """The pace the annotation carries, or None when it carries none (an operator that wrote none)."""
+    if not all(key in doc for key in PACE_KEYS):
+        return None
+    batch = doc["maxRecordsPerBatch"]
+    return Pace(float(doc["triggerIntervalSeconds"]), None if batch is None else int(batch))
 
 
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
@@ -88,4 +118,7 @@ def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     data = json.loads(cfg.to_json())
     for key, part in zip(KEYS, (wanted.transform, wanted.dedupe, wanted.event_time)):
         data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)
+    if wanted.pace is not None:
+        data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds
+        data["source"]["maxRecordsPerBatch"] = wanted.pace.max_records_per_batch
     return AppConfig.model_validate(data)

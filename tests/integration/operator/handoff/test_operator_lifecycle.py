@@ -381,9 +381,14 @@ def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is the same"
     eventually(lambda: AppConfig.model_validate_json(cluster.core.read_namespaced_config_map(
         "frames-app", ns).data["app.json"]).transform.sql == "SELECT * FROM source WHERE id > 1", "the new SQL")
-    # So does a changed dedupe window; removing the transform changes what the driver runs: that restarts the driver.
+    # So does a changed dedupe window, and a new pace (commit interval, batch size); removing the transform changes
+    # what the driver runs: that restarts the driver.
     cluster.patch_spec(ns, "frames", {"dedupe": {"within": "2h"}})
     eventually(lambda: query_config()["dedupe"] == {"keys": ["id"], "withinSeconds": 7200.0}, "the new window")
+    assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
+    cluster.patch_spec(ns, "frames", {"commitInterval": "30s", "source": {"maxRecordsPerBatch": 5000}})
+    eventually(lambda: (query_config()["triggerIntervalSeconds"], query_config()["maxRecordsPerBatch"]) == (30.0, 5000),
+               "the new pace")
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
     cluster.patch_spec(ns, "frames", {"transform": None})
     eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new pod template without it")

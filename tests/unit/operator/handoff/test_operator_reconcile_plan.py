@@ -78,9 +78,10 @@ def test_a_changed_transform_is_planned_as_a_restart_of_the_query_in_the_running
     planned = plan(_gathered(obj, new, driver=running))
     assert planned.restart is not None and planned.app["configHash"] == new.rendered.config_hash
     assert f"driver pod {running.pod_name} checks it and restarts its query" in planned.restart[2], planned.restart
-    other = _prepared(base_spec(**{**frames, "commitInterval": "30s"}))
+    bigger = {"driver": {"cores": 1, "memory": "2Gi"}, "executor": {"cores": 2, "memory": "2Gi"}}
+    other = _prepared(base_spec(**{**frames, "spark": bigger}))
     assert other.rendered.pod_hash != old.rendered.pod_hash
-    planned = plan(_gathered(_handoff(base_spec(**{**frames, "commitInterval": "30s"}), 2,
+    planned = plan(_gathered(_handoff(base_spec(**{**frames, "spark": bigger}), 2,
                                       {"app": {"configHash": old.rendered.config_hash}}), other, driver=running))
     assert planned.restart is not None and "stopping the driver at a batch boundary" in planned.restart[2]
 

@@ -429,6 +429,36 @@ def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
     assert (pod(changed) == pod(before)) == in_place
 
 
+def _with_batch_size(n):
+    out = spec(**TRANSFORM)
+    out["source"] = {**out["source"], "maxRecordsPerBatch": n}
+    return out
+
+
+@pytest.mark.parametrize("changed", [
+    lambda: spec(**{**TRANSFORM, "commitInterval": "30s"}),
+    lambda: _with_batch_size(5000),
+])
+def test_on_the_dataframe_path_the_commit_interval_and_batch_size_change_in_the_running_driver(changed):
+    """The query's pace is an option of the query: on the DataFrame path the pod keeps its template (hash and all)
+    and the query config carries the new value; the whole config's hash changes (the rollout rule judges it)."""
+    before, after = _render(spec(**TRANSFORM)), _render(changed())
+    assert after.config_hash != before.config_hash and after.pod_hash == before.pod_hash
+    pod = lambda r: r.child("Deployment")["spec"]["template"]  # noqa: E731
+    assert pod(after) == pod(before)
+    progress = next(c for c in after.children if c["metadata"]["name"] == "orders-progress")
+    doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+    assert (doc["triggerIntervalSeconds"], doc["maxRecordsPerBatch"]) == (
+        after.config.trigger_interval_seconds, after.config.source.max_records_per_batch)
+    assert doc["triggerIntervalSeconds"] == 30.0 or doc["maxRecordsPerBatch"] == 5000
+
+
+def test_on_the_fused_path_the_commit_interval_still_rolls_the_pod():
+    """No query config there (the fused path's pods render as before): a new interval is a new pod template."""
+    before, after = _render(), _render(spec(commitInterval="30s"))
+    assert after.pod_hash != before.pod_hash and after.pod_hash == after.config_hash
+
+
 def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
     """On the DataFrame path: the progress ConfigMap's query-config annotation holds the transform, dedupe and event
     time with both hashes, and the driver pod gets its own hash through the downward API. Without them: neither, and
@@ -439,7 +469,8 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
     assert doc == {"configHash": r.config_hash, "podConfigHash": r.pod_hash,
                    "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []},
                    "dedupe": {"keys": ["id"], "withinSeconds": 3600.0},
-                   "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"}}
+                   "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"},
+                   "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None}
     assert r.pod_hash != r.config_hash
     template = r.child("Deployment")["spec"]["template"]
     assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash

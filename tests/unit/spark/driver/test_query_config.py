@@ -1,4 +1,4 @@
-"""driver.query_config: which of the operator's query configs (transform, dedupe, event time) a running driver takes
+"""driver.query_config: which of the operator's query configs (transform, dedupe, event time, pace) a running driver takes
 (pure), and what it publishes about the config it runs or refused. The change end to end: a local driver and the
 operator, tests/e2e/test_operator_transform_change.py; a real node, tests/e2e/test_in_cluster_pod_options.py."""
 from __future__ import annotations
@@ -66,6 +66,28 @@ def test_the_wanted_transform_replaces_only_the_transform_and_the_app_configs_ru
     no_dlq = cfg.model_copy(update={"dead_letter_topic": None})
     with pytest.raises(ValueError, match="deadLetterTopic"):
         query_config.applied(no_dlq, query_config.Wanted("h2", Transform(sql=SQL)))
+
+
+def test_the_querys_pace_is_a_query_config_too_and_kept_when_the_annotation_carries_none(tmp_path):
+    """spec.commitInterval and spec.source.maxRecordsPerBatch: the trigger and the source's batch size of the next
+    query. An annotation without them (none written) leaves the driver's own; a bad value is unreadable (logged)."""
+    cfg = _cfg(tmp_path)
+    doc = {**json.loads(_annotation(sql=SQL)), "triggerIntervalSeconds": 30, "maxRecordsPerBatch": 50}
+    wanted = query_config.parse(json.dumps(doc), "p1")
+    assert wanted is not None and wanted.pace == query_config.Pace(30.0, 50)
+    assert not wanted.runs_in(cfg)
+    new = query_config.applied(cfg, wanted)
+    assert (new.trigger_interval_seconds, new.source.max_records_per_batch) == (30.0, 50) and wanted.runs_in(new)
+    assert new.model_dump(exclude={"trigger_interval_seconds", "source"}) == cfg.model_dump(
+        exclude={"trigger_interval_seconds", "source"})
+    unlimited = query_config.parse(json.dumps({**doc, "maxRecordsPerBatch": None}), "p1")
+    assert unlimited is not None and query_config.applied(new, unlimited).source.max_records_per_batch is None
+    none_given = query_config.parse(_annotation(sql=SQL), "p1")
+    assert none_given is not None and none_given.pace is None and none_given.runs_in(new)
+    assert query_config.applied(new, none_given) == new
+    assert query_config.parse(json.dumps({**doc, "triggerIntervalSeconds": "soon"}), "p1") is None
+    with pytest.raises(ValueError, match="maxRecordsPerBatch"):
+        query_config.applied(cfg, query_config.parse(json.dumps({**doc, "maxRecordsPerBatch": 0}), "p1"))
 
 
 class _Publisher:
