@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -77,6 +77,51 @@ def _wanted_hash(cluster: Cluster, ns: str) -> str:
     return json.loads(cm.metadata.annotations["handoff.io/query-config"])["configHash"]
 
 
+def _changed(cluster: Cluster, ns: str, patch: dict[str, Any], seen: list[str], what: str) -> str:
+    """`patch` applied to the handoff; the operator's query config for it (a hash not in `seen`, then added)."""
+    cluster.patch_spec(ns, "orders", patch)
+    config = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in seen and h, f"the query config of {what}")
+    seen.append(config)
+    return config
+
+
+def _running(cluster: Cluster, ns: str, key: str, config: str, what: str, timeout: float = 120) -> dict[str, Any]:
+    """The driver's record once its `key` (the config it runs, or the one it refused) is `config`."""
+    return eventually(lambda: (r := _record(cluster, ns)).get(key) == config and r, what, timeout=timeout)
+
+
+def _committed(kafka: Any, cfg: AppConfig, topic: str, ids: range, what: str, timeout: float = 180) -> None:
+    """Orders `ids` produced, and the table's ledger past them."""
+    produce(kafka.bootstrap, topic, ids)
+    ends = end_offsets(kafka.bootstrap, topic)
+    eventually(lambda: committed_to(cfg, topic, ends), what, timeout=timeout)
+
+
+def _new_sql_then_a_bad_one(cluster: Cluster, ns: str, kafka: Any, cfg: AppConfig, topic: str, seen: list[str],
+                            after_new: range, after_bad: range) -> tuple[str, str, dict[str, Any]]:
+    """Both drills' first changes: SQL_V2 runs (orders `after_new` committed with it), then SQL_BAD is refused and
+    the stream goes on with SQL_V2 (orders `after_bad` committed). The two configs and the refusing record."""
+    v2 = _changed(cluster, ns, {"transform": {"sql": SQL_V2}}, seen, "the new SQL")
+    _running(cluster, ns, CONFIG_HASH_KEY, v2, "the driver running the new SQL")
+    _committed(kafka, cfg, topic, after_new, "the records after the change committed")
+    bad = _changed(cluster, ns, {"transform": {"sql": SQL_BAD}}, seen, "the bad SQL")
+    record = _running(cluster, ns, CONFIG_REFUSED_HASH_KEY, bad, "the driver refusing the bad SQL")
+    assert record[CONFIG_HASH_KEY] == v2, record
+    _committed(kafka, cfg, topic, after_bad, "the stream going on with the SQL before")
+    return v2, bad, record
+
+
+def _each_order_once_as_derived(rows: list[tuple[int, int, int, str]], total: int,
+                                derived: list[tuple[range, Callable[[str], str], str]]) -> None:
+    """The table holds orders 0..total-1 once each, at distinct Kafka offsets, and each span of orders carries the
+    region its SQL derived (the span, the derivation from the produced region, the SQL's name)."""
+    assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == total
+    assert sorted(i for _p, _o, i, _r in rows) == list(range(total))
+    regions = {i: r for _p, _o, i, r in rows}
+    for ids, derive, sql in derived:
+        assert all(regions[i] == derive(["eu", "us", "ap"][i % 3]) for i in ids), sql
+
+
 def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_one_is_refused(
         cluster: Cluster, kafka, tmp_path: Path) -> None:
     topic = f"transform-{uuid.uuid4().hex[:6]}"
@@ -87,29 +132,13 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
     spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.transformed", transform={"sql": SQL_V1},
                         dedupe={"keys": ["id"], "within": "1h"}, deadLetter={"topic": f"{topic}-dlq"})
     with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
-        v1 = _wanted_hash(cluster, ns)
-        assert _record(cluster, ns).get(CONFIG_HASH_KEY) == v1, "the driver reports the config it runs"
+        seen = [_wanted_hash(cluster, ns)]
+        assert _record(cluster, ns).get(CONFIG_HASH_KEY) == seen[0], "the driver reports the config it runs"
 
-        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
-        v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
-        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
-                   timeout=120)
-        produce(kafka.bootstrap, topic, range(1000, 2000))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the records after the change committed",
-                   timeout=120)
-
-        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
-        bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
-        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
-                            "the driver refusing the bad SQL", timeout=120)
-        assert record[CONFIG_HASH_KEY] == v2, record
+        v2, bad, record = _new_sql_then_a_bad_one(cluster, ns, kafka, cfg, topic, seen, range(1000, 2000),
+                                                  range(2000, 2300))
         assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
         assert "nope" in record[CONFIG_REFUSED_KEY], record
-        produce(kafka.bootstrap, topic, range(2000, 2300))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the stream going on with the SQL before",
-                   timeout=120)
 
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
             "one driver process, one pod template, through both changes" + kubelet.crashes())
@@ -121,21 +150,15 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         # A fixed SQL, then the driver killed (-9) and started from the app config its pod mounted first: the kubelet
         # refreshes a mounted ConfigMap only after a while, so a restarted driver may read an old SQL there. It runs
         # the operator's newest (the annotation) instead, and says so.
-        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V3}})
-        v3 = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad) and h, "the fixed SQL's config")
-        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v3 and r,
-                            "the driver running the fixed SQL", timeout=120)
+        v3 = _changed(cluster, ns, {"transform": {"sql": SQL_V3}}, seen, "the fixed SQL")
+        record = _running(cluster, ns, CONFIG_HASH_KEY, v3, "the driver running the fixed SQL")
         assert CONFIG_REFUSED_HASH_KEY not in record, record
 
         # Other dedupe keys: Spark's state in the checkpoint is keyed by the old ones, so the query's start is planned
         # again in the same driver (driver.resume): the checkpoint is discarded and the window rebuilt from the ledger.
-        cluster.patch_spec(ns, "orders", {"dedupe": {"keys": ["id", "region"]}})
-        v4 = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad, v3) and h, "the new keys' config")
-        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v4, "the driver running the new keys",
-                   timeout=120)
-        produce(kafka.bootstrap, topic, range(2300, 2400))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the records after the new keys committed", timeout=180)
+        v4 = _changed(cluster, ns, {"dedupe": {"keys": ["id", "region"]}}, seen, "the new keys")
+        _running(cluster, ns, CONFIG_HASH_KEY, v4, "the driver running the new keys")
+        _committed(kafka, cfg, topic, range(2300, 2400), "the records after the new keys committed")
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
         logs = kubelet.logs()
         assert logs.count("restarted with the operator's query config") == 3, logs[-3000:]
@@ -145,23 +168,17 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         kubelet.crash(restart_with=cfg)  # cfg: the app config the first process mounted (SQL_V1, keys [id])
         eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == v4
                    and r.get(CONFIG_SINCE_KEY, 0) > crashed_ms, "the new process running the newest config", timeout=300)
-        produce(kafka.bootstrap, topic, range(2400, 2500))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the records after the restart committed", timeout=300)
+        _committed(kafka, cfg, topic, range(2400, 2500), "the records after the restart committed", timeout=300)
         assert kubelet.starts == 2, kubelet.crashes()
         assert f"running the operator's query config {v4} (newer than the pod's app config)" \
             in kubelet.logs(), kubelet.logs()[-3000:]
 
         # The query's pace (spec.commitInterval, spec.source.maxRecordsPerBatch) changes in the running driver too: the
         # next 300 records arrive in batches of at most 50 (400 before), committed by the second process.
-        cluster.patch_spec(ns, "orders", {"commitInterval": "2s", "source": {"maxRecordsPerBatch": 50}})
-        pace = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2, bad, v3, v4) and h, "the pace's config")
-        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == pace, "the driver running the new pace",
-                   timeout=120)
+        pace = _changed(cluster, ns, {"commitInterval": "2s", "source": {"maxRecordsPerBatch": 50}}, seen, "the pace")
+        _running(cluster, ns, CONFIG_HASH_KEY, pace, "the driver running the new pace")
         before = end_offsets(kafka.bootstrap, topic)
-        produce(kafka.bootstrap, topic, range(2500, 2800))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the records at the new pace committed", timeout=120)
+        _committed(kafka, cfg, topic, range(2500, 2800), "the records at the new pace committed")
         sizes = _batch_sizes_from(cfg, topic, before)
         assert sum(sizes) == 300 and max(sizes) <= 50 and len(sizes) >= 6, sizes
         assert kubelet.starts == 2 and len(set(kubelet.templates)) == 1, kubelet.crashes()
@@ -171,13 +188,9 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         # operator's config (keys [id, region], what the checkpoint holds), and a new pace keeps the state.
         assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 1, logs[-6000:]
 
-        rows = _rows(cfg)
-        assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 2800
-        assert sorted(i for _p, _o, i, _r in rows) == list(range(2800))
-        regions = {i: r for _p, _o, i, r in rows}
-        assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(1000)), "before: the first SQL"
-        assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(1000, 2300)), "after: the second"
-        assert all(regions[i] == ["eu", "us", "ap"][i % 3] + "3" for i in range(2300, 2800)), "after the fixed SQL"
+        _each_order_once_as_derived(_rows(cfg), 2800, [(range(1000), str, "before: the first SQL"),
+                                                       (range(1000, 2300), str.upper, "after: the second"),
+                                                       (range(2300, 2800), lambda r: r + "3", "after the fixed SQL")])
 
 
 @pytest.mark.bigquery
@@ -194,30 +207,10 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
                          dedupe={"keys": ["id"], "within": "1h"}, deadLetter={"topic": f"{topic}-dlq"})
     with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
         assert cfg.sink.kind == "bigquery"
-        v1 = _wanted_hash(cluster, ns)
-        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_V2}})
-        v2 = eventually(lambda: (h := _wanted_hash(cluster, ns)) != v1 and h, "the operator's new query config")
-        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == v2, "the driver running the new SQL",
-                   timeout=120)
-        produce(kafka.bootstrap, topic, range(600, 1200))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the records after the change committed", timeout=180)
-
-        cluster.patch_spec(ns, "orders", {"transform": {"sql": SQL_BAD}})
-        bad = eventually(lambda: (h := _wanted_hash(cluster, ns)) not in (v1, v2) and h, "the bad SQL's config")
-        record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_REFUSED_HASH_KEY) == bad and r,
-                            "the driver refusing the bad SQL", timeout=120)
-        assert record[CONFIG_HASH_KEY] == v2, record
-        produce(kafka.bootstrap, topic, range(1200, 1500))
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the stream going on with the SQL before", timeout=180)
-
+        seen = [_wanted_hash(cluster, ns)]
+        _new_sql_then_a_bad_one(cluster, ns, kafka, cfg, topic, seen, range(600, 1200), range(1200, 1500))
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
         assert kubelet.logs().count("restarted with the operator's query config") == 1, kubelet.logs()[-3000:]
 
-    rows = _bigquery_rows(cfg)
-    assert len(rows) == len({(p, o) for p, o, _i, _r in rows}) == 1500
-    assert sorted(i for _p, _o, i, _r in rows) == list(range(1500))
-    regions = {i: r for _p, _o, i, r in rows}
-    assert all(regions[i] == ["eu", "us", "ap"][i % 3] for i in range(600)), "before: the first SQL"
-    assert all(regions[i] == ["EU", "US", "AP"][i % 3] for i in range(600, 1500)), "after: the second"
+    _each_order_once_as_derived(_bigquery_rows(cfg), 1500, [(range(600), str, "before: the first SQL"),
+                                                            (range(600, 1500), str.upper, "after: the second")])
