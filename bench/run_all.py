@@ -31,6 +31,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "transform": ("spark/sink/transform.py", [], ["--records", "50000", "--passes", "1"]),
     "progress_poll": ("spark/driver/progress_poll.py", [], ["--polls", "50", "--rounds", "1"]),
     "query_hold": ("spark/driver/query_hold.py", [], ["--cycles", "1"]),
+    "dedupe_window": ("spark/sink/dedupe_window.py", [], ["--records", "100000", "--batch", "10000"]),
 }
 #: script under bench/ → why `make bench` does not run it (run it by hand; docs/benchmarks.md has its section)
 BY_HAND: dict[str, str] = {
