@@ -10,7 +10,9 @@ evicted), read by what `driver.app.start_query` runs for such a spec in one Avai
 `maxRecordsPerBatch` = B (N/B batches, the state growing by B keys a batch), into the product's Iceberg sink:
 - `dedupe`: the bench's SQL (`dataframe_path.SQL`), event time on `ts` and a dedupe on `id` within an hour;
 - `no-dedupe` (the baseline in the same run): the same SQL and event time, no dedupe: the batch's cost without
-  any state.
+  any state;
+- `dedupe-changelog`: `dedupe` with RocksDB's changelog checkpointing (a batch's state commit writes its changes,
+  snapshots are made in the background), against Spark's default (`dedupe`: every commit makes a snapshot).
 Per batch it keeps Spark's own figures (the query's progress: durations, the state operator's rows and its
 update/removal/commit times). The table prints the batches in groups by the records read before them (the dedupe's
 state then holds the ~90 % of them the SQL keeps). Every table is checked: rows == distinct ids == the orders the
@@ -45,14 +47,17 @@ from bench_pipelines import produce  # noqa: E402
 from bench_report import add_out_argument, machine_facts, write_json  # noqa: E402
 from dataframe_path import DEDUPE_KEY, MIN_AMOUNT, SQL, make_cfg, order, table_check  # noqa: E402
 
-PIPELINES = ("no-dedupe", "dedupe")
+PIPELINES = ("no-dedupe", "dedupe", "dedupe-changelog")
+#: RocksDB's changelog checkpointing: a batch's state commit writes the changes only; snapshots are made in the
+#: background. Set on the session for the `dedupe-changelog` run only.
+CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 GROUPS = 5  # the batches are reported in this many groups, by the state's size before them
 
 
 def pipeline_cfg(cfg: Any, name: str, batch: int) -> Any:
     fields: dict[str, Any] = {"deadLetterTopic": "bench-dedupe-dlq", "transform": {"sql": SQL},
                               "eventTime": {"column": "ts", "watermarkSeconds": 3600}}
-    if name == "dedupe":
+    if name.startswith("dedupe"):
         fields["dedupe"] = {"keys": [DEDUPE_KEY], "withinSeconds": 3600}
     doc = {**json.loads(cfg.to_json()), **fields}
     doc["source"] = {**doc["source"], "maxRecordsPerBatch": batch}
@@ -82,10 +87,15 @@ def run_pipeline(spark: Any, base: Any, name: str, batch: int, records: int) -> 
 
     cfg = pipeline_cfg(base, name, batch)
     sinks.get("iceberg").prepare(cfg)
-    t = time.perf_counter()
-    query = start_query(spark, cfg, available_now=True)
-    query.awaitTermination()
-    seconds = time.perf_counter() - t
+    changelog = spark.conf.get(CHANGELOG_KEY, None)
+    spark.conf.set(CHANGELOG_KEY, "true" if name == "dedupe-changelog" else (changelog or "false"))
+    try:
+        t = time.perf_counter()
+        query = start_query(spark, cfg, available_now=True)
+        query.awaitTermination()
+        seconds = time.perf_counter() - t
+    finally:
+        spark.conf.set(CHANGELOG_KEY, changelog or "false")
     batches = batches_of(query)
     read = 0
     for b in batches:  # the records read before the batch: the dedupe's state holds the ~90 % the SQL keeps
@@ -113,7 +123,7 @@ def spark_part(bootstrap: str, topic: str, records: int, batch: int, out: str) -
         spark = build_session(session_cfg)
         results: dict[str, Any] = {"_conf": {k: spark.conf.get(k, None) for k in (
             "spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass",
-            "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows")}}
+            "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", CHANGELOG_KEY)}}
         warm_topic = f"{topic}-warmup"
         for name in PIPELINES:  # a first small run per pipeline starts its workers and planners
             run_pipeline(spark, make_cfg(bootstrap, warm_topic, tmp, f"warm-{name}"), name, batch, 2 * batch)
@@ -192,14 +202,14 @@ def main(argv: list[str] | None = None) -> int:
            "groups": {name: grouped(results[name]["batches"], GROUPS) for name in PIPELINES}}
     write_json(args.out, doc)
     print(f"\n{args.records} distinct orders in batches of {args.batch} (state: {conf})\n")
-    print(f"{'pipeline':<10} {'read before':>11} {'batches':>7} {'records/s':>10} {'ms/batch':>8} "
+    print(f"{'pipeline':<16} {'read before':>11} {'batches':>7} {'records/s':>10} {'ms/batch':>8} "
           f"{'update ms':>9} {'removal ms':>10} {'commit ms':>9}")
     for name in PIPELINES:
         for g in doc["groups"][name]:
-            print(f"{name:<10} {g['records_before'] or 0:>11} {g['batches']:>7} {g['records_per_s'] or 0:>10} "
+            print(f"{name:<16} {g['records_before'] or 0:>11} {g['batches']:>7} {g['records_per_s'] or 0:>10} "
                   f"{g['ms_per_batch']:>8} {g['state_update_ms']:>9} {g['state_removal_ms']:>10} "
                   f"{g['state_commit_ms']:>9}")
-        print(f"{name:<10} whole run {results[name]['seconds']:.1f} s, table check: {results[name]['check']}")
+        print(f"{name:<16} whole run {results[name]['seconds']:.1f} s, table check: {results[name]['check']}")
     print(f"\nwrote {args.out}")
     return 0
 
