@@ -185,6 +185,13 @@ class QueryConfig(TypedDict):
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
 
 
+#: The query config's parts that are the app config's own top-level keys (JSON names), each as the app config has it.
+QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime")
+#: The query config's pace: its key → where the value sits in the app config's JSON.
+QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
+                     "maxRecordsPerBatch": ("source", "maxRecordsPerBatch")}
+
+
 class ProgressDocument(TypedDict, total=False):
     """The shape of `data[PROGRESS_DATA_KEY]`: the driver's progress record (docs/design/data-plane-contract.md)
     plus `driverPod` and `publishedAtMs`. Written by the driver; these are the keys the operator reads

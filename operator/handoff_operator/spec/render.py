@@ -722,13 +722,12 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 #: The app config's query-only part: what the running driver changes by restarting its query, not its pod
 #: (handoff_spark.driver.query_config). Which of them are set stays in the pod's hash (that decides the query's source,
 #: the JVMs' JIT and the session's state store: adding or removing one restarts the driver), their content does not.
-QUERY_ONLY_KEYS = ("transform", "dedupe", "eventTime")
+QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
 #: The query's pace on the DataFrame path: the trigger (spec.commitInterval) and the source's batch size
-#: (spec.source.maxRecordsPerBatch), as (path in the app config's JSON, the query config's key). Options of the
+#: (spec.source.maxRecordsPerBatch), as the query config's key → its path in the app config's JSON. Options of the
 #: query, so the running driver applies them too; left out of the pod's hash only when one of QUERY_ONLY_KEYS is
 #: set (a handoff on the fused path has no query config, and its pod's hash stays what it was).
-QUERY_PACE_KEYS = ((("triggerIntervalSeconds",), "triggerIntervalSeconds"),
-                   (("source", "maxRecordsPerBatch"), "maxRecordsPerBatch"))
+QUERY_PACE_KEYS = contract.QUERY_CONFIG_PACE
 #: What a query-only key's content is replaced by in the pod's hash.
 QUERY_ONLY_MARK = "<applied in the running driver>"
 
@@ -758,7 +757,7 @@ def config_hash(app_json: str, template: Mapping[str, Any],
         for key in QUERY_ONLY_KEYS:
             if doc.get(key) is not None:
                 doc[key] = QUERY_ONLY_MARK
-        for path, _ in QUERY_PACE_KEYS:
+        for path in QUERY_PACE_KEYS.values():
             parent = doc
             for key in path[:-1]:
                 parent = parent.setdefault(key, {})
@@ -779,7 +778,7 @@ def query_config_json(config: AppConfig, full_hash: str, pod_hash: str) -> str:
     a Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
     app = json.loads(config.to_json())
     doc = {"configHash": full_hash, "podConfigHash": pod_hash, **{key: app.get(key) for key in QUERY_ONLY_KEYS},
-           **{key: _pace(app, path) for path, key in QUERY_PACE_KEYS}}
+           **{key: _pace(app, path) for key, path in QUERY_PACE_KEYS.items()}}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 

@@ -35,17 +35,14 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from handoff_spark import contract
 from handoff_spark.config import AppConfig, Dedupe, EventTime, Transform
 
 log = logging.getLogger("handoff.query_config")
 
-#: The app config's keys a query config carries (as the app config's JSON names them).
-KEYS = ("transform", "dedupe", "eventTime")
-
-
-#: The query config's keys of the query's pace (the app config's `triggerIntervalSeconds` and
-#: `source.maxRecordsPerBatch`).
-PACE_KEYS = ("triggerIntervalSeconds", "maxRecordsPerBatch")
+#: The app config's keys a query config carries (as the app config's JSON names them), and its pace's keys.
+KEYS = contract.QUERY_CONFIG_PARTS
+PACE_KEYS = tuple(contract.QUERY_CONFIG_PACE)
 
 
 @dataclass(frozen=True)
