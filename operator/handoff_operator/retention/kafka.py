@@ -1,7 +1,8 @@
 """Reading (and raising) topic retention in Kafka (I/O; the rule is in `retention`).
 
 Per check, per handoff: one DescribeConfigs (retention.ms, retention.bytes, cleanup.policy; its answer is
-reused for the check interval by other handoffs on the same topic, and dropped when we raise it), ListOffsets
+reused for the check interval by other handoffs on the same topic, dropped when we raise it, and not kept again
+until the broker shows the raise), ListOffsets
 for earliest, latest and "first offset at now − RATE_WINDOW" (the write rate), and one short fetch per
 partition to read two record timestamps Kafka has no offset→timestamp lookup for: the oldest record not
 yet committed (the lag age) and the record that starts the rate window (its real age; a young or idle
@@ -36,6 +37,9 @@ _REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZAT
 
 
 _configs: dict[tuple[str, str], tuple[float, dict[str, str | None]]] = {}
+#: (bootstrap, topic) → (raised at, the retention.ms we set): until a broker reports it, its answers are not cached
+_raised: dict[tuple[str, str], tuple[float, str]] = {}
+RAISE_PROPAGATION = 120.0  # KRaft brokers apply the controller's change asynchronously; longer means lost
 _configs_lock = threading.Lock()
 #: (bootstrap, topic, partition) → (read at, offset of the first record at or after now − RATE_WINDOW_MS)
 _window_starts: dict[tuple[str, str, int], tuple[float, int]] = {}
@@ -57,7 +61,9 @@ def _int(value: str | None) -> int | None:
 def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0, max_age: float = 0.0
                     ) -> dict[str, dict[str, str | None]]:
     """retention.ms, retention.bytes, cleanup.policy per topic, as the broker reports them (defaults included).
-    Answers younger than `max_age` seconds are reused: handoffs sharing a topic describe it once per interval."""
+    Answers younger than `max_age` seconds are reused: handoffs sharing a topic describe it once per interval.
+    An answer that still shows the retention.ms from before our own raise is returned but not kept: in KRaft the
+    broker applies the controller's change a moment later, and keeping it would hide the raise for an interval."""
     now = time.monotonic()
     out: dict[str, dict[str, str | None]] = {}
     with _configs_lock:
@@ -75,8 +81,14 @@ def describe_topics(config: AppConfig, topics: list[str], timeout: float = 10.0,
         entries = future.result(timeout=timeout)
         out[resource.name] = {key: (entries[key].value if key in entries else None)
                               for key in ("retention.ms", "retention.bytes", "cleanup.policy")}
+        key = (config.source.bootstrap_servers, resource.name)
         with _configs_lock:
-            _configs[(config.source.bootstrap_servers, resource.name)] = (now, out[resource.name])
+            raised = _raised.get(key)
+            if raised is not None and out[resource.name]["retention.ms"] != raised[1] \
+                    and now - raised[0] < RAISE_PROPAGATION:
+                continue  # the broker has not applied our raise yet
+            _raised.pop(key, None)
+            _configs[key] = (now, out[resource.name])
     return out
 
 
@@ -238,12 +250,16 @@ def raise_retention_ms(config: AppConfig, topic: str, target_ms: int, timeout: f
     admin = admin_client(config)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", str(target_ms), incremental_operation=AlterConfigOpType.SET)])
-    with _configs_lock:
-        _configs.pop((config.source.bootstrap_servers, topic), None)
+    key = (config.source.bootstrap_servers, topic)
+    with _configs_lock:  # set first: a describe answering during the alter must not be kept either
+        _configs.pop(key, None)
+        _raised[key] = (time.monotonic(), str(target_ms))
     try:
         for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
             future.result(timeout=timeout)
     except KafkaException as exc:
+        with _configs_lock:
+            _raised.pop(key, None)
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and error.code() in _REFUSED:
             raise RetentionRefused(f"Kafka refused AlterConfigs ({error.name()}): grant the operator's principal "

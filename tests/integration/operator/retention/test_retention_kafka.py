@@ -66,6 +66,37 @@ def test_raise_retention_ms_changes_only_that_config(kafka, tmp_path) -> None:
     assert future.result(30)["max.message.bytes"].value == "123456"  # incremental: nothing else changed
 
 
+def _set_retention_ms(admin, topic: str, value: str) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def test_an_answer_without_our_raise_is_not_kept_for_the_interval(kafka, tmp_path) -> None:
+    """CI once read the old retention.ms right after the raise (the KRaft broker had not applied it yet) and kept
+    that answer for the whole interval. Here a broker answer that disagrees with the raise is made certain: another
+    writer sets 90000 after our raise. That answer is shown, not kept, so the next value is read anew."""
+    topic = f"stale-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=1, config={"retention.ms": "60000"})
+    config = app_config(tmp_path, kafka.bootstrap, topic)
+    admin = kafka.admin()
+    raise_retention_ms(config, topic, 3_600_000)
+    _set_retention_ms(admin, topic, "90000")
+    eventually(lambda: describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "90000",
+               "the other writer's retention.ms", timeout=30)
+    _set_retention_ms(admin, topic, "3600000")  # what we raised it to: this answer is kept from now on
+    eventually(lambda: describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "3600000",
+               "the raised retention.ms, not a kept answer from before it", timeout=30)
+    _set_retention_ms(admin, topic, "70000")
+
+    def broker_has_it() -> bool:
+        (f,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+        return f.result(30)["retention.ms"].value == "70000"
+    eventually(broker_has_it, "the broker applied the change", timeout=30)
+    assert describe_topics(config, [topic], max_age=600)[topic]["retention.ms"] == "3600000"  # kept: it agreed
+
+
 def test_topic_configs_are_described_once_per_interval(kafka, tmp_path) -> None:
     topic = f"cache-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=1, config={"retention.ms": "60000"})
