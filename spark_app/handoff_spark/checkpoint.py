@@ -482,22 +482,35 @@ def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-#: The dedupe keys the checkpoint's Spark state is keyed by (`driver.resume`): `{"dedupeKeys": [...] | null}`,
-#: written at every start. Spark refuses a state whose key schema changed (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE).
+#: The dedupe keys the checkpoint's Spark state is keyed by (`driver.resume`): `{"dedupeKeys": [...] | null,
+#: "keyTypes": {key: Spark type}}`, written at every start (the types once Spark has planned the SQL: a key the SQL
+#: derives has no type before). Spark refuses a state whose key schema changed (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE).
 STATE_KEYS_FILE = "handoff/state-keys.json"
 
 
-def write_state_keys(checkpoint: str, keys: list[str] | None) -> None:
-    files(checkpoint).write(STATE_KEYS_FILE, json.dumps({"dedupeKeys": keys}))
+@dataclass(frozen=True)
+class StateKeys:
+    """What `STATE_KEYS_FILE` says: `recorded` False for a checkpoint written before the file existed."""
+
+    recorded: bool
+    keys: list[str] | None = None
+    types: dict[str, str] | None = None  # None: not known (written before Spark planned the SQL, or an older file)
 
 
-def read_state_keys(checkpoint: str) -> tuple[bool, list[str] | None]:
-    """(recorded?, the keys): a checkpoint written before this file existed has none recorded."""
+def write_state_keys(checkpoint: str, keys: list[str] | None, types: dict[str, str] | None = None) -> None:
+    doc: dict[str, Any] = {"dedupeKeys": keys}
+    if types:
+        doc["keyTypes"] = types
+    files(checkpoint).write(STATE_KEYS_FILE, json.dumps(doc))
+
+
+def read_state_keys(checkpoint: str) -> StateKeys:
     doc = read_json(checkpoint, STATE_KEYS_FILE)
     if not isinstance(doc, dict) or "dedupeKeys" not in doc:
-        return False, None
-    keys = doc["dedupeKeys"]
-    return True, [str(k) for k in keys] if isinstance(keys, list) else None
+        return StateKeys(False)
+    keys, types = doc["dedupeKeys"], doc.get("keyTypes")
+    return StateKeys(True, [str(k) for k in keys] if isinstance(keys, list) else None,
+                     {str(k): str(v) for k, v in types.items()} if isinstance(types, dict) else None)
 
 
 #: BigQuery: committed batches whose ledger-index row could not be written yet (the `record_batch` arguments of

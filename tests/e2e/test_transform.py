@@ -175,6 +175,37 @@ def test_changed_dedupe_keys_rebuild_the_window_from_the_ledger_instead_of_faili
     assert "dedupe window rebuilt from Kafka" in log
 
 
+def test_a_dedupe_key_widened_under_the_same_name_rebuilds_the_window_instead_of_failing_on_the_old_state(
+        kafka, tmp_path):
+    """A key's name is not all of Spark's state key: a derived key `okey` widened from int to bigint (the SQL's CAST
+    and its declared type, which the table widens) keeps the name, and Spark refuses the old state for it. The driver
+    records the keys' types with the checkpoint once Spark has planned the SQL, discards the checkpoint when they
+    changed, and rebuilds the window from the ledger: re-sent orders are still dropped, the stream goes on."""
+    topic = "tx-dedupe-key-type"
+    kafka.create_topic(topic, partitions=2)
+
+    def okey_config(spark_type: str, declared: str):
+        sql = SQL.replace("SELECT id,", f"SELECT id, CAST(id AS {spark_type}) AS okey,")
+        return drill_config(tmp_path, kafka.bootstrap, topic, columns=[*COLUMNS, {"name": "okey", "type": declared}],
+                            max_records=300, deadLetterTopic=topic + "-dlq", transform={"sql": sql},
+                            dedupe={"keys": ["okey"], "withinSeconds": 3600},
+                            eventTime={"column": "ts", "watermarkSeconds": 3600})
+    kafka.create_topic(topic + "-dlq", partitions=1)
+    okey_config("INT", "int")
+    phase1 = first_phase(600)
+    produce(kafka.bootstrap, topic, phase1)
+    run_to_completion(tmp_path, max_runs=1)
+    cfg = okey_config("BIGINT", "long")
+    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent within the window
+    fresh = [order(600 + i, 600 + i) for i in range(50)]
+    produce(kafka.bootstrap, topic, again + fresh)
+    runs = run_to_completion(tmp_path, max_runs=1)
+    log = runs[0].log.read_text()
+    check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
+    assert "dedupe key types changed: okey from int to bigint" in log, log[-3000:]
+    assert "dedupe window rebuilt from Kafka" in log
+
+
 def test_a_lookup_joins_the_catalogs_table_and_its_new_content_after_it_changes(kafka, tmp_path):
     """Enrichment: the SQL joins a table of the handoff's catalog; when that table changes, the running driver
     restarts its query (same session, same checkpoint) and the next batches join the new content."""

@@ -38,7 +38,7 @@ from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, re
 from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.hold import QueryHold
 from handoff_spark.driver.publisher import ProgressPublisher
-from handoff_spark.driver.resume import StartPlan, prepare_start
+from handoff_spark.driver.resume import StartPlan, prepare_start, settle_key_types
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.driver import quarantine, query_config, seed, transform
@@ -599,7 +599,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
         running_hash: str | None = None
         refused_hash: str | None = None
-        pending: tuple[query_config.Wanted, AppConfig] | None = None  # checked, to run at the batch boundary
+        # checked, to run at the batch boundary (with its dedupe keys' types)
+        pending: tuple[query_config.Wanted, AppConfig, dict[str, str] | None] | None = None
         if pod_hash:
             hold.first_answer()  # type: ignore[union-attr]
             wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
@@ -630,13 +631,16 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             log.info("table prepared, start planned")
         spark = session.result()
         log.info("spark session started (%.1f s after the driver's start of it)", session.seconds or 0.0)
+        key_types: dict[str, str] | None = None  # the dedupe keys' Spark types in the running query's output
         if frames_query(cfg, sink_format):
             try:
-                transform.check(spark, cfg)
+                key_types = transform.check(spark, cfg)
             except transform.TransformInvalid as exc:
                 echo(str(exc))
                 write_termination_message(str(exc))  # the operator's Degraded/TransformInvalid condition
                 return TRANSFORM_INVALID_EXIT
+            start = settle_key_types(cfg, start, key_types, echo)
+            reporter.checkpoint_discarded = start.discarded
         running_since_ms = int(time.time() * 1000)
         if running_hash is not None:
             reporter.config(running_hash, running_since_ms, changed=False)
@@ -661,7 +665,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 return None
             try:
                 candidate = query_config.applied(cfg, wanted)
-                transform.check(spark, candidate)
+                candidate_types = transform.check(spark, candidate)
             except (transform.TransformInvalid, ValueError) as exc:
                 line = refusal(exc)
                 refused_hash = wanted.config_hash
@@ -674,7 +678,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                             wanted.config_hash, LOOKUP_CHECK_SECONDS, str(exc).splitlines()[0][:300])
                 check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
                 return None
-            pending = (wanted, candidate)
+            pending = (wanted, candidate, candidate_types)
             return f"the operator changed the query (config {running_hash} → {wanted.config_hash})"
 
         config_when = config_changed if pod_hash else None
@@ -692,7 +696,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
             if not hold.wait_released(stop_requested.is_set):
                 echo("stopped")
                 return None
-            return request, prepare_start(cfg, backend, echo)
+            return request, prepare_start(cfg, backend, echo, key_types=key_types)
 
         if hold is not None and hold.first_answer() is not None:
             # Started while a replay holds the stream (the pod restarted mid-replay): no batch until it is lifted.
@@ -765,10 +769,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 # whose dedupe state no longer fits is discarded, the window rebuilt: driver.resume, driver.seed), and
                 # a new query in this session.
                 assert pending is not None
-                (wanted, cfg), pending = pending, None
+                (wanted, cfg, key_types), pending = pending, None
                 reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
                 running_since_ms = int(time.time() * 1000)
-                start = prepare_start(cfg, backend, echo)
+                start = prepare_start(cfg, backend, echo, key_types=key_types)
                 start_offsets = query_start_offsets(cfg, start, sink_format)
                 reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location))
                 restart_when = lookups_changed(cfg)

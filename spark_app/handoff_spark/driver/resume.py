@@ -88,21 +88,31 @@ class StartPlan:
         return out
 
 
-def state_keys_problem(recorded: list[str] | None, keys: list[str] | None) -> str | None:
+def state_keys_problem(recorded: list[str] | None, keys: list[str] | None,
+                       recorded_types: dict[str, str] | None = None, types: dict[str, str] | None = None
+                       ) -> str | None:
     """Why a checkpoint's Spark state no longer fits the spec's `dedupe.keys` (None: it fits). Spark keys the
-    dedupe's state by them and refuses a changed key schema, so the driver would fail at every start; the window
-    is rebuilt from the ledger instead (`driver.seed`), for the new keys."""
-    if recorded == keys:
-        return None
-
+    dedupe's state by them, and refuses a changed key schema (names, order, types), so the driver would fail at
+    every start; the window is rebuilt from the ledger instead (`driver.seed`), for the new keys. Types are
+    compared when both are known: a SQL that CASTs a key to another type keeps its name (or a declared key's
+    type was widened)."""
     def shown(k: list[str] | None) -> str:
         return f"[{', '.join(k)}]" if k is not None else "none (no dedupe)"
-    return f"dedupe.keys changed from {shown(recorded)} to {shown(keys)}"
+    if recorded != keys:
+        return f"dedupe.keys changed from {shown(recorded)} to {shown(keys)}"
+    if not recorded_types or not types or recorded_types == types:
+        return None
+    changed = [f"{k} from {recorded_types.get(k, '?')} to {types.get(k, '?')}" for k in keys or []
+               if recorded_types.get(k) != types.get(k)]
+    return f"dedupe key types changed: {', '.join(changed)}" if changed else None
 
 
-def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> StartPlan:
+def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
+                  key_types: dict[str, str] | None = None) -> StartPlan:
     """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the
-    ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sink.registry.SinkBackend`)."""
+    ledger, then trust or discard the checkpoint. `sink` is the sink's backend (`sink.registry.SinkBackend`).
+    `key_types`: the dedupe keys' Spark types from `transform.check`, when it has run (None before: a driver's
+    first start plans while its session starts, and `settle_key_types` compares them once the check has)."""
     from handoff_spark.kafka.identity import kafka_identity, list_earliest
 
     topics = set(cfg.source.topics)
@@ -141,15 +151,37 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print) -> S
                  f"({', '.join(removed)}): {discarded}. Resuming from the ledger.")
             log.warning("checkpoint discarded: %s", discarded)
     keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    state = ckpt.read_state_keys(cfg.checkpoint_location)
     if not point.empty and discarded is None:
-        recorded, recorded_keys = ckpt.read_state_keys(cfg.checkpoint_location)
-        changed = state_keys_problem(recorded_keys, keys) if recorded else None
+        changed = state_keys_problem(state.keys, keys, state.types, key_types) if state.recorded else None
         if changed:
             discarded = changed
-            removed = ckpt.discard(cfg.checkpoint_location)
-            echo(f"checkpoint {cfg.checkpoint_location} holds Spark's dedupe state for other keys and is discarded "
-                 f"({', '.join(removed)}): {changed}. Resuming from the ledger.")
-            log.warning("checkpoint discarded: %s", changed)
-    ckpt.write_state_keys(cfg.checkpoint_location, keys)
+            _discard_state(cfg, changed, echo)
+    if key_types is None and discarded is None and state.recorded and state.keys == keys:
+        key_types = state.types  # not known yet: the recorded ones stay until the check compares them
+    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types)
     ckpt.write_kafka_identity(cfg.checkpoint_location, {"cluster": cluster, "topics": topic_ids})
     return StartPlan(ledger=ledger, discarded=discarded)
+
+
+def _discard_state(cfg: Any, why: str, echo: Callable[[str], None]) -> None:
+    removed = ckpt.discard(cfg.checkpoint_location)
+    echo(f"checkpoint {cfg.checkpoint_location} holds Spark's dedupe state for other keys and is discarded "
+         f"({', '.join(removed)}): {why}. Resuming from the ledger.")
+    log.warning("checkpoint discarded: %s", why)
+
+
+def settle_key_types(cfg: Any, start: StartPlan, key_types: dict[str, str] | None,
+                     echo: Callable[[str], None] = print) -> StartPlan:
+    """Driver, once `transform.check` has planned the pipeline (after `prepare_start`, before the query): the
+    dedupe keys' types against those the checkpoint's state was made with. A change (the SQL CASTs a key to another
+    type under the same name, or a declared key was widened) discards the checkpoint as a change of the keys does,
+    rather than failing every start on Spark's state; then records the types."""
+    keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    state = ckpt.read_state_keys(cfg.checkpoint_location)
+    changed = state_keys_problem(state.keys, keys, state.types, key_types) if state.recorded else None
+    if changed and not ckpt.resume_point(cfg.checkpoint_location).empty:
+        _discard_state(cfg, changed, echo)
+        start = StartPlan(ledger=start.ledger, discarded=changed)
+    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types)
+    return start

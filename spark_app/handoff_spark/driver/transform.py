@@ -95,8 +95,10 @@ def register_lookups(spark: Any, cfg: AppConfig) -> None:
         spark.createDataFrame(arrow).createOrReplaceTempView(lookup.name)
 
 
-def check(spark: Any, cfg: AppConfig) -> None:
-    """Plan the pipeline over an empty static frame and check its output (see the module docstring)."""
+def check(spark: Any, cfg: AppConfig) -> dict[str, str] | None:
+    """Plan the pipeline over an empty static frame and check its output (see the module docstring). Returns the
+    dedupe keys' Spark types in the output (None without a dedupe): Spark's state is keyed by them, and a key whose
+    type changed under the same name needs a new state (`driver.resume.settle_key_types`)."""
     from pyspark.errors import AnalysisException, PySparkException
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
@@ -158,3 +160,6 @@ def check(spark: Any, cfg: AppConfig) -> None:
                                                         f"{declared[cfg.event_time.column].type}; it must be a "
                                                         f"timestamp column")
     log.info("transform checked: output columns %s", names)
+    if cfg.dedupe is None:
+        return None
+    return {key: schema[key].dataType.simpleString() for key in cfg.dedupe.keys}

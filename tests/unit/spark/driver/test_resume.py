@@ -149,11 +149,23 @@ def test_changed_dedupe_keys_are_a_reason_to_discard_the_checkpoint_and_the_same
     assert state_keys_problem(["id"], None) == "dedupe.keys changed from [id] to none (no dedupe)"
 
 
+def test_a_dedupe_keys_changed_type_is_a_reason_to_discard_and_unknown_types_are_not():
+    assert state_keys_problem(["id", "region"], ["id", "region"], {"id": "int", "region": "string"},
+                              {"id": "bigint", "region": "string"}) == "dedupe key types changed: id from int to bigint"
+    assert state_keys_problem(["id"], ["id"], {"id": "bigint"}, {"id": "bigint"}) is None
+    assert state_keys_problem(["id"], ["id"], None, {"id": "bigint"}) is None  # an older checkpoint: names only
+    assert state_keys_problem(["id"], ["id"], {"id": "int"}, None) is None  # not planned yet: settled after the check
+    assert state_keys_problem(["id"], ["oid"], {"id": "int"}, {"oid": "int"}) == "dedupe.keys changed from [id] to [oid]"
+
+
 def test_the_recorded_state_keys_round_trip_and_an_old_checkpoint_has_none(tmp_path):
     location = str(tmp_path / "checkpoint")
     (tmp_path / "checkpoint").mkdir()
-    assert ckpt.read_state_keys(location) == (False, None)
+    assert ckpt.read_state_keys(location) == ckpt.StateKeys(False)
     ckpt.write_state_keys(location, ["id", "region"])
-    assert ckpt.read_state_keys(location) == (True, ["id", "region"])
+    assert ckpt.read_state_keys(location) == ckpt.StateKeys(True, ["id", "region"])
+    ckpt.write_state_keys(location, ["id", "region"], {"id": "bigint", "region": "string"})
+    assert ckpt.read_state_keys(location) == ckpt.StateKeys(True, ["id", "region"],
+                                                            {"id": "bigint", "region": "string"})
     ckpt.write_state_keys(location, None)
-    assert ckpt.read_state_keys(location) == (True, None)
+    assert ckpt.read_state_keys(location) == ckpt.StateKeys(True, None)
