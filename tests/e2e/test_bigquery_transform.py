@@ -120,3 +120,47 @@ def test_a_lost_checkpoint_keeps_the_dedupe_window_in_bigquery(kafka, bigquery, 
     runs = run_bq_to_completion(tmp_path, cfg, max_runs=1)
     check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
     assert "dedupe window rebuilt from Kafka" in runs[0].log.read_text()
+
+
+def test_bad_sql_refuses_the_start_in_one_line_and_writes_nothing_to_bigquery(kafka, bigquery, tmp_path):
+    """As on Iceberg: a SQL that does not plan is refused before any record is read, in one line naming the field
+    (the operator's `TransformInvalid` condition carries it), and neither the table nor the ledger index changes."""
+    from bq_drill_support import run_bq_app
+
+    topic = "bqtx-bad-sql"
+    kafka.create_topic(topic, partitions=1)
+    cfg = config(tmp_path, bigquery, kafka, topic, transform={"sql": "SELECT id, nope FROM source"})
+    produce(kafka.bootstrap, topic, [order(i, i) for i in range(50)])
+    run = run_bq_app(tmp_path, cfg, timeout=180)
+    assert run.returncode == 3
+    text = run.log.read_text()
+    lines = [line for line in text.splitlines() if line.startswith("TransformInvalid:")]
+    assert len(lines) == 1 and lines[0].startswith("TransformInvalid: spec.transform.sql:") and "nope" in lines[0]
+    assert "Traceback" not in text and "Py4JJavaError" not in text
+    assert bigquery_ledger.list_commits(cfg.sink, cfg.handoff_id) == []
+    client = bigquery_client.rest_client(cfg.sink)
+    rows = list(client.query(f"SELECT COUNT(*) AS n FROM `{bigquery_client.table_ref(cfg.sink)}`", retry=None).result())
+    assert rows[0]["n"] == 0
+
+
+def test_a_record_the_sql_fails_on_is_a_dead_letter_in_bigquery_and_the_stream_goes_on(kafka, bigquery, tmp_path):
+    """As on Iceberg: under ANSI SQL a malformed value fails the cast, so the batch; the driver finds the record,
+    sends it to the dead letters with reason `transform-error`, starts the query again, and every other order is in
+    BigQuery once, the ledger index contiguous and its counts adding up."""
+    topic = "bqtx-poison"
+    kafka.create_topic(topic, partitions=2)
+    sql = SQL.replace("WHERE amount >= 5", "WHERE CAST(substr(customer, 2) AS INT) >= 0 AND amount >= 5")
+    cfg = config(tmp_path, bigquery, kafka, topic, transform={"sql": sql})
+    orders = [order(i, i) for i in range(600)]
+    poison_ids = {77, 305, 306}  # amounts 17, 5, 6: the amount filter keeps them, the cast must run
+    for o in orders:
+        if o["id"] in poison_ids:
+            o["customer"] = "cX"  # CAST('X' AS INT) fails under ANSI
+    produce(kafka.bootstrap, topic, orders)
+    runs = run_bq_to_completion(tmp_path, cfg, max_runs=1)
+    log = runs[0].log.read_text()
+    assert "the transform failed on" in log and "restarted after a quarantine" in log, log[-3000:]
+    check_table(cfg, kafka, topic, {i for i in range(600) if i % 20 >= 5} - poison_ids, len(orders))
+    dead = dead_letters(kafka.bootstrap, topic + "-dlq")
+    assert sorted(o["id"] for o, _ in dead) == sorted(poison_ids)
+    assert {reason for _, reason in dead} == {"transform-error"}
