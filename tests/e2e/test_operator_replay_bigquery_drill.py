@@ -28,6 +28,8 @@ from replay_drill_support import Kubelet, bigquery_spec, committed_to, end_offse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.bigquery]
 RR = ("handoff.io", "v1alpha1")
+TRANSFORM_SQL = ("SELECT id, ts, upper(region) AS region, _kafka_topic, _kafka_partition, _kafka_offset, "
+                 "_kafka_timestamp FROM source")
 
 
 def _rows(cfg: AppConfig) -> list[tuple[int, int, int]]:
@@ -55,14 +57,19 @@ class Drill:
     """A BigQuery handoff `orders` over a 2-partition topic, its driver run by the test's kubelet."""
 
     def __init__(self, cluster: Cluster, kafka: Any, bigquery: Any, tmp_path: Path, first: int,
-                 publish: bool = False, driver_env: dict[str, str] | None = None) -> None:
+                 publish: bool = False, driver_env: dict[str, str] | None = None, transform: bool = False) -> None:
         self.cluster, self.kafka = cluster, kafka
         self.topic = f"bqreplay-{uuid.uuid4().hex[:6]}"
         kafka.create_topic(self.topic, partitions=2)
         self.produced = 0
         self.produce(first)
         self.ns = cluster.new_namespace("bqreplay")
-        spec = bigquery_spec(kafka.bootstrap, self.topic, tmp_path, bigquery)
+        over: dict[str, Any] = {}
+        if transform:  # Spark carries the records: the SQL upper-cases the region, a dedupe on the order id
+            kafka.create_topic(f"{self.topic}-dlq", partitions=1)
+            over = {"transform": {"sql": TRANSFORM_SQL}, "dedupe": {"keys": ["id"], "within": "1h"},
+                    "eventTime": {"column": "ts", "watermark": "1h"}, "deadLetter": {"topic": f"{self.topic}-dlq"}}
+        spec = bigquery_spec(kafka.bootstrap, self.topic, tmp_path, bigquery, **over)
         spec["source"]["maxRecordsPerBatch"] = 250
         cluster.create(self.ns, "orders", spec)
         self.kubelet = Kubelet(cluster, self.ns, "orders", tmp_path, publish=publish, env=driver_env)
@@ -243,3 +250,53 @@ def test_rollback_leaves_its_gap_and_a_target_kafka_no_longer_holds_fails_before
             assert cluster.apps.read_namespaced_deployment("orders-driver", drill.ns).spec.replicas == 1
     finally:
         op.stop()
+
+
+def test_rollback_and_replay_with_a_transform_and_a_dedupe_writes_each_order_once_with_its_derivation(
+        cluster: Cluster, kafka, bigquery, tmp_path: Path) -> None:
+    """Issue 31's replay with a transform, on BigQuery. The rollback leaves the driver's checkpoint, and Spark's
+    dedupe state in it, ahead of the table: the driver discards it and rebuilds the window from the ledger up to the
+    target, so the replayed orders are written once, each with the SQL's derivation, and orders re-sent within the
+    window are still dropped, before the replay and after it."""
+    op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
+    op.start()
+    try:
+        drill = Drill(cluster, kafka, bigquery, tmp_path, first=1000, publish=True, transform=True)
+
+        def send(ids: range) -> None:  # ids already sent: the same orders again (same event time), in the window
+            produce(kafka.bootstrap, drill.topic, ids)
+            drill.produced += len(ids)
+
+        def each_order_once(orders: int) -> None:
+            rows = _bigquery_rows(cfg)
+            assert sorted(i for _, _, i, _ in rows) == list(range(orders)), "every order once, none twice"
+            assert {r for _, _, _, r in rows} == {"EU", "US", "AP"}, "the SQL's derivation on every row"
+
+        with drill.kubelet as kubelet:
+            cfg = eventually(kubelet.config, "the rendered app config")
+            send(range(950, 1000))
+            drill.caught_up(cfg)
+            each_order_once(1000)
+            batches = _batches_once_listed(cfg, 4)
+            drill.request("rewind", mode="RollbackAndReplay", target={"snapshotId": rollback.entry_key(batches[2])})
+            status = drill.wait_phase("rewind", "Succeeded")
+            assert status["progress"]["records"] == status["plan"]["records"] > 0
+            drill.caught_up(cfg)
+            each_order_once(1000)
+            logs = kubelet.logs()
+            assert "disagrees with the table's ledger and is discarded" in logs, logs[-3000:]
+            assert "dedupe window rebuilt from Kafka" in logs, logs[-3000:]
+            send(range(1000, 1100))
+            send(range(1080, 1100))
+            drill.caught_up(cfg)
+            each_order_once(1100)
+            assert kubelet.starts == 1, kubelet.crashes()
+    finally:
+        op.stop()
+
+
+def _bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
+    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
+    sql = (f"SELECT _kafka_partition AS p, _kafka_offset AS o, id, region "
+           f"FROM `{bigquery_client.table_ref(cfg.sink)}`")  # type: ignore[arg-type]
+    return sorted((int(r["p"]), int(r["o"]), int(r["id"]), r["region"]) for r in client.query(sql, retry=None).result())
