@@ -16,7 +16,8 @@ from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery
 
 from bq_drill_support import bq_drill_config, run_bq_to_completion
 from iceberg_drill_support import end_offsets
-from transform_drill_support import COLUMNS, SQL, dead_letters, first_phase, order, produce
+from transform_drill_support import (COLUMNS, POISON_IDS, POISON_SQL, SQL, dead_letters, first_phase, order,
+                                     poisoned_orders, produce)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.bigquery]
 
@@ -149,18 +150,13 @@ def test_a_record_the_sql_fails_on_is_a_dead_letter_in_bigquery_and_the_stream_g
     BigQuery once, the ledger index contiguous and its counts adding up."""
     topic = "bqtx-poison"
     kafka.create_topic(topic, partitions=2)
-    sql = SQL.replace("WHERE amount >= 5", "WHERE CAST(substr(customer, 2) AS INT) >= 0 AND amount >= 5")
-    cfg = config(tmp_path, bigquery, kafka, topic, transform={"sql": sql})
-    orders = [order(i, i) for i in range(600)]
-    poison_ids = {77, 305, 306}  # amounts 17, 5, 6: the amount filter keeps them, the cast must run
-    for o in orders:
-        if o["id"] in poison_ids:
-            o["customer"] = "cX"  # CAST('X' AS INT) fails under ANSI
+    cfg = config(tmp_path, bigquery, kafka, topic, transform={"sql": POISON_SQL})
+    orders = poisoned_orders(600)
     produce(kafka.bootstrap, topic, orders)
     runs = run_bq_to_completion(tmp_path, cfg, max_runs=1)
     log = runs[0].log.read_text()
     assert "the transform failed on" in log and "restarted after a quarantine" in log, log[-3000:]
-    check_table(cfg, kafka, topic, {i for i in range(600) if i % 20 >= 5} - poison_ids, len(orders))
+    check_table(cfg, kafka, topic, {i for i in range(600) if i % 20 >= 5} - POISON_IDS, len(orders))
     dead = dead_letters(kafka.bootstrap, topic + "-dlq")
-    assert sorted(o["id"] for o, _ in dead) == sorted(poison_ids)
+    assert sorted(o["id"] for o, _ in dead) == sorted(POISON_IDS)
     assert {reason for _, reason in dead} == {"transform-error"}

@@ -197,7 +197,8 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
 def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_a_bad_one_is_refused(
         cluster: Cluster, kafka, bigquery, tmp_path: Path) -> None:
     """The same in-place path into a BigQuery table (Storage Write API commits, the ledger in the table): a new SQL
-    is run by the same driver process, a bad one refused while the stream goes on, every record once."""
+    is run by the same driver process, a bad one refused while the stream goes on, a dedupe on a derived key and
+    then on that key as another type each rebuild the window in place, every record once."""
     topic = f"bqtransform-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=2)
     kafka.create_topic(f"{topic}-dlq", partitions=1)
@@ -212,5 +213,21 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
         assert kubelet.logs().count("restarted with the operator's query config") == 1, kubelet.logs()[-3000:]
 
-    _each_order_once_as_derived(_bigquery_rows(cfg), 1500, [(range(600), str, "before: the first SQL"),
-                                                            (range(600, 1500), str.upper, "after: the second")])
+        # A derived dedupe key, then the same key as another type: Spark keys the dedupe's state by the keys' names
+        # and types, so each change discards the checkpoint in the running driver and rebuilds the window from the
+        # ledger (driver.resume), where keeping it would fail the query on Spark's old state.
+        okey = f"SELECT id, ts, upper(region) AS region, CAST(id AS {{}}) AS okey, {KAFKA_COLUMNS} FROM source"
+        v3 = _changed(cluster, ns, {"transform": {"sql": okey.format("INT")}, "dedupe": {"keys": ["okey"]}}, seen,
+                      "a derived key")
+        _running(cluster, ns, CONFIG_HASH_KEY, v3, "the driver deduping on the derived key")
+        _committed(kafka, cfg, topic, range(1500, 1600), "the records after the derived key committed")
+        v4 = _changed(cluster, ns, {"transform": {"sql": okey.format("BIGINT")}}, seen, "the key as a bigint")
+        _running(cluster, ns, CONFIG_HASH_KEY, v4, "the driver deduping on the key as a bigint")
+        _committed(kafka, cfg, topic, range(1600, 1700), "the records after the key's new type committed")
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        logs = kubelet.logs()
+        assert "dedupe key types changed: okey from int to bigint" in logs, logs[-3000:]
+        assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 2, logs[-6000:]
+
+    _each_order_once_as_derived(_bigquery_rows(cfg), 1700, [(range(600), str, "before: the first SQL"),
+                                                            (range(600, 1700), str.upper, "after: the second")])

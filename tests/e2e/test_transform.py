@@ -7,6 +7,7 @@ Every drill ends exact: the table holds each produced order that passes the filt
 topic's end, and its counts add up (rows + dead letters + dropped == records read)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from handoff_spark.iceberg import ledger
 from handoff_spark.iceberg.sink import open_table
 
 from iceberg_drill_support import drill_config, end_offsets, run_app, run_to_completion
-from transform_drill_support import COLUMNS, SQL, dead_letters, first_phase, order, produce
+from transform_drill_support import (COLUMNS, POISON_IDS, POISON_SQL, SQL, dead_letters, first_phase, order,
+                                     poisoned_orders, produce)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -110,21 +112,16 @@ def test_a_record_the_sql_fails_on_is_a_dead_letter_and_the_stream_goes_on(kafka
     finds the record by halving the failed batch, sends it to the dead letters and starts the query again."""
     topic = "tx-poison"
     kafka.create_topic(topic, partitions=2)
-    sql = SQL.replace("WHERE amount >= 5", "WHERE CAST(substr(customer, 2) AS INT) >= 0 AND amount >= 5")
-    cfg = config(tmp_path, kafka, topic, transform={"sql": sql})
-    orders = [order(i, i) for i in range(600)]
-    poison_ids = {77, 305, 306}  # amounts 17, 5, 6: the amount filter keeps them, the cast must run
-    for o in orders:
-        if o["id"] in poison_ids:
-            o["customer"] = "cX"  # CAST('X' AS INT) fails under ANSI
+    cfg = config(tmp_path, kafka, topic, transform={"sql": POISON_SQL})
+    orders = poisoned_orders(600)
     produce(kafka.bootstrap, topic, orders)
     runs = run_to_completion(tmp_path, max_runs=1, cfg=cfg)
     log = runs[0].log.read_text()
     assert "the transform failed on" in log and "restarted after a quarantine" in log
-    expected = {i for i in range(600) if i % 20 >= 5} - poison_ids
+    expected = {i for i in range(600) if i % 20 >= 5} - POISON_IDS
     check_table(cfg, kafka, topic, expected, len(orders))
     dead = dead_letters(kafka.bootstrap, topic + "-dlq")
-    assert sorted(o["id"] for o, _ in dead) == sorted(poison_ids)
+    assert sorted(o["id"] for o, _ in dead) == sorted(POISON_IDS)
     assert {reason for _, reason in dead} == {"transform-error"}
 
 
@@ -150,6 +147,23 @@ def test_a_lost_checkpoint_keeps_the_dedupe_window(kafka, tmp_path):
     assert "dedupe window rebuilt from Kafka" in runs[0].log.read_text()
 
 
+def _a_start_after_a_change_of_the_dedupes_state(tmp_path, kafka, topic: str, change: Callable[[], Any]) -> str:
+    """600 orders under the config written before; then `change()` writes the changed one and returns it, 50 orders
+    are re-sent within the window and 50 new ones come, and one run takes them. The table must hold each order the
+    SQL keeps once, and the window must have been rebuilt from the ledger. Returns that run's log."""
+    phase1 = first_phase(600)
+    produce(kafka.bootstrap, topic, phase1)
+    run_to_completion(tmp_path, max_runs=1)
+    cfg = change()
+    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent within the window (same id, same region)
+    fresh = [order(600 + i, 600 + i) for i in range(50)]
+    produce(kafka.bootstrap, topic, again + fresh)
+    log = run_to_completion(tmp_path, max_runs=1)[0].log.read_text()
+    check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
+    assert "dedupe window rebuilt from Kafka" in log, log[-3000:]
+    return log
+
+
 def test_changed_dedupe_keys_rebuild_the_window_from_the_ledger_instead_of_failing_on_the_old_state(kafka, tmp_path):
     """Spark's dedupe state in the checkpoint is keyed by the old `dedupe.keys`, and Spark refuses a state whose
     key schema changed. The checkpoint is a cache: the driver discards it, says why, and rebuilds the window for the
@@ -158,21 +172,11 @@ def test_changed_dedupe_keys_rebuild_the_window_from_the_ledger_instead_of_faili
     topic = "tx-dedupe-keys"
     kafka.create_topic(topic, partitions=2)
     config(tmp_path, kafka, topic)
-    phase1 = first_phase(600)
-    produce(kafka.bootstrap, topic, phase1)
-    run_to_completion(tmp_path, max_runs=1)
-    fields = {"transform": {"sql": SQL}, "dedupe": {"keys": ["id", "region"], "withinSeconds": 3600},
-              "eventTime": {"column": "ts", "watermarkSeconds": 3600}}
-    cfg = drill_config(tmp_path, kafka.bootstrap, topic, columns=COLUMNS, max_records=300,
-                       deadLetterTopic=topic + "-dlq", **fields)
-    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent within the window (same id, same region)
-    fresh = [order(600 + i, 600 + i) for i in range(50)]
-    produce(kafka.bootstrap, topic, again + fresh)
-    runs = run_to_completion(tmp_path, max_runs=1)
-    log = runs[0].log.read_text()
-    check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
+    log = _a_start_after_a_change_of_the_dedupes_state(tmp_path, kafka, topic, lambda: drill_config(
+        tmp_path, kafka.bootstrap, topic, columns=COLUMNS, max_records=300, deadLetterTopic=topic + "-dlq",
+        transform={"sql": SQL}, dedupe={"keys": ["id", "region"], "withinSeconds": 3600},
+        eventTime={"column": "ts", "watermarkSeconds": 3600}))
     assert "dedupe.keys changed from [id] to [id, region]" in log, log[-3000:]
-    assert "dedupe window rebuilt from Kafka" in log
 
 
 def test_a_dedupe_key_widened_under_the_same_name_rebuilds_the_window_instead_of_failing_on_the_old_state(
@@ -192,18 +196,8 @@ def test_a_dedupe_key_widened_under_the_same_name_rebuilds_the_window_instead_of
                             eventTime={"column": "ts", "watermarkSeconds": 3600})
     kafka.create_topic(topic + "-dlq", partitions=1)
     okey_config("INT", "int")
-    phase1 = first_phase(600)
-    produce(kafka.bootstrap, topic, phase1)
-    run_to_completion(tmp_path, max_runs=1)
-    cfg = okey_config("BIGINT", "long")
-    again = [order(i, 50 + i) for i in range(550, 600)]  # re-sent within the window
-    fresh = [order(600 + i, 600 + i) for i in range(50)]
-    produce(kafka.bootstrap, topic, again + fresh)
-    runs = run_to_completion(tmp_path, max_runs=1)
-    log = runs[0].log.read_text()
-    check_table(cfg, kafka, topic, {i for i in range(650) if i % 20 >= 5}, len(phase1) + len(again) + len(fresh))
+    log = _a_start_after_a_change_of_the_dedupes_state(tmp_path, kafka, topic, lambda: okey_config("BIGINT", "long"))
     assert "dedupe key types changed: okey from int to bigint" in log, log[-3000:]
-    assert "dedupe window rebuilt from Kafka" in log
 
 
 def test_a_lookup_joins_the_catalogs_table_and_its_new_content_after_it_changes(kafka, tmp_path):

@@ -16,6 +16,15 @@ COLUMNS = [{"name": "id", "type": "long", "required": True}, {"name": "ts", "typ
 SQL = ("SELECT id, ts, upper(customer) AS customer, CAST(round(amount * 1.1, 2) AS DOUBLE) AS amount, region, "
        "_kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp FROM source WHERE amount >= 5")
 
+#: Under ANSI SQL (Spark's default) the cast fails on a customer that is not c<digits>: the task, so the batch fails.
+POISON_SQL = SQL.replace("WHERE amount >= 5", "WHERE CAST(substr(customer, 2) AS INT) >= 0 AND amount >= 5")
+POISON_IDS = frozenset({77, 305, 306})  # amounts 17, 5, 6: the amount filter keeps them, so the cast must run
+
+
+def poisoned_orders(n: int) -> list[dict[str, Any]]:
+    """`n` orders, those of POISON_IDS with a customer POISON_SQL's cast fails on ('cX')."""
+    return [{**order(i, i), "customer": "cX"} if i in POISON_IDS else order(i, i) for i in range(n)]
+
 
 def order(i: int, minutes: float) -> dict[str, Any]:
     return {"id": i, "ts": (T0 + dt.timedelta(minutes=minutes)).isoformat(), "customer": f"c{i % 7}",
