@@ -125,6 +125,24 @@ def test_a_record_the_sql_fails_on_is_a_dead_letter_and_the_stream_goes_on(kafka
     assert {reason for _, reason in dead} == {"transform-error"}
 
 
+def test_rows_the_sql_leaves_without_their_required_dedupe_key_are_each_a_dead_letter_not_one_key(kafka, tmp_path):
+    """Spark's dedupe takes null for a key like any other (as SQL's DISTINCT does): rows whose required key `id` the
+    SQL left null would be one key, the first kept and every later one dropped as its duplicate. Each of them is a
+    record the transform fails on instead: a dead letter with reason `transform-error`, the stream going on."""
+    topic = "tx-null-key"
+    kafka.create_topic(topic, partitions=2)
+    sql = SQL.replace("SELECT id,", "SELECT CASE WHEN id IN (77, 305, 306) THEN NULL ELSE id END AS id,")
+    cfg = config(tmp_path, kafka, topic, transform={"sql": sql})
+    orders = [order(i, i) for i in range(600)]
+    produce(kafka.bootstrap, topic, orders)
+    runs = run_to_completion(tmp_path, max_runs=1, cfg=cfg)
+    assert "restarted after a quarantine" in runs[0].log.read_text()
+    check_table(cfg, kafka, topic, {i for i in range(600) if i % 20 >= 5} - POISON_IDS, len(orders))
+    dead = dead_letters(kafka.bootstrap, topic + "-dlq")
+    assert sorted(o["id"] for o, _ in dead) == sorted(POISON_IDS)
+    assert {reason for _, reason in dead} == {"transform-error"}
+
+
 def test_a_lost_checkpoint_keeps_the_dedupe_window(kafka, tmp_path):
     """The table's ledger is the truth: with the checkpoint (and Spark's dedupe state in it) gone, the driver
     rebuilds the window from the records the ledger says are within it before it reads new ones, so keys re-sent

@@ -61,14 +61,14 @@ def batch_frame(cfg: AppConfig, ranges: dict[tuple[str, int], tuple[int, int]], 
 
 def sql_error(spark: Any, cfg: AppConfig, rows: pa.Table) -> str | None:
     """Run the transform over `rows` as a static job; the error's first line, or None when it ran."""
-    from handoff_spark.driver.transform import SOURCE_VIEW, quiet_sql_errors, register_lookups
+    from handoff_spark.driver.transform import SOURCE_VIEW, quiet_sql_errors, register_lookups, required_keys_present
 
     assert cfg.transform is not None
     try:
         with quiet_sql_errors():
             register_lookups(spark, cfg)
             spark.createDataFrame(rows).createOrReplaceTempView(SOURCE_VIEW)
-            spark.sql(cfg.transform.sql).write.format("noop").mode("overwrite").save()
+            required_keys_present(cfg, spark.sql(cfg.transform.sql)).write.format("noop").mode("overwrite").save()
         return None
     except Exception as exc:  # noqa: BLE001 - any failure of the job is the answer
         text = str(exc).strip()

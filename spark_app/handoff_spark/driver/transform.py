@@ -64,13 +64,42 @@ def pipeline(spark: Any, cfg: AppConfig, frame: Any) -> Any:
     if cfg.transform is not None:
         register_lookups(spark, cfg)
         frame.createOrReplaceTempView(SOURCE_VIEW)
-        out = spark.sql(cfg.transform.sql)
+        out = required_keys_present(cfg, spark.sql(cfg.transform.sql))
     delay, column = spark_delay_seconds(cfg), time_column(cfg)
     if delay is not None and column is not None:
         out = out.withWatermark(column, f"{int(round(delay * 1000))} milliseconds")
     if cfg.dedupe is not None:
         out = out.dropDuplicatesWithinWatermark(list(cfg.dedupe.keys))
     return out
+
+
+def required_dedupe_keys(cfg: AppConfig) -> list[str]:
+    """The dedupe keys that are declared required columns."""
+    if cfg.dedupe is None:
+        return []
+    required = {c.name for c in cfg.schema_.columns if c.required}
+    return [k for k in cfg.dedupe.keys if k in required]
+
+
+def required_keys_present(cfg: AppConfig, out: Any) -> Any:
+    """The SQL's output, failing on a row whose required dedupe key the SQL left null.
+
+    Why: Spark's dedupe, like SQL's DISTINCT, takes null for a key like any other, so such rows would be one key:
+    the first kept (and sent to the dead letters by the rows writer, `missing-required`), every later one dropped as
+    its duplicate. Failing here instead makes each of them a record the transform fails on, which the driver sends to
+    the dead letters (`driver.quarantine`, reason `transform-error`) while the stream goes on. Only with a
+    transform: without one, the decoder has already sent a record lacking a required column to the dead letters. A
+    filter, not a new key column: the dedupe's state keeps its schema."""
+    keys = required_dedupe_keys(cfg) if cfg.transform is not None else []
+    if not keys:
+        return out
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    present = reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
+    message = F.lit(f"the transform left a required dedupe key ({', '.join(keys)}) null")
+    return out.where(F.assert_true(present, message).isNull())
 
 
 def lookup_versions(cfg: AppConfig) -> dict[str, str | None]:
