@@ -738,7 +738,9 @@ class DedupeSpec(SpecModel):
     rebuilt from the table's ledger); adding or removing the dedupe restarts the driver."""
 
     keys: list[str] = Field(min_length=1, max_length=16, description=(
-        "Columns of the business key, after the transform if one is set, e.g. [order_id]."))
+        "Columns of the business key, after the transform if one is set, e.g. [order_id]. A null key is a key "
+        "like any other (as in SQL DISTINCT); a row whose required key (schema.columns required: true) the transform "
+        "left null is sent to deadLetter.topic with reason transform-error."))
     within: Duration = Field(description=(
         "The window, in event time (eventTime.column, else the Kafka timestamp): a record whose keys were seen "
         "this recently is dropped and counted (ledger handoff.dropped-rows; BigQuery: dropped_rows; metric "
