@@ -59,6 +59,17 @@ def bigquery_spec(bootstrap: str, topic: str, tmp_path: Path, bigquery: Any, **o
     return spec
 
 
+def bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
+    """(partition, offset, id, region) of every row of the handoff's BigQuery table, sorted."""
+    from handoff_spark.bigquery import client as bigquery_client
+
+    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
+    sql = (f"SELECT _kafka_partition AS p, _kafka_offset AS o, id, region "
+           f"FROM `{bigquery_client.table_ref(cfg.sink)}`")  # type: ignore[arg-type]
+    return sorted((int(r["p"]), int(r["o"]), int(r["id"]), r["region"])
+                  for r in client.query(sql, retry=None).result())
+
+
 def committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
     """Has the table's ledger reached `ends` on every partition of `topic`? (Iceberg or BigQuery.)"""
     if cfg.sink.kind == "bigquery":

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger, rollback
 from handoff_spark.config import AppConfig
 from operator_support import Cluster, Operator, eventually
-from replay_drill_support import Kubelet, bigquery_spec, committed_to, end_offsets, produce
+from replay_drill_support import Kubelet, bigquery_rows, bigquery_spec, committed_to, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka, pytest.mark.bigquery]
 RR = ("handoff.io", "v1alpha1")
@@ -33,9 +33,7 @@ TRANSFORM_SQL = ("SELECT id, ts, upper(region) AS region, _kafka_topic, _kafka_p
 
 
 def _rows(cfg: AppConfig) -> list[tuple[int, int, int]]:
-    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
-    sql = f"SELECT _kafka_partition AS p, _kafka_offset AS o, id FROM `{bigquery_client.table_ref(cfg.sink)}`"  # type: ignore[arg-type]
-    return sorted((int(r["p"]), int(r["o"]), int(r["id"])) for r in client.query(sql, retry=None).result())
+    return [(p, o, i) for p, o, i, _region in bigquery_rows(cfg)]
 
 
 def _batches(cfg: AppConfig) -> list[Any]:
@@ -268,7 +266,7 @@ def test_rollback_and_replay_with_a_transform_and_a_dedupe_writes_each_order_onc
             drill.produced += len(ids)
 
         def each_order_once(orders: int) -> None:
-            rows = _bigquery_rows(cfg)
+            rows = bigquery_rows(cfg)
             assert sorted(i for _, _, i, _ in rows) == list(range(orders)), "every order once, none twice"
             assert {r for _, _, _, r in rows} == {"EU", "US", "AP"}, "the SQL's derivation on every row"
 
@@ -294,9 +292,3 @@ def test_rollback_and_replay_with_a_transform_and_a_dedupe_writes_each_order_onc
     finally:
         op.stop()
 
-
-def _bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
-    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
-    sql = (f"SELECT _kafka_partition AS p, _kafka_offset AS o, id, region "
-           f"FROM `{bigquery_client.table_ref(cfg.sink)}`")  # type: ignore[arg-type]
-    return sorted((int(r["p"]), int(r["o"]), int(r["id"]), r["region"]) for r in client.query(sql, retry=None).result())

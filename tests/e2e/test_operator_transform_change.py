@@ -22,12 +22,12 @@ from typing import Any, Callable
 
 import pytest
 
-from handoff_spark.bigquery import client as bigquery_client
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY
 from handoff_spark.iceberg import ledger
 from operator_support import Cluster, eventually
-from replay_drill_support import bigquery_spec, committed_to, end_offsets, iceberg_spec, local_handoff, produce
+from replay_drill_support import (bigquery_rows, bigquery_spec, committed_to, end_offsets, iceberg_spec, local_handoff,
+                                  produce)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -56,13 +56,6 @@ def _batch_sizes_from(cfg: AppConfig, topic: str, start: dict[int, int]) -> list
         if ranges and all(se[0] >= start.get(int(p), 0) for p, se in ranges.items()):
             sizes.append(sum(se[1] - se[0] for se in ranges.values()))
     return sizes
-
-
-def _bigquery_rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
-    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
-    sql = (f"SELECT _kafka_partition AS p, _kafka_offset AS o, id, region "
-           f"FROM `{bigquery_client.table_ref(cfg.sink)}`")  # type: ignore[arg-type]
-    return sorted((int(r["p"]), int(r["o"]), int(r["id"]), r["region"]) for r in client.query(sql, retry=None).result())
 
 
 def _record(cluster: Cluster, ns: str) -> dict[str, Any]:
@@ -229,5 +222,5 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
         assert "dedupe key types changed: okey from int to bigint" in logs, logs[-3000:]
         assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 2, logs[-6000:]
 
-    _each_order_once_as_derived(_bigquery_rows(cfg), 1700, [(range(600), str, "before: the first SQL"),
+    _each_order_once_as_derived(bigquery_rows(cfg), 1700, [(range(600), str, "before: the first SQL"),
                                                             (range(600, 1700), str.upper, "after: the second")])
