@@ -255,7 +255,8 @@ def decide(seen: Observed) -> Decision:
     facts = seen.facts
     old_conditions = seen.status.get("conditions") or []
     retained_conditions = list(seen.retained.conditions) if seen.retained is not None else []
-    evaluation = overlay(evaluate(facts), seen.upgrade_decision, facts.driver)
+    evaluation = overlay(evaluate(facts), seen.upgrade_decision, facts.driver,
+                         facts.desired_pod_hash)  # a rollback's: the last good config's
     evaluation = retention_report.degrade_on_data_loss(evaluation, retained_conditions, old_conditions)
     conditions = merge_conditions(old_conditions, list(evaluation.conditions) + retained_conditions,
                                   seen.generation, iso(seen.now))

@@ -196,7 +196,8 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
     return Decision("keep", state, run_last_good=False)
 
 
-def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFacts | None = None) -> Evaluation:
+def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFacts | None = None,
+            last_good_pod: str | None = None) -> Evaluation:
     """The conditions while the last good config runs instead of the current spec: Degraded=True reason
     UpgradeRolledBack (unless the last good driver fails too: DriverFailing says more; the failed config's
     pod, crashing until the rollback replaces it, does not count), Progressing does not claim the
@@ -210,7 +211,12 @@ def overlay(evaluation: Evaluation, decision: Decision | None, driver: DriverFac
             f"({state.last_good_hash}), the last one that committed a batch"
             + (f": generation {state.rolled_back_generation} was rolled back"
                if state.rolled_back_generation is not None else ""))
-    failed_pod = driver is not None and driver.config_hash == decision.state.rolled_back_hash
+    # The failed config's pod: it says it runs that config, or (before it reports) its pod template is not the last
+    # good config's (`last_good_pod`: that template's hash, which leaves the query's own settings out).
+    failed_pod = driver is not None and (
+        driver.config_hash == decision.state.rolled_back_hash
+        or (last_good_pod is not None and driver.config_hash is not None
+            and not driver.runs(state.last_good_hash, last_good_pod)))
     # The last good config's own driver failing: its Progressing=Restarting names the failure; kept.
     last_good_failing = not failed_pod and any(c.type == READY and c.status == "False" and c.reason in
                                                DRIVER_FAILING_REASONS for c in evaluation.conditions)

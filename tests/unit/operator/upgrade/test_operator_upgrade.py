@@ -213,6 +213,16 @@ def test_overlay_reports_the_rollback_as_degraded():
     leaving = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", driver=_crashing("h2")))
     shown = {c.type: c for c in overlay(leaving, rolled, _crashing("h2")).conditions}
     assert shown["Degraded"].reason == "UpgradeRolledBack"
+    # The same with pod templates whose hash is not the config's (it leaves the query's own settings out): the
+    # crashing pod is of another template than the last good config's "p1", and reports no config.
+    leaving = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", desired_pod_hash="p1",
+                             driver=_crashing("p2")))
+    assert {c.type: c for c in overlay(leaving, rolled, _crashing("p2"), "p1").conditions}["Degraded"].reason \
+        == "UpgradeRolledBack"
+    failing = evaluate(Facts(generation=2, suspended=False, desired_hash="h1", desired_pod_hash="p1",
+                             driver=_crashing("p1")))
+    assert {c.type: c for c in overlay(failing, rolled, _crashing("p1"), "p1").conditions}["Degraded"].reason \
+        == "DriverFailing"
     # Nothing rolled back: unchanged.
     assert overlay(running, decide(_facts(driver=_driver()), GOOD)) == running
 
