@@ -483,8 +483,10 @@ def read_kafka_identity(checkpoint: str) -> dict[str, Any] | None:
 
 
 #: The dedupe keys the checkpoint's Spark state is keyed by (`driver.resume`): `{"dedupeKeys": [...] | null,
-#: "keyTypes": {key: Spark type}}`, written at every start (the types once Spark has planned the SQL: a key the SQL
-#: derives has no type before). Spark refuses a state whose key schema changed (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE).
+#: "keyTypes": {key: Spark type}, "recordsAsRows": bool}`, written at every start (the types once Spark has planned the
+#: SQL: a key the SQL derives has no type before). Spark refuses a state whose key schema changed
+#: (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE). `recordsAsRows`: the query that wrote the checkpoint ran the DataFrame path
+#: (records as Spark rows), not the fused one; the other path's query does not resume it.
 STATE_KEYS_FILE = "handoff/state-keys.json"
 
 
@@ -495,12 +497,16 @@ class StateKeys:
     recorded: bool
     keys: list[str] | None = None
     types: dict[str, str] | None = None  # None: not known (written before Spark planned the SQL, or an older file)
+    rows: bool | None = None  # the DataFrame path's checkpoint (None: an older file, which did not say)
 
 
-def write_state_keys(checkpoint: str, keys: list[str] | None, types: dict[str, str] | None = None) -> None:
+def write_state_keys(checkpoint: str, keys: list[str] | None, types: dict[str, str] | None = None,
+                     rows: bool | None = None) -> None:
     doc: dict[str, Any] = {"dedupeKeys": keys}
     if types:
         doc["keyTypes"] = types
+    if rows is not None:
+        doc["recordsAsRows"] = rows
     files(checkpoint).write(STATE_KEYS_FILE, json.dumps(doc))
 
 
@@ -508,9 +514,10 @@ def read_state_keys(checkpoint: str) -> StateKeys:
     doc = read_json(checkpoint, STATE_KEYS_FILE)
     if not isinstance(doc, dict) or "dedupeKeys" not in doc:
         return StateKeys(False)
-    keys, types = doc["dedupeKeys"], doc.get("keyTypes")
+    keys, types, rows = doc["dedupeKeys"], doc.get("keyTypes"), doc.get("recordsAsRows")
     return StateKeys(True, [str(k) for k in keys] if isinstance(keys, list) else None,
-                     {str(k): str(v) for k, v in types.items()} if isinstance(types, dict) else None)
+                     {str(k): str(v) for k, v in types.items()} if isinstance(types, dict) else None,
+                     rows if isinstance(rows, bool) else None)
 
 
 #: BigQuery: committed batches whose ledger-index row could not be written yet (the `record_batch` arguments of

@@ -156,10 +156,11 @@ QUERY_HELD_KEY = "queryHeld"
 QUERY_HOLDING_KEY = "queryHolding"
 #: The annotation of the progress ConfigMap holding the query-only part of the app config the operator wants run
 #: now (`QueryConfig`, JSON): the transform, the dedupe, the event time and the query's pace (trigger interval, batch
-#: size; when absent, the driver keeps its own), whose content the pod's config hash leaves out. Written by the
-#: operator (`spec.render`) when the handoff runs the DataFrame path; polled by the driver (`driver.hold`, one read
-#: with the hold) and applied by `driver.query_config`: a change restarts the query at a
-#: batch boundary in the running driver (no pod restart), after it passed the same check a start runs.
+#: size, event-time column; when absent, the driver keeps its own), which the pod's config hash leaves out. Written by
+#: the operator (`spec.render`) for every handoff; polled by the driver (`driver.hold`, one read with the hold) and
+#: applied by `driver.query_config`: a change (adding or removing a transform, dedupe or event time too: the query
+#: then switches between the fused and the DataFrame path) restarts the query at a batch boundary in the running
+#: driver (no pod restart), after it passed the same check a start runs.
 QUERY_CONFIG_ANNOTATION = "handoff.io/query-config"
 #: The progress record's key with the config hash (the operator's, of the whole app config) this driver runs now.
 CONFIG_HASH_KEY = "configHash"
@@ -183,13 +184,15 @@ class QueryConfig(TypedDict):
     eventTime: dict[str, Any] | None  # `AppConfig.event_time` (`config.EventTime`) or null
     triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
+    eventTimeColumn: NotRequired[str | None]      # `AppConfig.schema_.event_time_column`; null: none
 
 
 #: The query config's parts that are the app config's own top-level keys (JSON names), each as the app config has it.
 QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime")
 #: The query config's pace: its key → where the value sits in the app config's JSON.
 QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
-                     "maxRecordsPerBatch": ("source", "maxRecordsPerBatch")}
+                     "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),
+                     "eventTimeColumn": ("schema", "eventTimeColumn")}
 
 
 class ProgressDocument(TypedDict, total=False):

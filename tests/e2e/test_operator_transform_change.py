@@ -224,3 +224,62 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
 
     _each_order_once_as_derived(bigquery_rows(cfg), 1700, [(range(600), str, "before: the first SQL"),
                                                             (range(600, 1700), str.upper, "after: the second")])
+
+
+def test_a_transform_and_a_dedupe_added_to_a_handoff_on_the_fused_path_and_removed_again_run_in_the_same_driver(
+        cluster: Cluster, kafka, tmp_path: Path) -> None:
+    """A handoff without a transform runs the fused path. Its pace changes in the running driver; a transform and a
+    dedupe added later switch the running driver's query to the DataFrame path, and removing them switches it back,
+    each at a batch boundary in the same process: the checkpoint the other path's query wrote is discarded and the
+    query starts from the table's ledger (with the dedupe's window rebuilt from it). Orders re-sent while the dedupe
+    runs are dropped; every order is in the table once, with the SQL's derivation only while the SQL ran."""
+    topic = f"switch-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(f"{topic}-dlq", partitions=1)
+    produce(kafka.bootstrap, topic, range(0, 500))
+    ns = cluster.new_namespace("switch-e2e")
+    spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.switched", deadLetter={"topic": f"{topic}-dlq"})
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
+        assert not cfg.frame_path
+        seen = [_wanted_hash(cluster, ns)]
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == seen[0], "the driver reporting its config")
+
+        # The fused path's pace: the next 300 records come in batches of at most 50.
+        pace = _changed(cluster, ns, {"source": {"maxRecordsPerBatch": 50}}, seen, "the fused path's pace")
+        _running(cluster, ns, CONFIG_HASH_KEY, pace, "the driver running the new pace")
+        before = end_offsets(kafka.bootstrap, topic)
+        _committed(kafka, cfg, topic, range(500, 800), "the records at the new pace committed")
+        sizes = _batch_sizes_from(cfg, topic, before)
+        assert sum(sizes) == 300 and max(sizes) <= 50 and len(sizes) >= 6, sizes
+
+        # A transform and a dedupe: the same driver's query now carries the records as Spark rows. Orders 900..999
+        # are sent twice, and orders 700..799 (written by the fused path's query) once more: the dedupe's window,
+        # rebuilt from the ledger, drops them all.
+        rows = _changed(cluster, ns, {"transform": {"sql": SQL_V2}, "dedupe": {"keys": ["id"], "within": "1h"}},
+                        seen, "a transform and a dedupe")
+        _running(cluster, ns, CONFIG_HASH_KEY, rows, "the driver running the transform and the dedupe")
+        _committed(kafka, cfg, topic, range(800, 1000), "the records through the SQL committed")
+        _committed(kafka, cfg, topic, range(900, 1000), "the re-sent orders read")
+        _committed(kafka, cfg, topic, range(700, 800), "the fused path's orders re-sent and read")
+
+        # Back to the fused path, in the same driver again (with another batch size: the config is then none of the
+        # fused path's above).
+        back = _changed(cluster, ns, {"transform": None, "dedupe": None, "source": {"maxRecordsPerBatch": 300}}, seen,
+                        "no transform and no dedupe")
+        _running(cluster, ns, CONFIG_HASH_KEY, back, "the driver back on the fused path")
+        _committed(kafka, cfg, topic, range(1000, 1200), "the records after the switch back committed")
+
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
+            "one driver process, one pod template, through the three changes" + kubelet.crashes())
+        logs = kubelet.logs()
+        assert logs.count("restarted with the operator's query config") == 3, logs[-3000:]
+        assert logs.count("was written by the other path's query and is discarded") == 2, logs[-6000:]
+        assert "the query moved from the fused path to the DataFrame path" in logs, logs[-6000:]
+        assert "the query moved from the DataFrame path (a transform, dedupe or event time) to the fused path" \
+            in logs, logs[-6000:]
+
+        table = _rows(cfg)
+        assert len(table) == 1200, (len(table), "200 re-sent orders dropped by the dedupe")
+        _each_order_once_as_derived(table, 1200, [(range(800), str, "the fused path"),
+                                                  (range(800, 1000), str.upper, "the SQL"),
+                                                  (range(1000, 1200), str, "the fused path again")])

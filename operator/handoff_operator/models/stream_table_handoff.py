@@ -117,9 +117,8 @@ class KafkaSourceSpec(SpecModel):
         default=None, description="The Schema Registry for format avro, protobuf or jsonSchema.")
     max_records_per_batch: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
-        description="Upper bound on records per micro-batch (admission control while catching up). With a "
-                    "transform, dedupe or eventTime set, a change restarts the query in the running driver at a "
-                    "batch boundary (no pod restart); otherwise it restarts the driver.")
+        description="Upper bound on records per micro-batch (admission control while catching up). A change "
+                    "restarts the query in the running driver at a batch boundary (no pod restart).")
     min_partitions: int | None = Field(
         default=None, ge=1, le=100_000,
         description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
@@ -722,7 +721,8 @@ class TransformSpec(SpecModel):
         "fails it is refused, the driver keeps running the one before, and the handoff goes back to the last good "
         "spec (Degraded, reason UpgradeRolledBack, status.upgrade.rolledBackReason TransformInvalid; without a last "
         "good spec or with upgrade.autoRollback false: Degraded, reason TransformInvalid). Adding or removing the "
-        "transform restarts the driver. A record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
+        "transform does too (the query switches between the fused path and Spark rows on a checkpoint started "
+        "afresh from the table's ledger). A record the SQL fails on (e.g. an ANSI cast of a malformed value) is sent to deadLetter.topic with reason "
         "transform-error and the stream goes on (so a transform needs deadLetter.topic)."))
     lookups: list[LookupSpec] = Field(default_factory=list, max_length=16, description=(
         "Iceberg tables of the sink's catalog joinable in the SQL under their name (unique, not `source`), e.g. "
@@ -734,8 +734,8 @@ class TransformSpec(SpecModel):
 
 class DedupeSpec(SpecModel):
     """Business-key deduplication, by Spark (dropDuplicatesWithinWatermark; its state in RocksDB, off the heap, in
-    the checkpoint). Changing keys or within restarts the query in the running driver (new keys: the window is
-    rebuilt from the table's ledger); adding or removing the dedupe restarts the driver."""
+    the checkpoint). Changing keys or within, or adding or removing the dedupe, restarts the query in the running
+    driver (new keys: the window is rebuilt from the table's ledger)."""
 
     keys: list[str] = Field(min_length=1, max_length=16, description=(
         "Columns of the business key, after the transform if one is set, e.g. [order_id]. A null key is a key "
@@ -751,7 +751,7 @@ class DedupeSpec(SpecModel):
 
 class EventTimeSpec(SpecModel):
     """The event-time column, its watermark and the late-record policy (supersedes schema.eventTimeColumn).
-    Changing them restarts the query in the running driver; adding or removing eventTime restarts the driver."""
+    Changing them, or adding or removing eventTime, restarts the query in the running driver."""
 
     column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128, description=(
         "A column of type timestamp (of the SQL's output when a transform is set); the watermark and the "
@@ -784,11 +784,9 @@ class StreamTableHandoffSpec(SpecModel):
                                 description="Declared columns and drift policy.")
     dead_letter: DeadLetterSpec | None = Field(default=None, description="Dead-letter topic for incompatible records.")
     commit_interval: Duration = Field(default="10s", description="How often a micro-batch is committed to "
-                                                                 "the table (the trigger interval). With a "
-                                                                 "transform, dedupe or eventTime set, a change "
+                                                                 "the table (the trigger interval). A change "
                                                                  "restarts the query in the running driver at a "
-                                                                 "batch boundary (no pod restart); otherwise it "
-                                                                 "restarts the driver.")
+                                                                 "batch boundary (no pod restart).")
     freshness: FreshnessSpec = Field(default_factory=FreshnessSpec, description="Freshness objective.")
     replay: ReplaySpec = Field(default_factory=ReplaySpec, description="Replay window and outage tolerance.")
     retention: RetentionSpec = Field(default_factory=RetentionSpec, description="Kafka retention policy checks.")
@@ -807,12 +805,12 @@ class StreamTableHandoffSpec(SpecModel):
         "one (lost or discarded) first re-reads from Kafka the records the table's ledger committed within the "
         "window, as far back as Kafka still holds them, to rebuild the keys without writing them again. Needs "
         "deadLetter.topic.  Iceberg and BigQuery sinks. Example: {keys: [order_id], within: 1h}. Changing keys or "
-        "within restarts the query in the running driver (new keys: the window is rebuilt as above); adding or "
-        "removing the dedupe restarts the driver."))
+        "within, or adding or removing the dedupe, restarts the query in the running driver (new keys: the window "
+        "is rebuilt as above)."))
     event_time: EventTimeSpec | None = Field(default=None, description=(
         "Event time: the column, Spark's watermark on it and what happens to late records. Iceberg and BigQuery "
-        "sinks. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}. Changing it restarts the "
-        "query in the running driver; adding or removing it restarts the driver."))
+        "sinks. Example: {column: created_at, watermark: 30s, lateRecords: deadLetter}. Changing it, or "
+        "adding or removing it, restarts the query in the running driver."))
     suspend: bool = Field(default=False, description="Stop the Spark app (after the current batch commits) "
                                                      "and keep everything else; resume by setting false.")
 

@@ -611,12 +611,10 @@ def driver_pod_template(spec: StreamTableHandoffSpec, namespace: str, name: str,
         {"name": contract.ENV_PROGRESS_CONFIGMAP, "value": progress_configmap_name(name)},
         {"name": contract.ENV_PROGRESS_NAMESPACE, "value": namespace},
     ]
-    if spec.frame_path:
-        # The pod's own config hash: the driver applies the operator's changed query config in place only when it was
-        # rendered for this pod template (handoff_spark.driver.query_config). Only on the DataFrame path, so the
-        # template (and the hash) of every other handoff is what it was.
-        env.append({"name": contract.ENV_POD_CONFIG_HASH,
-                    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}})
+    # The pod's own config hash: the driver applies the operator's changed query config in place only when it was
+    # rendered for this pod template (handoff_spark.driver.query_config).
+    env.append({"name": contract.ENV_POD_CONFIG_HASH,
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}})
     env += checkpoint_env(spec)
     mounts = [{"name": "app-config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "run", "mountPath": RUN_DIR}]
@@ -720,20 +718,18 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
 #: The app config's query-only part: what the running driver changes by restarting its query, not its pod
-#: (handoff_spark.driver.query_config). Which of them are set stays in the pod's hash (that decides the query's source,
-#: the JVMs' JIT and the session's state store: adding or removing one restarts the driver), their content does not.
+#: (handoff_spark.driver.query_config). Neither their content nor whether they are set is in the pod's hash: adding
+#: or removing one switches the query between the fused path and the DataFrame path in the running driver (which
+#: sets the session's state store for a dedupe then; the JVMs keep the JIT they were launched with until the pod's
+#: next start).
 QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
-#: The query's pace on the DataFrame path: the trigger (spec.commitInterval) and the source's batch size
-#: (spec.source.maxRecordsPerBatch), as the query config's key → its path in the app config's JSON. Options of the
-#: query, so the running driver applies them too; left out of the pod's hash only when one of QUERY_ONLY_KEYS is
-#: set (a handoff on the fused path has no query config, and its pod's hash stays what it was).
+#: The query's pace and event-time column: the trigger (spec.commitInterval), the source's batch size
+#: (spec.source.maxRecordsPerBatch) and the column freshness is measured on (eventTime.column, else
+#: schema.eventTimeColumn), as the query config's key → its path in the app config's JSON. Options of the query, so
+#: the running driver applies them too, on either path.
 QUERY_PACE_KEYS = contract.QUERY_CONFIG_PACE
 #: What a query-only key's content is replaced by in the pod's hash.
 QUERY_ONLY_MARK = "<applied in the running driver>"
-
-
-def _frame_path(doc: Mapping[str, Any]) -> bool:
-    return any(doc.get(key) is not None for key in QUERY_ONLY_KEYS)
 
 
 def _pace(doc: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -748,15 +744,13 @@ def config_hash(app_json: str, template: Mapping[str, Any],
     change none. The executors' pod template counts (the driver reads it at start); without one the hash is what
     it was before executor templates existed, so an operator upgrade restarts no driver.
 
-    `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the content of the
-    query-only keys out: a change of the transform, the dedupe, the event time, the commit interval or the batch
-    size alone restarts the query in the running driver, not the pod. Without a transform, dedupe or event time the
-    two hashes are the same."""
+    `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the query-only keys out: a
+    change of the transform, the dedupe, the event time (adding or removing one too), the commit interval or the
+    batch size alone restarts the query in the running driver, not the pod."""
     doc = json.loads(app_json)
-    if pod and _frame_path(doc):
+    if pod:
         for key in QUERY_ONLY_KEYS:
-            if doc.get(key) is not None:
-                doc[key] = QUERY_ONLY_MARK
+            doc[key] = QUERY_ONLY_MARK
         for path in QUERY_PACE_KEYS.values():
             parent = doc
             for key in path[:-1]:
@@ -845,9 +839,7 @@ def render(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, image: str,
         children += rbac(owner, name, namespace)
     # Metadata only, never `data`: that field belongs to the driver (field manager handoff-driver).
     progress_meta = _meta(progress_configmap_name(name), namespace, "progress", owner)
-    if config.frame_path:
-        progress_meta["annotations"] = {contract.QUERY_CONFIG_ANNOTATION: query_config_json(config, full_digest,
-                                                                                            digest)}
+    progress_meta["annotations"] = {contract.QUERY_CONFIG_ANNOTATION: query_config_json(config, full_digest, digest)}
     children.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": progress_meta})
     children.append({
         "apiVersion": "v1", "kind": "Service",

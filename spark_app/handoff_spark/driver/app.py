@@ -237,6 +237,16 @@ def frame_path_conf(conf: dict[str, str], cfg: AppConfig) -> dict[str, str]:
     return out
 
 
+def set_frame_path_conf(spark: Any, cfg: AppConfig) -> None:
+    """The session's SQL settings of `frame_path_conf` (those the user did not set), set before a DataFrame-path query
+    starts. A session built for it has them already; one built for the fused path (the pod started without a
+    transform, dedupe or event time, and one was added since: the query switched in this driver, driver.query_config)
+    gets them now. They are SQL settings a new query reads at its start, and its checkpoint keeps them after."""
+    for key, value in frame_path_conf({}, cfg).items():
+        if key not in cfg.spark_conf and spark.conf.get(key, None) != value:
+            spark.conf.set(key, value)
+
+
 def build_session(cfg: AppConfig) -> Any:
     """SparkSession from `cfg.spark_conf` (spark-submit's conf wins where it already set a key)."""
     from pyspark.sql import SparkSession
@@ -304,6 +314,8 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     `min_partitions_file`: rewritten when the executors change (executor_scaler), so each batch is split for the
     cores there are now; unused when the spec sets `minPartitions` itself."""
     frames = frames_query(cfg, sink_format)
+    if frames:
+        set_frame_path_conf(spark, cfg)
     reader = spark.readStream.format(FRAMES_SOURCE_NAME if frames else
                                      RANGES_SOURCE_NAME if uses_fused_read(cfg, sink_format) else SOURCE_NAME)
     options = source_options(cfg, stop_marker, start_offsets)
@@ -596,7 +608,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         session = EarlySession(lambda: build_session(pod_cfg)).start()
         # The operator's query config for this pod (driver.query_config) may be newer than the pod's app.json: it runs,
         # and the start is planned for it (a checkpoint is kept or discarded for the dedupe keys that will run).
-        pod_hash = switches.POD_CONFIG_HASH() if hold is not None and frames_query(cfg, sink_format) else None
+        pod_hash = switches.POD_CONFIG_HASH() if hold is not None else None
         running_hash: str | None = None
         refused_hash: str | None = None
         # checked, to run at the batch boundary (with its dedupe keys' types)
@@ -665,7 +677,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 return None
             try:
                 candidate = query_config.applied(cfg, wanted)
-                candidate_types = transform.check(spark, candidate)
+                candidate_types = transform.check(spark, candidate) if frames_query(candidate, sink_format) else None
             except (transform.TransformInvalid, ValueError) as exc:
                 line = refusal(exc)
                 refused_hash = wanted.config_hash
@@ -774,7 +786,8 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 running_since_ms = int(time.time() * 1000)
                 start = prepare_start(cfg, backend, echo, key_types=key_types)
                 start_offsets = query_start_offsets(cfg, start, sink_format)
-                reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location))
+                reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location)
+                                   if frames_query(cfg, sink_format) else {})
                 restart_when = lookups_changed(cfg)
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, start_offsets=start_offsets,

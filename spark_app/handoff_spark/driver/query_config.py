@@ -1,18 +1,21 @@
 """The operator's query config, applied by the running driver (pure; the read is `driver.hold`'s, the check and the
 query's restart are `driver.app`'s).
 
-Why: a change of what the DataFrame path's query does (the transform's SQL and lookups, the dedupe's keys and window,
-the event time's column, watermark and late-record policy) or of its pace (the trigger interval, the source's batch
-size) changes the query, not the JVM, the pod or the executors.
+Why: a change of what the query does (the transform's SQL and lookups, the dedupe's keys and window, the event time's
+column, watermark and late-record policy, and adding or removing any of them: the query then switches between the
+fused path and the DataFrame path) or of its pace (the trigger interval, the source's batch size) changes the query,
+not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
-config hash leaves their content out (`handoff_operator.spec.render.config_hash`; which of them are set stays in:
-that decides the query's source and the session's state store), and the operator hands them to the running driver.
+config hash leaves them out (`handoff_operator.spec.render.config_hash`), and the operator hands them to the running
+driver. The one thing a switch of path does not change is the JVMs' JIT (C1-only for the fused path, C2 for the
+DataFrame path: `driver.app.build_session`), fixed at the JVM's launch: it follows at the pod's next start.
 
 Contract with the operator (names in `handoff_spark.contract`):
-- the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap when the handoff runs the DataFrame path:
+- the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap of every handoff:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
-  "eventTime": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …}` (each as in the app config, or null);
+  "eventTime": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …, "eventTimeColumn": …}` (each as in the app
+  config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
@@ -47,14 +50,16 @@ PACE_KEYS = tuple(contract.QUERY_CONFIG_PACE)
 
 @dataclass(frozen=True)
 class Pace:
-    """The query's trigger interval and the source's batch size (spec.commitInterval, spec.source.maxRecordsPerBatch)."""
+    """The query's trigger interval, the source's batch size and the column freshness is measured on
+    (spec.commitInterval, spec.source.maxRecordsPerBatch, eventTime.column or schema.eventTimeColumn)."""
 
     trigger_interval_seconds: float
     max_records_per_batch: int | None
+    event_time_column: str | None = None
 
     @staticmethod
     def of(cfg: AppConfig) -> "Pace":
-        return Pace(cfg.trigger_interval_seconds, cfg.source.max_records_per_batch)
+        return Pace(cfg.trigger_interval_seconds, cfg.source.max_records_per_batch, cfg.schema_.event_time_column)
 
 
 @dataclass(frozen=True)
@@ -106,8 +111,9 @@ def _pace(doc: dict) -> Pace | None:
     """The pace the annotation carries, or None when it carries none (an operator that wrote none)."""
     if not all(key in doc for key in PACE_KEYS):
         return None
-    batch = doc["maxRecordsPerBatch"]
-    return Pace(float(doc["triggerIntervalSeconds"]), None if batch is None else int(batch))
+    batch, column = doc["maxRecordsPerBatch"], doc["eventTimeColumn"]
+    return Pace(float(doc["triggerIntervalSeconds"]), None if batch is None else int(batch),
+                None if column is None else str(column))
 
 
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
@@ -118,4 +124,5 @@ def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     if wanted.pace is not None:
         data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds
         data["source"]["maxRecordsPerBatch"] = wanted.pace.max_records_per_batch
+        data.setdefault("schema", {})["eventTimeColumn"] = wanted.pace.event_time_column
     return AppConfig.model_validate(data)

@@ -11,7 +11,10 @@ topic (or of another cluster) mean nothing for the new one, so the driver refuse
 or skip records silently, and says how to proceed.
 
 A checkpoint whose Spark state is keyed by other `dedupe.keys` than the spec's (recorded at each start) is discarded
-too: Spark refuses a changed state key schema, and the window is rebuilt for the new keys from the ledger.
+too: Spark refuses a changed state key schema, and the window is rebuilt for the new keys from the ledger. So is one
+written by the other path (the fused path's query, or the DataFrame path's: a transform, dedupe or event time was
+added or removed): its last batch was planned, and maybe half written, by a query that reads and writes otherwise, and
+the ledger says where the new query starts just as well.
 
 `checkpoint_problems`, `state_keys_problem` and `ledger.identity_problems` (handoff_spark.ledger.record) are the
 pure decisions; `prepare_start` does the I/O.
@@ -88,6 +91,15 @@ class StartPlan:
         return out
 
 
+def path_problem(recorded_rows: bool | None, rows: bool) -> str | None:
+    """Why a checkpoint written by the other path's query is not resumed (None: same path, or not recorded). Pure."""
+    if recorded_rows is None or recorded_rows == rows:
+        return None
+    def name(r: bool) -> str:
+        return "the DataFrame path (a transform, dedupe or event time)" if r else "the fused path"
+    return f"the query moved from {name(recorded_rows)} to {name(rows)}"
+
+
 def state_keys_problem(recorded: list[str] | None, keys: list[str] | None,
                        recorded_types: dict[str, str] | None = None, types: dict[str, str] | None = None
                        ) -> str | None:
@@ -151,7 +163,13 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
                  f"({', '.join(removed)}): {discarded}. Resuming from the ledger.")
             log.warning("checkpoint discarded: %s", discarded)
     keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    rows = bool(getattr(cfg, "frame_path", False))
     state = ckpt.read_state_keys(cfg.checkpoint_location)
+    if not point.empty and discarded is None:
+        moved = path_problem(state.rows, rows)
+        if moved:
+            discarded = moved
+            _discard(cfg, moved, echo, "was written by the other path's query")
     if not point.empty and discarded is None:
         changed = state_keys_problem(state.keys, keys, state.types, key_types) if state.recorded else None
         if changed:
@@ -159,15 +177,19 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
             _discard_state(cfg, changed, echo)
     if key_types is None and discarded is None and state.recorded and state.keys == keys:
         key_types = state.types  # not known yet: the recorded ones stay until the check compares them
-    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types)
+    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types, rows)
     ckpt.write_kafka_identity(cfg.checkpoint_location, {"cluster": cluster, "topics": topic_ids})
     return StartPlan(ledger=ledger, discarded=discarded)
 
 
 def _discard_state(cfg: Any, why: str, echo: Callable[[str], None]) -> None:
+    _discard(cfg, why, echo, "holds Spark's dedupe state for other keys")
+
+
+def _discard(cfg: Any, why: str, echo: Callable[[str], None], what: str) -> None:
     removed = ckpt.discard(cfg.checkpoint_location)
-    echo(f"checkpoint {cfg.checkpoint_location} holds Spark's dedupe state for other keys and is discarded "
-         f"({', '.join(removed)}): {why}. Resuming from the ledger.")
+    echo(f"checkpoint {cfg.checkpoint_location} {what} and is discarded ({', '.join(removed)}): {why}. Resuming "
+         f"from the ledger.")
     log.warning("checkpoint discarded: %s", why)
 
 
@@ -183,5 +205,5 @@ def settle_key_types(cfg: Any, start: StartPlan, key_types: dict[str, str] | Non
     if changed and not ckpt.resume_point(cfg.checkpoint_location).empty:
         _discard_state(cfg, changed, echo)
         start = StartPlan(ledger=start.ledger, discarded=changed)
-    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types)
+    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types, bool(getattr(cfg, "frame_path", False)))
     return start

@@ -127,13 +127,18 @@ def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, oper
     # the same cluster just did), the running handoff is Degraded=StatusUnavailable; Ready stays True.
     assert status["phase"] in ("Running", "Degraded") and status["app"]["driver"] == first.metadata.name
     old_hash = _hash(_deployment(cluster, ns, "clicks"))
+    # The whole app config's hash; the pod template's leaves the query's own settings out (driver.query_config).
+    old_config = status["app"]["configHash"]
+    assert old_config != old_hash
 
     # kubectl shows the printer columns.
     table = kubectl(cluster.kubeconfig, "get", "sth", "-n", ns).stdout.splitlines()
     assert table[0].split() == ["NAME", "PHASE", "LAG", "FRESHNESS", "EXECUTORS", "AGE"]
     assert table[1].split()[:2] in (["clicks", "Running"], ["clicks", "Degraded"])
 
-    cluster.patch_spec(ns, "clicks", {"commitInterval": "20s"})
+    # A change of what the pod runs (where a new checkpoint starts reading; a new commit interval would change only
+    # the running driver's query: driver.query_config).
+    cluster.patch_spec(ns, "clicks", {"source": {"startingOffsets": "latest"}})
     new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "clicks")) != old_hash
                           and _hash(_deployment(cluster, ns, "clicks")), "new config hash on the pod template")
     cluster.wait_condition(ns, "clicks", "Progressing", "True", "Restarting")
@@ -143,16 +148,17 @@ def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, oper
     assert [p.metadata.annotations["handoff.io/config-hash"] for p in pods] == [new_hash]
     config = AppConfig.model_validate(json.loads(
         cluster.core.read_namespaced_config_map("clicks-app", ns).data["app.json"]))
-    assert config.trigger_interval_seconds == 20
+    assert config.source.starting_offsets == "latest"
     cluster.make_driver_ready(ns, "clicks")
     cluster.wait_condition(ns, "clicks", "Ready", "True", "Running")
     cond = cluster.wait_condition(ns, "clicks", "Progressing", "False", "RolloutComplete")
     assert cond["observedGeneration"] == 2
     status = cluster.get(ns, "clicks")["status"]
-    assert status["app"]["restarts"] == 1 and status["app"]["configHash"] == new_hash
+    new_config = status["app"]["configHash"]
+    assert status["app"]["restarts"] == 1 and new_config not in (old_config, new_hash)
     restarts = [e for e in cluster.events(ns, "clicks") if e.reason == "Restarting"]
     assert len(restarts) == 1 and (restarts[0].count or 1) == 1, [(e.reason, e.message) for e in restarts]
-    assert old_hash in restarts[0].message and new_hash in restarts[0].message
+    assert old_config in restarts[0].message and new_config in restarts[0].message
 
 
 def test_suspend_stops_the_driver_and_resume_continues(cluster: Cluster, operator: Operator) -> None:
@@ -161,6 +167,7 @@ def test_suspend_stops_the_driver_and_resume_continues(cluster: Cluster, operato
     cluster.make_driver_ready(ns, "views")
     cluster.wait_condition(ns, "views", "Ready", "True")
     config_hash = _hash(_deployment(cluster, ns, "views"))
+    app_config_hash = cluster.get(ns, "views")["status"]["app"]["configHash"]
 
     cluster.patch_spec(ns, "views", {"suspend": True})
     eventually(lambda: _deployment(cluster, ns, "views").spec.replicas == 0, "replicas 0")
@@ -180,7 +187,7 @@ def test_suspend_stops_the_driver_and_resume_continues(cluster: Cluster, operato
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == ("Degraded" if degraded["status"] == "True" else "Running")
     assert degraded["reason"] in {"AsExpected", "StatusUnavailable"}, degraded
-    assert status["app"]["configHash"] == config_hash
+    assert status["app"]["configHash"] == app_config_hash
     assert not status["app"].get("restarts"), "suspend/resume is not a config restart"
     reasons = [e.reason for e in cluster.events(ns, "views")]
     assert "Suspended" in reasons
@@ -253,13 +260,13 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(cluster: Cl
     # (mid-reconcile), and start it once more.
     operator.stop()
     try:
-        cluster.patch_spec(ns, "steady", {"commitInterval": "15s"})
+        cluster.patch_spec(ns, "steady", {"source": {"startingOffsets": "latest"}})
         operator.start()
         operator.stop()
     finally:
         operator.start()
     eventually(lambda: AppConfig.model_validate(json.loads(cluster.core.read_namespaced_config_map(
-        "steady-app", ns).data["app.json"])).trigger_interval_seconds == 15, "new config applied")
+        "steady-app", ns).data["app.json"])).source.starting_offsets == "latest", "new config applied")
     new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "steady")) != old_hash
                           and _hash(_deployment(cluster, ns, "steady")), "new config hash")
     eventually(lambda: [p.metadata.annotations["handoff.io/config-hash"]
@@ -381,8 +388,8 @@ def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is the same"
     eventually(lambda: AppConfig.model_validate_json(cluster.core.read_namespaced_config_map(
         "frames-app", ns).data["app.json"]).transform.sql == "SELECT * FROM source WHERE id > 1", "the new SQL")
-    # So does a changed dedupe window, and a new pace (commit interval, batch size); removing the transform changes
-    # what the driver runs: that restarts the driver.
+    # So does a changed dedupe window, and a new pace (commit interval, batch size), and removing the transform, the
+    # dedupe and the event time: the running driver's query goes back to the fused path.
     cluster.patch_spec(ns, "frames", {"dedupe": {"within": "2h"}})
     eventually(lambda: query_config()["dedupe"] == {"keys": ["id"], "withinSeconds": 7200.0}, "the new window")
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
@@ -390,9 +397,10 @@ def test_transform_dedupe_and_event_time_applied_with_kubectl_reach_the_drivers_
     eventually(lambda: (query_config()["triggerIntervalSeconds"], query_config()["maxRecordsPerBatch"]) == (30.0, 5000),
                "the new pace")
     assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
-    cluster.patch_spec(ns, "frames", {"transform": None})
-    eventually(lambda: _hash(_deployment(cluster, ns, "frames")) != old_hash, "a new pod template without it")
-    eventually(lambda: query_config()["transform"] is None, "the query config without the transform")
+    cluster.patch_spec(ns, "frames", {"transform": None, "dedupe": None, "eventTime": None})
+    eventually(lambda: (query_config()["transform"], query_config()["dedupe"], query_config()["eventTime"])
+               == (None, None, None), "the query config without the transform, the dedupe and the event time")
+    assert _hash(_deployment(cluster, ns, "frames")) == old_hash, "the driver pod's template is still the same"
 
 
 def test_a_transform_combination_that_cannot_work_is_invalid_spec_naming_the_field(

@@ -78,21 +78,37 @@ def test_a_changed_transform_is_planned_as_a_restart_of_the_query_in_the_running
     planned = plan(_gathered(obj, new, driver=running))
     assert planned.restart is not None and planned.app["configHash"] == new.rendered.config_hash
     assert f"driver pod {running.pod_name} checks it and restarts its query" in planned.restart[2], planned.restart
-    bigger = {"driver": {"cores": 1, "memory": "2Gi"}, "executor": {"cores": 2, "memory": "2Gi"}}
-    other = _prepared(base_spec(**{**frames, "spark": bigger}))
+    # A transform added to a handoff on the fused path, and removed again: the same pod template, the query
+    # restarts in the running driver, which switches path.
+    fused = _prepared(base_spec(deadLetter={"topic": "orders-dlq"}))
+    assert fused.rendered.pod_hash == old.rendered.pod_hash != fused.rendered.config_hash
+    for before, after, spec in ((fused, old, base_spec(**frames)),
+                                (old, fused, base_spec(deadLetter={"topic": "orders-dlq"}))):
+        driver = _driver(before.rendered.pod_hash, running_config_hash=before.rendered.config_hash)
+        planned = plan(_gathered(_handoff(spec, 2, {"app": {"configHash": before.rendered.config_hash}}), after,
+                                 driver=driver))
+        assert planned.restart is not None and planned.app["configHash"] == after.rendered.config_hash
+        assert f"driver pod {driver.pod_name} checks it and restarts its query" in planned.restart[2], planned.restart
+    other = _prepared(base_spec(**{**frames, "spark": BIGGER}))
     assert other.rendered.pod_hash != old.rendered.pod_hash
-    planned = plan(_gathered(_handoff(base_spec(**{**frames, "spark": bigger}), 2,
+    planned = plan(_gathered(_handoff(base_spec(**{**frames, "spark": BIGGER}), 2,
                                       {"app": {"configHash": old.rendered.config_hash}}), other, driver=running))
     assert planned.restart is not None and "stopping the driver at a batch boundary" in planned.restart[2]
 
 
+#: A change of the driver pod itself (its resources): a new pod template, where a new commit interval changes only
+#: the running driver's query (driver.query_config).
+BIGGER = {"driver": {"cores": 1, "memory": "2Gi"}, "executor": {"cores": 2, "memory": "2Gi"}}
+
+
 def test_a_crash_looping_change_plans_the_last_good_children_and_says_why():
-    good, new = _prepared(base_spec()), _prepared(base_spec(commitInterval="30s"))
+    good, new = _prepared(base_spec()), _prepared(base_spec(spark=BIGGER))
     good_hash, new_hash = good.rendered.config_hash, new.rendered.config_hash
     tried = UpgradeState(last_good_generation=1, last_good_hash=good_hash, trying_generation=2, trying_hash=new_hash,
                          trying_since_ms=NOW - MIN)
-    obj = _handoff(base_spec(commitInterval="30s"), 2, {**status_from_state(tried), "app": {"configHash": good_hash}})
-    crashing = _driver(new_hash, ready_replicas=0, pod_ready=False, restart_count=3, waiting_reason="CrashLoopBackOff")
+    obj = _handoff(base_spec(spark=BIGGER), 2, {**status_from_state(tried), "app": {"configHash": good_hash}})
+    crashing = _driver(new.rendered.pod_hash, ready_replicas=0, pod_ready=False, restart_count=3,
+                       waiting_reason="CrashLoopBackOff")
     planned = plan(_gathered(obj, new, driver=crashing, last_good=good.rendered))
     assert planned.upgrade is not None and planned.upgrade.rolling_back and planned.rolls_out
     assert planned.rendered is good.rendered and planned.upgrade.good_hash is None
@@ -107,13 +123,13 @@ def test_a_rollback_that_deleted_the_crashing_pod_names_it_as_the_driver_it_repl
     """Acting on a rollback deletes the crash-looping pod before its replacement exists: status.app.driver names
     that pod (not the one before it), so the timeline says which pod the rollback's pod replaced (the timeline
     drill of issue 35 read "<the rollback's pod> replaced <the pod before the bad upgrade>")."""
-    good, new = _prepared(base_spec()), _prepared(base_spec(commitInterval="30s"))
+    good, new = _prepared(base_spec()), _prepared(base_spec(spark=BIGGER))
     good_hash, new_hash = good.rendered.config_hash, new.rendered.config_hash
     tried = UpgradeState(last_good_generation=1, last_good_hash=good_hash, trying_generation=2, trying_hash=new_hash,
                          trying_since_ms=NOW - MIN)
-    obj = _handoff(base_spec(commitInterval="30s"), 2, {**status_from_state(tried), "observedGeneration": 2,
-                                                        "app": {"configHash": good_hash, "driver": "d-before"}})
-    crashing = _driver(new_hash, ready_replicas=0, pod_ready=False, restart_count=3, waiting_reason="CrashLoopBackOff",
+    obj = _handoff(base_spec(spark=BIGGER), 2, {**status_from_state(tried), "observedGeneration": 2,
+                                                "app": {"configHash": good_hash, "driver": "d-before"}})
+    crashing = _driver(new.rendered.pod_hash, pod_name=f"d-{new_hash}", ready_replicas=0, pod_ready=False, restart_count=3, waiting_reason="CrashLoopBackOff",
                        last_termination_reason="Error (exit code 1)", last_termination_message="ImportError: x")
     seen = _gathered(obj, new, driver=crashing, last_good=good.rendered)
     planned = plan(seen)
@@ -126,7 +142,7 @@ def test_a_rollback_that_deleted_the_crashing_pod_names_it_as_the_driver_it_repl
     assert [(e["reason"], e["message"]) for e in owed] == [(
         "DriverReplaced", f"driver pod d-{new_hash} replaced d-before (a restart, a kill or an eviction)")]
     # The next reconcile finds the rollback's pod: it replaced the crashing one.
-    back = _driver(good_hash, pod_name="d-after")
+    back = _driver(good.rendered.pod_hash, pod_name="d-after")
     again = journal.owed(now_ms=NOW, generation=2, old_status=decided.status,
                          new_status={"app": {**app, "driver": back.pod_name}}, events=[])
     assert [e["message"] for e in again] == [
@@ -139,7 +155,8 @@ def test_a_committing_first_spec_is_marked_good_and_stored():
     obj = _handoff(base_spec(), 1, status_from_state(UpgradeState(trying_generation=1, trying_hash=config_hash,
                                                                   trying_since_ms=NOW - MIN)))
     report = DriverReport(published_at_ms=NOW, driver_pod=f"d-{config_hash}", batch_id=4, committed_snapshot=7)
-    planned = plan(_gathered(obj, first, driver=_driver(config_hash), report=report))
+    planned = plan(_gathered(obj, first, driver=_driver(first.rendered.pod_hash, pod_name=f"d-{config_hash}"),
+                             report=report))
     assert planned.upgrade is not None and planned.upgrade.decision.action == "markGood" and planned.rolls_out
     assert planned.upgrade.good_hash == config_hash and planned.rendered is first.rendered
     assert planned.upgrade.events == []  # the first good spec is no upgrade

@@ -68,7 +68,7 @@ def test_driver_deployment_runs_client_mode_spark_on_kubernetes():
     dep = r.child("Deployment")
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     tpl = dep["spec"]["template"]
-    assert tpl["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.config_hash
+    assert tpl["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash != r.config_hash
     assert dep["spec"]["selector"]["matchLabels"].items() <= tpl["metadata"]["labels"].items()
     (c,) = tpl["spec"]["containers"]
     assert c["image"] == "registry.example/handoff:1.2"
@@ -412,21 +412,22 @@ def test_event_time_sets_the_freshness_column_when_schema_names_none():
     {"eventTime": {"column": "created_at", "watermark": "31s"}},
     {"dedupe": None},
     {"eventTime": None},
+    {"transform": None, "dedupe": None, "eventTime": None},
 ])
 def test_each_change_of_transform_dedupe_or_event_time_changes_the_hash(change):
     """The config hash (status.app.configHash, the upgrade rule's) changes with each of them. The pod's own hash
-    (the driver pod template's annotation: a rollout per change) leaves out their content, which the running driver
-    applies by restarting its query (driver.query_config); removing one (or adding it) changes the pod's."""
+    (the driver pod template's annotation: a rollout per change) leaves them out, which the running driver applies
+    by restarting its query (driver.query_config): removing one (or adding it) too, and all of them (the query goes
+    back to the fused path in the same driver)."""
     fields = {**TRANSFORM, **change}
     for key in [k for k, v in fields.items() if v is None]:
         del fields[key]
     changed, before = _render(spec(**fields)), _render(spec(**TRANSFORM))
     assert changed.config_hash != before.config_hash
     assert before.config_hash == _render(spec(**TRANSFORM)).config_hash
-    in_place = None not in change.values()
-    assert (changed.pod_hash == before.pod_hash) == in_place
+    assert changed.pod_hash == before.pod_hash
     pod = lambda r: r.child("Deployment")["spec"]["template"]  # noqa: E731
-    assert (pod(changed) == pod(before)) == in_place
+    assert pod(changed) == pod(before)
 
 
 def _with_batch_size(n):
@@ -453,16 +454,21 @@ def test_on_the_dataframe_path_the_commit_interval_and_batch_size_change_in_the_
     assert doc["triggerIntervalSeconds"] == 30.0 or doc["maxRecordsPerBatch"] == 5000
 
 
-def test_on_the_fused_path_the_commit_interval_still_rolls_the_pod():
-    """No query config there (the fused path's pods render as before): a new interval is a new pod template."""
+def test_on_the_fused_path_the_commit_interval_changes_in_the_running_driver_too():
+    """The fused path's query takes its pace from the query config as well: a new interval is no new pod template.
+    A change of what the pod runs (its resources) still is."""
     before, after = _render(), _render(spec(commitInterval="30s"))
-    assert after.pod_hash != before.pod_hash and after.pod_hash == after.config_hash
+    assert after.config_hash != before.config_hash and after.pod_hash == before.pod_hash
+    progress = next(c for c in after.children if c["metadata"]["name"] == "orders-progress")
+    assert json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])["triggerIntervalSeconds"] == 30.0
+    bigger = _render(spec(spark={"driver": {"cores": 1, "memory": "2Gi"}, "executor": {"cores": 1, "memory": "1Gi"}}))
+    assert bigger.pod_hash != before.pod_hash
 
 
 def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
-    """On the DataFrame path: the progress ConfigMap's query-config annotation holds the transform, dedupe and event
-    time with both hashes, and the driver pod gets its own hash through the downward API. Without them: neither, and
-    the two hashes are one (the pods of handoffs on the fused path render as before)."""
+    """The progress ConfigMap's query-config annotation holds the transform, dedupe and event time and the pace with
+    both hashes, and the driver pod gets its own hash through the downward API. Without a transform, dedupe or event
+    time too (the fused path's driver takes its pace from it, and a transform added later)."""
     r = _render(spec(**TRANSFORM))
     progress = next(c for c in r.children if c["metadata"]["name"] == "orders-progress")
     doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
@@ -470,7 +476,7 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
                    "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []},
                    "dedupe": {"keys": ["id"], "withinSeconds": 3600.0},
                    "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"},
-                   "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None}
+                   "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None, "eventTimeColumn": "created_at"}
     assert r.pod_hash != r.config_hash
     template = r.child("Deployment")["spec"]["template"]
     assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash
@@ -483,10 +489,12 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
     assert doc["transform"] is None and doc["eventTime"] is None and doc["dedupe"]["keys"] == ["id"]
     plain = _render()
     progress = next(c for c in plain.children if c["metadata"]["name"] == "orders-progress")
-    assert "annotations" not in progress["metadata"] and plain.pod_hash == plain.config_hash
+    doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+    assert (doc["transform"], doc["dedupe"], doc["eventTime"]) == (None, None, None)
+    assert (doc["configHash"], doc["podConfigHash"]) == (plain.config_hash, plain.pod_hash)
     template = plain.child("Deployment")["spec"]["template"]
-    assert "HANDOFF_POD_CONFIG_HASH" not in {e["name"] for e in template["spec"]["containers"][0]["env"]}
-    assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == plain.config_hash
+    assert "HANDOFF_POD_CONFIG_HASH" in {e["name"] for e in template["spec"]["containers"][0]["env"]}
+    assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == plain.pod_hash != plain.config_hash
 
 
 BIGQUERY = {"sink": {"bigquery": {"project": "p1", "dataset": "d", "table": "t"}}}

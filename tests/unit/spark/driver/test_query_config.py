@@ -58,6 +58,24 @@ def test_a_changed_dedupe_or_event_time_is_a_query_config_too(tmp_path):
     assert query_config.parse(json.dumps({**doc, "dedupe": {"keys": []}}), "p1") is None  # unreadable: logged
 
 
+def test_adding_or_removing_the_transform_is_a_query_config_too(tmp_path):
+    """A handoff on the fused path gets a transform, and loses it again, in its running driver: the query config
+    with none of them is the fused path's, and the app config's rules hold for each (a dedupe needs a dead-letter
+    topic whatever the path)."""
+    fused = _cfg(tmp_path, transform=None)
+    assert not fused.frame_path
+    added = query_config.parse(_annotation(sql=SQL), "p1")
+    assert added is not None and not added.runs_in(fused)
+    rows = query_config.applied(fused, added)
+    assert rows.frame_path and rows.transform == Transform(sql=SQL)
+    none = query_config.parse(json.dumps({"configHash": "h3", "podConfigHash": "p1", "transform": None}), "p1")
+    assert none is not None and none.runs_in(fused) and not none.runs_in(rows)
+    assert query_config.applied(rows, none) == fused
+    dedupe = json.dumps({"configHash": "h5", "podConfigHash": "p1", "dedupe": {"keys": ["id"], "withinSeconds": 60}})
+    with pytest.raises(ValueError, match="deadLetterTopic"):
+        query_config.applied(fused.model_copy(update={"dead_letter_topic": None}), query_config.parse(dedupe, "p1"))
+
+
 def test_the_wanted_transform_replaces_only_the_transform_and_the_app_configs_rules_still_hold(tmp_path):
     cfg = _cfg(tmp_path)
     new = query_config.applied(cfg, query_config.Wanted("h2", Transform(sql="SELECT * FROM source")))
@@ -69,17 +87,23 @@ def test_the_wanted_transform_replaces_only_the_transform_and_the_app_configs_ru
 
 
 def test_the_querys_pace_is_a_query_config_too_and_kept_when_the_annotation_carries_none(tmp_path):
-    """spec.commitInterval and spec.source.maxRecordsPerBatch: the trigger and the source's batch size of the next
-    query. An annotation without them (none written) leaves the driver's own; a bad value is unreadable (logged)."""
+    """spec.commitInterval, spec.source.maxRecordsPerBatch and the event-time column: the trigger, the source's batch
+    size and the freshness column of the next query. An annotation without them (an operator that wrote none) leaves
+    the driver's own; a bad value is unreadable (logged)."""
     cfg = _cfg(tmp_path)
-    doc = {**json.loads(_annotation(sql=SQL)), "triggerIntervalSeconds": 30, "maxRecordsPerBatch": 50}
+    doc = {**json.loads(_annotation(sql=SQL)), "triggerIntervalSeconds": 30, "maxRecordsPerBatch": 50,
+           "eventTimeColumn": "amount"}
     wanted = query_config.parse(json.dumps(doc), "p1")
-    assert wanted is not None and wanted.pace == query_config.Pace(30.0, 50)
+    assert wanted is not None and wanted.pace == query_config.Pace(30.0, 50, "amount")
     assert not wanted.runs_in(cfg)
     new = query_config.applied(cfg, wanted)
     assert (new.trigger_interval_seconds, new.source.max_records_per_batch) == (30.0, 50) and wanted.runs_in(new)
-    assert new.model_dump(exclude={"trigger_interval_seconds", "source"}) == cfg.model_dump(
-        exclude={"trigger_interval_seconds", "source"})
+    assert new.schema_.event_time_column == "amount" and cfg.schema_.event_time_column is None
+    assert new.model_dump(exclude={"trigger_interval_seconds", "source", "schema_"}) == cfg.model_dump(
+        exclude={"trigger_interval_seconds", "source", "schema_"})
+    assert new.schema_.model_dump(exclude={"event_time_column"}) == cfg.schema_.model_dump(
+        exclude={"event_time_column"})
+    assert query_config.parse(json.dumps({k: v for k, v in doc.items() if k != "eventTimeColumn"}), "p1").pace is None
     unlimited = query_config.parse(json.dumps({**doc, "maxRecordsPerBatch": None}), "p1")
     assert unlimited is not None and query_config.applied(new, unlimited).source.max_records_per_batch is None
     none_given = query_config.parse(_annotation(sql=SQL), "p1")

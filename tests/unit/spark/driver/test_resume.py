@@ -7,7 +7,7 @@ import json
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.ledger.record import (BATCH, EPOCH, Commit, contiguity_problems, identity_problems, incarnations,
                                          newest_identity, of_incarnation)
-from handoff_spark.driver.resume import checkpoint_problems, state_keys_problem
+from handoff_spark.driver.resume import checkpoint_problems, path_problem, state_keys_problem
 
 T0, T1 = ("t", 0), ("t", 1)
 
@@ -169,3 +169,16 @@ def test_the_recorded_state_keys_round_trip_and_an_old_checkpoint_has_none(tmp_p
                                                             {"id": "bigint", "region": "string"})
     ckpt.write_state_keys(location, None)
     assert ckpt.read_state_keys(location) == ckpt.StateKeys(True, None)
+    ckpt.write_state_keys(location, None, None, rows=False)
+    assert ckpt.read_state_keys(location) == ckpt.StateKeys(True, None, None, rows=False)
+
+
+def test_a_checkpoint_of_the_other_paths_query_is_a_reason_to_discard_and_an_unrecorded_path_is_not():
+    """A transform, dedupe or event time added to a handoff on the fused path (or the last one removed) switches its
+    query's path: the checkpoint the other path's query wrote is not resumed (driver.query_config)."""
+    assert path_problem(False, True) == "the query moved from the fused path to the DataFrame path (a transform, " \
+                                        "dedupe or event time)"
+    assert path_problem(True, False) == "the query moved from the DataFrame path (a transform, dedupe or event " \
+                                        "time) to the fused path"
+    assert path_problem(True, True) is None and path_problem(False, False) is None
+    assert path_problem(None, True) is None and path_problem(None, False) is None  # written before it was recorded
