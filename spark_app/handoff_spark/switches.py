@@ -254,9 +254,9 @@ DRIVER_POD_NAME = Text(
     "record so the operator tells the running driver's report from an old one.", what="a pod name")
 POD_CONFIG_HASH = Text(
     contract.ENV_POD_CONFIG_HASH, "driver (`driver.query_config`)",
-    "The driver pod's config hash (its `handoff.io/config-hash`, set only on the DataFrame path): the driver applies "
-    "the operator's query config (a changed transform, dedupe or event time) in place only when it was made for this "
-    "pod's template.", what="a config hash")
+    "The driver pod's config hash (its `handoff.io/config-hash`): the driver applies the operator's query config (a "
+    "changed transform, dedupe, event time or pace) in place only when it was made for this pod's template.",
+    what="a config hash")
 PROGRESS_PUBLISH_SECONDS = Seconds(
     "HANDOFF_PROGRESS_PUBLISH_SECONDS", "driver (`driver.publisher`)",
     "How often the driver republishes its progress record as a heartbeat (a changed `degradedReason` or held "
