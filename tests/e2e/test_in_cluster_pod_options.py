@@ -268,7 +268,8 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
     no container restart), the operator marks the generation good once a batch of it committed (from the driver's
     report of the config it runs), and the records after it carry its derivation. Then a SQL that fails the check:
     the driver refuses it and runs on with the SQL before, the operator rolls the spec back (UpgradeRolledBack,
-    reason TransformInvalid), and the stream goes on, still in the same container."""
+    reason TransformInvalid), and the stream goes on, still in the same container. Last, the transform removed: the
+    same container's query moves to the fused path and the stream goes on."""
     def handoff() -> dict[str, Any]:
         return cluster.get("streamtablehandoff", NAME, "-n", ns)
 
@@ -326,6 +327,24 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more + again, "the stream going on",
                    timeout=300, interval=2)
         same_container()
+
+        # Without the transform, the same container's query moves to the fused path: the checkpoint the DataFrame
+        # path's query wrote is discarded and the query starts from the table's ledger.
+        cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
+                        json.dumps({"spec": {"transform": None}}))
+        v3 = eventually(lambda: (h := (handoff().get("status") or {}).get("app", {}).get("configHash"))
+                        not in (v1, v2) and h, "the operator's config hash without the transform")
+        eventually(lambda: record().get("configHash") == v3, "the driver running the fused path", timeout=180)
+        fused = produce(pod_kafka.bootstrap, topic, range(10_400, 10_500))
+        eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more + again + fused,
+                   "the records after the switch", timeout=300, interval=2)
+        same_container()
+        log = cluster.kubectl("logs", "-n", ns, driver)
+        assert "the query moved from the DataFrame path (a transform, dedupe or event time) to the fused path" \
+            in log, log[-3000:]
+        data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "region")).to_arrow()
+        regions = dict(zip(data["id"].to_pylist(), data["region"].to_pylist()))
+        assert len(regions) == data.num_rows and {regions[i] for i in range(10_400, 10_500)} == {"eu", "us", "ap"}
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
 
