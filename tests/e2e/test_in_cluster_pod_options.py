@@ -268,8 +268,8 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
     no container restart), the operator marks the generation good once a batch of it committed (from the driver's
     report of the config it runs), and the records after it carry its derivation. Then a SQL that fails the check:
     the driver refuses it and runs on with the SQL before, the operator rolls the spec back (UpgradeRolledBack,
-    reason TransformInvalid), and the stream goes on, still in the same container. Last, the transform removed: the
-    same container's query moves to the fused path and the stream goes on."""
+    reason TransformInvalid), and the stream goes on, still in the same container. Last, the transform and the dedupe
+    removed: the same container's query moves to the fused path and the stream goes on."""
     def handoff() -> dict[str, Any]:
         return cluster.get("streamtablehandoff", NAME, "-n", ns)
 
@@ -328,12 +328,12 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
                    timeout=300, interval=2)
         same_container()
 
-        # Without the transform, the same container's query moves to the fused path: the checkpoint the DataFrame
-        # path's query wrote is discarded and the query starts from the table's ledger.
+        # Without the transform and the dedupe, the same container's query moves to the fused path: the checkpoint
+        # the DataFrame path's query wrote (on S3) is discarded and the query starts from the table's ledger.
         cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
-                        json.dumps({"spec": {"transform": None}}))
+                        json.dumps({"spec": {"transform": None, "dedupe": None}}))
         v3 = eventually(lambda: (h := (handoff().get("status") or {}).get("app", {}).get("configHash"))
-                        not in (v1, v2) and h, "the operator's config hash without the transform")
+                        not in (v1, v2) and h, "the operator's config hash without the transform and the dedupe")
         eventually(lambda: record().get("configHash") == v3, "the driver running the fused path", timeout=180)
         fused = produce(pod_kafka.bootstrap, topic, range(10_400, 10_500))
         eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more + again + fused,

@@ -6,7 +6,8 @@ Recreate rollout, replay_drill_support.Kubelet) checks it, stops its query at a 
 with it. A SQL that fails the check is refused: the query runs on with the SQL before. New dedupe keys no longer fit
 Spark's state in the checkpoint: the start is planned again in the driver, the checkpoint discarded and the window
 rebuilt from the ledger. Real Kafka, a real Iceberg table in a SQLite catalog; the second drill runs a new SQL and a
-refused one into a BigQuery table of the test bed's emulator.
+refused one into a BigQuery table of the test bed's emulator; the third starts a handoff without a transform (the
+fused path) and adds a transform and a dedupe, then removes them, each in the same driver process.
 
 Done when: one driver process ran through the five changes (no new pod template, no restart), every record is in
 the table exactly once, the records produced after the driver said it runs a new SQL carry its derivation and those

@@ -17,12 +17,18 @@ With `--transform` the driver runs a transform (the DataFrame path), and each cy
   *stop* = until the driver publishes that it runs it (`configHash`: its query stopped at a batch boundary, the SQL
   checked, the query started again; `driver.query_config`); *resume* = from then until the table's first new
   commit. The `driver restarted` baseline then starts its new process with the SQL last set, as a pod would.
+With `--switch` the driver starts without a transform (the fused path), and each cycle also measures
+- `transform added`: the query config with a transform; the running driver's query moves to the DataFrame path (the
+  fused path's checkpoint discarded, the start planned from the ledger); *stop* and *resume* as above;
+- `transform removed`: the query config without it; the query moves back to the fused path the same way.
+  The baseline's new process then runs the fused path, as a new pod would.
 No rollback happens in between (its table steps are the same in both cases and measured by
 bench/operator/replay/replay.py), so neither restart discards its checkpoint. At the end the producer stops, the
 driver catches up, and the table is checked: rows == distinct (partition, offset) == produced.
 Prints a table and writes bench/results/query_hold.json.
 
-    .venv/bin/python bench/spark/driver/query_hold.py [--cycles 3] [--rate 500] [--transform] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/spark/driver/query_hold.py [--cycles 3] [--rate 500] [--transform | --switch]
+        [--bootstrap HOST:PORT]
 """
 from __future__ import annotations
 
@@ -131,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=500, help="records per second while the cycles run")
     ap.add_argument("--transform", action="store_true",
                     help="run a transform, and measure its change in the running driver too")
+    ap.add_argument("--switch", action="store_true",
+                    help="run no transform, and measure adding one and removing it in the running driver too")
     add_broker_argument(ap)
     add_out_argument(ap, "query_hold.json")
     args = ap.parse_args(argv)
+    if args.transform and args.switch:
+        ap.error("--transform and --switch measure different starts; give one")
     from kubernetes import client, config
 
     from handoff_spark.config import AppConfig
@@ -156,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             core.create_namespace({"metadata": {"name": NAMESPACE}})
             core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": CONFIGMAP}})
             topic = f"hold-{uuid.uuid4().hex[:6]}"
-            for name, partitions in [(topic, 2)] + ([(f"{topic}-dlq", 1)] if args.transform else []):
+            for name, partitions in [(topic, 2)] + ([(f"{topic}-dlq", 1)] if args.transform or args.switch
+                                                    else []):
                 if kafka is not None:
                     kafka.create_topic(name, partitions=partitions)
                 else:
@@ -172,18 +183,20 @@ def main(argv: list[str] | None = None) -> int:
                 "schema": {"columns": COLUMNS, "onIncompatible": "halt"},
                 "checkpointLocation": str(tmp / "checkpoint"), "triggerIntervalSeconds": 0.5,
                 "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"},
-                **({"transform": {"sql": transform_sql(0)}, "deadLetterTopic": f"{topic}-dlq"}
-                   if args.transform else {})})
+                **({"transform": {"sql": transform_sql(0)}} if args.transform else {}),
+                **({"deadLetterTopic": f"{topic}-dlq"} if args.transform or args.switch else {})})
             app_json = tmp / "app.json"
             app_json.write_text(cfg.to_json())
             version = 0
 
-            def set_transform(v: int) -> str:
-                """The operator's query config of SQL version `v` on the ConfigMap, and in app.json (what a new pod
-                would mount); its config hash."""
-                config_hash = f"bench-{v}"
+            configs = iter(range(1_000_000))
+
+            def set_transform(v: int | None) -> str:
+                """The operator's query config of SQL version `v` (None: no transform, the fused path) on the
+                ConfigMap, and in app.json (what a new pod would mount); its config hash."""
+                config_hash = f"bench-{next(configs)}"
                 doc = {"configHash": config_hash, "podConfigHash": POD_HASH,
-                       "transform": {"sql": transform_sql(v), "lookups": []}}
+                       "transform": None if v is None else {"sql": transform_sql(v), "lookups": []}}
                 core.patch_namespaced_config_map(CONFIGMAP, NAMESPACE, {"metadata": {"annotations": {
                     QUERY_CONFIG_ANNOTATION: json.dumps(doc)}}})
                 app_json.write_text(AppConfig.model_validate({**json.loads(cfg.to_json()),
@@ -247,18 +260,23 @@ def main(argv: list[str] | None = None) -> int:
                              "resume_seconds": round((resumed_ms - lifted_ms) / 1000, 2)})
                 print(f"cycle {cycle}: query held    stop {stop_s:5.2f} s, resume {rows[-1]['resume_seconds']:5.2f} s",
                       flush=True)
+                changes: list[tuple[str, int | None]] = []
                 if args.transform:
                     version += 1
+                    changes = [("transform changed", version)]
+                elif args.switch:
+                    changes = [("transform added", cycle + 1), ("transform removed", None)]
+                for how, sql_version in changes:
                     changed_ms = int(time.time() * 1000)
-                    wanted = set_transform(version)
-                    since_ms = wait_for(f"the driver running SQL version {version}",
+                    wanted = set_transform(sql_version)
+                    since_ms = wait_for(f"the driver running {how} ({wanted})",
                                         lambda: (r := record()).get(CONFIG_HASH_KEY) == wanted and r[CONFIG_SINCE_KEY],
                                         timeout=300, interval=0.1)
-                    resumed_ms = wait_for(f"a commit of SQL version {version}", lambda: commit_after(since_ms))
-                    rows.append({"cycle": cycle, "how": "transform changed",
+                    resumed_ms = wait_for(f"a commit after {how} ({wanted})", lambda: commit_after(since_ms))
+                    rows.append({"cycle": cycle, "how": how,
                                  "stop_seconds": round((since_ms - changed_ms) / 1000, 2),
                                  "resume_seconds": round((resumed_ms - since_ms) / 1000, 2)})
-                    print(f"cycle {cycle}: transform     stop {rows[-1]['stop_seconds']:5.2f} s, resume "
+                    print(f"cycle {cycle}: {how:17s} stop {rows[-1]['stop_seconds']:5.2f} s, resume "
                           f"{rows[-1]['resume_seconds']:5.2f} s", flush=True)
                 t = time.monotonic()
                 driver.terminate()
@@ -289,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     def median(how: str, key: str) -> float:
         return round(statistics.median(r[key] for r in rows if r["how"] == how), 2)
 
-    kinds = ("query held", "transform changed", "driver restarted") if args.transform else \
-        ("query held", "driver restarted")
+    kinds = (("query held", "transform changed", "driver restarted") if args.transform else
+             ("query held", "transform added", "transform removed", "driver restarted") if args.switch else
+             ("query held", "driver restarted"))
     summary = {how: {"stop_seconds_median": median(how, "stop_seconds"),
                      "resume_seconds_median": median(how, "resume_seconds")} for how in kinds}
     ratio = round(summary["query held"]["resume_seconds_median"]
@@ -308,6 +327,16 @@ def main(argv: list[str] | None = None) -> int:
                             / (restarted["stop_seconds_median"] + restarted["resume_seconds_median"]), 2)
         print(f"transform changed in the driver / driver restarted, stop + resume: {total_ratio}")
         extra: dict[str, Any] = {"transform": True, "transform_total_ratio": total_ratio}
+    elif args.switch:
+        restarted = summary["driver restarted"]
+        extra = {"transform": False, "switch": True}
+        for how in ("transform added", "transform removed"):
+            figures = summary[how]
+            extra[f"{how.replace(' ', '_')}_total_ratio"] = round(
+                (figures["stop_seconds_median"] + figures["resume_seconds_median"])
+                / (restarted["stop_seconds_median"] + restarted["resume_seconds_median"]), 2)
+            print(f"{how} in the driver / driver restarted, stop + resume: "
+                  f"{extra[how.replace(' ', '_') + '_total_ratio']}")
     else:
         extra = {"transform": False}
     write_json(args.out, {"cycles": rows, "summary": summary, "resume_ratio": ratio, "rate": args.rate, **extra,
