@@ -341,22 +341,28 @@ def test_the_timeline_lists_a_drills_six_steps_in_order_with_their_details(clust
 
             # 6. A bad upgrade: a new image whose driver crash-loops; the operator goes back to generation 2.
             good_hash = _template_hash(cluster, ns)
+            # The whole config's hashes (the pod template's leaves the query's own settings out): the rollback's
+            # messages and status name these.
+            good_config = status()["app"]["configHash"]
+            assert good_config != good_hash
 
-            def upgrade() -> tuple[str, str]:
+            def upgrade() -> tuple[str, str, str]:
                 cluster.patch_spec(ns, NAME, {"spark": {"image": BROKEN_IMAGE}})
                 bad = eventually(lambda: (h := _template_hash(cluster, ns)) != good_hash and h, "generation 3 applied")
                 (pod,) = eventually(lambda: _pods_of(cluster, ns, bad), "generation 3's driver pod")
                 assert pod.spec.containers[0].image == BROKEN_IMAGE
+                tried = eventually(lambda: (u := status().get("upgrade") or {}).get("tryingGeneration") == 3
+                                   and u["tryingConfigHash"], "generation 3 tried")
                 cluster.make_driver_crash(ns, NAME, restarts=3, message="ImportError: cannot import name 'sink'")
                 cluster.wait_condition(ns, NAME, "Degraded", "True", "UpgradeRolledBack", timeout=90)
                 eventually(lambda: _template_hash(cluster, ns) == good_hash, "the Deployment back on generation 2")
                 _recorded(cluster, ns, "UpgradeRolledBack", "generation 3")
-                return bad, pod.metadata.name
-            bad_hash, bad_pod = steps.run("upgrade", upgrade)
+                return bad, tried, pod.metadata.name
+            bad_hash, bad_config, bad_pod = steps.run("upgrade", upgrade)
             assert _template_image(cluster, ns) == IMAGE
             up = status()["upgrade"]
             assert (up["rolledBackGeneration"], up["rolledBackConfigHash"], up["rolledBackReason"]) == (
-                3, bad_hash, "CrashLoop")
+                3, bad_config, "CrashLoop") and bad_config != bad_hash
             eventually(lambda: _pods_of(cluster, ns, good_hash), "generation 2's driver pod again")
             last = cluster.make_driver_ready(ns, NAME).metadata.name
             cluster.wait_condition(ns, NAME, "Ready", "True", "Running")
@@ -380,16 +386,16 @@ def test_the_timeline_lists_a_drills_six_steps_in_order_with_their_details(clust
             assert rows[replay_rows[-1]]["what"] == "ReplayRequest rewind: Succeeded"
             for i in replay_rows:
                 assert w["replay"][0] - SECOND_MS <= rows[i]["timeMs"] <= w["replay"][1], (rows[i], w["replay"])
-            rolled = _one(rows, "UpgradeRolledBack", f"Warning UpgradeRolledBack: generation 3 (config {bad_hash}) "
+            rolled = _one(rows, "UpgradeRolledBack", f"Warning UpgradeRolledBack: generation 3 (config {bad_config}) "
                                                      f"crash-looped", w["upgrade"])
-            assert f"running the config of generation 2 ({good_hash})" in rows[rolled]["what"]
+            assert f"running the config of generation 2 ({good_config})" in rows[rolled]["what"]
             assert "ImportError: cannot import name 'sink'" in rows[rolled]["what"]
             # Generation 3's pod ran (and crashed) between the replay's pod and the rollback's.
             upgraded = _one(rows, "DriverReplaced", f"driver pod {bad_pod} replaced {third}", w["upgrade"])
             back = _one(rows, "DriverReplaced", f"driver pod {last} replaced {bad_pod}", (w["upgrade"][0], _now_ms()))
             # A restart shown after the rollback goes back to generation 2's config (it said "to apply generation 3").
             restarts = [r["what"] for r in rows[rolled:] if r["kind"] == "Restarting"]
-            assert all(f"restarting the driver with the config of generation 2 ({good_hash})" in what
+            assert all(f"restarting the driver with the config of generation 2 ({good_config})" in what
                        for what in restarts), restarts
             # The spec change kept the app config: good at once, without claiming a commit of its own.
             assert any(r["kind"] == "UpgradeSucceeded" and "generation 2 runs the app config of generation 1" in
