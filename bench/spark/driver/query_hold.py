@@ -33,6 +33,7 @@ Prints a table and writes bench/results/query_hold.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             app_json.write_text(cfg.to_json())
             version = 0
 
-            configs = iter(range(1_000_000))
+            configs = itertools.count()
 
             def set_transform(v: int | None) -> str:
                 """The operator's query config of SQL version `v` (None: no transform, the fused path) on the

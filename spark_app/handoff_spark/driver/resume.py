@@ -158,12 +158,8 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
         found = checkpoint_problems(point, ledger, baseline)
         if found:
             discarded = "; ".join(found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
-            removed = ckpt.discard(cfg.checkpoint_location)
-            echo(f"checkpoint {cfg.checkpoint_location} disagrees with the table's ledger and is discarded "
-                 f"({', '.join(removed)}): {discarded}. Resuming from the ledger.")
-            log.warning("checkpoint discarded: %s", discarded)
-    keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
-    rows = bool(getattr(cfg, "frame_path", False))
+            _discard(cfg, discarded, echo, "disagrees with the table's ledger")
+    keys, rows = _wanted_state(cfg)
     state = ckpt.read_state_keys(cfg.checkpoint_location)
     if not point.empty and discarded is None:
         moved = path_problem(state.rows, rows)
@@ -180,6 +176,13 @@ def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
     ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types, rows)
     ckpt.write_kafka_identity(cfg.checkpoint_location, {"cluster": cluster, "topics": topic_ids})
     return StartPlan(ledger=ledger, discarded=discarded)
+
+
+def _wanted_state(cfg: Any) -> tuple[list[str] | None, bool]:
+    """The dedupe keys `cfg`'s query keys Spark's state by (None: no dedupe), and whether it runs the DataFrame path:
+    what `checkpoint.STATE_KEYS_FILE` records."""
+    keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    return keys, bool(getattr(cfg, "frame_path", False))
 
 
 def _discard_state(cfg: Any, why: str, echo: Callable[[str], None]) -> None:
@@ -199,11 +202,11 @@ def settle_key_types(cfg: Any, start: StartPlan, key_types: dict[str, str] | Non
     dedupe keys' types against those the checkpoint's state was made with. A change (the SQL CASTs a key to another
     type under the same name, or a declared key was widened) discards the checkpoint as a change of the keys does,
     rather than failing every start on Spark's state; then records the types."""
-    keys = list(cfg.dedupe.keys) if getattr(cfg, "dedupe", None) is not None else None
+    keys, rows = _wanted_state(cfg)
     state = ckpt.read_state_keys(cfg.checkpoint_location)
     changed = state_keys_problem(state.keys, keys, state.types, key_types) if state.recorded else None
     if changed and not ckpt.resume_point(cfg.checkpoint_location).empty:
         _discard_state(cfg, changed, echo)
         start = StartPlan(ledger=start.ledger, discarded=changed)
-    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types, bool(getattr(cfg, "frame_path", False)))
+    ckpt.write_state_keys(cfg.checkpoint_location, keys, key_types, rows)
     return start
