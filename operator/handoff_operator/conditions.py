@@ -302,8 +302,11 @@ def evaluate(facts: Facts) -> Evaluation:
         ))
 
     if not running:
-        # A restart replaces a driver that ran another config; the very first rollout is a start.
-        restarting = (driver.config_hash not in (None, facts.desired_hash) or
+        # A restart replaces a driver that ran another config; the very first rollout is a start. A pod that has not
+        # reported yet is known by its template's hash, which leaves the query's own settings out: `runs` compares
+        # that with the desired template's (comparing it with the whole config's called a first start a restart).
+        restarting = ((driver.config_hash is not None
+                       and not driver.runs(facts.desired_hash, facts.desired_pod_hash)) or
                       facts.previous_hash not in (None, facts.desired_hash) or facts.restart_in_progress)
         if restarting:
             message = (f"restarting the query in driver pod {driver.pod_name} to apply generation {facts.generation}"

@@ -146,6 +146,19 @@ def test_first_rollout_is_a_start_not_a_restart():
     assert _by_type(ev)["Progressing"].reason == "Starting"
 
 
+def test_a_first_pod_that_has_not_reported_is_starting_though_its_template_hash_is_not_the_configs():
+    """The pod template's hash leaves the query's own settings out, so before the first driver reports, its
+    annotation ("p1") differs from the whole config's hash ("h1"): that is still a start, not a restart (CI of
+    b7306cb saw a second Restarting Event, "restarting the driver to apply generation 1")."""
+    pending = DriverFacts(desired_replicas=1, replicas=1, updated_replicas=1, pod_name="d-1", pod_phase="Running",
+                          pod_config_hash="p1")
+    c = _by_type(evaluate(Facts(generation=1, suspended=False, desired_hash="h1", desired_pod_hash="p1",
+                                driver=pending)))
+    assert (c["Progressing"].reason, c["Ready"].reason) == ("Starting", "DriverStarting")
+    other = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", desired_pod_hash="p2", driver=pending))
+    assert _by_type(other)["Progressing"].reason == "Restarting"
+
+
 def test_restart_stays_restarting_until_the_new_driver_runs():
     # Old pod gone, new pod not yet created: still the same controlled restart.
     between = DriverFacts(desired_replicas=1, replicas=0, updated_replicas=0)
