@@ -24,13 +24,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from handoff_spark.contract import DEGRADED_REASONS, TRANSFORM_INVALID
+from handoff_spark.contract import DEGRADED_REASONS, REFUSAL_REASONS, SCHEMA_INCOMPATIBLE, TRANSFORM_INVALID
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
 #: Reasons of a driver that fails now (`evaluate`): DriverFailing, or TransformInvalid when its last line says the
-#: spec's transform cannot run (handoff_spark.driver.transform, exit 3). Someone must act on either.
-DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID})
+#: spec's transform cannot run (handoff_spark.driver.transform, exit 3), or the reason of a query config the running
+#: driver refused (TransformInvalid, SchemaIncompatible). Someone must act on each.
+DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE})
+
+
+def refusal_reason(line: str) -> str:
+    """The reason a refused query config's line gives (`SchemaIncompatible: …`); TransformInvalid otherwise."""
+    prefix = line.strip().split(":", 1)[0]
+    return prefix if prefix in REFUSAL_REASONS else TRANSFORM_INVALID
 
 # Container waiting/termination reasons that mean "the driver cannot run as configured".
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
@@ -61,7 +68,7 @@ class DriverFacts:
     running_config_hash: str | None = None     # the whole app config's hash it runs now
     running_since_ms: int | None = None        # since when (a ledger commit after it is that config's)
     refused_config_hash: str | None = None     # a config it refused to apply (its check failed)
-    refused_message: str | None = None         # the refusal's one line (`TransformInvalid: …`)
+    refused_message: str | None = None         # the refusal's one line (`TransformInvalid: …`, `SchemaIncompatible: …`)
 
     @property
     def config_hash(self) -> str | None:
@@ -294,11 +301,12 @@ def evaluate(facts: Facts) -> Evaluation:
         # The running driver refused the changed query config (its check failed) and runs the one it ran.
         message = (f"{driver.refused_message.strip()[:400]} (driver pod {driver.pod_name} keeps running config "
                    f"{driver.config_hash}; fix the spec)")
+        reason = refusal_reason(driver.refused_message)
         return Evaluation("Degraded", (
-            _cond(READY, driver.pod_ready, "Running" if driver.pod_ready else TRANSFORM_INVALID,
+            _cond(READY, driver.pod_ready, "Running" if driver.pod_ready else reason,
                   f"driver pod {driver.pod_name} runs the previous query config" + summary),
-            _cond(PROGRESSING, False, TRANSFORM_INVALID, message),
-            _cond(DEGRADED, True, TRANSFORM_INVALID, message),
+            _cond(PROGRESSING, False, reason, message),
+            _cond(DEGRADED, True, reason, message),
         ))
 
     if not running:

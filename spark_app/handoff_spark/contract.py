@@ -182,13 +182,14 @@ class QueryConfig(TypedDict):
     transform: dict[str, Any] | None  # `AppConfig.transform` as JSON (`handoff_spark.config.Transform`) or null
     dedupe: dict[str, Any] | None     # `AppConfig.dedupe` (`config.Dedupe`) or null
     eventTime: dict[str, Any] | None  # `AppConfig.event_time` (`config.EventTime`) or null
+    schema: NotRequired[dict[str, Any]]  # `AppConfig.schema_` (`config.SchemaPolicy`: columns, policy, limits)
     triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
     eventTimeColumn: NotRequired[str | None]      # `AppConfig.schema_.event_time_column`; null: none
 
 
 #: The query config's parts that are the app config's own top-level keys (JSON names), each as the app config has it.
-QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime")
+QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime", "schema")
 #: The query config's pace: its key → where the value sits in the app config's JSON.
 QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
                      "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),
@@ -242,6 +243,13 @@ DEGRADED_REASONS: Mapping[str, str] = {
 #: shows `Degraded` with reason `TransformInvalid` and that line (from the pod's termination message).
 TRANSFORM_INVALID = "TransformInvalid"
 TRANSFORM_INVALID_EXIT = 3
+#: A declared schema the running driver was handed in place (`driver.query_config`) and the table cannot take (a
+#: narrowing, a type change, a column the table lacks under evolution=none, with onIncompatible=halt): the driver
+#: refuses it in one line `SchemaIncompatible: spec.schema: <what and the fix>`, runs on with the schema before,
+#: and the operator shows `Degraded` with this reason.
+SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
+#: The reasons a refused query config's line may start with (`<reason>: …`); the operator shows that reason.
+REFUSAL_REASONS = (TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE)
 
 
 # -------------------------------------------------------------------------------- rules both sides apply

@@ -26,12 +26,15 @@ from operator_support import REPO, Cluster, Operator, base_spec, eventually
 PY = sys.executable
 
 
-def produce(bootstrap: str, topic: str, ids: range) -> None:
+def produce(bootstrap: str, topic: str, ids: range, *, note: bool = False) -> None:
+    """Orders `ids` (id, ts a minute apart, region), each with a field `note` (n<id>) when `note`."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for i in ids:
         ts = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=i)
-        producer.produce(topic, key=str(i).encode(), value=json.dumps(
-            {"id": i, "ts": ts.isoformat(), "region": ["eu", "us", "ap"][i % 3]}).encode())
+        value = {"id": i, "ts": ts.isoformat(), "region": ["eu", "us", "ap"][i % 3]}
+        if note:
+            value["note"] = f"n{i}"
+        producer.produce(topic, key=str(i).encode(), value=json.dumps(value).encode())
     assert producer.flush(30) == 0
 
 
@@ -107,11 +110,16 @@ class Kubelet:
     `publish`: the driver gets the progress ConfigMap's environment, as the operator renders it into the pod, so it
     publishes its progress there and obeys the operator's query hold (`handoff_spark.driver.hold`) and query config
     (`handoff_spark.driver.query_config`). It also gets its pod template's config hash, as the downward API gives
-    it, and a new template replaces the process (the Deployment's Recreate rollout): `templates` counts them."""
+    it, and a new template replaces the process (the Deployment's Recreate rollout): `templates` counts them.
+
+    `pod_name`: the driver also gets the name of the API server's driver pod of its template (the test bed's pods
+    merely exist), as the downward API gives it, so the operator takes its published record for that pod's: the
+    config it runs and one it refused (`handoff_operator.conditions.with_report`)."""
 
     def __init__(self, cluster: Cluster, ns: str, name: str, workdir: Path, *, publish: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, pod_name: bool = False) -> None:
         self.cluster, self.ns, self.name, self.workdir, self.publish = cluster, ns, name, workdir, publish
+        self.pod_name = pod_name
         self.env = env or {}
         self.template_hash: str | None = None  # the running process's pod template (its config-hash annotation)
         self.restart_with: AppConfig | None = None  # the app config the next start mounts instead of the rendered one
@@ -141,11 +149,20 @@ class Kubelet:
                        HANDOFF_PROGRESS_PUBLISH_SECONDS="2", KUBECONFIG=self.cluster.kubeconfig)
             if self.template_hash:
                 env["HANDOFF_POD_CONFIG_HASH"] = self.template_hash
+            if self.pod_name:
+                env["HANDOFF_DRIVER_POD_NAME"] = self._pod_of_template()
         self.templates.append(self.template_hash)
         env.update(self.env)
         self.proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(path)], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.workdir)
         self.starts += 1
+
+    def _pod_of_template(self) -> str:
+        """The name of the API server's driver pod of the running template (the Deployment's, made by its
+        ReplicaSet)."""
+        return eventually(lambda: next((p.metadata.name for p in self.cluster.driver_pods(self.ns, self.name)
+                                        if (p.metadata.annotations or {}).get("handoff.io/config-hash")
+                                        == self.template_hash), None), "the driver pod of the template", timeout=60)
 
     def crash(self, restart_with: AppConfig | None = None) -> None:
         """kill -9 the driver, as a crash: the loop starts it again (from `restart_with` when given: a pod whose
@@ -212,14 +229,15 @@ class Kubelet:
 
 @contextlib.contextmanager
 def local_handoff(cluster: Cluster, ns: str, spec: dict[str, Any], workdir: Path, bootstrap: str,
-                  topic: str) -> Iterator[tuple[Kubelet, AppConfig]]:
-    """The operator (in-process, against the test bed's API server) and a local driver (`Kubelet`, publishing) for
-    the handoff `orders` of `spec`, yielded once what `topic` held at the start is committed; stopped after."""
+                  topic: str, *, pod_name: bool = False) -> Iterator[tuple[Kubelet, AppConfig]]:
+    """The operator (in-process, against the test bed's API server) and a local driver (`Kubelet`, publishing; with
+    its pod's name when `pod_name`) for the handoff `orders` of `spec`, yielded once what `topic` held at the start
+    is committed; stopped after."""
     op = Operator(cluster.kubeconfig, status_interval=1.0, delete_grace_seconds=5.0)
     op.start()
     try:
         cluster.create(ns, "orders", spec)
-        with Kubelet(cluster, ns, "orders", workdir, publish=True) as kubelet:
+        with Kubelet(cluster, ns, "orders", workdir, publish=True, pod_name=pod_name) as kubelet:
             cfg = eventually(lambda: kubelet.config(), "the rendered app config")
             ends = end_offsets(bootstrap, topic)
             eventually(lambda: committed_to(cfg, topic, ends), "the records produced so far committed", timeout=300)

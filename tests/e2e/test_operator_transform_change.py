@@ -37,6 +37,7 @@ SQL_V1 = f"SELECT id, ts, region, {KAFKA_COLUMNS} FROM source"
 SQL_V2 = f"SELECT id, ts, upper(region) AS region, {KAFKA_COLUMNS} FROM source"
 SQL_BAD = f"SELECT id, ts, nope AS region, {KAFKA_COLUMNS} FROM source"
 SQL_V3 = f"SELECT id, ts, concat(region, '3') AS region, {KAFKA_COLUMNS} FROM source"
+SQL_NOTE = f"SELECT id, ts, concat(region, '3') AS region, note, {KAFKA_COLUMNS} FROM source"
 
 
 def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
@@ -45,6 +46,14 @@ def _rows(cfg: AppConfig) -> list[tuple[int, int, int, str]]:
     data = table.scan(selected_fields=("_kafka_partition", "_kafka_offset", "id", "region")).to_arrow()
     return sorted(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist(),
                       data["id"].to_pylist(), data["region"].to_pylist()))
+
+
+def _notes(cfg: AppConfig) -> dict[int, str | None]:
+    """Each order's `note` in the table."""
+    sink = cfg.sink
+    table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    data = table.scan(selected_fields=("id", "note")).to_arrow()
+    return dict(zip(data["id"].to_pylist(), data["note"].to_pylist()))
 
 
 def _batch_sizes_from(cfg: AppConfig, topic: str, start: dict[int, int]) -> list[int]:
@@ -125,7 +134,9 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
     ns = cluster.new_namespace("transform-e2e")
     spec = iceberg_spec(kafka.bootstrap, topic, tmp_path, "shop.transformed", transform={"sql": SQL_V1},
                         dedupe={"keys": ["id"], "within": "1h"}, deadLetter={"topic": f"{topic}-dlq"})
-    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic) as (kubelet, cfg):
+    # The driver publishes its pod's name: the operator reads what it runs and what it refused (the conditions and
+    # the upgrade rule's rollback of a refused config).
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, topic, pod_name=True) as (kubelet, cfg):
         seen = [_wanted_hash(cluster, ns)]
         assert _record(cluster, ns).get(CONFIG_HASH_KEY) == seen[0], "the driver reports the config it runs"
 
@@ -182,9 +193,39 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         # operator's config (keys [id, region], what the checkpoint holds), and a new pace keeps the state.
         assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 1, logs[-6000:]
 
-        _each_order_once_as_derived(_rows(cfg), 2800, [(range(1000), str, "before: the first SQL"),
+        # A declared column added (spec.schema.columns) and read by the SQL: the same driver adds it to the table at
+        # the batch boundary, as a start would, and its query reads it (orders 2800..2899 carry a note).
+        columns = spec["schema"]["columns"] + [{"name": "note", "type": "string"}]
+        noted = _changed(cluster, ns, {"schema": {"columns": columns}, "transform": {"sql": SQL_NOTE}}, seen,
+                         "a new column")
+        _running(cluster, ns, CONFIG_HASH_KEY, noted, "the driver running the new column")
+        produce(kafka.bootstrap, topic, range(2800, 2900), note=True)
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the noted orders committed", timeout=180)
+
+        # A type the table's column cannot become (id: long → string): refused at the boundary in one line, the query
+        # before started again in the same driver, and the operator goes back to the last good spec with the reason.
+        retyped = [{**c, "type": "string"} if c["name"] == "id" else c for c in columns]
+        refused = _changed(cluster, ns, {"schema": {"columns": retyped}}, seen, "an incompatible column type")
+        upgrade = eventually(lambda: ((cluster.get(ns, "orders").get("status") or {}).get("upgrade") or {})
+                             .get("rolledBackConfigHash") == refused and cluster.get(ns, "orders")["status"]["upgrade"],
+                             "the incompatible schema rolled back", timeout=120,
+                             context=lambda: f"status {cluster.get(ns, 'orders').get('status')}\nrecord "
+                                             f"{_record(cluster, ns)}\n{kubelet.logs()[-4000:]}")
+        assert upgrade["rolledBackReason"] == "SchemaIncompatible", upgrade
+        _committed(kafka, cfg, topic, range(2900, 3000), "the stream going on with the schema before")
+        assert kubelet.starts == 2 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        logs = kubelet.logs()
+        assert logs.count("restarted with the operator's query config") == 5, logs[-3000:]
+        assert (f"the operator's query config {refused} is refused; the query runs on with config {noted}: "
+                f"SchemaIncompatible: spec.schema:") in logs, logs[-3000:]
+        assert f"restarted with config {noted}, the one it ran" in logs, logs[-3000:]
+
+        _each_order_once_as_derived(_rows(cfg), 3000, [(range(1000), str, "before: the first SQL"),
                                                        (range(1000, 2300), str.upper, "after: the second"),
-                                                       (range(2300, 2800), lambda r: r + "3", "after the fixed SQL")])
+                                                       (range(2300, 3000), lambda r: r + "3", "after the fixed SQL")])
+        notes = _notes(cfg)
+        assert {i: n for i, n in notes.items() if n is not None} == {i: f"n{i}" for i in range(2800, 2900)}, notes
 
 
 @pytest.mark.bigquery

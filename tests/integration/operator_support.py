@@ -61,9 +61,10 @@ def first_index(rows: list[dict[str, Any]], kind: str, contains: str = "") -> in
     raise AssertionError(f"no {kind} row with {contains!r}: {[(r['source'], r['kind']) for r in rows]}")
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0,
+               context: Callable[[], str] | None = None) -> T:
     """handoff_testbed.eventually for the operator's tests: the API server's "not yet" retried."""
-    return _eventually(probe, what, timeout=timeout, retry_on=NOT_YET)
+    return _eventually(probe, what, timeout=timeout, retry_on=NOT_YET, context=context)
 
 
 def kubectl(kubeconfig: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

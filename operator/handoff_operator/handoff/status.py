@@ -105,8 +105,9 @@ def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generatio
         return out, None
     if in_pod is not None:
         return out, ("Normal", "Restarting", (
-            f"generation {generation} changed the query's transform, dedupe or event time ({old_hash} → "
-            f"{config_hash}): driver pod {in_pod} checks it and restarts its query with it at a batch boundary"))
+            f"generation {generation} changed what the query does ({old_hash} → {config_hash}: its transform, "
+            f"dedupe, event time, schema or pace): driver pod {in_pod} checks it and restarts its query with it at a "
+            f"batch boundary"))
     return out, ("Normal", "Restarting", (
         f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
         f"batch boundary, then starting it with the new config"))

@@ -781,7 +781,11 @@ class StreamTableHandoffSpec(SpecModel):
     source: KafkaSourceSpec = Field(description="The Kafka topics to read.")
     sink: SinkSpec = Field(description="The table to write (exactly one of iceberg or bigquery).")
     schema_: SchemaSpec = Field(default_factory=SchemaSpec, alias="schema",
-                                description="Declared columns and drift policy.")
+                                description="Declared columns and drift policy. A change restarts the query in the "
+                                            "running driver at a batch boundary (no pod restart), after the table "
+                                            "took it as a start would (a column added, a type widened); one the "
+                                            "table cannot take is refused and the query before runs on (Degraded, "
+                                            "reason UpgradeRolledBack or SchemaIncompatible).")
     dead_letter: DeadLetterSpec | None = Field(default=None, description="Dead-letter topic for incompatible records.")
     commit_interval: Duration = Field(default="10s", description="How often a micro-batch is committed to "
                                                                  "the table (the trigger interval). A change "
@@ -1052,9 +1056,10 @@ class UpgradeStatus(StatusModel):
                                         "config runs until the spec changes again.")
     rolled_back_config_hash: str | None = Field(default=None, max_length=128,
                                                 description="Config hash of the rolled back spec.")
-    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"] | None = Field(
-        default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the changed "
-                                  "transform and kept running the one before).")
+    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"] | None = \
+        Field(default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the "
+                                        "changed transform and kept running the one before; SchemaIncompatible: it "
+                                        "refused a changed schema the table cannot take, likewise).")
     rolled_back_at: datetime | None = Field(default=None, description="When it was rolled back.")
     message: str | None = Field(default=None, max_length=1024, description="What happened, for people.")
 

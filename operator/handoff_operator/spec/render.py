@@ -719,9 +719,10 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 #: The app config's query-only part: what the running driver changes by restarting its query, not its pod
 #: (handoff_spark.driver.query_config). Neither their content nor whether they are set is in the pod's hash: adding
-#: or removing one switches the query between the fused path and the DataFrame path in the running driver (which
-#: sets the session's state store for a dedupe then; the JVMs keep the JIT they were launched with until the pod's
-#: next start).
+#: or removing a transform, dedupe or event time switches the query between the fused path and the DataFrame path in
+#: the running driver (which sets the session's state store for a dedupe then; the JVMs keep the JIT they were
+#: launched with until the pod's next start). The declared schema too: the driver reconciles the table with it at the
+#: batch boundary, as a start does, and refuses one the table cannot take (SchemaIncompatible).
 QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
 #: The query's pace and event-time column: the trigger (spec.commitInterval), the source's batch size
 #: (spec.source.maxRecordsPerBatch) and the column freshness is measured on (eventTime.column, else
@@ -746,16 +747,17 @@ def config_hash(app_json: str, template: Mapping[str, Any],
 
     `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the query-only keys out: a
     change of the transform, the dedupe, the event time (adding or removing one too), the commit interval or the
-    batch size alone restarts the query in the running driver, not the pod."""
+    batch size, the declared schema (its columns, evolution, policy and limits) alone restarts the query in the
+    running driver, not the pod."""
     doc = json.loads(app_json)
     if pod:
-        for key in QUERY_ONLY_KEYS:
-            doc[key] = QUERY_ONLY_MARK
         for path in QUERY_PACE_KEYS.values():
             parent = doc
             for key in path[:-1]:
                 parent = parent.setdefault(key, {})
             parent[path[-1]] = QUERY_ONLY_MARK
+        for key in QUERY_ONLY_KEYS:  # after the pace: the schema holds the event-time column
+            doc[key] = QUERY_ONLY_MARK
     for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
         (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()

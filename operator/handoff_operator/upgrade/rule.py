@@ -30,8 +30,12 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, DRIVER_FAILING_REASONS, PROGRESSING, READY,
-                                         Condition, DriverFacts, DriverReport, Evaluation)
+                                         Condition, DriverFacts, DriverReport, Evaluation, refusal_reason)
 from handoff_operator.models import format_duration
+
+#: Why a spec was rolled back (status.upgrade.rolledBackReason): its driver crash-looped or never got ready, or the
+#: running driver refused its query config (its SQL, or a schema the table cannot take).
+RolledBackReason = Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"]
 
 UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
 # The container waiting reason of a driver that crashed and is waiting to be restarted: transient once,
@@ -54,7 +58,7 @@ class UpgradeState:
     trying_since_ms: int | None = None       # None: the readiness clock is not running
     rolled_back_generation: int | None = None
     rolled_back_hash: str | None = None
-    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"] | None = None
+    rolled_back_reason: RolledBackReason | None = None
     rolled_back_at_ms: int | None = None
     message: str | None = None
 
@@ -114,7 +118,7 @@ def crash_loop(driver: DriverFacts, crash_restarts: int) -> str | None:
 
 
 def _rolled_back(state: UpgradeState, facts: UpgradeFacts,
-                 reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid"],
+                 reason: RolledBackReason,
                  what: str) -> Decision:
     message = (f"generation {facts.generation} (config {facts.desired_hash}) {what}; running the config of "
                f"generation {state.last_good_generation} ({state.last_good_hash}), the last one that committed "
@@ -167,7 +171,7 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
     if (can_roll_back and driver is not None and driver.refused_config_hash == facts.desired_hash
             and driver.refused_message and not ours):
         # The running driver refused the changed query config and still runs the one before: waiting cannot help.
-        return _rolled_back(state, facts, "TransformInvalid", (
+        return _rolled_back(state, facts, refusal_reason(driver.refused_message), (
             f"was refused by the running driver pod {driver.pod_name} ({driver.refused_message.strip()[:300]})"))
     if ours and can_roll_back:
         assert driver is not None

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from kubernetes.client.rest import ApiException
 
@@ -26,7 +26,7 @@ from handoff_operator.runtime.kube import Kube
 from handoff_operator.models import StreamTableHandoffSpec
 from handoff_operator.spec.render import REPLAY_HOLD_ANNOTATION, Rendered, labels, owner_reference, referenced_secrets, render
 from handoff_operator.runtime.settings import OperatorSettings
-from handoff_operator.upgrade.rule import UPGRADE_ROLLED_BACK, Decision, UpgradeFacts, UpgradeState, decide, overlay
+from handoff_operator.upgrade.rule import UPGRADE_ROLLED_BACK, Decision, RolledBackReason, UpgradeFacts, UpgradeState, decide, overlay
 from handoff_operator.spec.validation import check, parse_spec
 
 SPEC_KEY = "spec.json"
@@ -65,7 +65,7 @@ def state_from_status(status: Mapping[str, Any]) -> UpgradeState:
         trying_generation=up.get("tryingGeneration"), trying_hash=up.get("tryingConfigHash"),
         trying_since_ms=_ms(up.get("tryingSince")),
         rolled_back_generation=up.get("rolledBackGeneration"), rolled_back_hash=up.get("rolledBackConfigHash"),
-        rolled_back_reason=reason if reason in ("CrashLoop", "ReadinessTimeout", "TransformInvalid") else None,
+        rolled_back_reason=reason if reason in get_args(RolledBackReason) else None,
         rolled_back_at_ms=_ms(up.get("rolledBackAt")), message=up.get("message"))
 
 

@@ -31,6 +31,7 @@ from handoff_spark.config import AppConfig
 from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
                                    QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT)
 from handoff_spark.errors import HandoffConfigError
+from handoff_spark.sink.common import SchemaIncompatibleError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
                            source_options)
 from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, read_initial_offsets,
@@ -564,7 +565,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     from handoff_spark.decode.registry import registry_columns
 
     switches.check()  # a switch set to what it does not take: refused now, in one line, not mid-stream
-    cfg = registry_columns(cfg)  # a Schema Registry format without declared columns takes the registry's
+    # The app config as declared (what the operator's query configs are applied to and compared with), and as it runs:
+    # a Schema Registry format without declared columns takes the registry's.
+    declared = cfg
+    cfg = registry_columns(cfg)
     stop_requested = threading.Event()
     markers = marker_dir()
     stop_marker = str(Path(markers) / "stop")
@@ -611,15 +615,16 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         pod_hash = switches.POD_CONFIG_HASH() if hold is not None else None
         running_hash: str | None = None
         refused_hash: str | None = None
-        # checked, to run at the batch boundary (with its dedupe keys' types)
-        pending: tuple[query_config.Wanted, AppConfig, dict[str, str] | None] | None = None
+        # checked, to run at the batch boundary: the config as declared, as it runs, and its dedupe keys' types
+        pending: tuple[query_config.Wanted, AppConfig, AppConfig, dict[str, str] | None] | None = None
         if pod_hash:
             hold.first_answer()  # type: ignore[union-attr]
             wanted = query_config.parse(hold.query_config(), pod_hash)  # type: ignore[union-attr]
             if wanted is not None:
-                if not wanted.runs_in(cfg):
+                if not wanted.runs_in(declared):
                     try:
-                        cfg = query_config.applied(cfg, wanted)
+                        declared = query_config.applied(declared, wanted)
+                        cfg = registry_columns(declared)
                     except ValueError as exc:
                         session.abandon()
                         line = refusal(exc)
@@ -669,14 +674,15 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                     refused_hash = None  # back to the config that runs (the operator rolled the refused one back)
                     reporter.config(wanted.config_hash, running_since_ms, changed=False)
                 return None
-            if wanted.runs_in(cfg):  # what runs already (its first read came late): nothing restarts
+            if wanted.runs_in(declared):  # what runs already (its first read came late): nothing restarts
                 running_hash, refused_hash = wanted.config_hash, None
                 reporter.config(wanted.config_hash, running_since_ms, changed=False)
                 return None
             if time.monotonic() < check_again_at:
                 return None
             try:
-                candidate = query_config.applied(cfg, wanted)
+                candidate_declared = query_config.applied(declared, wanted)
+                candidate = registry_columns(candidate_declared)
                 candidate_types = transform.check(spark, candidate) if frames_query(candidate, sink_format) else None
             except (transform.TransformInvalid, ValueError) as exc:
                 line = refusal(exc)
@@ -690,7 +696,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                             wanted.config_hash, LOOKUP_CHECK_SECONDS, str(exc).splitlines()[0][:300])
                 check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
                 return None
-            pending = (wanted, candidate, candidate_types)
+            pending = (wanted, candidate_declared, candidate, candidate_types)
             return f"the operator changed the query (config {running_hash} → {wanted.config_hash})"
 
         config_when = config_changed if pod_hash else None
@@ -781,9 +787,19 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 # whose dedupe state no longer fits is discarded, the window rebuilt: driver.resume, driver.seed), and
                 # a new query in this session.
                 assert pending is not None
-                (wanted, cfg, key_types), pending = pending, None
-                reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
-                running_since_ms = int(time.time() * 1000)
+                (wanted, new_declared, new_cfg, new_types), pending = pending, None
+                # Another declared schema: the table reconciled with it now, as at a start, or the config refused
+                # (the table cannot take it) and the query before started again, its checkpoint as it was.
+                schema_refused = reconcile_schema(backend, cfg, new_cfg)
+                if schema_refused is None:
+                    declared, cfg, key_types = new_declared, new_cfg, new_types
+                    reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
+                    running_since_ms = int(time.time() * 1000)
+                else:
+                    refused_hash = wanted.config_hash
+                    echo(f"the operator's query config {wanted.config_hash} is refused; the query runs on with config "
+                         f"{running_hash}: {schema_refused}")
+                    reporter.refused(wanted.config_hash, schema_refused)
                 start = prepare_start(cfg, backend, echo, key_types=key_types)
                 start_offsets = query_start_offsets(cfg, start, sink_format)
                 reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location)
@@ -792,9 +808,12 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, start_offsets=start_offsets,
                                     min_partitions_file=min_partitions_file)
-                reporter.config(wanted.config_hash, running_since_ms, changed=True)
-                echo(f"query {query.id} restarted with the operator's query config {wanted.config_hash} "
-                     f"(run {query.runId})")
+                if schema_refused is None:
+                    reporter.config(wanted.config_hash, running_since_ms, changed=True)
+                    echo(f"query {query.id} restarted with the operator's query config {wanted.config_hash} "
+                         f"(run {query.runId})")
+                else:
+                    echo(f"query {query.id} restarted with config {running_hash}, the one it ran (run {query.runId})")
                 metrics.query_starts.labels(cfg.handoff_id, "config").inc()
                 continue
             if rc == CONFIG_QUERY:
@@ -833,6 +852,19 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         Path(min_partitions_file).unlink(missing_ok=True)
         Path(stop_marker).unlink(missing_ok=True)
         os.rmdir(markers)
+
+
+def reconcile_schema(backend: Any, running: AppConfig, new: AppConfig) -> str | None:
+    """At the batch boundary of a query config with another declared schema: the table reconciled with it as a
+    driver's start does (`prepare`: created if missing, columns added or widened under evolution=compatible), or the
+    one line refusing it (`SchemaIncompatible: …`) when the table cannot take it. The same schema: nothing to do."""
+    if new.schema_ == running.schema_:
+        return None
+    try:
+        backend.prepare(new)
+    except SchemaIncompatibleError as exc:
+        return f"{contract.SCHEMA_INCOMPATIBLE}: spec.schema: {' '.join(str(exc).split())[:400]}"
+    return None
 
 
 def query_start_offsets(cfg: AppConfig, start: StartPlan | None,

@@ -3,8 +3,8 @@ query's restart are `driver.app`'s).
 
 Why: a change of what the query does (the transform's SQL and lookups, the dedupe's keys and window, the event time's
 column, watermark and late-record policy, and adding or removing any of them: the query then switches between the
-fused path and the DataFrame path) or of its pace (the trigger interval, the source's batch size) changes the query,
-not the JVM, the pod or the executors.
+fused path and the DataFrame path; the declared schema: its columns, evolution, policy and limits) or of its pace (the
+trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
 config hash leaves them out (`handoff_operator.spec.render.config_hash`), and the operator hands them to the running
@@ -14,13 +14,15 @@ DataFrame path: `driver.app.build_session`), fixed at the JVM's launch: it follo
 Contract with the operator (names in `handoff_spark.contract`):
 - the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap of every handoff:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
-  "eventTime": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …, "eventTimeColumn": …}` (each as in the app
-  config, or null);
+  "eventTime": …, "schema": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …, "eventTimeColumn": …}` (each as
+  in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
   it runs, a new one is checked as a start checks it (`driver.transform.check`): passed, the query stops at a batch
-  boundary, the start is planned again as at a driver's start (`driver.resume.prepare_start`: a checkpoint whose
+  boundary (another declared schema is reconciled with the table there, as a start does, or refused when the table
+  cannot take it: `driver.app.reconcile_schema`), the start is planned again as at a driver's start
+  (`driver.resume.prepare_start`: a checkpoint whose
   dedupe state is keyed by other keys is discarded and the window rebuilt from the ledger, `driver.seed`) and the
   query starts again in the same session; failed, the driver keeps the query it runs and says so;
 - the driver publishes the config hash it runs and since when (`CONFIG_HASH_KEY`, `CONFIG_SINCE_KEY`), and a
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from handoff_spark import contract
-from handoff_spark.config import AppConfig, Dedupe, EventTime, Transform
+from handoff_spark.config import AppConfig, Dedupe, EventTime, SchemaPolicy, Transform
 
 log = logging.getLogger("handoff.query_config")
 
@@ -71,12 +73,13 @@ class Wanted:
     transform: Transform | None
     dedupe: Dedupe | None = None
     event_time: EventTime | None = None
+    schema: SchemaPolicy | None = None   # None: the annotation carried none, so the driver's own stays
     pace: Pace | None = None
 
     def runs_in(self, cfg: AppConfig) -> bool:
-        """Is this what `cfg` runs already?"""
+        """Is this what `cfg` (the app config as declared: without the Schema Registry's columns) runs already?"""
         return ((self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
-                and self.pace in (None, Pace.of(cfg)))
+                and self.schema in (None, cfg.schema_) and self.pace in (None, Pace.of(cfg)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,7 +102,7 @@ def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
         return None
     try:
         parts = [None if doc.get(key) is None else model.model_validate(doc[key])
-                 for key, model in zip(KEYS, (Transform, Dedupe, EventTime))]
+                 for key, model in zip(KEYS, (Transform, Dedupe, EventTime, SchemaPolicy))]
         pace = _pace(doc)
     except (ValidationError, TypeError, ValueError) as exc:
         log.warning("the operator's query config is unreadable: %s", str(exc).splitlines()[0])
@@ -119,7 +122,9 @@ def _pace(doc: dict) -> Pace | None:
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     """`cfg` running `wanted`, validated as a whole (the app config's own rules hold for it too)."""
     data = json.loads(cfg.to_json())
-    for key, part in zip(KEYS, (wanted.transform, wanted.dedupe, wanted.event_time)):
+    for key, part in zip(KEYS, (wanted.transform, wanted.dedupe, wanted.event_time, wanted.schema)):
+        if part is None and key == "schema":
+            continue  # not carried: the app config always has one
         data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)
     if wanted.pace is not None:
         data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds

@@ -233,3 +233,22 @@ def test_the_driver_reports_the_config_it_runs_and_a_transform_it_refused():
     assert ev.phase == "Degraded" and (c["Degraded"].reason, c["Progressing"].reason) == ("TransformInvalid",) * 2
     assert c["Degraded"].message.startswith(line) and "keeps running config h1" in c["Degraded"].message
     assert c["Ready"].status == "True"  # the stream goes on with the transform before
+
+
+
+def test_a_schema_the_running_driver_refused_is_degraded_schema_incompatible():
+    """A refused query config's reason is its line's (driver.app.reconcile_schema: `SchemaIncompatible: …`), so a
+    dashboard tells a schema the table cannot take from a SQL that does not plan; Ready stays True (the stream goes
+    on with the schema before)."""
+    from handoff_operator.conditions import DriverReport, with_report
+
+    pod = DriverFacts(desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1, pod_name="d-1",
+                      pod_phase="Running", pod_ready=True, pod_config_hash="p1")
+    line = "SchemaIncompatible: spec.schema: declared schema does not fit table db.t: column 'amount' is double"
+    refused = with_report(pod, DriverReport(published_at_ms=1, driver_pod="d-1", config_hash="h1",
+                                            config_refused_hash="h2", config_refused=line))
+    ev = evaluate(Facts(generation=2, suspended=False, desired_hash="h2", desired_pod_hash="p1", driver=refused))
+    c = _by_type(ev)
+    assert ev.phase == "Degraded" and (c["Degraded"].reason, c["Progressing"].reason) == ("SchemaIncompatible",) * 2
+    assert c["Ready"].status == "True" and c["Degraded"].message.startswith(line)
+    assert {e.type for e in transitions(None, ev.conditions) if e.reason == "SchemaIncompatible"} == {"Warning"}

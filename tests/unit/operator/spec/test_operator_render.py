@@ -1,6 +1,7 @@
 """render: CR spec → AppConfig and child manifests."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -465,6 +466,26 @@ def test_on_the_fused_path_the_commit_interval_changes_in_the_running_driver_too
     assert bigger.pod_hash != before.pod_hash
 
 
+def test_a_changed_schema_changes_in_the_running_driver_on_either_path():
+    """The declared schema (a column added, its policy, its limits) is the query's: the pod keeps its template and the
+    query config carries the new one, on the fused path and on the DataFrame path alike."""
+    for extra in ({}, TRANSFORM):
+        base = spec(**extra)
+        wider = copy.deepcopy(base)
+        wider["schema"]["columns"].append({"name": "note", "type": "string"})
+        stricter = copy.deepcopy(base)
+        stricter["schema"]["evolution"] = "none"
+        before = _render(base)
+        for changed in (wider, stricter):
+            after = _render(changed)
+            assert after.config_hash != before.config_hash and after.pod_hash == before.pod_hash, extra
+            assert after.child("Deployment")["spec"]["template"] == before.child("Deployment")["spec"]["template"]
+            progress = next(c for c in after.children if c["metadata"]["name"] == "orders-progress")
+            doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+            assert doc["schema"] == json.loads(after.config.to_json())["schema"] != \
+                json.loads(before.config.to_json())["schema"]
+
+
 def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
     """The progress ConfigMap's query-config annotation holds the transform, dedupe and event time and the pace with
     both hashes, and the driver pod gets its own hash through the downward API. Without a transform, dedupe or event
@@ -476,7 +497,9 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
                    "transform": {"sql": "SELECT * FROM source WHERE amount > 0", "lookups": []},
                    "dedupe": {"keys": ["id"], "withinSeconds": 3600.0},
                    "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"},
+                   "schema": json.loads(r.config.to_json())["schema"],
                    "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None, "eventTimeColumn": "created_at"}
+    assert doc["schema"]["columns"] and doc["schema"]["eventTimeColumn"] == "created_at"
     assert r.pod_hash != r.config_hash
     template = r.child("Deployment")["spec"]["template"]
     assert template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == r.pod_hash

@@ -301,3 +301,18 @@ def test_a_transform_the_running_driver_refused_rolls_back_at_once():
     # A refusal of another config says nothing about this one.
     other = replace(refused, refused_config_hash="h9")
     assert decide(_facts(driver=other, desired_pod_hash="p1"), tried).action == "keep"
+
+
+def test_a_schema_the_running_driver_refused_rolls_back_at_once_with_its_own_reason():
+    """A declared schema the table cannot take is refused by the running driver at the batch boundary
+    (driver.app.reconcile_schema): rolled back at once, its reason SchemaIncompatible, kept through the status."""
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW)
+    line = ("SchemaIncompatible: spec.schema: handoff ns/x: declared schema does not fit table db.t: column 'amount' "
+            "is double in the table but string arrives")
+    refused = _in_place("h1", NOW - 10 * MIN, refused_config_hash="h2", refused_message=line)
+    decision = decide(_facts(driver=refused, desired_pod_hash="p1"), tried)
+    assert decision.action == "rollBack" and decision.state.rolled_back_reason == "SchemaIncompatible"
+    assert "column 'amount'" in decision.message
+    stored = status_from_state(decision.state)
+    assert stored["upgrade"]["rolledBackReason"] == "SchemaIncompatible"
+    assert state_from_status(stored).rolled_back_reason == "SchemaIncompatible"

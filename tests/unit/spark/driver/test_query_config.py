@@ -150,3 +150,60 @@ def test_a_new_config_or_refusal_is_published_at_once():
     assert state_key(base) != state_key({**base, CONFIG_HASH_KEY: "h2"})
     assert state_key(base) != state_key({**base, CONFIG_REFUSED_HASH_KEY: "h3"})
     assert state_key(base) == state_key({**base, "batchId": 8})
+
+
+def test_the_declared_schema_is_a_query_config_too_and_kept_when_the_annotation_carries_none(tmp_path):
+    """spec.schema (its columns, evolution, policy, limits) changes in the running driver: the annotation's replaces
+    the app config's; one without a schema (an operator that wrote none) leaves the driver's own."""
+    cfg = _cfg(tmp_path)
+    schema = json.loads(cfg.to_json())["schema"]
+    wider = {**schema, "columns": schema["columns"] + [{"name": "note", "type": "string", "required": False}]}
+    wanted = query_config.parse(json.dumps({**json.loads(_annotation(sql=SQL)), "schema": wider}), "p1")
+    assert wanted is not None and wanted.schema is not None and not wanted.runs_in(cfg)
+    new = query_config.applied(cfg, wanted)
+    assert [c.name for c in new.schema_.columns] == ["id", "amount", "note"] and wanted.runs_in(new)
+    assert new.model_dump(exclude={"schema_"}) == cfg.model_dump(exclude={"schema_"})
+    same = query_config.parse(json.dumps({**json.loads(_annotation(sql=SQL)), "schema": schema}), "p1")
+    assert same is not None and same.runs_in(cfg) and not same.runs_in(new)
+    none_given = query_config.parse(_annotation(sql=SQL), "p1")
+    assert none_given is not None and none_given.schema is None and none_given.runs_in(new)
+    assert query_config.applied(new, none_given) == new
+    # The app config's rules hold for it: deadLetter for incompatible records needs the dead-letter topic.
+    dead_letter = query_config.parse(json.dumps({**json.loads(_annotation(sql=SQL)),
+                                                 "schema": {**schema, "onIncompatible": "deadLetter"}}), "p1")
+    with pytest.raises(ValueError, match="deadLetterTopic"):
+        query_config.applied(cfg.model_copy(update={"dead_letter_topic": None, "transform": None}), dead_letter)
+
+
+def test_a_new_schema_reconciles_the_table_at_the_boundary_or_is_refused_in_one_line(tmp_path):
+    """driver.app.reconcile_schema against a real Iceberg table (a SQLite catalog): a column added is added to the
+    table as a start adds it; a type the table's column cannot become is refused with `SchemaIncompatible: spec.schema: …` and the table is
+    left as it was; the same schema touches nothing."""
+    from handoff_spark.driver.app import reconcile_schema
+    from handoff_spark.iceberg import ledger
+    from handoff_spark.sink import registry as sinks
+
+    cfg = _cfg(tmp_path, sink={"kind": "iceberg", "table": "db.t", "catalogProperties": {
+        "type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/wh"}})
+    backend = sinks.get("iceberg")
+    backend.prepare(cfg)
+
+    def columns() -> dict[str, str]:
+        table = ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties), "db.t")
+        return {f.name: str(f.field_type) for f in table.schema().fields}
+
+    before = columns()
+    assert reconcile_schema(backend, cfg, cfg) is None and columns() == before
+    schema = json.loads(cfg.to_json())["schema"]
+    wider = query_config.applied(cfg, query_config.Wanted("h2", cfg.transform, schema=type(cfg.schema_)
+                                                           .model_validate({**schema, "columns": schema["columns"] + [
+                                                               {"name": "note", "type": "string"}]})))
+    assert reconcile_schema(backend, cfg, wider) is None
+    assert columns() == {**before, "note": "string"}
+    retyped = query_config.applied(wider, query_config.Wanted("h3", cfg.transform, schema=type(cfg.schema_)
+                                                               .model_validate({**schema, "columns": [
+                                                                   {"name": "id", "type": "long"},
+                                                                   {"name": "amount", "type": "string"}]})))
+    line = reconcile_schema(backend, wider, retyped)
+    assert line is not None and line.startswith("SchemaIncompatible: spec.schema: ") and "amount" in line, line
+    assert "\n" not in line and columns() == {**before, "note": "string"}
