@@ -12,7 +12,9 @@ fused path) and adds a transform and a dedupe, then removes them, each in the sa
 Done when: one driver process ran through the five changes (no new pod template, no restart), every record is in
 the table exactly once, the records produced after the driver said it runs a new SQL carry its derivation and those
 before the old one's, those after a new batch size came in batches of that size, the refused SQL left the stream running with the SQL before it, and a driver killed and
-started from an older mounted app config runs the operator's newest config."""
+started from an older mounted app config runs the operator's newest config. A declared column added (and read by the
+SQL) reaches the table from the same driver, on both sinks; a schema the Iceberg table cannot take is refused in that
+driver, the operator rolls it back with reason SchemaIncompatible, and the stream goes on."""
 from __future__ import annotations
 
 import json
@@ -264,8 +266,27 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
         assert "dedupe key types changed: okey from int to bigint" in logs, logs[-3000:]
         assert logs.count("holds Spark's dedupe state for other keys and is discarded") == 2, logs[-6000:]
 
-    _each_order_once_as_derived(bigquery_rows(cfg), 1700, [(range(600), str, "before: the first SQL"),
-                                                            (range(600, 1700), str.upper, "after: the second")])
+        # A declared column added and read by the SQL: the same driver adds it to the BigQuery table (a NULLABLE
+        # column) at the batch boundary and writes it (orders 1700..1799 carry a note).
+        columns = spec["schema"]["columns"] + [{"name": "note", "type": "string"}]
+        noted_sql = f"SELECT id, ts, upper(region) AS region, CAST(id AS BIGINT) AS okey, note, {KAFKA_COLUMNS} FROM source"
+        v5 = _changed(cluster, ns, {"schema": {"columns": columns}, "transform": {"sql": noted_sql}}, seen,
+                      "a new column")
+        _running(cluster, ns, CONFIG_HASH_KEY, v5, "the driver running the new column")
+        produce(kafka.bootstrap, topic, range(1700, 1800), note=True)
+        ends = end_offsets(kafka.bootstrap, topic)
+        eventually(lambda: committed_to(cfg, topic, ends), "the noted orders committed", timeout=180)
+        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        assert kubelet.logs().count("restarted with the operator's query config") == 4, kubelet.logs()[-3000:]
+
+    _each_order_once_as_derived(bigquery_rows(cfg), 1800, [(range(600), str, "before: the first SQL"),
+                                                            (range(600, 1800), str.upper, "after: the second")])
+    from handoff_spark.bigquery import client as bigquery_client
+
+    client = bigquery_client.rest_client(cfg.sink)  # type: ignore[arg-type]
+    notes = {int(r["id"]): r["note"] for r in client.query(
+        f"SELECT id, note FROM `{bigquery_client.table_ref(cfg.sink)}`", retry=None).result()}  # type: ignore[arg-type]
+    assert {i: n for i, n in notes.items() if n is not None} == {i: f"n{i}" for i in range(1700, 1800)}, notes
 
 
 def test_a_transform_and_a_dedupe_added_to_a_handoff_on_the_fused_path_and_removed_again_run_in_the_same_driver(
