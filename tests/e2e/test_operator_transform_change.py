@@ -116,6 +116,19 @@ def _new_sql_then_a_bad_one(cluster: Cluster, ns: str, kafka: Any, cfg: AppConfi
     return v2, bad, record
 
 
+def _a_noted_column(cluster: Cluster, ns: str, kafka: Any, cfg: AppConfig, topic: str, spec: dict[str, Any],
+                    seen: list[str], sql: str, ids: range) -> tuple[list[dict[str, Any]], str]:
+    """A declared column `note` added and read by `sql`, run by the driver; orders `ids` produced with a note and
+    committed. The new columns and the config."""
+    columns = spec["schema"]["columns"] + [{"name": "note", "type": "string"}]
+    noted = _changed(cluster, ns, {"schema": {"columns": columns}, "transform": {"sql": sql}}, seen, "a new column")
+    _running(cluster, ns, CONFIG_HASH_KEY, noted, "the driver running the new column")
+    produce(kafka.bootstrap, topic, ids, note=True)
+    ends = end_offsets(kafka.bootstrap, topic)
+    eventually(lambda: committed_to(cfg, topic, ends), "the noted orders committed", timeout=180)
+    return columns, noted
+
+
 def _each_order_once_as_derived(rows: list[tuple[int, int, int, str]], total: int,
                                 derived: list[tuple[range, Callable[[str], str], str]]) -> None:
     """The table holds orders 0..total-1 once each, at distinct Kafka offsets, and each span of orders carries the
@@ -197,13 +210,7 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
 
         # A declared column added (spec.schema.columns) and read by the SQL: the same driver adds it to the table at
         # the batch boundary, as a start would, and its query reads it (orders 2800..2899 carry a note).
-        columns = spec["schema"]["columns"] + [{"name": "note", "type": "string"}]
-        noted = _changed(cluster, ns, {"schema": {"columns": columns}, "transform": {"sql": SQL_NOTE}}, seen,
-                         "a new column")
-        _running(cluster, ns, CONFIG_HASH_KEY, noted, "the driver running the new column")
-        produce(kafka.bootstrap, topic, range(2800, 2900), note=True)
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the noted orders committed", timeout=180)
+        columns, noted = _a_noted_column(cluster, ns, kafka, cfg, topic, spec, seen, SQL_NOTE, range(2800, 2900))
 
         # A type the table's column cannot become (id: long → string): refused at the boundary in one line, the query
         # before started again in the same driver, and the operator goes back to the last good spec with the reason.
@@ -268,14 +275,9 @@ def test_on_bigquery_a_changed_sql_restarts_the_query_in_the_running_driver_and_
 
         # A declared column added and read by the SQL: the same driver adds it to the BigQuery table (a NULLABLE
         # column) at the batch boundary and writes it (orders 1700..1799 carry a note).
-        columns = spec["schema"]["columns"] + [{"name": "note", "type": "string"}]
-        noted_sql = f"SELECT id, ts, upper(region) AS region, CAST(id AS BIGINT) AS okey, note, {KAFKA_COLUMNS} FROM source"
-        v5 = _changed(cluster, ns, {"schema": {"columns": columns}, "transform": {"sql": noted_sql}}, seen,
-                      "a new column")
-        _running(cluster, ns, CONFIG_HASH_KEY, v5, "the driver running the new column")
-        produce(kafka.bootstrap, topic, range(1700, 1800), note=True)
-        ends = end_offsets(kafka.bootstrap, topic)
-        eventually(lambda: committed_to(cfg, topic, ends), "the noted orders committed", timeout=180)
+        _a_noted_column(cluster, ns, kafka, cfg, topic, spec, seen,
+                        f"SELECT id, ts, upper(region) AS region, CAST(id AS BIGINT) AS okey, note, {KAFKA_COLUMNS} "
+                        f"FROM source", range(1700, 1800))
         assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, kubelet.crashes()
         assert kubelet.logs().count("restarted with the operator's query config") == 4, kubelet.logs()[-3000:]
 
