@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
@@ -789,17 +790,23 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 assert pending is not None
                 (wanted, new_declared, new_cfg, new_types), pending = pending, None
                 # Another declared schema: the table reconciled with it now, as at a start, or the config refused
-                # (the table cannot take it) and the query before started again, its checkpoint as it was.
-                schema_refused = reconcile_schema(backend, cfg, new_cfg)
-                if schema_refused is None:
+                # (the table cannot take it) or put off (the catalog failed), and the query before started again, its
+                # checkpoint as it was.
+                schema = reconcile_schema(backend, cfg, new_cfg)
+                if schema.taken:
                     declared, cfg, key_types = new_declared, new_cfg, new_types
                     reporter.cfg, running_hash, refused_hash = cfg, wanted.config_hash, None
                     running_since_ms = int(time.time() * 1000)
-                else:
+                elif schema.refused is not None:
                     refused_hash = wanted.config_hash
                     echo(f"the operator's query config {wanted.config_hash} is refused; the query runs on with config "
-                         f"{running_hash}: {schema_refused}")
-                    reporter.refused(wanted.config_hash, schema_refused)
+                         f"{running_hash}: {schema.refused}")
+                    reporter.refused(wanted.config_hash, schema.refused)
+                else:
+                    check_again_at = time.monotonic() + LOOKUP_CHECK_SECONDS
+                    echo(f"could not reconcile the table with the operator's query config {wanted.config_hash} (tried "
+                         f"again in {LOOKUP_CHECK_SECONDS:.0f} s); the query runs on with config {running_hash}: "
+                         f"{schema.retry}")
                 start = prepare_start(cfg, backend, echo, key_types=key_types)
                 start_offsets = query_start_offsets(cfg, start, sink_format)
                 reporter.new_query(start.discarded, ckpt.read_seed_line(cfg.checkpoint_location)
@@ -808,7 +815,7 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 query = start_query(spark, cfg, available_now=available_now, stop_marker=stop_marker,
                                     sink_format=sink_format, start_offsets=start_offsets,
                                     min_partitions_file=min_partitions_file)
-                if schema_refused is None:
+                if schema.taken:
                     reporter.config(wanted.config_hash, running_since_ms, changed=True)
                     echo(f"query {query.id} restarted with the operator's query config {wanted.config_hash} "
                          f"(run {query.runId})")
@@ -854,17 +861,35 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
         os.rmdir(markers)
 
 
-def reconcile_schema(backend: Any, running: AppConfig, new: AppConfig) -> str | None:
+@dataclass(frozen=True)
+class SchemaReconciled:
+    """What `reconcile_schema` made of a query config's schema: taken (neither set), refused in one line (the table
+    cannot take it), or not tried now (the catalog failed: the query before runs on and it is tried again later)."""
+
+    refused: str | None = None
+    retry: str | None = None
+
+    @property
+    def taken(self) -> bool:
+        return self.refused is None and self.retry is None
+
+
+def reconcile_schema(backend: Any, running: AppConfig, new: AppConfig) -> SchemaReconciled:
     """At the batch boundary of a query config with another declared schema: the table reconciled with it as a
     driver's start does (`prepare`: created if missing, columns added or widened under evolution=compatible), or the
-    one line refusing it (`SchemaIncompatible: …`) when the table cannot take it. The same schema: nothing to do."""
+    one line refusing it (`SchemaIncompatible: …`) when the table cannot take it. The same schema: nothing to do.
+    Any other failure (the catalog or BigQuery did not answer) is not the spec's: the config is tried again later
+    rather than refused, and rather than failing the driver mid-stream."""
     if new.schema_ == running.schema_:
-        return None
+        return SchemaReconciled()
     try:
         backend.prepare(new)
     except SchemaIncompatibleError as exc:
-        return f"{contract.SCHEMA_INCOMPATIBLE}: spec.schema: {' '.join(str(exc).split())[:400]}"
-    return None
+        return SchemaReconciled(refused=f"{contract.SCHEMA_INCOMPATIBLE}: spec.schema: "
+                                        f"{' '.join(str(exc).split())[:400]}")
+    except Exception as exc:  # noqa: BLE001 - the table's service failed, not the spec: tried again later
+        return SchemaReconciled(retry=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+    return SchemaReconciled()
 
 
 def query_start_offsets(cfg: AppConfig, start: StartPlan | None,

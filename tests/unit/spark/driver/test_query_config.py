@@ -177,8 +177,9 @@ def test_the_declared_schema_is_a_query_config_too_and_kept_when_the_annotation_
 
 def test_a_new_schema_reconciles_the_table_at_the_boundary_or_is_refused_in_one_line(tmp_path):
     """driver.app.reconcile_schema against a real Iceberg table (a SQLite catalog): a column added is added to the
-    table as a start adds it; a type the table's column cannot become is refused with `SchemaIncompatible: spec.schema: …` and the table is
-    left as it was; the same schema touches nothing."""
+    table as a start adds it; a type the table's column cannot become is refused with `SchemaIncompatible:
+    spec.schema: …` and the table is left as it was; the same schema touches nothing; a catalog that fails is not the
+    spec's fault: tried again later, not refused."""
     from handoff_spark.driver.app import reconcile_schema
     from handoff_spark.iceberg import ledger
     from handoff_spark.sink import registry as sinks
@@ -193,17 +194,22 @@ def test_a_new_schema_reconciles_the_table_at_the_boundary_or_is_refused_in_one_
         return {f.name: str(f.field_type) for f in table.schema().fields}
 
     before = columns()
-    assert reconcile_schema(backend, cfg, cfg) is None and columns() == before
+    assert reconcile_schema(backend, cfg, cfg).taken and columns() == before
     schema = json.loads(cfg.to_json())["schema"]
     wider = query_config.applied(cfg, query_config.Wanted("h2", cfg.transform, schema=type(cfg.schema_)
                                                            .model_validate({**schema, "columns": schema["columns"] + [
                                                                {"name": "note", "type": "string"}]})))
-    assert reconcile_schema(backend, cfg, wider) is None
+    assert reconcile_schema(backend, cfg, wider).taken
     assert columns() == {**before, "note": "string"}
     retyped = query_config.applied(wider, query_config.Wanted("h3", cfg.transform, schema=type(cfg.schema_)
                                                                .model_validate({**schema, "columns": [
                                                                    {"name": "id", "type": "long"},
                                                                    {"name": "amount", "type": "string"}]})))
-    line = reconcile_schema(backend, wider, retyped)
+    outcome = reconcile_schema(backend, wider, retyped)
+    line = outcome.refused
     assert line is not None and line.startswith("SchemaIncompatible: spec.schema: ") and "amount" in line, line
-    assert "\n" not in line and columns() == {**before, "note": "string"}
+    assert "\n" not in line and outcome.retry is None and columns() == {**before, "note": "string"}
+    unreachable = wider.model_copy(update={"sink": wider.sink.model_copy(update={"catalog_properties": {
+        **wider.sink.catalog_properties, "uri": f"sqlite:///{tmp_path}/no-such-dir/c.db"}})})
+    outcome = reconcile_schema(backend, cfg, unreachable)
+    assert outcome.refused is None and outcome.retry is not None and "\n" not in outcome.retry, outcome
