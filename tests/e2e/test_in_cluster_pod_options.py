@@ -268,8 +268,10 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
     no container restart), the operator marks the generation good once a batch of it committed (from the driver's
     report of the config it runs), and the records after it carry its derivation. Then a SQL that fails the check:
     the driver refuses it and runs on with the SQL before, the operator rolls the spec back (UpgradeRolledBack,
-    reason TransformInvalid), and the stream goes on, still in the same container. Last, the transform and the dedupe
-    removed: the same container's query moves to the fused path and the stream goes on."""
+    reason TransformInvalid), and the stream goes on, still in the same container. Then the transform and the dedupe
+    removed: the same container's query moves to the fused path and the stream goes on. Last, a declared column added
+    (the table gets it and its values, from the same container), and a schema the table cannot take (refused there,
+    rolled back with reason SchemaIncompatible, the stream going on)."""
     def handoff() -> dict[str, Any]:
         return cluster.get("streamtablehandoff", NAME, "-n", ns)
 
@@ -277,10 +279,17 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         data = cluster.get("configmap", f"{NAME}-progress", "-n", ns).get("data") or {}
         return json.loads(data.get("progress.json") or "{}")
 
-    def patch_sql(sql: str) -> int:
+    def patch_spec(spec: dict[str, Any]) -> int:
         cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
-                        json.dumps({"spec": {"transform": {"sql": sql}}}))
+                        json.dumps({"spec": spec}))
         return int(handoff()["metadata"]["generation"])
+
+    def patch_sql(sql: str) -> int:
+        return patch_spec({"transform": {"sql": sql}})
+
+    def rolled_back(generation: int) -> dict[str, Any] | None:
+        status = handoff().get("status") or {}
+        return status if (status.get("upgrade") or {}).get("rolledBackGeneration") == generation else None
 
     def same_container() -> None:
         (pod,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
@@ -309,12 +318,7 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         assert {regions[i] for i in range(0, 500)} == {"eu", "us", "ap"}
 
         bad = patch_sql(SQL_BAD)
-
-        def rolled_back() -> dict[str, Any] | None:
-            status = handoff().get("status") or {}
-            return status if (status.get("upgrade") or {}).get("rolledBackGeneration") == bad else None
-
-        status = eventually(rolled_back, "the refused SQL rolled back", timeout=180)
+        status = eventually(lambda: rolled_back(bad), "the refused SQL rolled back", timeout=180)
         assert status["upgrade"]["rolledBackReason"] == "TransformInvalid", status["upgrade"]
         assert "refused by the running driver" in status["upgrade"]["message"], status["upgrade"]
         assert "nope" in status["upgrade"]["message"], status["upgrade"]
@@ -345,6 +349,34 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "region")).to_arrow()
         regions = dict(zip(data["id"].to_pylist(), data["region"].to_pylist()))
         assert len(regions) == data.num_rows and {regions[i] for i in range(10_400, 10_500)} == {"eu", "us", "ap"}
+
+        # A declared column added: the same container adds it to the table at a batch boundary and writes it. Then a
+        # type the table's column cannot become (id: long → string): the driver refuses it there, the operator rolls
+        # the spec back with reason SchemaIncompatible, and the stream goes on, still in the same container.
+        columns = handoff()["spec"]["schema"]["columns"] + [{"name": "note", "type": "string"}]
+        cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
+                        json.dumps({"spec": {"schema": {"columns": columns}}}))
+        v4 = eventually(lambda: (h := (handoff().get("status") or {}).get("app", {}).get("configHash"))
+                        not in (v1, v2, v3) and h, "the operator's config hash with the new column")
+        eventually(lambda: record().get("configHash") == v4, "the driver running the new column", timeout=180)
+        noted = produce(pod_kafka.bootstrap, topic, range(10_500, 10_600), note="n")
+        total = produced + more + again + fused + noted
+        eventually(lambda: table_rows(catalog, TABLE_RO) == total, "the records with a note", timeout=300, interval=2)
+        same_container()
+        data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "note")).to_arrow()
+        notes = dict(zip(data["id"].to_pylist(), data["note"].to_pylist()))
+        assert {notes[i] for i in range(10_500, 10_600)} == {"n"} and notes[0] is None, notes
+        retyped = patch_spec({"schema": {"columns": [{**c, "type": "string"} if c["name"] == "id" else c
+                                                     for c in columns]}})
+        status = eventually(lambda: rolled_back(retyped), "the incompatible schema rolled back", timeout=180)
+        assert status["upgrade"]["rolledBackReason"] == "SchemaIncompatible", status["upgrade"]
+        assert "SchemaIncompatible: spec.schema:" in status["upgrade"]["message"], status["upgrade"]
+        eventually(lambda: (r := record()).get("configHash") == v4 and "configRefusedHash" not in r,
+                   "the driver's schema refusal cleared after the rollback", timeout=120)
+        last = produce(pod_kafka.bootstrap, topic, range(10_600, 10_700))
+        eventually(lambda: table_rows(catalog, TABLE_RO) == total + last, "the stream going on after the refusal",
+                   timeout=300, interval=2)
+        same_container()
     except AssertionError as err:
         raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
 
