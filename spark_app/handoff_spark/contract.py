@@ -243,10 +243,10 @@ DEGRADED_REASONS: Mapping[str, str] = {
 #: shows `Degraded` with reason `TransformInvalid` and that line (from the pod's termination message).
 TRANSFORM_INVALID = "TransformInvalid"
 TRANSFORM_INVALID_EXIT = 3
-#: A declared schema the running driver was handed in place (`driver.query_config`) and the table cannot take (a
-#: narrowing, a type change, a column the table lacks under evolution=none, with onIncompatible=halt): the driver
-#: refuses it in one line `SchemaIncompatible: spec.schema: <what and the fix>`, runs on with the schema before,
-#: and the operator shows `Degraded` with this reason.
+#: A declared schema the running driver was handed in place (`driver.query_config`) and the table cannot take (what
+#: the sink's `prepare` refuses at a driver's start: a type its column cannot become, a column it lacks under
+#: evolution=none): the driver refuses it in one line `SchemaIncompatible: spec.schema: <what and the fix>`, runs on
+#: with the schema before, and the operator shows `Degraded` with this reason.
 SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
 #: The reasons a refused query config's line may start with (`<reason>: …`); the operator shows that reason.
 REFUSAL_REASONS = (TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE)

@@ -1036,6 +1036,11 @@ class RetentionStatus(StatusModel):
                                                description="Per topic: need, have, headroom.")
     lost: list[LostRangeStatus] = Field(default_factory=list, max_length=1000,
                                         description="Ranges deleted by Kafka before they were read (DataLoss=True).")
+#: Why a spec was rolled back (status.upgrade.rolledBackReason): its driver crash-looped or never got ready, or the
+#: running driver refused its query config (its SQL, or a schema the table cannot take). The upgrade rule's too.
+RolledBackReason = Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"]
+
+
 class UpgradeStatus(StatusModel):
     """Automatic rollback of failed spec changes: which app config is known good, which one is being
     tried, and which one was rolled back (docs/operator.md, "Rollback of a failed upgrade")."""
@@ -1056,7 +1061,7 @@ class UpgradeStatus(StatusModel):
                                         "config runs until the spec changes again.")
     rolled_back_config_hash: str | None = Field(default=None, max_length=128,
                                                 description="Config hash of the rolled back spec.")
-    rolled_back_reason: Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"] | None = \
+    rolled_back_reason: RolledBackReason | None = \
         Field(default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the "
                                         "changed transform and kept running the one before; SchemaIncompatible: it "
                                         "refused a changed schema the table cannot take, likewise).")

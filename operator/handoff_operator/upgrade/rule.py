@@ -32,10 +32,7 @@ from typing import Literal
 from handoff_operator.conditions import (CRASH_REASONS, DEGRADED, DRIVER_FAILING_REASONS, PROGRESSING, READY,
                                          Condition, DriverFacts, DriverReport, Evaluation, refusal_reason)
 from handoff_operator.models import format_duration
-
-#: Why a spec was rolled back (status.upgrade.rolledBackReason): its driver crash-looped or never got ready, or the
-#: running driver refused its query config (its SQL, or a schema the table cannot take).
-RolledBackReason = Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"]
+from handoff_operator.models.stream_table_handoff import RolledBackReason
 
 UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
 # The container waiting reason of a driver that crashed and is waiting to be restarted: transient once,
