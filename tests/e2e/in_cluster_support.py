@@ -225,13 +225,17 @@ def running(pod: dict[str, Any]) -> bool:
     return pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
 
 
-def describe_failure(cluster: Cluster, namespace: str) -> str:
-    """Pods, events and logs of `namespace`, for an assertion message."""
-    parts = [cluster.kubectl("get", "pods,events", "-n", namespace, "-o", "wide", check=False)]
-    for pod in cluster.get("pods", "-n", namespace)["items"]:
+def describe_failure(cluster: Cluster, namespace: str, err: object) -> str:
+    """`err`, then the pods, events and logs of `namespace` (drivers' logs last), then `err`'s first line again: CI
+    shows only a failure's tail, which must still say what failed."""
+    parts = [str(err), cluster.kubectl("get", "pods,events", "-n", namespace, "-o", "wide", check=False)]
+    items = cluster.get("pods", "-n", namespace)["items"]
+    for pod in sorted(items, key=lambda p: (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+                      == "driver"):
         name = pod["metadata"]["name"]
         parts.append(f"--- logs {name}\n" + cluster.kubectl("logs", "-n", namespace, name, "--tail=60",
                                                            check=False))
+    parts.append(f"--- what failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
     return "\n".join(parts)
 
 

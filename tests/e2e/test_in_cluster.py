@@ -94,7 +94,7 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
     try:
         eventually(lambda: _rows(state) == 3000, "the first 3000 records in the table", timeout=600, interval=2)
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
     # The executors are pods Spark created, owned by the driver pod (waited for, not assumed present the moment
     # the first records are in).
     first = eventually(lambda: _driver(cluster, ns), "one running driver pod")
@@ -130,7 +130,7 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
         eventually(lambda: _rows(state) >= state["produced"], "all 6000 records in the table", timeout=600,
                    interval=2)
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
     _assert_exactly_once(state)
     assert _new_driver(cluster, ns, first["metadata"]["name"]) is not None  # it is the new pod that resumed
 
@@ -189,7 +189,7 @@ def test_a_replay_holds_the_query_in_the_running_driver_pod(cluster: Cluster, se
     try:
         status = eventually(succeeded, "the replay Succeeded", timeout=300, interval=1)
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
     assert status["progress"]["records"] == status["plan"]["records"] > 0
     stopped = next(step for step in status["steps"] if step["name"] == "DriverStopped")
     assert f"(pod {driver}) stopped its query at a batch boundary" in stopped["message"], stopped

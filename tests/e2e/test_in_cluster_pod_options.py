@@ -136,7 +136,7 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
             eventually(lambda: table_rows(catalog, TABLE) == produced, "the records in the table", timeout=900,
                        interval=2)
         except AssertionError as err:
-            raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+            raise AssertionError(describe_failure(cluster, ns, err)) from None
 
         (driver,) = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
                                                                      f"app.kubernetes.io/component=driver")
@@ -222,7 +222,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
             eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more, "more records in the table",
                        timeout=600, interval=2)
         except AssertionError as err:
-            raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+            raise AssertionError(describe_failure(cluster, ns, err)) from None
         # The checkpoint is in the bucket (Spark's offset and commit logs), no volume was made for it, and the
         # executors got the Secret's keys too.
         keys = [o["Key"] for page in s3.client().get_paginator("list_objects_v2").paginate(
@@ -378,5 +378,5 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
                    timeout=300, interval=2)
         same_container()
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
 

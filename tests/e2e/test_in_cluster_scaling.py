@@ -144,7 +144,7 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
         steady = _warm_up(cluster, state, produced)
         produced = steady.pop("produced")
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
     assert steady["desired"] == 1
     (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
                  if running(p)]
@@ -175,7 +175,7 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
         registered = eventually(lambda: r if len(r := _registered(cluster, ns, driver_name, app)) == 3 else None,
                                 "3 executors registered with the driver", timeout=300, interval=2)
     except AssertionError as err:
-        raise AssertionError(f"{err} (desired seen {seen})\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, f"{err} (desired seen {seen})")) from None
     assert _executors_status(cluster, ns)["reason"] in ("ScaleUp", "Steady", "Cooldown")
     # Each executor was warmed by a job pinned to it before it counted for the source's tasks (the driver
     # names an executor only when its warm-up task ran there: executor_warmup).
@@ -204,7 +204,7 @@ def test_a_lag_spike_adds_registered_executors_and_the_drain_kills_them_in_steps
         eventually(lambda: set(_executor_pods(cluster, ns)) == left, "the killed executors' pods removed",
                    timeout=120, interval=2)
     except AssertionError as err:
-        raise AssertionError(f"{err} (desired seen {seen})\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, f"{err} (desired seen {seen})")) from None
     assert seen[seen.index(3):] == [3, 2, 1], seen
     log = cluster.kubectl("logs", "-n", ns, driver_name)
     # Each step down named the registered executors it stopped (executor_scaler, from Spark's executor ids).
@@ -270,7 +270,7 @@ def test_a_batch_with_a_hung_task_commits_through_a_speculative_copy_exactly_onc
         eventually(lambda: table_rows(state["catalog"], STALLED_TABLE) == produced, "the second burst in the table",
                    timeout=300, interval=2)
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{describe_failure(cluster, ns)}") from None
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
     (driver,) = [p for p in pods(cluster, ns, selector) if running(p)]
     name = driver["metadata"]["name"]
     assert _restarts(driver) == 0
