@@ -160,8 +160,9 @@ def _read_driver_report(kube: Kube, namespace: str, name: str) -> tuple[DriverRe
 def _gather(kube: Kube, obj: dict[str, Any], truth: Truth | None, refresh_truth: bool, deleting: bool,
             views: Views | None) -> Gathered:
     """Gather, under the lock: the handoff's rendering, the driver's report and facts, its executors, the last good
-    spec when a rollback may need it, and scaling's measurements (`views`: the watch's, else the API server's).
-    Changes nothing in the world (scaling keeps its measurements in this process's memory)."""
+    spec when a rollback may need it (and the tried spec's copy when the spec changed while it was tried), and
+    scaling's measurements (`views`: the watch's, else the API server's). Changes nothing in the world (scaling
+    keeps its measurements in this process's memory)."""
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     settings = current_settings()
@@ -185,6 +186,7 @@ def _gather(kube: Kube, obj: dict[str, Any], truth: Truth | None, refresh_truth:
     return dataclasses.replace(
         gathered, driver=driver, running=running,
         last_good=rollback.gather_last_good(kube, obj, status, prepared.rendered, settings.default_image),
+        tried=rollback.gather_tried(kube, obj, status, prepared.rendered),
         measured=autoscale.measure(namespace, name, prepared.spec, status.get("executors") or {}, progress,
                                    report, running, gathered.now_ms))
 

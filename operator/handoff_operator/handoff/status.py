@@ -62,6 +62,7 @@ class Gathered:
     report_read: bool = False                 # the driver's progress ConfigMap could be read
     driver: DriverFacts | None = None         # before this reconcile's children step
     last_good: Rendered | None = None         # the last good spec's children, when they may be needed
+    tried: upgrade_step.TriedCopy | None = None  # the stored copy of the spec tried until now, when it may be needed
     running: int = 0                          # executor pods running now
     measured: scaling_step.Measured | None = None
     settings: OperatorSettings = field(default_factory=OperatorSettings)
@@ -125,7 +126,7 @@ def plan(seen: Gathered) -> Plan:
     assert seen.spec is not None and seen.rendered is not None
     progress = truth.progress if truth is not None else None
     upgrade = upgrade_step.decide_step(seen.obj, seen.spec, seen.rendered, status, seen.report, progress,
-                                       seen.settings, seen.now_ms, seen.driver, seen.last_good)
+                                       seen.settings, seen.now_ms, seen.driver, seen.last_good, seen.tried)
     runs = upgrade.rendered
     driver = seen.driver
     in_pod = driver.pod_name if driver is not None and driver.restarts_query_in_place(runs.pod_hash) else None

@@ -191,11 +191,13 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply of `obj` as `field_manager` (the fields it set before and omits now are removed; another
+        manager's are left)."""
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         meta = obj["metadata"]
         result = resource.server_side_apply(body=dict(obj), name=meta["name"], namespace=meta["namespace"],
-                                            field_manager=FIELD_MANAGER, force_conflicts=True)
+                                            field_manager=field_manager, force_conflicts=True)
         return result.to_dict()
 
     def apply_if_changed(self, obj: Mapping[str, Any], digest: str | None = None) -> bool:

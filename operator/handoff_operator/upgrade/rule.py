@@ -21,6 +21,10 @@ zero when records arrive). A suspended handoff runs nothing, so it neither prove
 does a driver a ReplayRequest holds at 0 replicas while it rewinds the table (`held`): the clock stops and
 starts from zero once the driver runs again, so a replay never rolls back the spec change it follows.
 
+When the spec changes again before the tried change was seen committing, and the driver still runs the tried
+config and committed a batch of it, the tried change becomes the last good spec first (its copy stored when it
+started being tried: `step.py`), so a rollback of the newer change does not undo one that worked.
+
 `decide` is the whole policy; the state it reads and returns is what `status.upgrade` and
 `status.lastGoodGeneration` hold, so an operator restart continues where it stopped.
 """
@@ -76,6 +80,7 @@ class UpgradeFacts:
     last_good_available: bool = True        # the last good spec is stored and still renders
     held: bool = False                      # a ReplayRequest holds the driver at 0 replicas (replay-hold)
     desired_pod_hash: str | None = None     # its pod template's hash (without the query-only part; None: the same)
+    tried_stored: bool = False              # the spec of the tried config (state.trying_hash) is stored (step.py)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Decision:
     state: UpgradeState
     run_last_good: bool        # render the children from the last good spec, not the current one
     message: str = ""          # for the Event of a markGood/rollBack
+    good_from_tried: bool = False  # markGood of the config tried before the current spec (its stored copy)
 
 
 def committed_by(facts: UpgradeFacts, config_hash: str) -> bool:
@@ -134,6 +140,20 @@ def decide(facts: UpgradeFacts, state: UpgradeState) -> Decision:
             return Decision("keep", state, run_last_good=True)
         state = replace(state, rolled_back_generation=None, rolled_back_hash=None, rolled_back_reason=None,
                         rolled_back_at_ms=None, message=None)
+
+    tried = state.trying_hash
+    if (tried is not None and state.trying_generation is not None and tried not in (facts.desired_hash,
+                                                                                   state.last_good_hash)
+            and facts.tried_stored and committed_by(facts, tried)):
+        # The spec changed again before the change tried until now was seen committing, which it did (its driver
+        # runs it, in place, and a batch of it committed): that one is the last good spec, not the one before it,
+        # which a rollback of the new change would otherwise restore. The new spec is tried from the next reconcile.
+        message = (f"generation {state.trying_generation} (config {tried}) committed a batch: it is now the spec a "
+                   f"failed change is rolled back to (generation {facts.generation} is tried next)")
+        return Decision("markGood", replace(
+            state, last_good_generation=state.trying_generation, last_good_hash=tried, trying_generation=None,
+            trying_hash=None, trying_since_ms=None, message=None), run_last_good=False, message=message,
+            good_from_tried=True)
 
     if committed_by(facts, facts.desired_hash) and (state.last_good_generation != facts.generation or
                                                     state.last_good_hash != facts.desired_hash):

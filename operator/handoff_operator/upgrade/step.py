@@ -8,6 +8,12 @@ it was when its driver committed, plus its generation and config hash), written 
 and before the status says so, so the operator can render it again after a restart. It holds the spec, not
 the rendered app config: Secret values are resolved again when it is rendered, so none are stored here, and
 the children (Deployment, app config) come out exactly as the operator renders any spec.
+
+Beside it, in the same ConfigMap under its own field manager, the spec being tried (`tried.json`, its generation
+and config hash), written when a change starts being tried while a last good spec exists. The spec can change again
+before the operator has seen the tried one commit (a user applying two changes seconds apart): when its driver
+still runs it and a batch of it committed, that copy becomes the last good spec, so a rollback of the newer change
+goes back to it and not to the spec before it (`upgrade.rule.decide`, `good_from_tried`).
 """
 from __future__ import annotations
 
@@ -30,8 +36,13 @@ from handoff_operator.upgrade.rule import UPGRADE_ROLLED_BACK, Decision, RolledB
 from handoff_operator.spec.validation import check, parse_spec
 
 SPEC_KEY = "spec.json"
-__all__ = ["Step", "act", "decide_step", "gather_last_good", "held_spec", "last_good_configmap_name", "overlay",
-           "render_spec"]
+TRIED_SPEC_KEY = "tried.json"
+TRIED_GENERATION_KEY = "triedGeneration"
+TRIED_HASH_KEY = "triedConfigHash"
+#: The tried copy's keys have their own server-side-apply field manager: writing one half leaves the other's keys.
+TRIED_FIELD_MANAGER = "handoff-operator-tried"
+__all__ = ["Step", "TriedCopy", "act", "decide_step", "gather_last_good", "gather_tried", "held_spec",
+           "last_good_configmap_name", "overlay", "render_spec"]
 log = logging.getLogger("handoff.operator")
 
 
@@ -82,14 +93,39 @@ def status_from_state(state: UpgradeState) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the stored last good spec
 
-def last_good_configmap(owner: Mapping[str, Any], config_hash: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TriedCopy:
+    """The stored copy of a tried spec: its generation, config hash and spec (JSON text, as written)."""
+
+    generation: int
+    config_hash: str
+    spec_json: str
+
+
+def _configmap(owner: Mapping[str, Any], data: dict[str, str]) -> dict[str, Any]:
     meta = owner["metadata"]
     name = meta["name"]
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": last_good_configmap_name(name), "namespace": meta["namespace"],
                          "labels": labels(name, "last-good"), "ownerReferences": [owner_reference(owner)]},
-            "data": {SPEC_KEY: json.dumps(owner.get("spec") or {}, sort_keys=True),
-                     "generation": str(meta.get("generation") or 0), "configHash": config_hash}}
+            "data": data}
+
+
+def last_good_configmap(owner: Mapping[str, Any], config_hash: str, copy: TriedCopy | None = None
+                        ) -> dict[str, Any]:
+    """The last good half of the ConfigMap: `owner`'s spec, or the tried `copy` that became the last good one."""
+    if copy is not None:
+        return _configmap(owner, {SPEC_KEY: copy.spec_json, "generation": str(copy.generation),
+                                  "configHash": copy.config_hash})
+    return _configmap(owner, {SPEC_KEY: json.dumps(owner.get("spec") or {}, sort_keys=True),
+                              "generation": str(owner["metadata"].get("generation") or 0), "configHash": config_hash})
+
+
+def tried_configmap(owner: Mapping[str, Any], config_hash: str) -> dict[str, Any]:
+    """The tried half of the ConfigMap: `owner`'s spec as the one being tried (applied by TRIED_FIELD_MANAGER)."""
+    return _configmap(owner, {TRIED_SPEC_KEY: json.dumps(owner.get("spec") or {}, sort_keys=True),
+                              TRIED_GENERATION_KEY: str(owner["metadata"].get("generation") or 0),
+                              TRIED_HASH_KEY: config_hash})
 
 
 def render_spec(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSpec,
@@ -101,7 +137,8 @@ def render_spec(kube: Kube, owner: Mapping[str, Any], spec: StreamTableHandoffSp
     return None if problems else render(owner, spec, image, resolved)
 
 
-def _read_last_good(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
+def _stored(kube: Kube, owner: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ConfigMap's data (None: there is none yet)."""
     meta = owner["metadata"]
     try:
         cm = kube.core.read_namespaced_config_map(last_good_configmap_name(meta["name"]), meta["namespace"])
@@ -109,8 +146,16 @@ def _read_last_good(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffS
         if exc.status == 404:
             return None
         raise
+    return dict(cm.data or {})
+
+
+def _read_last_good(kube: Kube, owner: Mapping[str, Any]) -> StreamTableHandoffSpec | None:
+    meta = owner["metadata"]
+    data = _stored(kube, owner)
+    if data is None:
+        return None
     try:
-        raw = json.loads((cm.data or {}).get(SPEC_KEY) or "null")
+        raw = json.loads(data.get(SPEC_KEY) or "null")
     except json.JSONDecodeError:
         raw = None
     spec, _ = parse_spec(raw) if isinstance(raw, dict) else (None, [])
@@ -145,6 +190,8 @@ class Step:
     rendered: Rendered                               # what to apply now
     events: list[tuple[str, str, str]] = field(default_factory=list)
     good_hash: str | None = None                     # markGood: the config hash stored as the last good spec's
+    good_copy: TriedCopy | None = None               # markGood of the tried copy: what is stored as the last good
+    store_tried: bool = False                        # the current spec starts being tried: store its copy
 
     @property
     def rolling_back(self) -> bool:
@@ -164,13 +211,32 @@ def gather_last_good(kube: Kube, owner: Mapping[str, Any], status: Mapping[str, 
     return _render_last_good(kube, owner, image)
 
 
+def gather_tried(kube: Kube, owner: Mapping[str, Any], status: Mapping[str, Any], rendered: Rendered
+                 ) -> TriedCopy | None:
+    """The stored copy of the spec tried until now, read only when the spec changed again while it was tried (its
+    hash is neither the current spec's nor the last good one's); None: not needed, not stored, or it no longer
+    parses as a spec."""
+    state = state_from_status(status)
+    if state.trying_hash is None or state.trying_hash in (rendered.config_hash, state.last_good_hash):
+        return None
+    data = _stored(kube, owner) or {}
+    try:
+        copy = TriedCopy(int(data[TRIED_GENERATION_KEY]), data[TRIED_HASH_KEY], data[TRIED_SPEC_KEY])
+        raw = json.loads(copy.spec_json)
+    except (KeyError, ValueError):
+        return None
+    if copy.config_hash != state.trying_hash or not isinstance(raw, dict) or parse_spec(raw)[0] is None:
+        return None
+    return copy
+
+
 def decide_step(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered: Rendered,
                 status: Mapping[str, Any], report: DriverReport | None, truth: ProgressFacts | None,
                 settings: OperatorSettings, now_ms: int, driver: DriverFacts | None,
-                last_good: Rendered | None) -> Step:
+                last_good: Rendered | None, tried: TriedCopy | None = None) -> Step:
     """Keep, mark good or roll back (pure): the facts from what was gathered (`driver`: the driver before this
     reconcile's children step; `last_good`: `gather_last_good`), `upgrade.rule.decide`, and what it means for
-    this reconcile: which rendering to apply and the Events."""
+    this reconcile: which rendering to apply and the Events (`tried`: `gather_tried`)."""
     meta = owner["metadata"]
     state = state_from_status(status)
     timeout = spec.upgrade_readiness_timeout_seconds
@@ -184,7 +250,8 @@ def decide_step(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered
         ledger_committed_at_ms=truth.committed_at_ms if truth is not None else None,
         lag=truth.lag if truth is not None else status.get("lag"),
         last_good_available=last_good is not None,
-        held=REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {}))
+        held=REPLAY_HOLD_ANNOTATION in (meta.get("annotations") or {}),
+        tried_stored=tried is not None and tried.config_hash == state.trying_hash)
     decision = decide(facts, state)
     events: list[tuple[str, str, str]] = []
     if decision.action == "markGood" and state.last_good_hash is not None:
@@ -193,15 +260,25 @@ def decide_step(owner: Mapping[str, Any], spec: StreamTableHandoffSpec, rendered
         events.append(("Warning", UPGRADE_ROLLED_BACK, decision.message))
     # decide() runs the last good spec only while it renders (last_good_available).
     runs = last_good if decision.run_last_good and last_good is not None else rendered
-    return Step(decision, runs, events, rendered.config_hash if decision.action == "markGood" else None)
+    good_hash = None
+    if decision.action == "markGood":
+        good_hash = decision.state.last_good_hash if decision.good_from_tried else rendered.config_hash
+    # A change starts being tried while there is a last good spec to roll back to: its copy is stored.
+    new_try = decision.state.trying_hash
+    store_tried = (new_try is not None and new_try != state.trying_hash and decision.state.last_good_hash is not None)
+    return Step(decision, runs, events, good_hash, good_copy=tried if decision.good_from_tried else None,
+                store_tried=store_tried)
 
 
 def act(kube: Kube, owner: Mapping[str, Any], step: Step) -> None:
-    """markGood: store the spec as the last good one (before the status says so); rollBack: count it."""
+    """markGood: store the spec (or the tried copy) as the last good one (before the status says so); rollBack:
+    count it; a change starting to be tried: store its copy."""
     meta = owner["metadata"]
     where = f"{meta['namespace']}/{meta['name']}"
+    if step.store_tried and step.decision.state.trying_hash is not None:
+        kube.apply(tried_configmap(owner, step.decision.state.trying_hash), field_manager=TRIED_FIELD_MANAGER)
     if step.good_hash is not None:
-        kube.apply(last_good_configmap(owner, step.good_hash))
+        kube.apply(last_good_configmap(owner, step.good_hash, step.good_copy))
         log.info(f"{where}: {step.decision.message}")
     elif step.rolling_back:
         metrics.UPGRADE_ROLLBACKS.labels(reason=step.decision.state.rolled_back_reason or "").inc()

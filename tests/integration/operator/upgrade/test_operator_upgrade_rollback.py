@@ -209,6 +209,84 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             cluster.delete_all_handoffs()
 
 
+def _publish(cluster: Cluster, apiserver: Any, ns: str, pod: Any, record: dict[str, Any]) -> None:
+    """Publish `record` into `<name>-progress` as the driver of `pod` does: its real progress publisher, with its
+    ServiceAccount's token (the record's numbers are the test's)."""
+    (container,) = pod.spec.containers
+    env = {e.name: e.value for e in container.env if e.value is not None}
+    env["HANDOFF_DRIVER_POD_NAME"] = pod.metadata.name
+    api = kube_config.new_client_from_config(config_file=driver_kubeconfig(
+        cluster, apiserver, ns, pod.spec.service_account_name))
+    errors: list[BaseException] = []
+    publisher = ProgressPublisher.from_env(env, api=api, on_error=errors.append)
+    assert publisher is not None
+    publisher.offer({"handoffId": f"{ns}/{NAME}", "batchId": 0, "rows": 100, "dlqRows": 0,
+                     "offsets": {"orders": {"0": 100}}, "degradedReason": None, **record})
+    publisher.close()
+    assert not errors, errors
+
+
+def test_a_change_applied_before_the_tried_one_was_seen_committing_rolls_back_to_the_tried_one(
+        cluster: Cluster, apiserver) -> None:
+    """Two in-place changes seconds apart (the real-node drill applied a refused schema right after the change
+    before it committed): generation 2's driver runs it and commits, but the spec changes to generation 3 before
+    the operator saw that commit. The operator makes generation 2 (its copy stored when it started being tried)
+    the last good spec, so the refused generation 3 is rolled back to generation 2, not to generation 1. The
+    operator is stopped while generation 2 commits and generation 3 is applied, so the order is certain."""
+    ns = cluster.new_namespace("upgrade")
+    op = Operator(cluster.kubeconfig, status_interval=1.0)
+    op.start()
+
+    def status() -> dict[str, Any]:
+        return cluster.get(ns, NAME).get("status") or {}
+
+    def query_config() -> str:
+        cm = cluster.core.read_namespaced_config_map(f"{NAME}-progress", ns)
+        return (cm.metadata.annotations or {}).get("handoff.io/query-config") or ""
+
+    sql = {v: f"SELECT id, created_at, '{v}' AS note FROM source" for v in ("v1", "v2", "v3")}
+    try:
+        cluster.create(ns, NAME, base_spec(transform={"sql": sql["v1"]}, deadLetter={"topic": "orders-dlq"}))
+        pod = cluster.make_driver_ready(ns, NAME)
+        now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+        h1 = eventually(lambda: (status().get("app") or {}).get("configHash"), "generation 1's config")
+        _publish(cluster, apiserver, ns, pod, {"configHash": h1, "configSinceMs": now_ms, "committedSnapshot": 1})
+        eventually(lambda: status().get("lastGoodGeneration") == 1, "generation 1 good")
+
+        cluster.patch_spec(ns, NAME, {"transform": {"sql": sql["v2"]}})
+        h2 = eventually(lambda: (u := status().get("upgrade") or {}).get("tryingGeneration") == 2
+                        and u.get("tryingConfigHash"), "generation 2 tried")
+        assert h2 != h1 and sql["v2"] in query_config()
+        assert [p.metadata.name for p in cluster.driver_pods(ns, NAME)] == [pod.metadata.name]  # in place
+        op.stop()
+        # Generation 2 commits and generation 3 is applied while no operator looks.
+        _publish(cluster, apiserver, ns, pod, {"configHash": h2, "configSinceMs": now_ms + 1000,
+                                               "committedSnapshot": 2})
+        cluster.patch_spec(ns, NAME, {"transform": {"sql": sql["v3"]}})
+        op.start()
+        eventually(lambda: status().get("lastGoodGeneration") == 2, "generation 2 marked good after generation 3")
+        h3 = eventually(lambda: (h := (status().get("app") or {}).get("configHash")) not in (h1, h2) and h,
+                        "generation 3's config")
+        assert sql["v3"] in query_config()
+        events = [e.message for e in cluster.events(ns, NAME) if e.reason == "UpgradeSucceeded"]
+        assert any(f"generation 2 (config {h2}) committed a batch" in m and "generation 3 is tried next" in m
+                   for m in events), events
+
+        # The running driver refuses generation 3: back to generation 2's query, not generation 1's.
+        _publish(cluster, apiserver, ns, pod, {"configHash": h2, "configSinceMs": now_ms + 1000,
+                                               "committedSnapshot": 2, "configRefusedHash": h3,
+                                               "configRefused": "TransformInvalid: spec.transform.sql: no"})
+        up = eventually(lambda: (u := status().get("upgrade") or {}).get("rolledBackGeneration") == 3 and u,
+                        "generation 3 rolled back")
+        assert (up["rolledBackReason"], up["lastGoodConfigHash"]) == ("TransformInvalid", h2), up
+        assert "running the config of generation 2" in up["message"], up
+        eventually(lambda: sql["v2"] in query_config(), "generation 2's query config for the driver again")
+        assert sql["v1"] not in query_config()
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()
+
+
 def test_a_spec_whose_driver_never_gets_ready_is_rolled_back_after_its_readiness_timeout(
         cluster: Cluster, apiserver, tmp_path: Path) -> None:
     ns = cluster.new_namespace("upgrade")

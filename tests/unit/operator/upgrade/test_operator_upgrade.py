@@ -316,3 +316,31 @@ def test_a_schema_the_running_driver_refused_rolls_back_at_once_with_its_own_rea
     stored = status_from_state(decision.state)
     assert stored["upgrade"]["rolledBackReason"] == "SchemaIncompatible"
     assert state_from_status(stored).rolled_back_reason == "SchemaIncompatible"
+
+
+def test_a_change_applied_before_the_tried_one_was_seen_committing_makes_the_tried_one_the_last_good():
+    """Two changes seconds apart: generation 2's driver runs it in place and committed a batch of it, but the spec
+    changed to generation 3 before the operator saw that. Generation 2 (its stored copy) becomes the last good spec,
+    so a refusal of generation 3 goes back to it, not to generation 1 (the e2e drill on the real node saw that)."""
+    tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
+    runs_h2 = _in_place("h2", NOW - 30_000)
+    facts = dict(generation=3, desired_hash="h3", desired_pod_hash="p1", driver=runs_h2, report=_committed("d-p1"))
+    good = decide(_facts(tried_stored=True, **facts), tried)
+    assert good.action == "markGood" and good.good_from_tried and not good.run_last_good
+    assert (good.state.last_good_generation, good.state.last_good_hash) == (2, "h2")
+    assert good.state.trying_hash is None
+    assert "generation 2 (config h2) committed a batch" in good.message and "generation 3 is tried next" in good.message
+    # The next reconcile tries generation 3; the driver refuses it: back to generation 2.
+    trying3 = decide(_facts(**facts), good.state)
+    assert trying3.action == "keep" and trying3.state.trying_hash == "h3"
+    refused = replace(runs_h2, refused_config_hash="h3", refused_message="TransformInvalid: spec.transform.sql: x")
+    back = decide(_facts(**{**facts, "driver": refused}), trying3.state)
+    assert back.action == "rollBack" and "running the config of generation 2 (h2)" in back.message
+    # Without the stored copy there is nothing to go back to but generation 1: generation 3 is tried as before.
+    assert decide(_facts(**facts), tried).action == "keep"
+    # Evidence of generation 2 is needed: a driver that moved on to generation 3 (or one without a commit of
+    # generation 2) says nothing of it.
+    assert decide(_facts(tried_stored=True, **{**facts, "driver": _in_place("h3", NOW - 5_000),
+                                                "report": _committed("d-p1", snapshot=None)}), tried).action == "keep"
+    assert decide(_facts(tried_stored=True, **{**facts, "report": _committed("d-p1", snapshot=None)}),
+                  tried).action == "keep"
