@@ -149,6 +149,7 @@ class DriverReport:
     query_holding: str | None = None         # the replay this driver is stopping its query for (a batch still runs)
     config_hash: str | None = None           # the app config it runs (handoff_spark.driver.query_config)
     config_since_ms: int | None = None       # since when
+    config_committed_snapshot: int | None = None  # the newest commit a batch of that config made (through idle ones)
     config_refused: str | None = None        # a query config it refused: the one line
     config_refused_hash: str | None = None   # that config's hash
 

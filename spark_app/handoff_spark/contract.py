@@ -167,6 +167,11 @@ CONFIG_HASH_KEY = "configHash"
 #: The progress record's key with when (ms since the epoch) this driver started running that config: a ledger
 #: commit after it is that config's (`upgrade.rule.committed_by`).
 CONFIG_SINCE_KEY = "configSinceMs"
+#: The progress record's key with the newest table commit (snapshot id) a batch of that config made in this driver:
+#: kept through the batches that commit nothing (an idle stream), dropped when the query restarts with another
+#: config. The operator's evidence that the config committed (`upgrade.rule.committed_by`), also when the spec
+#: changes again before it read the ledger.
+CONFIG_COMMITTED_KEY = "configCommittedSnapshot"
 #: The progress record's keys of a query config this driver refused (its check failed): the config hash and the
 #: one line (`TransformInvalid: …`). The driver keeps running the config it ran; the operator shows Degraded
 #: TransformInvalid and rolls back to the last good spec when it can.
@@ -183,13 +188,15 @@ class QueryConfig(TypedDict):
     dedupe: dict[str, Any] | None     # `AppConfig.dedupe` (`config.Dedupe`) or null
     eventTime: dict[str, Any] | None  # `AppConfig.event_time` (`config.EventTime`) or null
     schema: NotRequired[dict[str, Any]]  # `AppConfig.schema_` (`config.SchemaPolicy`: columns, policy, limits)
+    deadLetterTopic: NotRequired[str | None]      # `AppConfig.dead_letter_topic` (spec.deadLetter.topic); null: none
+    maintenance: NotRequired[dict[str, Any]]      # `AppConfig.maintenance` (`config.Maintenance`: spec.replay.window)
     triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
     eventTimeColumn: NotRequired[str | None]      # `AppConfig.schema_.event_time_column`; null: none
 
 
 #: The query config's parts that are the app config's own top-level keys (JSON names), each as the app config has it.
-QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime", "schema")
+QUERY_CONFIG_PARTS = ("transform", "dedupe", "eventTime", "schema", "deadLetterTopic", "maintenance")
 #: The query config's pace: its key → where the value sits in the app config's JSON.
 QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
                      "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),

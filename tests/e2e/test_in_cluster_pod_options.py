@@ -362,6 +362,10 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         noted = produce(pod_kafka.bootstrap, topic, range(10_500, 10_600), note="n")
         total = produced + more + again + fused + noted
         eventually(lambda: table_rows(catalog, TABLE_RO) == total, "the records with a note", timeout=300, interval=2)
+        # Seen committing by the operator before the next change, as a user watching the status would wait (the
+        # change before it was applied at once: the race tests/integration/operator/upgrade covers).
+        eventually(lambda: ((handoff().get("status") or {}).get("upgrade") or {}).get("lastGoodConfigHash") == v4,
+                   "the new column marked good", timeout=120)
         same_container()
         data = catalog.load_table(TABLE_RO).scan(selected_fields=("id", "note")).to_arrow()
         notes = dict(zip(data["id"].to_pylist(), data["note"].to_pylist()))

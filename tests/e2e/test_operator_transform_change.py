@@ -14,7 +14,8 @@ the table exactly once, the records produced after the driver said it runs a new
 before the old one's, those after a new batch size came in batches of that size, the refused SQL left the stream running with the SQL before it, and a driver killed and
 started from an older mounted app config runs the operator's newest config. A declared column added (and read by the
 SQL) reaches the table from the same driver, on both sinks; a schema the Iceberg table cannot take is refused in that
-driver, the operator rolls it back with reason SchemaIncompatible, and the stream goes on."""
+driver, the operator rolls it back with reason SchemaIncompatible, and the stream goes on. A new dead-letter topic
+(and replay window) runs in the same driver too: the next dead letter lands in the new topic."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from confluent_kafka import Producer
 
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY
@@ -31,6 +33,7 @@ from handoff_spark.iceberg import ledger
 from operator_support import Cluster, eventually
 from replay_drill_support import (bigquery_rows, bigquery_spec, committed_to, end_offsets, iceberg_spec, local_handoff,
                                   produce)
+from transform_drill_support import dead_letters
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.kafka]
 
@@ -102,13 +105,26 @@ def _committed(kafka: Any, cfg: AppConfig, topic: str, ids: range, what: str, ti
     eventually(lambda: committed_to(cfg, topic, ends), what, timeout=timeout)
 
 
+def _marked_good(cluster: Cluster, ns: str, config: str, what: str) -> None:
+    """The operator has seen `config` commit: the spec a refused change is rolled back to. (Applying the next change
+    before that is the race the upgrade rule's tried copy covers, tests/integration/operator/upgrade; these drills
+    change one thing after another, as a user watching the status does.)"""
+    eventually(lambda: ((cluster.get(ns, "orders").get("status") or {}).get("upgrade") or {})
+               .get("lastGoodConfigHash") == config, f"{what} marked good", timeout=120)
+
+
 def _new_sql_then_a_bad_one(cluster: Cluster, ns: str, kafka: Any, cfg: AppConfig, topic: str, seen: list[str],
-                            after_new: range, after_bad: range) -> tuple[str, str, dict[str, Any]]:
+                            after_new: range, after_bad: range, *, operator_reads_the_driver: bool = False
+                            ) -> tuple[str, str, dict[str, Any]]:
     """Both drills' first changes: SQL_V2 runs (orders `after_new` committed with it), then SQL_BAD is refused and
-    the stream goes on with SQL_V2 (orders `after_bad` committed). The two configs and the refusing record."""
+    the stream goes on with SQL_V2 (orders `after_bad` committed). The two configs and the refusing record.
+    `operator_reads_the_driver`: the driver publishes its pod's name, so the operator marks SQL_V2 good (waited for)
+    and rolls the refused one back to it."""
     v2 = _changed(cluster, ns, {"transform": {"sql": SQL_V2}}, seen, "the new SQL")
     _running(cluster, ns, CONFIG_HASH_KEY, v2, "the driver running the new SQL")
     _committed(kafka, cfg, topic, after_new, "the records after the change committed")
+    if operator_reads_the_driver:
+        _marked_good(cluster, ns, v2, "the new SQL")
     bad = _changed(cluster, ns, {"transform": {"sql": SQL_BAD}}, seen, "the bad SQL")
     record = _running(cluster, ns, CONFIG_REFUSED_HASH_KEY, bad, "the driver refusing the bad SQL")
     assert record[CONFIG_HASH_KEY] == v2, record
@@ -156,7 +172,7 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert _record(cluster, ns).get(CONFIG_HASH_KEY) == seen[0], "the driver reports the config it runs"
 
         v2, bad, record = _new_sql_then_a_bad_one(cluster, ns, kafka, cfg, topic, seen, range(1000, 2000),
-                                                  range(2000, 2300))
+                                                  range(2000, 2300), operator_reads_the_driver=True)
         assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
         assert "nope" in record[CONFIG_REFUSED_KEY], record
 
@@ -211,6 +227,7 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         # A declared column added (spec.schema.columns) and read by the SQL: the same driver adds it to the table at
         # the batch boundary, as a start would, and its query reads it (orders 2800..2899 carry a note).
         columns, noted = _a_noted_column(cluster, ns, kafka, cfg, topic, spec, seen, SQL_NOTE, range(2800, 2900))
+        _marked_good(cluster, ns, noted, "the new column")
 
         # A type the table's column cannot become (id: long → string): refused at the boundary in one line, the query
         # before started again in the same driver, and the operator goes back to the last good spec with the reason.
@@ -235,6 +252,25 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
                                                        (range(2300, 3000), lambda r: r + "3", "after the fixed SQL")])
         notes = _notes(cfg)
         assert {i: n for i, n in notes.items() if n is not None} == {i: f"n{i}" for i in range(2800, 2900)}, notes
+
+        # Another dead-letter topic and replay window (with the columns that run, and records that do not fit them
+        # sent there rather than halting): the same driver's next query sends its dead letters to the new topic. An
+        # order whose id is no number is one.
+        moved_to = f"{topic}-dlq2"
+        kafka.create_topic(moved_to, partitions=1)
+        moved = _changed(cluster, ns, {"schema": {"columns": columns, "onIncompatible": "deadLetter"},
+                                       "deadLetter": {"topic": moved_to}, "replay": {"window": "14d"}}, seen,
+                         "the new dead-letter topic")
+        _running(cluster, ns, CONFIG_HASH_KEY, moved, "the driver running the new dead-letter topic")
+        bad = Producer({"bootstrap.servers": kafka.bootstrap})
+        bad.produce(topic, key=b"bad", value=json.dumps({"id": "not-a-number", "region": "eu"}).encode())
+        assert bad.flush(30) == 0
+        _committed(kafka, cfg, topic, range(3000, 3050), "the records after the new dead-letter topic committed")
+        assert [v.get("id") for v, _reason in dead_letters(kafka.bootstrap, moved_to)] == ["not-a-number"]
+        assert "not-a-number" not in [v.get("id") for v, _reason in dead_letters(kafka.bootstrap, f"{topic}-dlq")]
+        assert kubelet.starts == 2 and len(set(kubelet.templates)) == 1, kubelet.crashes()
+        assert kubelet.logs().count("restarted with the operator's query config") == 6, kubelet.logs()[-3000:]
+        assert sorted(i for _p, _o, i, _r in _rows(cfg)) == list(range(3050))
 
 
 @pytest.mark.bigquery

@@ -319,7 +319,9 @@ class SchemaSpec(SpecModel):
 class DeadLetterSpec(SpecModel):
     """Where incompatible records go (with headers naming the reason and their source offset)."""
 
-    topic: TopicName = Field(description="Dead-letter topic (created if missing).")
+    topic: TopicName = Field(description="Dead-letter topic (created if missing). Changing it restarts the query in "
+                                         "the running driver at a batch boundary (no pod restart); the next query's "
+                                         "dead letters go to the new topic.")
 
 
 class FreshnessSpec(SpecModel):
@@ -333,7 +335,9 @@ class ReplaySpec(SpecModel):
     """How far back a ReplayRequest may reach, which drives table snapshot expiry and Kafka retention checks."""
 
     window: Duration = Field(default="7d", description="Snapshots (and their offsets) kept for rollback/replay; "
-                                                       "older snapshots may be expired.")
+                                                       "older snapshots may be expired. Changing it restarts the "
+                                                       "query in the running driver at a batch boundary (no pod "
+                                                       "restart).")
     max_outage: Duration = Field(default="1d", description="Longest outage the handoff must survive without "
                                                            "losing data: Kafka retention must cover it.")
 

@@ -722,7 +722,9 @@ MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 #: or removing a transform, dedupe or event time switches the query between the fused path and the DataFrame path in
 #: the running driver (which sets the session's state store for a dedupe then; the JVMs keep the JIT they were
 #: launched with until the pod's next start). The declared schema too: the driver reconciles the table with it at the
-#: batch boundary, as a start does, and refuses one the table cannot take (SchemaIncompatible).
+#: batch boundary, as a start does, and refuses one the table cannot take (SchemaIncompatible). And the dead-letter
+#: topic (the query's writers produce to it) and the table's upkeep (`maintenance`: the snapshots expired past
+#: spec.replay.window, run by the query's commit).
 QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
 #: The query's pace and event-time column: the trigger (spec.commitInterval), the source's batch size
 #: (spec.source.maxRecordsPerBatch) and the column freshness is measured on (eventTime.column, else

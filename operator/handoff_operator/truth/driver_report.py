@@ -14,8 +14,8 @@ from typing import Any
 
 #: The progress ConfigMap's key (also read by `runtime.kube` and `truth.watched`).
 from handoff_spark.contract import PROGRESS_DATA_KEY as DATA_KEY  # noqa: F401
-from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
-                                    QUERY_HELD_KEY, QUERY_HOLDING_KEY)
+from handoff_spark.contract import (CONFIG_COMMITTED_KEY, CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY,
+                                    CONFIG_SINCE_KEY, QUERY_HELD_KEY, QUERY_HOLDING_KEY)
 
 from handoff_operator.conditions import DriverReport
 
@@ -67,6 +67,7 @@ def parse(text: str | None) -> DriverReport | None:
                               and doc["checkpointDiscarded"] else None),
         query_held=_text(doc.get(QUERY_HELD_KEY)), query_holding=_text(doc.get(QUERY_HOLDING_KEY)),
         config_hash=_text(doc.get(CONFIG_HASH_KEY)), config_since_ms=_int(doc.get(CONFIG_SINCE_KEY)),
+        config_committed_snapshot=_int(doc.get(CONFIG_COMMITTED_KEY)),
         config_refused=(doc[CONFIG_REFUSED_KEY][:1000] if _text(doc.get(CONFIG_REFUSED_KEY)) else None),
         config_refused_hash=_text(doc.get(CONFIG_REFUSED_HASH_KEY)))
 

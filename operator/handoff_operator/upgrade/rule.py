@@ -10,7 +10,8 @@ config runs until the spec changes again (a new generation), which is then tried
 
 Evidence that a config committed, both read from what the operator already sees:
 - the driver's published progress record (`<name>-progress`) from the current driver pod, whose config
-  hash is the tried one, naming a committed table snapshot;
+  hash is the tried one, naming a committed table snapshot (its last batch's, or the newest a batch of that config
+  committed: an idle stream's empty batches commit none);
 - a ledger commit (the table's truth) newer than the start of that driver pod (a commit the old driver
   finished while stopping is older: the Deployment's Recreate strategy starts the new pod after the old
   one is gone).
@@ -101,7 +102,8 @@ def committed_by(facts: UpgradeFacts, config_hash: str) -> bool:
     if driver is None or driver.pod_name is None or not driver.runs(config_hash, desired_pod):
         return False
     report = facts.report
-    if report is not None and report.driver_pod == driver.pod_name and report.committed_snapshot is not None:
+    if report is not None and report.driver_pod == driver.pod_name and (
+            report.committed_snapshot is not None or report.config_committed_snapshot is not None):
         return True
     started = driver.config_started_at_ms
     return (facts.ledger_committed_at_ms is not None and started is not None and

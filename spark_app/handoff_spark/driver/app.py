@@ -29,8 +29,8 @@ from handoff_spark.startup import session_warmup, worker_daemon
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
-from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
-                                   QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT)
+from handoff_spark.contract import (CONFIG_COMMITTED_KEY, CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY,
+                                   CONFIG_SINCE_KEY, QUERY_HELD_KEY, QUERY_HOLDING_KEY, TRANSFORM_INVALID_EXIT)
 from handoff_spark.errors import HandoffConfigError
 from handoff_spark.sink.common import SchemaIncompatibleError
 from handoff_spark.kafka.source import (RANGES_SOURCE_NAME, SOURCE_NAME, HandoffKafkaDataSource, HandoffKafkaRangesDataSource,
@@ -423,8 +423,12 @@ class ProgressReporter:
     def config(self, config_hash: str, since_ms: int, *, changed: bool) -> None:
         """Say which of the operator's configs this driver runs and since when (driver.query_config; published at
         once). `changed`: its query just started with it, so the last batch's snapshot is not this config's (the
-        operator counts a config good once its own batch committed): dropped until the next batch."""
+        operator counts a config good once its own batch committed): dropped until the next batch, with the config's
+        newest commit (`CONFIG_COMMITTED_KEY`); otherwise the query runs on as it did and that commit stays."""
+        kept = self.config_keys.get(CONFIG_COMMITTED_KEY)
         self.config_keys = {CONFIG_HASH_KEY: config_hash, CONFIG_SINCE_KEY: since_ms}
+        if kept is not None and not changed:
+            self.config_keys[CONFIG_COMMITTED_KEY] = kept
         base = self._base()
         if changed:
             base.pop("committedSnapshot", None)
@@ -433,7 +437,8 @@ class ProgressReporter:
     def refused(self, config_hash: str, message: str) -> None:
         """Say that this driver refused the operator's config `config_hash` (its check failed) and why; it keeps
         running the config it ran (published at once)."""
-        self.config_keys = {**{k: v for k, v in self.config_keys.items() if k in (CONFIG_HASH_KEY, CONFIG_SINCE_KEY)},
+        self.config_keys = {**{k: v for k, v in self.config_keys.items()
+                               if k in (CONFIG_HASH_KEY, CONFIG_SINCE_KEY, CONFIG_COMMITTED_KEY)},
                             CONFIG_REFUSED_HASH_KEY: config_hash, CONFIG_REFUSED_KEY: message}
         self._offer(self._base())
 
@@ -517,6 +522,8 @@ class ProgressReporter:
         record = report.record(cfg.handoff_id)
         record.update(extra)
         record["totals"] = self.totals.record()
+        if record.get("committedSnapshot") is not None and CONFIG_HASH_KEY in self.config_keys:
+            self.config_keys[CONFIG_COMMITTED_KEY] = record["committedSnapshot"]
         record.update(self.config_keys)
         if self.checkpoint_discarded:
             record["checkpointDiscarded"] = self.checkpoint_discarded
@@ -958,7 +965,8 @@ HOLD_QUERY = -2
 #: The progress record's keys about a hold (driver.hold): stopping for one, stopped under one.
 HOLD_KEYS = frozenset({QUERY_HELD_KEY, QUERY_HOLDING_KEY})
 #: The progress record's keys about the config this driver runs (driver.query_config).
-CONFIG_KEYS = frozenset({CONFIG_HASH_KEY, CONFIG_SINCE_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY})
+CONFIG_KEYS = frozenset({CONFIG_HASH_KEY, CONFIG_SINCE_KEY, CONFIG_COMMITTED_KEY, CONFIG_REFUSED_HASH_KEY,
+                         CONFIG_REFUSED_KEY})
 #: `wait`'s answer when `config_when` asked for the query to start again with the operator's new query config.
 CONFIG_QUERY = -3
 #: How often `restart_when` is asked.

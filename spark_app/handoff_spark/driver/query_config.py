@@ -3,8 +3,9 @@ query's restart are `driver.app`'s).
 
 Why: a change of what the query does (the transform's SQL and lookups, the dedupe's keys and window, the event time's
 column, watermark and late-record policy, and adding or removing any of them: the query then switches between the
-fused path and the DataFrame path; the declared schema: its columns, evolution, policy and limits) or of its pace (the
-trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
+fused path and the DataFrame path; the declared schema: its columns, evolution, policy and limits; the dead-letter
+topic the query's writers produce to; the table's upkeep its commits run, i.e. the replay window's snapshot expiry) or
+of its pace (the trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
 config hash leaves them out (`handoff_operator.spec.render.config_hash`), and the operator hands them to the running
@@ -14,8 +15,8 @@ DataFrame path: `driver.app.build_session`), fixed at the JVM's launch: it follo
 Contract with the operator (names in `handoff_spark.contract`):
 - the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap of every handoff:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
-  "eventTime": …, "schema": …, "triggerIntervalSeconds": …, "maxRecordsPerBatch": …, "eventTimeColumn": …}` (each as
-  in the app config, or null);
+  "eventTime": …, "schema": …, "deadLetterTopic": …, "maintenance": …, "triggerIntervalSeconds": …,
+  "maxRecordsPerBatch": …, "eventTimeColumn": …}` (each as in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
@@ -41,13 +42,18 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from handoff_spark import contract
-from handoff_spark.config import AppConfig, Dedupe, EventTime, SchemaPolicy, Transform
+from handoff_spark.config import AppConfig, Dedupe, EventTime, Maintenance, SchemaPolicy, Transform
 
 log = logging.getLogger("handoff.query_config")
 
-#: The app config's keys a query config carries (as the app config's JSON names them), and its pace's keys.
-KEYS = contract.QUERY_CONFIG_PARTS
+#: The pace's keys (the parts, contract.QUERY_CONFIG_PARTS, are MODELS and DEAD_LETTER_KEY).
 PACE_KEYS = tuple(contract.QUERY_CONFIG_PACE)
+#: The parts that are models, and the one that is a plain value (the dead-letter topic, where null means none).
+MODELS = {"transform": Transform, "dedupe": Dedupe, "eventTime": EventTime, "schema": SchemaPolicy,
+          "maintenance": Maintenance}
+DEAD_LETTER_KEY = "deadLetterTopic"
+#: Parts the app config always has: null in the annotation means "not carried" (the driver keeps its own).
+ALWAYS_SET = ("schema", "maintenance")
 
 
 @dataclass(frozen=True)
@@ -75,11 +81,22 @@ class Wanted:
     event_time: EventTime | None = None
     schema: SchemaPolicy | None = None   # None: the annotation carried none, so the driver's own stays
     pace: Pace | None = None
+    dead_letter: DeadLetter | None = None  # None: not carried (the driver's own stays)
+    maintenance: Maintenance | None = None  # None: not carried
 
     def runs_in(self, cfg: AppConfig) -> bool:
         """Is this what `cfg` (the app config as declared: without the Schema Registry's columns) runs already?"""
         return ((self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
-                and self.schema in (None, cfg.schema_) and self.pace in (None, Pace.of(cfg)))
+                and self.schema in (None, cfg.schema_) and self.pace in (None, Pace.of(cfg))
+                and self.dead_letter in (None, DeadLetter(cfg.dead_letter_topic))
+                and self.maintenance in (None, cfg.maintenance))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The dead-letter topic a query config carries (`topic` None: the spec has none)."""
+
+    topic: str | None
 
 
 @functools.lru_cache(maxsize=8)
@@ -101,13 +118,25 @@ def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
     if not isinstance(config_hash, str) or not config_hash:
         return None
     try:
-        parts = [None if doc.get(key) is None else model.model_validate(doc[key])
-                 for key, model in zip(KEYS, (Transform, Dedupe, EventTime, SchemaPolicy))]
+        parts = {key: None if doc.get(key) is None else model.model_validate(doc[key]) for key, model in MODELS.items()}
         pace = _pace(doc)
+        dead_letter = _dead_letter(doc)
     except (ValidationError, TypeError, ValueError) as exc:
         log.warning("the operator's query config is unreadable: %s", str(exc).splitlines()[0])
         return None
-    return Wanted(config_hash, *parts, pace=pace)  # type: ignore[arg-type, misc]
+    return Wanted(config_hash, parts["transform"], parts["dedupe"], parts["eventTime"],  # type: ignore[arg-type]
+                  parts["schema"], pace=pace, dead_letter=dead_letter,  # type: ignore[arg-type]
+                  maintenance=parts["maintenance"])  # type: ignore[arg-type]
+
+
+def _dead_letter(doc: dict) -> DeadLetter | None:
+    """The dead-letter topic the annotation carries, or None when it carries none (an operator that wrote none)."""
+    if DEAD_LETTER_KEY not in doc:
+        return None
+    topic = doc[DEAD_LETTER_KEY]
+    if topic is not None and (not isinstance(topic, str) or not topic):
+        raise ValueError(f"{DEAD_LETTER_KEY} is {topic!r}, not a topic name or null")
+    return DeadLetter(topic)
 
 
 def _pace(doc: dict) -> Pace | None:
@@ -122,10 +151,14 @@ def _pace(doc: dict) -> Pace | None:
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     """`cfg` running `wanted`, validated as a whole (the app config's own rules hold for it too)."""
     data = json.loads(cfg.to_json())
-    for key, part in zip(KEYS, (wanted.transform, wanted.dedupe, wanted.event_time, wanted.schema)):
-        if part is None and key == "schema":
+    parts = {"transform": wanted.transform, "dedupe": wanted.dedupe, "eventTime": wanted.event_time,
+             "schema": wanted.schema, "maintenance": wanted.maintenance}
+    for key, part in parts.items():
+        if part is None and key in ALWAYS_SET:
             continue  # not carried: the app config always has one
         data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)
+    if wanted.dead_letter is not None:
+        data[DEAD_LETTER_KEY] = wanted.dead_letter.topic
     if wanted.pace is not None:
         data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds
         data["source"]["maxRecordsPerBatch"] = wanted.pace.max_records_per_batch

@@ -486,6 +486,24 @@ def test_a_changed_schema_changes_in_the_running_driver_on_either_path():
                 json.loads(before.config.to_json())["schema"]
 
 
+def test_a_changed_dead_letter_topic_or_replay_window_changes_in_the_running_driver_on_either_path():
+    """The dead-letter topic (the query's writers produce to it) and the replay window (the snapshot expiry the
+    query's commits run) are the query's too: the pod keeps its template, the query config carries the new value."""
+    for extra in ({}, TRANSFORM):
+        base = {**DLQ, **extra}
+        before = _render(spec(**base))
+        for changed, key, value in (({**base, "deadLetter": {"topic": "orders-dlq-2"}}, "deadLetterTopic",
+                                     "orders-dlq-2"),
+                                    ({**base, "replay": {"window": "14d"}}, "maintenance", 14 * 86400)):
+            after = _render(spec(**changed))
+            assert after.config_hash != before.config_hash and after.pod_hash == before.pod_hash, (extra, key)
+            assert after.child("Deployment")["spec"]["template"] == before.child("Deployment")["spec"]["template"]
+            progress = next(c for c in after.children if c["metadata"]["name"] == "orders-progress")
+            doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
+            got = doc[key]["expireOlderThanSeconds"] if key == "maintenance" else doc[key]
+            assert got == value, (extra, key, doc[key])
+
+
 def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap():
     """The progress ConfigMap's query-config annotation holds the transform, dedupe and event time and the pace with
     both hashes, and the driver pod gets its own hash through the downward API. Without a transform, dedupe or event
@@ -498,7 +516,11 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
                    "dedupe": {"keys": ["id"], "withinSeconds": 3600.0},
                    "eventTime": {"column": "created_at", "watermarkSeconds": 30.0, "lateRecords": "deadLetter"},
                    "schema": json.loads(r.config.to_json())["schema"],
+                   "deadLetterTopic": r.config.dead_letter_topic, "maintenance": {
+                       "expireOlderThanSeconds": 7 * 86400, "everyBatches": 50, "compact": True,
+                       "orphanMinAgeSeconds": 600},
                    "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None, "eventTimeColumn": "created_at"}
+    assert doc["deadLetterTopic"]
     assert doc["schema"]["columns"] and doc["schema"]["eventTimeColumn"] == "created_at"
     assert r.pod_hash != r.config_hash
     template = r.child("Deployment")["spec"]["template"]

@@ -85,6 +85,10 @@ def test_parse_the_published_document() -> None:
                                          "deadLetters": 1, "at": "2023-11-14T22:13:20Z",
                                          "degradedReason": "BigQueryUnavailable"}
     assert last_batch_status(None) is None
+    config = parse(json.dumps({"publishedAtMs": NOW, "configHash": "h2", "configSinceMs": 5,
+                               "configCommittedSnapshot": 77, "committedSnapshot": None}))
+    assert (config.config_hash, config.config_since_ms, config.config_committed_snapshot,
+            config.committed_snapshot) == ("h2", 5, 77, None)
 
 
 def test_unreadable_documents_are_no_report() -> None:

@@ -71,6 +71,20 @@ def test_a_report_without_a_commit_or_from_another_pod_is_no_evidence():
         assert decide(_facts(driver=_driver(), report=report), tried).action == "keep", report
 
 
+def test_the_configs_newest_commit_is_evidence_through_an_idle_batch():
+    """The driver's last batch committed nothing (an idle stream), but a batch of the config it runs did
+    (`configCommittedSnapshot`): that config is good, also when the spec changed again since (the tried copy)."""
+    tried = UpgradeState(last_good_generation=1, last_good_hash="h1", trying_generation=2, trying_hash="h2",
+                         trying_since_ms=NOW - MIN)
+    idle = replace(_committed("d-h2", snapshot=None), config_hash="h2", config_committed_snapshot=9)
+    assert decide(_facts(driver=_driver(), report=idle), tried).action == "markGood"
+    runs_h2 = _in_place("h2", NOW - 30_000)
+    idle_in_place = replace(idle, driver_pod="d-p1")
+    moved_on = decide(_facts(generation=3, desired_hash="h3", desired_pod_hash="p1", driver=runs_h2,
+                             report=idle_in_place, tried_stored=True), tried)
+    assert moved_on.action == "markGood" and moved_on.state.last_good_hash == "h2"
+
+
 def test_a_ledger_commit_after_the_new_pod_started_marks_it_good():
     tried = replace(GOOD, trying_generation=2, trying_hash="h2", trying_since_ms=NOW - MIN)
     started = NOW - MIN

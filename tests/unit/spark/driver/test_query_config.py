@@ -1,6 +1,7 @@
-"""driver.query_config: which of the operator's query configs (transform, dedupe, event time, pace) a running driver takes
-(pure), and what it publishes about the config it runs or refused. The change end to end: a local driver and the
-operator, tests/e2e/test_operator_transform_change.py; a real node, tests/e2e/test_in_cluster_pod_options.py."""
+"""driver.query_config: which of the operator's query configs (transform, dedupe, event time, schema, dead-letter
+topic, upkeep, pace) a running driver takes (pure), and what it publishes about the config it runs or refused. The
+change end to end: a local driver and the operator, tests/e2e/test_operator_transform_change.py; a real node,
+tests/e2e/test_in_cluster_pod_options.py."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import json
 import pytest
 
 from handoff_spark.config import AppConfig, Transform
-from handoff_spark.contract import (CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY,
-                                    QUERY_HELD_KEY)
+from handoff_spark.contract import (CONFIG_COMMITTED_KEY, CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY,
+                                    CONFIG_SINCE_KEY, QUERY_CONFIG_PARTS, QUERY_HELD_KEY)
 from handoff_spark.driver import query_config
 from handoff_spark.driver.publisher import state_key
 
@@ -114,6 +115,33 @@ def test_the_querys_pace_is_a_query_config_too_and_kept_when_the_annotation_carr
         query_config.applied(cfg, query_config.parse(json.dumps({**doc, "maxRecordsPerBatch": 0}), "p1"))
 
 
+def test_the_dead_letter_topic_and_the_tables_upkeep_are_query_configs_too_and_kept_when_not_carried(tmp_path):
+    """spec.deadLetter.topic (the next query's writers produce to it) and the upkeep of spec.replay.window (the
+    snapshot expiry the query's commits run). An annotation without them (an operator that wrote none) leaves the
+    driver's own; a null topic is "none", and the app config's rules still hold for it."""
+    assert set(query_config.MODELS) | {query_config.DEAD_LETTER_KEY} == set(QUERY_CONFIG_PARTS)
+    cfg = _cfg(tmp_path)
+    doc = {**json.loads(_annotation(sql=SQL)), "deadLetterTopic": "t-dlq-2",
+           "maintenance": {"expireOlderThanSeconds": 1209600}}
+    wanted = query_config.parse(json.dumps(doc), "p1")
+    assert wanted is not None and wanted.dead_letter == query_config.DeadLetter("t-dlq-2")
+    assert wanted.maintenance is not None and wanted.maintenance.expire_older_than_seconds == 1209600
+    assert not wanted.runs_in(cfg)
+    new = query_config.applied(cfg, wanted)
+    assert (new.dead_letter_topic, new.maintenance.expire_older_than_seconds) == ("t-dlq-2", 1209600)
+    assert wanted.runs_in(new)
+    assert new.model_dump(exclude={"dead_letter_topic", "maintenance"}) == cfg.model_dump(
+        exclude={"dead_letter_topic", "maintenance"})
+    none_given = query_config.parse(_annotation(sql=SQL), "p1")
+    assert none_given is not None and (none_given.dead_letter, none_given.maintenance) == (None, None)
+    assert none_given.runs_in(new) and query_config.applied(new, none_given) == new
+    # A null topic: none. The transform needs one, so the config is refused as the app config refuses it.
+    with pytest.raises(ValueError, match="deadLetterTopic"):
+        query_config.applied(cfg, query_config.parse(json.dumps({**doc, "deadLetterTopic": None}), "p1"))
+    assert query_config.parse(json.dumps({**doc, "deadLetterTopic": 7}), "p1") is None  # unreadable: logged
+    assert query_config.parse(json.dumps({**doc, "maintenance": {"everyBatches": 0}}), "p1") is None
+
+
 class _Publisher:
     def __init__(self) -> None:
         self.offered: list[dict] = []
@@ -143,6 +171,41 @@ def test_the_record_says_which_config_runs_drops_the_old_snapshot_and_says_a_ref
     last = publisher.offered[-1]
     assert (last[CONFIG_HASH_KEY], last[CONFIG_SINCE_KEY], last["batchId"]) == ("h2", 2_000, 7)
     assert "committedSnapshot" not in last and CONFIG_REFUSED_KEY not in last and QUERY_HELD_KEY not in last
+
+
+def test_the_configs_newest_commit_stays_through_empty_batches_and_goes_when_the_query_restarts(tmp_path):
+    """`configCommittedSnapshot`: the operator's evidence that the config it tries committed, which an idle stream's
+    empty batch (no snapshot) must not take away, and a batch of the config before must not give."""
+    from handoff_spark.driver.app import ProgressReporter
+    from handoff_spark.driver.progress import report_from_progress
+
+    def batch(batch_id: int, snapshot: int | None) -> None:
+        progress = {"batchId": batch_id, "numInputRows": 1 if snapshot else 0, "durationMs": {"triggerExecution": 5},
+                    "sources": [{"startOffset": json.dumps({"t": {"0": batch_id}}),
+                                 "endOffset": json.dumps({"t": {"0": batch_id + 1}}),
+                                 "latestOffset": json.dumps({"t": {"0": batch_id + 1}})}]}
+        commit = {"batch_id": batch_id, "snapshot_id": snapshot, "dlq_rows": 0, "skipped": False}
+        reporter._emit(report_from_progress(progress, commit, None), {})
+
+    publisher = _Publisher()
+    reporter = ProgressReporter(_cfg(tmp_path), None, lambda _line: None, publisher)
+    batch(0, 40)  # not in a pod the operator renders (no config yet): no such key
+    assert CONFIG_COMMITTED_KEY not in publisher.offered[-1]
+    reporter.config("h1", 1_000, changed=False)
+    batch(1, 41)
+    assert publisher.offered[-1][CONFIG_COMMITTED_KEY] == 41
+    batch(2, None)  # nothing committed
+    assert publisher.offered[-1]["committedSnapshot"] is None and publisher.offered[-1][CONFIG_COMMITTED_KEY] == 41
+    reporter.refused("h3", "TransformInvalid: spec.transform.sql: nope")
+    assert publisher.offered[-1][CONFIG_COMMITTED_KEY] == 41
+    reporter.config("h1", 1_000, changed=False)  # the refusal cleared: the same query runs on
+    assert publisher.offered[-1][CONFIG_COMMITTED_KEY] == 41
+    reporter.config("h2", 2_000, changed=True)
+    assert CONFIG_COMMITTED_KEY not in publisher.offered[-1]
+    batch(3, None)
+    assert CONFIG_COMMITTED_KEY not in publisher.offered[-1]
+    batch(4, 44)
+    assert publisher.offered[-1][CONFIG_COMMITTED_KEY] == 44 and publisher.offered[-1][CONFIG_HASH_KEY] == "h2"
 
 
 def test_a_new_config_or_refusal_is_published_at_once():
