@@ -13,10 +13,10 @@ driver a container in CrashLoopBackOff after 3 restarts. The crash itself is not
 reads to decide (the pod's container status and config-hash annotation) is exactly what it reads in a
 cluster.
 
-The second test (readiness timeout, operator restart) needs no Spark: generation 1's driver is played by the
-driver's real progress publisher (`handoff_spark.driver.publisher`, as the driver pod, with its
-ServiceAccount's token) publishing a progress record that names a committed snapshot; the record's numbers
-are the test's, not a table's."""
+The other two tests (two changes in a row; readiness timeout and operator restart) need no Spark: the driver is
+played by the driver's real progress publisher (`handoff_spark.driver.publisher`, as the driver pod, with its
+ServiceAccount's token) publishing progress records that name committed snapshots, the config it runs and one it
+refused; the records' numbers are the test's, not a table's."""
 from __future__ import annotations
 
 import contextlib
@@ -297,18 +297,7 @@ def test_a_spec_whose_driver_never_gets_ready_is_rolled_back_after_its_readiness
         v1_pod = cluster.make_driver_ready(ns, NAME)
         v1_hash = _hash(v1_pod)
         # Generation 1's driver reports a committed batch into <name>-progress.
-        (container,) = v1_pod.spec.containers
-        env = {e.name: e.value for e in container.env if e.value is not None}
-        env["HANDOFF_DRIVER_POD_NAME"] = v1_pod.metadata.name
-        api = kube_config.new_client_from_config(config_file=driver_kubeconfig(
-            cluster, apiserver, ns, v1_pod.spec.service_account_name))
-        errors: list[BaseException] = []
-        publisher = ProgressPublisher.from_env(env, api=api, on_error=errors.append)
-        assert publisher is not None
-        publisher.offer({"handoffId": f"{ns}/{NAME}", "batchId": 0, "rows": 100, "dlqRows": 0,
-                         "committedSnapshot": 4242, "offsets": {"orders": {"0": 100}}, "degradedReason": None})
-        publisher.close()
-        assert not errors, errors
+        _publish(cluster, apiserver, ns, v1_pod, {"committedSnapshot": 4242})
         eventually(lambda: cluster.get(ns, NAME)["status"].get("lastGoodGeneration") == 1, "generation 1 good")
 
         # Generation 2's driver never becomes ready (the pod stays Pending: no kubelet plays it).
