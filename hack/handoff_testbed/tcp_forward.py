@@ -46,11 +46,12 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def start_relay(listen_host: str, target: str, log: Path) -> tuple[Service, int]:
-    """Start a relay process from a free port on `listen_host` to `target` (host:port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((listen_host, 0))
-        port = int(sock.getsockname()[1])
+def start_relay(listen_host: str, target: str, log: Path, port: int | None = None) -> tuple[Service, int]:
+    """Start a relay process from `port` (default: a free one) on `listen_host` to `target` (host:port)."""
+    if port is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((listen_host, 0))
+            port = int(sock.getsockname()[1])
     service = Service(f"relay-{port}", [sys.executable, "-m", "handoff_testbed.tcp_forward",
                                         f"{listen_host}:{port}", target], log,
                       env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])}).start()

@@ -237,10 +237,14 @@ DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED = "BigQueryResourceExhausted"
 #: Published by the driver as `degradedReason` when BigQuery answered with transient server errors. Written by
 #: the BigQuery sink; read by the operator.
 DEGRADED_BIGQUERY_UNAVAILABLE = "BigQueryUnavailable"
+#: Published by the driver as `degradedReason` while an Iceberg table's catalog does not answer at the driver's start
+#: (it waits for it: `driver.table_wait`). Written by the Iceberg sink's driver; read by the operator.
+DEGRADED_CATALOG_UNAVAILABLE = "CatalogUnavailable"
 #: Every `degradedReason` a sink publishes, with what it means (the operator's condition message).
 DEGRADED_REASONS: Mapping[str, str] = {
     DEGRADED_BIGQUERY_RESOURCE_EXHAUSTED: "BigQuery refused requests for quota or size limits",
     DEGRADED_BIGQUERY_UNAVAILABLE: "BigQuery answered with transient server errors",
+    DEGRADED_CATALOG_UNAVAILABLE: "the Iceberg table's catalog did not answer",
 }
 
 

@@ -946,8 +946,9 @@ class LastBatchStatus(StatusModel):
     at: datetime | None = Field(default=None, description="When the batch finished.")
     degraded_reason: str | None = Field(
         default=None, max_length=128,
-        description="Trouble the sink met in the batch (BigQueryResourceExhausted, BigQueryUnavailable); "
-                    "Degraded=True reason SinkDegraded while set.")
+        description="Trouble the sink met in the batch (BigQueryResourceExhausted, BigQueryUnavailable), or the "
+                    "table's service not answering at the driver's start, which it waits for (CatalogUnavailable, "
+                    "BigQueryUnavailable); Degraded=True reason SinkDegraded while set.")
 
 
 class CostFigures(StatusModel):

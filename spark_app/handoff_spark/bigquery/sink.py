@@ -696,6 +696,23 @@ def _batch_commit(write_client: Any, parent: str, streams: list[StreamResult]) -
     return int(ct.timestamp() * 1_000_000) if ct is not None else int(time.time() * 1_000_000)
 
 
+#: The degraded reason while BigQuery does not answer at a driver's start (`driver.table_wait`).
+OUTAGE_REASON = DEGRADED_BIGQUERY_UNAVAILABLE
+
+
+def is_outage(exc: BaseException) -> bool:
+    """At a driver's start: BigQuery (or its token endpoint) did not answer or answered with a transient server
+    error, which the driver waits out (`driver.table_wait`); a refusal (not found, forbidden, a bad request) is not."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"ServiceUnavailable", "InternalServerError", "BadGateway", "GatewayTimeout",
+                         "DeadlineExceeded", "ConnectionError", "TimeoutError", "ConnectTimeout", "ReadTimeout",
+                         "TransportError"})
+
+
+def forget_clients(cfg: AppConfig) -> None:
+    """Nothing cached that a failed connection spoils: the clients reconnect on their own."""
+
+
 def degraded_reason(stats: AppendStats) -> str | None:
     """`BigQueryResourceExhausted` when the batch met quota or size limits, `BigQueryUnavailable` for transient
     server errors; the progress record carries it (`degradedReason`) for the operator's Degraded condition."""

@@ -43,7 +43,7 @@ from handoff_spark.driver.publisher import ProgressPublisher
 from handoff_spark.driver.resume import StartPlan, prepare_start, settle_key_types
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 from handoff_spark import checkpoint as ckpt
-from handoff_spark.driver import quarantine, query_config, seed, transform
+from handoff_spark.driver import quarantine, query_config, seed, table_wait, transform
 from handoff_spark.sink.frames import SOURCE_NAME as FRAMES_SOURCE_NAME, FramesDataSource
 
 log = logging.getLogger("handoff.app")
@@ -434,6 +434,11 @@ class ProgressReporter:
             base.pop("committedSnapshot", None)
         self._offer(base)
 
+    def degraded(self, reason: str | None) -> None:
+        """Say the sink's trouble before any batch (the table's service not answering at start: driver.table_wait),
+        or that it is over (None); published at once, and replaced by the first batch's record."""
+        self._offer({**self._base(), "degradedReason": reason})
+
     def refused(self, config_hash: str, message: str) -> None:
         """Say that this driver refused the operator's config `config_hash` (its check failed) and why; it keeps
         running the config it ran (published at once)."""
@@ -645,10 +650,23 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 running_hash = wanted.config_hash
         if sink_format is None:
             try:
-                # A table or Kafka problem fails in a second or two, with its own message.
+                # A table or Kafka problem fails in a second or two, with its own message; the table's service not
+                # answering is waited for (driver.table_wait), the sink's degraded reason published meanwhile.
                 backend = sinks.get(cfg.sink.kind)
-                backend.prepare(cfg)
-                start = prepare_start(cfg, backend, echo)
+
+                def prepared() -> StartPlan:
+                    backend.prepare(cfg)
+                    return prepare_start(cfg, backend, echo)
+
+                ready, planned = table_wait.when_reachable(
+                    prepared, backend.is_outage, reason=backend.outage_reason, what=f"table {cfg.sink.table}",
+                    wait=stop_requested.wait, say=echo, degraded=reporter.degraded,
+                    forget=lambda: backend.forget_clients(cfg))
+                if not ready:  # a stop signal while waiting: nothing was read yet
+                    session.abandon()
+                    echo("stopped")
+                    return 0
+                start = planned
             except BaseException:
                 session.abandon()  # the JVM being launched goes with the refusal, without a word after it
                 raise

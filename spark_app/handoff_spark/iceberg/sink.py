@@ -42,6 +42,7 @@ from handoff_spark import checkpoint as ckpt
 from handoff_spark import faults
 from handoff_spark.iceberg import ledger
 from handoff_spark.config import AppConfig, IcebergSink
+from handoff_spark.contract import DEGRADED_CATALOG_UNAVAILABLE
 from handoff_spark.ledger.record import contiguity_problems, overlap_problems
 from handoff_spark.iceberg.catalog import apply_updates
 from handoff_spark.iceberg.parquet_writer import data_files
@@ -367,6 +368,35 @@ class CommitResult(SinkCommitResult):
     """The common keys, and where the batch's write tasks spent their time."""
 
     task_ms: dict[str, float] = field(default_factory=dict)  # summed over the batch's write tasks
+
+
+#: The degraded reason while the catalog does not answer at a driver's start (`driver.table_wait`).
+OUTAGE_REASON = DEGRADED_CATALOG_UNAVAILABLE
+#: What in an SQL catalog's error says its server did not answer (psycopg2's refused or timed-out connection, a
+#: server starting or stopping, SQLite's lock), not a wrong setting ("unable to open database file": a bad path).
+_UNANSWERED = ("connection refused", "could not connect", "timeout expired", "timed out", "connection reset",
+               "server closed the connection", "database is locked", "the database system is starting up",
+               "the database system is shutting down", "terminating connection", "no route to host")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """At a driver's start: the catalog (or the warehouse's store) did not answer, which the driver waits out
+    (`driver.table_wait`), as opposed to a wrong setting, which fails the start with its message. Narrower than the
+    commit path's `_is_catalog_outage`, which retries a table that answered a moment ago."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"ConnectionError", "TimeoutError", "ConnectTimeout", "ReadTimeout", "DisconnectionError",
+                "EndpointConnectionError"}:
+        return True
+    if names & {"OperationalError", "InterfaceError"}:
+        text = str(exc).lower()
+        return any(s in text for s in _UNANSWERED)
+    return False
+
+
+def forget_clients(cfg: AppConfig) -> None:
+    """Drop the cached catalog, so the next try connects afresh (a pool of dead connections is not reused)."""
+    sink = _sink(cfg)
+    forget_catalog(sink.catalog_name, sink.catalog_properties)
 
 
 def _is_catalog_outage(exc: BaseException) -> bool:

@@ -12,6 +12,9 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
 - `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink.common.CommitResult`): the
   driver-side commit (called by the writer);
+- `is_outage(exc) -> bool`, `OUTAGE_REASON`, `forget_clients(cfg)`: whether an error at a driver's start means the
+  table's service did not answer (waited for: `driver.table_wait`), the degraded reason published meanwhile, and
+  dropping cached clients between tries;
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
   connections), done ahead on a new executor by `executor_warmup`; writes nothing;
 - optionally `read_table(cfg, identifier) -> pyarrow.Table` and `table_version(cfg, identifier) -> str | None`:
@@ -73,6 +76,16 @@ class SinkBackend:
 
     def warm_up(self, cfg: Any) -> None:
         self.module.warm_up(cfg)
+
+    def is_outage(self, exc: BaseException) -> bool:
+        return bool(self.module.is_outage(exc))
+
+    @property
+    def outage_reason(self) -> str:
+        return str(self.module.OUTAGE_REASON)
+
+    def forget_clients(self, cfg: Any) -> None:
+        self.module.forget_clients(cfg)
 
     def read_table(self, cfg: Any, identifier: str) -> Any:
         """Another table of the handoff's catalog, whole, as Arrow (a transform's lookup)."""

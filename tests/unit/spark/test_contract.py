@@ -101,9 +101,12 @@ def test_the_documented_shape_is_the_published_one_and_covers_what_the_operator_
 def test_every_degraded_reason_a_sink_publishes_has_a_meaning_on_the_operators_side():
     from handoff_spark.bigquery.append import AppendStats
     from handoff_spark.bigquery.sink import degraded_reason
+    from handoff_spark.sink import registry
 
     published = {degraded_reason(AppendStats(errors={"RESOURCE_EXHAUSTED": 1})),
                  degraded_reason(AppendStats(retries={"UNAVAILABLE": 1}))}
+    # and what each sink's driver publishes while the table's service does not answer at its start (table_wait)
+    published |= {registry.get(kind).outage_reason for kind in registry.kinds()}
     assert published == set(contract.DEGRADED_REASONS) and set(SINK_TROUBLE) == published
 
 

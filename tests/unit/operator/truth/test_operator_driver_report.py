@@ -39,6 +39,15 @@ def test_fresh_degraded_reason_makes_degraded_true_with_the_drivers_reason() -> 
     assert next(c for c in ev.conditions if c.type == "Ready").status == "True"
 
 
+def test_a_catalog_the_starting_driver_waits_for_is_degraded_with_what_it_means() -> None:
+    """The driver publishes CatalogUnavailable while it waits for the catalog at its start (driver.table_wait),
+    before any batch: Degraded says so."""
+    waiting = DriverReport(published_at_ms=NOW - 2000, driver_pod="d-1", degraded_reason="CatalogUnavailable")
+    ev, cond = _degraded(_facts(waiting))
+    assert (cond.status, cond.reason) == ("True", "SinkDegraded") and ev.phase == "Degraded"
+    assert "degradedReason=CatalogUnavailable: the Iceberg table's catalog did not answer" in cond.message
+
+
 def test_cleared_reason_is_back_to_running() -> None:
     ev, cond = _degraded(_facts(_report(reason=None)))
     assert (cond.status, cond.reason) == ("False", "AsExpected")

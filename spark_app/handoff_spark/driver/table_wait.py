@@ -1,0 +1,55 @@
+"""A driver's start waits out the table's service instead of failing (the loop is pure: its I/O is passed in).
+
+Why: a catalog (or BigQuery) that does not answer when a driver starts used to fail the driver, and the pod then
+crash-looped under the kubelet's back-off (up to 5 minutes between tries, so minutes of delay after the service was
+back), and a crash loop of a spec being tried rolled the spec back although nothing was wrong with it. The table's
+service being down is not the spec's fault: the driver now waits for it in-process, says so in one line, and
+publishes the sink's degraded reason (`CatalogUnavailable`, `BigQueryUnavailable`), which the operator shows as
+Degraded (reason SinkDegraded); as soon as the service answers, the start goes on. Only what the sink calls an
+outage is waited for (`SinkBackend.is_outage`: a refused or timed-out connection, a locked database); anything
+else, a bad address among it, fails the start with its own message as before.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: The first wait after a failed try, and the longest (doubling in between).
+FIRST_DELAY_SECONDS = 1.0
+MAX_DELAY_SECONDS = 30.0
+
+
+def when_reachable(attempt: Callable[[], T], is_outage: Callable[[BaseException], bool], *, reason: str,
+                   what: str, wait: Callable[[float], bool], say: Callable[[str], None],
+                   degraded: Callable[[str | None], None], forget: Callable[[], None] = lambda: None,
+                   clock: Callable[[], float] = time.monotonic) -> tuple[bool, T | None]:
+    """`attempt()` until it returns, waiting between tries while it fails with an outage. Returns (True, its
+    result), or (False, None) when `wait` said a stop was asked for (then nothing was started). Any other exception
+    is raised. `wait(seconds)`: sleep, True when a stop came; `degraded(reason or None)`: publish the sink's trouble
+    (None once it answered); `forget()`: drop cached clients, so the next try connects afresh."""
+    delay, since = FIRST_DELAY_SECONDS, None
+    while True:
+        try:
+            result = attempt()
+        except Exception as exc:  # noqa: BLE001 - classified: an outage waits, anything else is raised
+            if not is_outage(exc):
+                raise
+            first = since is None
+            since = clock() if since is None else since
+            detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+            if first or delay >= MAX_DELAY_SECONDS:
+                say(f"{reason}: {what} did not answer at the driver's start ({type(exc).__name__}: {detail}); "
+                    f"waiting for it, trying again in {delay:.0f} s")
+            degraded(reason)
+            forget()
+            if wait(delay):
+                return False, None
+            delay = min(delay * 2, MAX_DELAY_SECONDS)
+            continue
+        if since is not None:
+            degraded(None)
+            say(f"{what} answered again after {clock() - since:.0f} s: the driver's start goes on")
+        return True, result
