@@ -365,7 +365,17 @@ def on_spec(namespace: str, name: str, memo: Any, body: kopf.Body, **kwargs: Any
     GET of the handoff, of its progress ConfigMap and a LIST of its executor pods per handoff (issue 16)."""
     loop = getattr(memo, "loop", None)
     views = Views.from_kwargs(kwargs, loop) if loop is not None else None
-    _run(namespace, name, memo, refresh_truth=False, permanent_on_invalid=True, views=views, body=dict(body))
+    _run(namespace, name, memo, refresh_truth=changes_a_tried_spec(body), permanent_on_invalid=True, views=views,
+         body=dict(body))
+
+
+def changes_a_tried_spec(body: Mapping[str, Any]) -> bool:
+    """Does this spec change come while another generation is being tried (pure)? Then its reconcile reads the
+    table's ledger, as a status refresh does: a tried change that committed is marked good from it before the new
+    one is tried (upgrade.rule.decide), also when the driver's record has not said so yet, so a rollback of the new
+    change never goes back past it."""
+    trying = ((body.get("status") or {}).get("upgrade") or {}).get("tryingGeneration")
+    return trying is not None and trying != (body.get("metadata") or {}).get("generation")
 
 
 @kopf.daemon(**RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)

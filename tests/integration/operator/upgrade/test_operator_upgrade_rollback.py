@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -36,7 +37,7 @@ from confluent_kafka import Producer
 from handoff_spark.driver.publisher import ProgressPublisher
 from kubernetes import config as kube_config
 from operator_support import (REPO, Cluster, Operator, base_spec, driver_kubeconfig, eventually, first_index,
-                              operator_running, timeline)
+                              ledger_commit, operator_running, sqlite_ledger_table, timeline)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.kafka]
 NAME = "orders"
@@ -282,6 +283,54 @@ def test_a_change_applied_before_the_tried_one_was_seen_committing_rolls_back_to
         assert "running the config of generation 2" in up["message"], up
         eventually(lambda: sql["v2"] in query_config(), "generation 2's query config for the driver again")
         assert sql["v1"] not in query_config()
+        cluster.delete_all_handoffs()
+    finally:
+        op.stop()
+
+
+def test_a_change_applied_right_after_the_tried_one_committed_is_read_from_the_ledger_first(
+        cluster: Cluster, apiserver, kafka, tmp_path: Path) -> None:
+    """The second change comes right after the first change's batch reached the table, before the driver's record
+    said so (it publishes just after the commit): the spec change's own reconcile reads the table's ledger, as a
+    status refresh does, and marks the first change good from its commit there. Status refreshes are 10 minutes
+    apart here, so only that reconcile can have read the ledger."""
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=1)
+    props, table = sqlite_ledger_table(tmp_path)
+    ns = cluster.new_namespace("upgrade")
+    sql = {v: f"SELECT id, created_at, '{v}' AS note FROM source" for v in ("v1", "v2", "v3")}
+    spec = base_spec(kafka.bootstrap, transform={"sql": sql["v1"]}, deadLetter={"topic": f"{topic}-dlq"})
+    spec["source"]["topics"] = [topic]
+    spec["sink"]["iceberg"]["catalog"]["properties"] = props
+    spec["sink"]["iceberg"]["partitionBy"] = []
+    op = Operator(cluster.kubeconfig, status_interval=600.0)
+    op.start()
+
+    def status() -> dict[str, Any]:
+        return cluster.get(ns, NAME).get("status") or {}
+
+    try:
+        cluster.create(ns, NAME, spec)
+        pod = cluster.make_driver_ready(ns, NAME)
+        now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+        h1 = eventually(lambda: (status().get("app") or {}).get("configHash"), "generation 1's config")
+        _publish(cluster, apiserver, ns, pod, {"configHash": h1, "configSinceMs": now_ms, "committedSnapshot": 1})
+        op.stop()
+        op.start()  # its first status refresh comes at once and reads the record; the next one in 10 minutes
+        eventually(lambda: status().get("lastGoodGeneration") == 1, "generation 1 good")
+        cluster.patch_spec(ns, NAME, {"transform": {"sql": sql["v2"]}})
+        h2 = eventually(lambda: (u := status().get("upgrade") or {}).get("tryingGeneration") == 2
+                        and u.get("tryingConfigHash"), "generation 2 tried")
+        # The driver runs generation 2 (its record says so, no commit of it yet); then a batch of it commits.
+        since = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+        _publish(cluster, apiserver, ns, pod, {"configHash": h2, "configSinceMs": since, "committedSnapshot": None})
+        eventually(lambda: ((cluster.core.read_namespaced_config_map(f"{NAME}-progress", ns).data or {})
+                            .get("progress.json") or "").find(h2) >= 0, "the driver's record of generation 2")
+        time.sleep(1.5)  # the commit must come clearly after the driver started running generation 2
+        ledger_commit(table, f"{ns}/{NAME}", 0, {topic: {"0": [0, 5]}}, since, 5)
+        cluster.patch_spec(ns, NAME, {"transform": {"sql": sql["v3"]}})
+        eventually(lambda: status().get("lastGoodGeneration") == 2, "generation 2 marked good from the ledger")
+        assert (status().get("upgrade") or {}).get("lastGoodConfigHash") == h2
         cluster.delete_all_handoffs()
     finally:
         op.stop()
