@@ -2,15 +2,18 @@
 subprocess in its own session (so kill -9 takes all of it), and the invariants every drill ends with."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -18,6 +21,7 @@ from handoff_spark.iceberg import ledger, maintenance
 from handoff_spark.config import AppConfig
 from handoff_spark.iceberg.sink import open_table
 from handoff_testbed.process_tree import kill_tree
+from handoff_testbed.tcp_forward import start_relay
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -148,3 +152,22 @@ def assert_exactly_once(cfg: AppConfig, bootstrap: str, produced: int, topic: st
     assert ledger.resume_offsets(table)[topic] == end_offsets(bootstrap, topic)
     assert maintenance.orphan_files(table) == []
     return table
+
+
+@contextlib.contextmanager
+def answering_after(seconds: float, target: str, log: Path) -> Iterator[int]:
+    """A loopback port where nothing answers for `seconds`, then a relay from it to `target` (host:port): a service
+    that comes up late (the drills of a driver's start that waits for its table's service). Yields the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    relays: list[Any] = []
+    timer = threading.Timer(seconds, lambda: relays.append(start_relay("127.0.0.1", target, log, port=port)[0]))
+    timer.start()
+    try:
+        yield port
+    finally:
+        timer.cancel()
+        timer.join()
+        for relay in relays:
+            relay.stop()

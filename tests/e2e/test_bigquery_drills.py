@@ -1,16 +1,13 @@
 """The BigQuery sink's exactly-once drills through the real app (a subprocess: `python -m handoff_spark run
---available-now`), real Kafka and the BigQuery emulator: kill -9 mid-append, kill -9 after the BigQuery
-commit but before Spark's, BigQuery not answering at the driver's start, an emulator restart mid-stream, RESOURCE_EXHAUSTED from the emulator's
-request-size and stream-row limits, rejected rows to the DLQ, a column added between runs, and BigQuery's own
-row errors (through the test bed's fault proxy, the emulator never sends them).
+--available-now`), real Kafka and the BigQuery emulator: kill -9 mid-append, kill -9 after the BigQuery commit but
+before Spark's, BigQuery not answering at the driver's start, an emulator restart mid-stream, RESOURCE_EXHAUSTED
+from the emulator's request-size and stream-row limits, rejected rows to the DLQ, a column added between runs, and
+BigQuery's own row errors (through the test bed's fault proxy, the emulator never sends them).
 Each ends with rows == records produced and distinct (topic, partition, offset) == rows, read from BigQuery."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import urllib.parse
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -19,11 +16,10 @@ from google.cloud import bigquery as bq
 from handoff_spark.bigquery import client as bigquery_client, ledger as bigquery_ledger
 from handoff_spark.bigquery.sink import read_last_commit
 from handoff_testbed.bq_fault_proxy import BigQueryWriteFaultProxy, row_error_message
-from handoff_testbed.tcp_forward import start_relay
 
 from bq_common import limited_emulator, read_dead_letters
 from bq_drill_support import assert_exactly_once, bq_drill_config, run_bq_app, run_bq_to_completion
-from iceberg_drill_support import end_offsets, produce, value
+from iceberg_drill_support import answering_after, end_offsets, produce, value
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.bigquery]
 
@@ -58,29 +54,17 @@ def test_bigquery_down_at_the_drivers_start_is_waited_for(kafka, bigquery, tmp_p
     emulator (a relay) and the same driver's start goes on, to every record once."""
     topic = "bq-down-at-start"
     kafka.create_topic(topic, partitions=2)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    cfg = bq_drill_config(tmp_path, bigquery, kafka.bootstrap, topic,
-                          sink={"restEndpoint": f"http://127.0.0.1:{port}"})
-    n = produce(kafka.bootstrap, topic, range(600))
     target = urllib.parse.urlsplit(bigquery.rest_endpoint).netloc
-    relays: list[Any] = []
-    timer = threading.Timer(10, lambda: relays.append(
-        start_relay("127.0.0.1", target, tmp_path / "relay.log", port=port)[0]))
-    timer.start()
-    try:
+    with answering_after(10, target, tmp_path / "relay.log") as port:
+        cfg = bq_drill_config(tmp_path, bigquery, kafka.bootstrap, topic,
+                              sink={"restEndpoint": f"http://127.0.0.1:{port}"})
+        n = produce(kafka.bootstrap, topic, range(600))
         run = run_bq_app(tmp_path, cfg)
         log = run.log.read_text()
         assert run.returncode == 0, log[-3000:]
         assert f"BigQueryUnavailable: table {cfg.sink.table} did not answer at the driver's start" in log, log[-3000:]
         assert "answered again after" in log, log[-3000:]
         assert_exactly_once(cfg, kafka.bootstrap, n, topic)
-    finally:
-        timer.cancel()
-        timer.join()
-        for relay in relays:
-            relay.stop()
 
 
 def test_emulator_restart_mid_stream(kafka, bigquery, tmp_path):

@@ -1,24 +1,22 @@
-"""More Iceberg sink drills with real Kafka and the app process: PostgreSQL and S3-backed catalogs, broker
-restart, catalog outage (mid-stream, and at the driver's start), dead letters, schema evolution, a partition added mid-stream, transactional producers
-with aborted transactions. Each ends with the exactly-once invariants (iceberg_drill_support)."""
+"""More Iceberg sink drills with real Kafka and the app process: PostgreSQL and S3-backed catalogs, broker restart,
+catalog outage (mid-stream, and at the driver's start), dead letters, schema evolution, a partition added
+mid-stream, transactional producers with aborted transactions. Each ends with the exactly-once invariants
+(iceberg_drill_support)."""
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import threading
 import time
 import uuid
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewPartitions
 
 from handoff_spark.iceberg import ledger
-from handoff_testbed.tcp_forward import start_relay
 
-from iceberg_drill_support import (assert_exactly_once, drill_config, end_offsets, produce, run_app,
+from iceberg_drill_support import (answering_after, assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion, value)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
@@ -99,29 +97,17 @@ def test_a_catalog_down_at_the_drivers_start_is_waited_for(kafka, postgres, tmp_
     every record once."""
     topic = "ice-catalog-late"
     kafka.create_topic(topic, partitions=2)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    cfg = drill_config(tmp_path, kafka.bootstrap, topic, catalog={
-        "type": "sql", "uri": f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{postgres.database}",
-        "warehouse": f"file://{tmp_path}/warehouse"})
-    n = produce(kafka.bootstrap, topic, range(600))
-    relays: list[Any] = []
-    timer = threading.Timer(10, lambda: relays.append(
-        start_relay("127.0.0.1", f"127.0.0.1:{postgres.port}", tmp_path / "relay.log", port=port)[0]))
-    timer.start()
-    try:
+    with answering_after(10, f"127.0.0.1:{postgres.port}", tmp_path / "relay.log") as port:
+        cfg = drill_config(tmp_path, kafka.bootstrap, topic, catalog={
+            "type": "sql", "uri": f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{postgres.database}",
+            "warehouse": f"file://{tmp_path}/warehouse"})
+        n = produce(kafka.bootstrap, topic, range(600))
         run = run_app(tmp_path, cfg=cfg)
         log = run.log.read_text()
         assert run.returncode == 0, log[-3000:]
         assert f"CatalogUnavailable: table {cfg.sink.table} did not answer at the driver's start" in log, log[-3000:]
         assert "Connection refused" in log and "answered again after" in log, log[-3000:]
         assert_exactly_once(cfg, kafka.bootstrap, n, topic)
-    finally:
-        timer.cancel()
-        timer.join()
-        for relay in relays:
-            relay.stop()
 
 
 def test_bounded_commit_retries_then_recovery(kafka, tmp_path):
