@@ -653,20 +653,15 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 # A table or Kafka problem fails in a second or two, with its own message; the table's service not
                 # answering is waited for (driver.table_wait), the sink's degraded reason published meanwhile.
                 backend = sinks.get(cfg.sink.kind)
-
-                def prepared() -> StartPlan:
-                    backend.prepare(cfg)
-                    return prepare_start(cfg, backend, echo)
-
-                ready, planned = table_wait.when_reachable(
-                    prepared, backend.is_outage, reason=backend.outage_reason, what=f"table {cfg.sink.table}",
-                    wait=stop_requested.wait, say=echo, degraded=reporter.degraded,
+                ready, _table = table_wait.when_reachable(
+                    lambda: backend.prepare(cfg), backend.is_outage, reason=backend.outage_reason,
+                    what=f"table {cfg.sink.table}", wait=stop_requested.wait, say=echo, degraded=reporter.degraded,
                     forget=lambda: backend.forget_clients(cfg))
                 if not ready:  # a stop signal while waiting: nothing was read yet
                     session.abandon()
                     echo("stopped")
                     return 0
-                start = planned
+                start = prepare_start(cfg, backend, echo)
             except BaseException:
                 session.abandon()  # the JVM being launched goes with the refusal, without a word after it
                 raise

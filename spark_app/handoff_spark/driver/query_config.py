@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -83,6 +84,11 @@ class Wanted:
     pace: Pace | None = None
     dead_letter: DeadLetter | None = None  # None: not carried (the driver's own stays)
     maintenance: Maintenance | None = None  # None: not carried
+
+    def model_parts(self) -> dict[str, Any]:
+        """The parts that are models, by their JSON key (MODELS' keys)."""
+        return {"transform": self.transform, "dedupe": self.dedupe, "eventTime": self.event_time,
+                "schema": self.schema, "maintenance": self.maintenance}
 
     def runs_in(self, cfg: AppConfig) -> bool:
         """Is this what `cfg` (the app config as declared: without the Schema Registry's columns) runs already?"""
@@ -151,9 +157,7 @@ def _pace(doc: dict) -> Pace | None:
 def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     """`cfg` running `wanted`, validated as a whole (the app config's own rules hold for it too)."""
     data = json.loads(cfg.to_json())
-    parts = {"transform": wanted.transform, "dedupe": wanted.dedupe, "eventTime": wanted.event_time,
-             "schema": wanted.schema, "maintenance": wanted.maintenance}
-    for key, part in parts.items():
+    for key, part in wanted.model_parts().items():
         if part is None and key in ALWAYS_SET:
             continue  # not carried: the app config always has one
         data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)

@@ -6,8 +6,9 @@ back), and a crash loop of a spec being tried rolled the spec back although noth
 service being down is not the spec's fault: the driver now waits for it in-process, says so in one line, and
 publishes the sink's degraded reason (`CatalogUnavailable`, `BigQueryUnavailable`), which the operator shows as
 Degraded (reason SinkDegraded); as soon as the service answers, the start goes on. Only what the sink calls an
-outage is waited for (`SinkBackend.is_outage`: a refused or timed-out connection, a locked database); anything
-else, a bad address among it, fails the start with its own message as before.
+outage is waited for (`SinkBackend.is_outage`: a refused or timed-out connection, a locked database), and only at
+the sink's `prepare`, the start's first call to the table (Kafka's checks after it are not the table's: their
+errors fail the start as before); anything else fails the start with its own message as before.
 """
 from __future__ import annotations
 

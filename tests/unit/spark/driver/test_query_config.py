@@ -120,6 +120,7 @@ def test_the_dead_letter_topic_and_the_tables_upkeep_are_query_configs_too_and_k
     snapshot expiry the query's commits run). An annotation without them (an operator that wrote none) leaves the
     driver's own; a null topic is "none", and the app config's rules still hold for it."""
     assert set(query_config.MODELS) | {query_config.DEAD_LETTER_KEY} == set(QUERY_CONFIG_PARTS)
+    assert set(query_config.Wanted("h", None).model_parts()) == set(query_config.MODELS)
     cfg = _cfg(tmp_path)
     doc = {**json.loads(_annotation(sql=SQL)), "deadLetterTopic": "t-dlq-2",
            "maintenance": {"expireOlderThanSeconds": 1209600}}
