@@ -222,6 +222,26 @@ class Kafka(ServiceComponent):
 
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
+    def recreate_topic(self, name: str, partitions: int = 3) -> None:
+        """Delete the topic and create it again under the same name (a new topic id, offsets from 0 again), once the
+        broker has finished deleting it (deletion is asynchronous)."""
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()  # held: a client dropped while its futures wait destroys them
+        admin.delete_topics([name], operation_timeout=30)[name].result(timeout=30)
+
+        def created() -> bool:
+            futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
+                                                 operation_timeout=30)
+            try:
+                futures[name].result(timeout=30)
+            except Exception:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS while the old one is being deleted
+                return False
+            return True
+
+        wait_until(created, 30, f"topic {name} created again", self.service)
+        self.wait_for_leaders(name, partitions)
+
     def create_topic(self, name: str, partitions: int = 3, config: Mapping[str, str] | None = None) -> None:
         """Create a topic and wait until every partition has a leader (so producing right away works)."""
         from confluent_kafka.admin import NewTopic
@@ -230,6 +250,11 @@ class Kafka(ServiceComponent):
         futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
                                                 config=dict(config or {}))], operation_timeout=30)
         futures[name].result(timeout=30)
+        self.wait_for_leaders(name, partitions)
+
+    def wait_for_leaders(self, name: str, partitions: int) -> None:
+        """Wait until every partition of a created topic has a leader (so producing right away works)."""
+        admin = self.admin()
 
         def leaders_known() -> bool:
             topic = admin.list_topics(topic=name, timeout=5).topics.get(name)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.iceberg import ledger
@@ -112,15 +111,7 @@ def test_recreated_topic_is_refused_until_accepted(kafka, tmp_path):
     table = open_table(cfg, create=False)
     old = ledger.latest_commit(table, cfg.handoff_id)
     assert old.kafka_cluster_id and old.topic_ids and old.topic_ids.get(topic)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic], operation_timeout=30)[topic].result()
-    for _ in range(60):  # deletion is asynchronous
-        try:
-            kafka.create_topic(topic, partitions=1)
-            break
-        except Exception:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS while the old one is being deleted
-            import time
-            time.sleep(0.5)
+    kafka.recreate_topic(topic, partitions=1)
     produce(kafka.bootstrap, topic, range(500, 700))  # offsets 0..199 of the new topic
     refused = run_app(tmp_path, cfg=cfg)
     assert refused.returncode != 0
