@@ -24,14 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from handoff_spark.contract import DEGRADED_REASONS, REFUSAL_REASONS, SCHEMA_INCOMPATIBLE, TRANSFORM_INVALID
+from handoff_spark.contract import (DEGRADED_REASONS, REFUSAL_REASONS, SCHEMA_INCOMPATIBLE, SOURCE_INVALID,
+                                    TRANSFORM_INVALID)
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
 #: Reasons of a driver that fails now (`evaluate`): DriverFailing, or TransformInvalid when its last line says the
 #: spec's transform cannot run (handoff_spark.driver.transform, exit 3), or the reason of a query config the running
-#: driver refused (TransformInvalid, SchemaIncompatible). Someone must act on each.
-DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE})
+#: driver refused (TransformInvalid, SchemaIncompatible, SourceInvalid). Someone must act on each.
+DRIVER_FAILING_REASONS = frozenset({"DriverFailing", TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE, SOURCE_INVALID})
 
 
 def refusal_reason(line: str) -> str:

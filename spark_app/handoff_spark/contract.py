@@ -202,6 +202,11 @@ QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
                      "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),
                      "eventTimeColumn": ("schema", "eventTimeColumn")}
 
+#: The source's topics and where a topic new to the handoff starts (`kafka.source.entry_points`): its key → where the
+#: value sits in the app config's JSON. A change of either restarts the query in the running driver; the source's
+#: other settings do not move there (its properties may hold a Secret's values, which the annotation must not).
+QUERY_CONFIG_SOURCE = {"topics": ("source", "topics"), "startingOffsets": ("source", "startingOffsets")}
+
 
 class ProgressDocument(TypedDict, total=False):
     """The shape of `data[PROGRESS_DATA_KEY]`: the driver's progress record (docs/design/data-plane-contract.md)
@@ -259,8 +264,13 @@ TRANSFORM_INVALID_EXIT = 3
 #: evolution=none): the driver refuses it in one line `SchemaIncompatible: spec.schema: <what and the fix>`, runs on
 #: with the schema before, and the operator shows `Degraded` with this reason.
 SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
+#: Topics the running driver was handed in place (`driver.query_config`) that it cannot read: one Kafka lacks, or
+#: one recreated under its name (another topic id than the table's ledger records). The driver refuses them in one
+#: line `SourceInvalid: spec.source.topics: <what and the fix>`, runs on with the topics before, and the operator
+#: shows `Degraded` with this reason.
+SOURCE_INVALID = "SourceInvalid"
 #: The reasons a refused query config's line may start with (`<reason>: …`); the operator shows that reason.
-REFUSAL_REASONS = (TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE)
+REFUSAL_REASONS = (TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE, SOURCE_INVALID)
 
 
 # -------------------------------------------------------------------------------- rules both sides apply

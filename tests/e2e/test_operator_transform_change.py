@@ -145,6 +145,16 @@ def _a_noted_column(cluster: Cluster, ns: str, kafka: Any, cfg: AppConfig, topic
     return columns, noted
 
 
+def _one_driver(kubelet: Any, restarts: int, what: str) -> str:
+    """The driver's log, once it is certain one process under one pod template ran through `what`, restarting its
+    query `restarts` times for the operator's query configs."""
+    assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
+        f"one driver process, one pod template, through {what}" + kubelet.crashes())
+    logs = kubelet.logs()
+    assert logs.count("restarted with the operator's query config") == restarts, logs[-3000:]
+    return logs
+
+
 def _each_order_once_as_derived(rows: list[tuple[int, int, int, str]], total: int,
                                 derived: list[tuple[range, Callable[[str], str], str]]) -> None:
     """The table holds orders 0..total-1 once each, at distinct Kafka offsets, and each span of orders carries the
@@ -176,10 +186,7 @@ def test_a_changed_transform_restarts_the_query_in_the_running_driver_and_a_bad_
         assert record[CONFIG_REFUSED_KEY].startswith("TransformInvalid: spec.transform.sql:"), record
         assert "nope" in record[CONFIG_REFUSED_KEY], record
 
-        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
-            "one driver process, one pod template, through both changes" + kubelet.crashes())
-        logs = kubelet.logs()
-        assert logs.count("restarted with the operator's query config") == 1, logs[-3000:]
+        logs = _one_driver(kubelet, 1, "both changes")
         assert f"the operator's query config {bad} is refused; the query runs on with config {v2}" \
             in logs, logs[-3000:]
 
@@ -370,10 +377,7 @@ def test_a_transform_and_a_dedupe_added_to_a_handoff_on_the_fused_path_and_remov
         _running(cluster, ns, CONFIG_HASH_KEY, back, "the driver back on the fused path")
         _committed(kafka, cfg, topic, range(1000, 1200), "the records after the switch back committed")
 
-        assert kubelet.starts == 1 and len(set(kubelet.templates)) == 1, (
-            "one driver process, one pod template, through the three changes" + kubelet.crashes())
-        logs = kubelet.logs()
-        assert logs.count("restarted with the operator's query config") == 3, logs[-3000:]
+        logs = _one_driver(kubelet, 3, "the three changes")
         assert logs.count("was written by the other path's query and is discarded") == 2, logs[-6000:]
         assert "the query moved from the fused path to the DataFrame path" in logs, logs[-6000:]
         assert "the query moved from the DataFrame path (a transform, dedupe or event time) to the fused path" \
@@ -384,3 +388,70 @@ def test_a_transform_and_a_dedupe_added_to_a_handoff_on_the_fused_path_and_remov
         _each_order_once_as_derived(table, 1200, [(range(800), str, "the fused path"),
                                                   (range(800, 1000), str.upper, "the SQL"),
                                                   (range(1000, 1200), str, "the fused path again")])
+
+
+def _ids_by_topic(cfg: AppConfig) -> dict[str, list[int]]:
+    """Each topic's order ids in the table, sorted (duplicates kept, so a duplicate shows)."""
+    sink = cfg.sink
+    table = ledger.load_table(sink.catalog_name, dict(sink.catalog_properties), sink.table)  # type: ignore[union-attr]
+    data = table.scan(selected_fields=("_kafka_topic", "id")).to_arrow()
+    out: dict[str, list[int]] = {}
+    for topic, order in zip(data["_kafka_topic"].to_pylist(), data["id"].to_pylist()):
+        out.setdefault(topic, []).append(order)
+    return {t: sorted(ids) for t, ids in out.items()}
+
+
+def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missing_one_is_refused(
+        cluster: Cluster, kafka, tmp_path: Path) -> None:
+    """spec.source.topics and spec.source.startingOffsets change in the running driver (fused path): a topic added with
+    startingOffsets latest starts at its end, though the query keeps its checkpoint (before, such a topic was read from
+    its beginning whatever startingOffsets said, and from startingOffsets only once the checkpoint was lost); a topic
+    Kafka lacks is refused in one line (SourceInvalid) and rolled back while the stream goes on; a removed topic is not
+    read, and added back it resumes where the table's ledger left it. Every order once, one driver process."""
+    first, second = (f"topics-{uuid.uuid4().hex[:6]}-{n}" for n in ("a", "b"))
+    kafka.create_topic(first, partitions=2)
+    kafka.create_topic(second, partitions=2)
+    kafka.create_topic(f"{first}-dlq", partitions=1)
+    produce(kafka.bootstrap, first, range(0, 300))
+    produce(kafka.bootstrap, second, range(10_000, 10_200))  # before the topic is added: not read (latest)
+    ns = cluster.new_namespace("topics-e2e")
+    spec = iceberg_spec(kafka.bootstrap, first, tmp_path, "shop.topics", deadLetter={"topic": f"{first}-dlq"})
+    with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, first, pod_name=True) as (kubelet, cfg):
+        assert not cfg.frame_path
+        seen = [_wanted_hash(cluster, ns)]
+        eventually(lambda: _record(cluster, ns).get(CONFIG_HASH_KEY) == seen[0], "the driver reporting its config")
+
+        source = {**spec["source"], "topics": [first, second], "startingOffsets": "latest"}
+        added = _changed(cluster, ns, {"source": source}, seen, "a second topic")
+        _running(cluster, ns, CONFIG_HASH_KEY, added, "the driver reading the second topic")
+        _committed(kafka, cfg, second, range(10_200, 10_300), "the second topic's new orders committed")
+        _committed(kafka, cfg, first, range(300, 400), "the first topic's orders committed alongside")
+        _marked_good(cluster, ns, added, "the second topic")
+
+        missing = f"{first}-nope"
+        refused = _changed(cluster, ns, {"source": {**source, "topics": [first, second, missing]}}, seen,
+                           "a topic Kafka lacks")
+        record = _running(cluster, ns, CONFIG_REFUSED_HASH_KEY, refused, "the driver refusing the missing topic")
+        assert record[CONFIG_REFUSED_KEY].startswith("SourceInvalid: spec.source.topics: Kafka has no topic "
+                                                     f"'{missing}'"), record
+        assert record[CONFIG_HASH_KEY] == added, record
+        upgrade = eventually(lambda: ((cluster.get(ns, "orders").get("status") or {}).get("upgrade") or {})
+                             .get("rolledBackConfigHash") == refused and cluster.get(ns, "orders")["status"]["upgrade"],
+                             "the missing topic rolled back", timeout=120)
+        assert upgrade["rolledBackReason"] == "SourceInvalid", upgrade
+        _committed(kafka, cfg, first, range(400, 500), "the stream going on with the topics before")
+
+        # The first topic removed: its next orders wait in Kafka. Added back, it resumes where the ledger left it.
+        only_second = _changed(cluster, ns, {"source": {**source, "topics": [second]}}, seen, "the first topic removed")
+        _running(cluster, ns, CONFIG_HASH_KEY, only_second, "the driver reading the second topic only")
+        produce(kafka.bootstrap, first, range(500, 600))
+        _committed(kafka, cfg, second, range(10_300, 10_400), "the second topic's orders committed alone")
+        assert _ids_by_topic(cfg)[first] == list(range(500)), "a removed topic is not read"
+        both = _changed(cluster, ns, {"source": {**source, "topics": [second, first]}}, seen, "the first topic back")
+        _running(cluster, ns, CONFIG_HASH_KEY, both, "the driver reading the first topic again")
+        _committed(kafka, cfg, first, range(600, 700), "the first topic's waiting and new orders committed")
+
+        logs = _one_driver(kubelet, 3, "the topic changes")
+        assert f"the operator's query config {refused} is refused; the query runs on with config {added}" \
+            in logs, logs[-3000:]
+        assert _ids_by_topic(cfg) == {first: list(range(700)), second: list(range(10_200, 10_400))}

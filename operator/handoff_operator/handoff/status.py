@@ -107,8 +107,8 @@ def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generatio
     if in_pod is not None:
         return out, ("Normal", "Restarting", (
             f"generation {generation} changed what the query does ({old_hash} → {config_hash}: its transform, "
-            f"dedupe, event time, schema, dead-letter topic, replay window or pace): driver pod {in_pod} checks it and "
-            f"restarts its query with it at a batch boundary"))
+            f"dedupe, event time, schema, dead-letter topic, replay window, topics or pace): driver pod {in_pod} checks "
+            f"it and restarts its query with it at a batch boundary"))
     return out, ("Normal", "Restarting", (
         f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
         f"batch boundary, then starting it with the new config"))

@@ -101,10 +101,17 @@ class KafkaSourceSpec(SpecModel):
                                    description="Kafka bootstrap servers, comma-separated host:port list.")
     topics: list[TopicName] = Field(min_length=1, max_length=100,
                                     json_schema_extra={"x-kubernetes-list-type": "set"},
-                                    description="Topics to read (at least one, no duplicates).")
+                                    description="Topics to read (at least one, no duplicates). A change restarts "
+                                                "the query in the running driver at a batch boundary (no pod "
+                                                "restart), once Kafka has every topic under the id the table's "
+                                                "ledger records (else the driver refuses it: SourceInvalid). An added "
+                                                "topic starts at startingOffsets; a removed one keeps its offsets in "
+                                                "the ledger and resumes there if added back.")
     starting_offsets: Literal["earliest", "latest"] = Field(
-        default="earliest", description="Where a new handoff starts reading; ignored once anything "
-                                        "is committed (it then resumes from the table's ledger).")
+        default="earliest", description="Where a new handoff, or a topic added to it, starts reading; a partition "
+                                        "the table's ledger has resumes from the ledger, and a new partition of a "
+                                        "topic already read starts at its earliest offset. A change restarts the "
+                                        "query in the running driver.")
     format: Literal["json", "raw", "avro", "protobuf", "jsonSchema"] = Field(
         default="json", description="json: decode values into the declared columns; raw: keep key/value bytes; "
                                     "avro, protobuf, jsonSchema: values in the Confluent wire format (magic byte + "
@@ -1042,8 +1049,9 @@ class RetentionStatus(StatusModel):
     lost: list[LostRangeStatus] = Field(default_factory=list, max_length=1000,
                                         description="Ranges deleted by Kafka before they were read (DataLoss=True).")
 #: Why a spec was rolled back (status.upgrade.rolledBackReason): its driver crash-looped or never got ready, or the
-#: running driver refused its query config (its SQL, or a schema the table cannot take). The upgrade rule's too.
-RolledBackReason = Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible"]
+#: running driver refused its query config (its SQL, a schema the table cannot take, or topics it cannot read). The
+#: upgrade rule's too.
+RolledBackReason = Literal["CrashLoop", "ReadinessTimeout", "TransformInvalid", "SchemaIncompatible", "SourceInvalid"]
 
 
 class UpgradeStatus(StatusModel):
@@ -1069,7 +1077,8 @@ class UpgradeStatus(StatusModel):
     rolled_back_reason: RolledBackReason | None = \
         Field(default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the "
                                         "changed transform and kept running the one before; SchemaIncompatible: it "
-                                        "refused a changed schema the table cannot take, likewise).")
+                                        "refused a changed schema the table cannot take, likewise; SourceInvalid: "
+                                        "it refused topics Kafka lacks or that were recreated, likewise).")
     rolled_back_at: datetime | None = Field(default=None, description="When it was rolled back.")
     message: str | None = Field(default=None, max_length=1024, description="What happened, for people.")
 

@@ -731,6 +731,12 @@ QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
 #: schema.eventTimeColumn), as the query config's key → its path in the app config's JSON. Options of the query, so
 #: the running driver applies them too, on either path.
 QUERY_PACE_KEYS = contract.QUERY_CONFIG_PACE
+#: The source's topics and where a topic new to the handoff starts (spec.source.topics, spec.source.startingOffsets):
+#: the running driver checks Kafka has them (SourceInvalid otherwise) and starts its query again with them. The
+#: source's other settings stay in the pod's hash: its properties may hold a Secret's values.
+QUERY_SOURCE_KEYS = contract.QUERY_CONFIG_SOURCE
+#: Every query-config key that sits at a path in the app config's JSON.
+QUERY_PATH_KEYS = {**QUERY_PACE_KEYS, **QUERY_SOURCE_KEYS}
 #: What a query-only key's content is replaced by in the pod's hash.
 QUERY_ONLY_MARK = "<applied in the running driver>"
 
@@ -749,11 +755,11 @@ def config_hash(app_json: str, template: Mapping[str, Any],
 
     `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the query-only keys out: a
     change of the transform, the dedupe, the event time (adding or removing one too), the commit interval or the
-    batch size, the declared schema (its columns, evolution, policy and limits) alone restarts the query in the
-    running driver, not the pod."""
+    batch size, the declared schema (its columns, evolution, policy and limits), the source's topics or
+    startingOffsets alone restarts the query in the running driver, not the pod."""
     doc = json.loads(app_json)
     if pod:
-        for path in QUERY_PACE_KEYS.values():
+        for path in QUERY_PATH_KEYS.values():
             parent = doc
             for key in path[:-1]:
                 parent = parent.setdefault(key, {})
@@ -776,7 +782,7 @@ def query_config_json(config: AppConfig, full_hash: str, pod_hash: str) -> str:
     a Secret's value (only source and sink properties do), so it may sit in a ConfigMap."""
     app = json.loads(config.to_json())
     doc = {"configHash": full_hash, "podConfigHash": pod_hash, **{key: app.get(key) for key in QUERY_ONLY_KEYS},
-           **{key: _pace(app, path) for key, path in QUERY_PACE_KEYS.items()}}
+           **{key: _pace(app, path) for key, path in QUERY_PATH_KEYS.items()}}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 

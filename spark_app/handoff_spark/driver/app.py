@@ -40,7 +40,7 @@ from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, re
 from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.hold import QueryHold
 from handoff_spark.driver.publisher import ProgressPublisher
-from handoff_spark.driver.resume import StartPlan, prepare_start, settle_key_types
+from handoff_spark.driver.resume import SourceInvalid, StartPlan, prepare_start, settle_key_types, topics_problem
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.driver import quarantine, query_config, seed, table_wait, transform
@@ -705,6 +705,10 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 candidate_declared = query_config.applied(declared, wanted)
                 candidate = registry_columns(candidate_declared)
                 candidate_types = transform.check(spark, candidate) if frames_query(candidate, sink_format) else None
+                if candidate.source.topics != cfg.source.topics:
+                    problem = topics_problem(candidate, backend)
+                    if problem:
+                        raise SourceInvalid(problem)
             except (transform.TransformInvalid, ValueError) as exc:
                 line = refusal(exc)
                 refused_hash = wanted.config_hash
@@ -950,7 +954,7 @@ def lookups_changed(cfg: AppConfig) -> Callable[[], str | None] | None:
 
 def refusal(exc: Exception) -> str:
     """The one line of a query config that cannot run: the check's own, or the app config's rule it breaks."""
-    if isinstance(exc, transform.TransformInvalid):
+    if isinstance(exc, (transform.TransformInvalid, SourceInvalid)):
         return str(exc)
     first = str(exc).strip().splitlines()
     return f"{contract.TRANSFORM_INVALID}: spec: {' '.join(first[:3])[:400]}"

@@ -119,6 +119,35 @@ def state_keys_problem(recorded: list[str] | None, keys: list[str] | None,
     return f"dedupe key types changed: {', '.join(changed)}" if changed else None
 
 
+class SourceInvalid(ValueError):
+    """Topics a running driver was handed in place (`driver.query_config`) that it cannot read: its one line
+    starts with `contract.SOURCE_INVALID`."""
+
+
+def topics_problem(cfg: Any, sink: Any, admin: Any = None) -> str | None:
+    """Why the driver cannot switch to `cfg`'s topics (None: it can), checked before its query stops for them: a
+    topic Kafka lacks, or one recreated under its name (the ledger's offsets belong to another topic id). At a
+    driver's start these fail the start (the source names a missing topic; `prepare_start` a recreated one); a
+    running driver refuses them instead and runs on with the topics before. One metadata request for every topic:
+    asking for a topic by name may create it on a broker that auto-creates topics."""
+    from handoff_spark import contract
+    from handoff_spark.kafka.identity import admin_client, kafka_identity
+
+    admin = admin or admin_client(cfg)
+    found = admin.list_topics(timeout=30).topics
+    missing = [t for t in cfg.source.topics
+               if t not in found or found[t].error is not None or not found[t].partitions]
+    if missing:
+        return (f"{contract.SOURCE_INVALID}: spec.source.topics: Kafka has no topic {', '.join(map(repr, missing))}; "
+                f"create it, or remove it from spec.source.topics")
+    problems = identity_problems(*sink.ledger_identity(cfg), *kafka_identity(cfg, admin))
+    if problems:
+        return (f"{contract.SOURCE_INVALID}: spec.source.topics: {'; '.join(problems)}. Fix: if the topic was "
+                f"recreated on purpose, run `handoff ledger accept-kafka -f <manifest>`, which records its new id "
+                f"and starts it at spec.source.startingOffsets")
+    return None
+
+
 def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,
                   key_types: dict[str, str] | None = None) -> StartPlan:
     """Driver, before the query starts (after the sink prepared its table): check Kafka's identity against the

@@ -194,13 +194,30 @@ def admit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int],
 
 def add_new_partitions(start: Mapping[tuple[str, int], int], end: dict[tuple[str, int], int],
                        known: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-    """Partitions in `known` (value: their earliest offset) that are absent from `start` enter `end` at
-    their earliest offset: an empty range this batch, read from the next one. Why: the start of every
+    """Partitions in `known` (value: their entry offset, `entry_points`) that are absent from `start` enter `end`
+    at it: an empty range this batch, read from the next one. Why: the start of every
     range then comes from Spark's offset log, never from a guess."""
-    for tp, earliest in known.items():
+    for tp, entry in known.items():
         if tp not in start:
-            end[tp] = earliest
+            end[tp] = entry
     return end
+
+
+def entry_points(new: list[tuple[str, int]], known_topics: set[str],
+                 starting_offsets: str) -> dict[tuple[str, int], str]:
+    """Where each partition the query has no offset for enters (`earliest` or `latest`, as Kafka's ListOffsets
+    names them). Pure.
+
+    - A new partition of a topic the handoff reads already: `earliest`. All its records came after it was added,
+      while the handoff was reading the topic, so all of them belong to the stream (Spark's Kafka source does the
+      same).
+    - A topic new to the handoff (added to spec.source.topics): `startingOffsets`, where a new handoff would start.
+
+    Why one rule for both places a partition enters (`initialOffset` on a fresh checkpoint, `latestOffset` on a
+    kept one): whether Spark's checkpoint survived must never change where a topic starts reading (the table's
+    ledger is the truth, the checkpoint a cache). `known_topics`: the topics of the table's ledger and of the
+    checkpoint's offsets."""
+    return {tp: "earliest" if tp[0] in known_topics else starting_offsets for tp in new}
 
 
 @dataclass(frozen=True)
@@ -446,7 +463,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
         """The start of batch 0 of a fresh checkpoint: the table ledger's offsets (`startOffsets`, passed by the
-        driver) for the partitions it has, `startingOffsets` for the others (new topic or partition). Persisted,
+        driver) for the partitions it has, `entry_points` for the others (a new topic at `startingOffsets`, a new
+        partition of a topic the ledger knows at its earliest offset). Persisted,
         so a query that crashes in batch 0 replays the same range."""
         if self.opts.checkpoint:
             known = ckpt.initial_offsets(self.opts.checkpoint)
@@ -455,13 +473,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = self.broker.partitions()
         ledger = {tp: off for tp, off in self.opts.start_offsets.items() if tp in set(tps)}
         rest = [tp for tp in tps if tp not in ledger]
-        initial = {**self.broker.list_offsets(rest, self.opts.starting_offsets), **ledger}
+        initial = {**self._entry_offsets(rest, {t for t, _ in self.opts.start_offsets}), **ledger}
         doc = to_offsets(initial)
         if self.opts.checkpoint:
             ckpt.write_initial_offsets(self.opts.checkpoint, doc)
-        log.info("handoff-kafka initial offsets (ledger for %d partitions, %s for %d): %s", len(ledger),
-                 self.opts.starting_offsets, len(rest), doc)
+        log.info("handoff-kafka initial offsets (ledger for %d partitions, entry points for %d: new topics at "
+                 "startingOffsets=%s, new partitions of known topics at earliest): %s", len(ledger),
+                 len(rest), self.opts.starting_offsets, doc)
         return doc
+
+    def _entry_offsets(self, new: list[tuple[str, int]], known_topics: set[str]) -> dict[tuple[str, int], int]:
+        """Kafka's offsets where partitions without one enter (`entry_points`), one ListOffsets per kind."""
+        where = entry_points(new, known_topics, self.opts.starting_offsets)
+        out: dict[tuple[str, int], int] = {}
+        for which in sorted(set(where.values())):
+            out.update(self.broker.list_offsets([tp for tp in new if where[tp] == which], which))
+        return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_batch:
@@ -495,9 +522,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(begin, {tp: off for tp, off in latest.items() if tp in begin}, max_rows)
         if new:
-            earliest = self.broker.list_offsets(new, "earliest")
-            log.info("handoff-kafka: new partitions %s enter at their earliest offsets %s", new, earliest)
-            end = add_new_partitions(begin, end, earliest)
+            known = {t for t, _ in begin} | {t for t, _ in self.opts.start_offsets}
+            entry = self._entry_offsets(new, known)
+            log.info("handoff-kafka: partitions %s enter at %s (new topics at startingOffsets=%s, new partitions of "
+                     "known topics at earliest)", new, entry, self.opts.starting_offsets)
+            end = add_new_partitions(begin, end, entry)
         return to_offsets(end)
 
     def reportLatestOffset(self) -> dict | None:

@@ -136,9 +136,9 @@ def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, oper
     assert table[0].split() == ["NAME", "PHASE", "LAG", "FRESHNESS", "EXECUTORS", "AGE"]
     assert table[1].split()[:2] in (["clicks", "Running"], ["clicks", "Degraded"])
 
-    # A change of what the pod runs (where a new checkpoint starts reading; a new commit interval would change only
-    # the running driver's query: driver.query_config).
-    cluster.patch_spec(ns, "clicks", {"source": {"startingOffsets": "latest"}})
+    # A change of what the pod runs (what its source does with offsets retention deleted; a new commit interval or
+    # startingOffsets would change only the running driver's query: driver.query_config).
+    cluster.patch_spec(ns, "clicks", {"source": {"onOffsetOutOfRange": "earliest"}})
     new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "clicks")) != old_hash
                           and _hash(_deployment(cluster, ns, "clicks")), "new config hash on the pod template")
     cluster.wait_condition(ns, "clicks", "Progressing", "True", "Restarting")
@@ -148,7 +148,7 @@ def test_ready_running_driver_then_one_controlled_restart(cluster: Cluster, oper
     assert [p.metadata.annotations["handoff.io/config-hash"] for p in pods] == [new_hash]
     config = AppConfig.model_validate(json.loads(
         cluster.core.read_namespaced_config_map("clicks-app", ns).data["app.json"]))
-    assert config.source.starting_offsets == "latest"
+    assert config.source.on_offset_out_of_range == "earliest"
     cluster.make_driver_ready(ns, "clicks")
     cluster.wait_condition(ns, "clicks", "Ready", "True", "Running")
     cond = cluster.wait_condition(ns, "clicks", "Progressing", "False", "RolloutComplete")
@@ -260,13 +260,13 @@ def test_operator_restart_mid_reconcile_converges_without_duplicates(cluster: Cl
     # (mid-reconcile), and start it once more.
     operator.stop()
     try:
-        cluster.patch_spec(ns, "steady", {"source": {"startingOffsets": "latest"}})
+        cluster.patch_spec(ns, "steady", {"source": {"onOffsetOutOfRange": "earliest"}})
         operator.start()
         operator.stop()
     finally:
         operator.start()
     eventually(lambda: AppConfig.model_validate(json.loads(cluster.core.read_namespaced_config_map(
-        "steady-app", ns).data["app.json"])).source.starting_offsets == "latest", "new config applied")
+        "steady-app", ns).data["app.json"])).source.on_offset_out_of_range == "earliest", "new config applied")
     new_hash = eventually(lambda: _hash(_deployment(cluster, ns, "steady")) != old_hash
                           and _hash(_deployment(cluster, ns, "steady")), "new config hash")
     eventually(lambda: [p.metadata.annotations["handoff.io/config-hash"]

@@ -186,8 +186,8 @@ def test_crash_looping_spec_change_goes_back_to_the_last_spec_that_committed(clu
             assert status["phase"] == "Degraded" and _template_hash(cluster, ns) == v1_hash
             assert cluster.condition(ns, NAME, "Degraded")["reason"] == "UpgradeRolledBack"
 
-            # Generation 3 is tried afresh (a change of the pod: where a new checkpoint starts reading).
-            cluster.patch_spec(ns, NAME, {"commitInterval": "30s", "source": {"startingOffsets": "latest"}})
+            # Generation 3 is tried afresh (a change of the pod: what its source does with offsets retention deleted).
+            cluster.patch_spec(ns, NAME, {"commitInterval": "30s", "source": {"onOffsetOutOfRange": "earliest"}})
             v3_hash = eventually(lambda: (h := _template_hash(cluster, ns)) not in (v1_hash, v2_hash) and h,
                                  "generation 3 applied")
             status = eventually(lambda: (s := cluster.get(ns, NAME)["status"])["upgrade"].get("tryingGeneration")
@@ -351,7 +351,7 @@ def test_a_spec_whose_driver_never_gets_ready_is_rolled_back_after_its_readiness
 
         # Generation 2's driver never becomes ready (the pod stays Pending: no kubelet plays it).
         v1_config = cluster.get(ns, NAME)["status"]["app"]["configHash"]
-        cluster.patch_spec(ns, NAME, {"commitInterval": "20s", "source": {"startingOffsets": "latest"}})
+        cluster.patch_spec(ns, NAME, {"commitInterval": "20s", "source": {"onOffsetOutOfRange": "earliest"}})
         v2_hash = eventually(lambda: (h := _template_hash(cluster, ns)) != v1_hash and h, "generation 2 applied")
         cond = cluster.wait_condition(ns, NAME, "Degraded", "True", "UpgradeRolledBack")
         assert "generation 2" in cond["message"] and "did not commit a batch within 3s" in cond["message"]

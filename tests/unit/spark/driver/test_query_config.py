@@ -1,5 +1,5 @@
 """driver.query_config: which of the operator's query configs (transform, dedupe, event time, schema, dead-letter
-topic, upkeep, pace) a running driver takes (pure), and what it publishes about the config it runs or refused. The
+topic, upkeep, source topics, pace) a running driver takes (pure), and what it publishes about the config it runs or refused. The
 change end to end: a local driver and the operator, tests/e2e/test_operator_transform_change.py; a real node,
 tests/e2e/test_in_cluster_pod_options.py."""
 from __future__ import annotations
@@ -141,6 +141,30 @@ def test_the_dead_letter_topic_and_the_tables_upkeep_are_query_configs_too_and_k
         query_config.applied(cfg, query_config.parse(json.dumps({**doc, "deadLetterTopic": None}), "p1"))
     assert query_config.parse(json.dumps({**doc, "deadLetterTopic": 7}), "p1") is None  # unreadable: logged
     assert query_config.parse(json.dumps({**doc, "maintenance": {"everyBatches": 0}}), "p1") is None
+
+
+def test_the_sources_topics_are_a_query_config_too_and_kept_when_not_carried(tmp_path):
+    """spec.source.topics and spec.source.startingOffsets: the driver's next query reads the new topics. An annotation
+    without them (an operator that wrote none) leaves the driver's own; a malformed one is unreadable (logged)."""
+    from handoff_spark.contract import QUERY_CONFIG_SOURCE
+
+    assert set(query_config.SOURCE_KEYS) == set(QUERY_CONFIG_SOURCE) == {"topics", "startingOffsets"}
+    cfg = _cfg(tmp_path)
+    doc = {**json.loads(_annotation(sql=SQL)), "topics": ["t", "u"], "startingOffsets": "latest"}
+    wanted = query_config.parse(json.dumps(doc), "p1")
+    assert wanted is not None and wanted.topics == query_config.Topics(("t", "u"), "latest")
+    assert not wanted.runs_in(cfg)
+    new = query_config.applied(cfg, wanted)
+    assert (new.source.topics, new.source.starting_offsets) == (["t", "u"], "latest")
+    assert wanted.runs_in(new) and query_config.Topics.of(new) == wanted.topics
+    assert new.model_dump(exclude={"source"}) == cfg.model_dump(exclude={"source"})
+    assert new.source.model_dump(exclude={"topics", "starting_offsets"}) == cfg.source.model_dump(
+        exclude={"topics", "starting_offsets"})
+    none_given = query_config.parse(_annotation(sql=SQL), "p1")
+    assert none_given is not None and none_given.topics is None
+    assert none_given.runs_in(new) and query_config.applied(new, none_given) == new
+    for bad in ({"topics": []}, {"topics": "t"}, {"topics": ["t", ""]}, {"startingOffsets": "middle"}):
+        assert query_config.parse(json.dumps({**doc, **bad}), "p1") is None, bad
 
 
 class _Publisher:

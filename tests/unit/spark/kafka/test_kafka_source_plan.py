@@ -4,8 +4,8 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from handoff_spark.kafka.source import (ARROW_SCHEMA, CONSUME_WAIT_S, SPARK_SCHEMA, OffsetRange, SourceOptions,
-                                        add_new_partitions, admit, from_offsets, plan_ranges, reader_conf,
-                                        split_ranges, to_offsets)
+                                        add_new_partitions, admit, entry_points, from_offsets, plan_ranges,
+                                        reader_conf, split_ranges, to_offsets)
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
@@ -122,3 +122,11 @@ def test_a_kept_readers_first_fetch_does_not_wait_out_the_last_ranges_unless_the
     assert int(reader_conf(opts)["fetch.wait.max.ms"]) < CONSUME_WAIT_S * 1000
     mine = SourceOptions.parse({"subscribe": "t", "kafka.bootstrap.servers": "h:1", "kafka.fetch.wait.max.ms": "500"})
     assert reader_conf(mine)["fetch.wait.max.ms"] == "500"
+
+
+def test_a_topic_new_to_the_handoff_enters_at_starting_offsets_a_new_partition_of_a_known_one_at_earliest() -> None:
+    new = [("orders", 3), ("refunds", 0), ("refunds", 1)]
+    assert entry_points(new, {"orders"}, "latest") == {("orders", 3): "earliest", ("refunds", 0): "latest",
+                                                       ("refunds", 1): "latest"}
+    assert entry_points(new, {"orders", "refunds"}, "latest") == dict.fromkeys(new, "earliest")
+    assert entry_points(new, set(), "earliest") == dict.fromkeys(new, "earliest")
