@@ -124,7 +124,7 @@ class SourceInvalid(ValueError):
     starts with `contract.SOURCE_INVALID`."""
 
 
-def topics_problem(cfg: Any, sink: Any, admin: Any = None) -> str | None:
+def topics_problem(cfg: Any, sink: Any) -> str | None:
     """Why the driver cannot switch to `cfg`'s topics (None: it can), checked before its query stops for them: a
     topic Kafka lacks, or one recreated under its name (the ledger's offsets belong to another topic id). At a
     driver's start these fail the start (the source names a missing topic; `prepare_start` a recreated one); a
@@ -133,7 +133,7 @@ def topics_problem(cfg: Any, sink: Any, admin: Any = None) -> str | None:
     from handoff_spark import contract
     from handoff_spark.kafka.identity import admin_client, kafka_identity
 
-    admin = admin or admin_client(cfg)
+    admin = admin_client(cfg)
     found = admin.list_topics(timeout=30).topics
     missing = [t for t in cfg.source.topics
                if t not in found or found[t].error is not None or not found[t].partitions]

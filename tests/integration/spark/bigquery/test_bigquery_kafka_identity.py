@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -56,18 +55,6 @@ def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions}
     finally:
         c.close()
-
-
-def _recreate(kafka: Any, topic: str) -> None:
-    admin = kafka.admin()
-    admin.delete_topics([topic], operation_timeout=30)[topic].result()
-    for _ in range(60):  # deletion is asynchronous: TOPIC_ALREADY_EXISTS until it is done
-        try:
-            kafka.create_topic(topic, partitions=1)
-            return
-        except Exception:  # noqa: BLE001
-            time.sleep(0.5)
-    raise AssertionError(f"could not recreate {topic}")
 
 
 class Handoff:
@@ -176,7 +163,7 @@ def test_recreated_topic_is_refused_until_accepted_then_read_from_its_beginning(
     assert first[0]["kind"] == "batch" and first[0]["kafkaCluster"] and first[0]["topicIds"][topic]
     old_id = first[0]["topicIds"][topic]
 
-    _recreate(kafka, topic)
+    kafka.recreate_topic(topic, partitions=1)
     new = _produce(kafka.bootstrap, topic, range(1000, 1200))  # offsets 0..199 of the new topic
 
     refused = h.run()
@@ -186,6 +173,14 @@ def test_recreated_topic_is_refused_until_accepted_then_read_from_its_beginning(
     assert (f"topic {topic!r} has id" in lines[0] and f"the ledger's offsets belong to topic id {old_id} (the topic "
             "was deleted and recreated)" in lines[0] and "handoff ledger accept-kafka -f <manifest>" in lines[0])
     assert table_counts(h.cfg) == (old, old)  # nothing re-read, nothing skipped
+    # A running driver handed these topics in place (spec.source.topics changed, driver.query_config) refuses them
+    # with the same finding, read from the BigQuery ledger, and runs on with the topics before.
+    from handoff_spark.driver.resume import topics_problem
+    from handoff_spark.sink import registry
+
+    problem = topics_problem(h.cfg, registry.get("bigquery"))
+    assert problem is not None and problem.startswith(f"SourceInvalid: spec.source.topics: topic {topic!r} has id ")
+    assert f"the ledger's offsets belong to topic id {old_id}" in problem and "accept-kafka" in problem, problem
 
     accepted = _ok(h.handoff("ledger", "accept-kafka", timeout=120))
     assert "recorded epoch ledger row in events__handoff_ledger: Kafka identity accepted" in accepted
