@@ -447,6 +447,9 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
         produce(kafka.bootstrap, first, range(500, 600))
         _committed(kafka, cfg, second, range(10_300, 10_400), "the second topic's orders committed alone")
         assert _ids_by_topic(cfg)[first] == list(range(500)), "a removed topic is not read"
+        lag = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == only_second and r.get("lag"),
+                         "the driver's record of a batch without the first topic")
+        assert first not in lag and second in lag, lag  # not read: no lag reported for it (nor a 0)
         both = _changed(cluster, ns, {"source": {**source, "topics": [second, first]}}, seen, "the first topic back")
         _running(cluster, ns, CONFIG_HASH_KEY, both, "the driver reading the first topic again")
         _committed(kafka, cfg, first, range(600, 700), "the first topic's waiting and new orders committed")

@@ -507,7 +507,8 @@ class ProgressReporter:
         self.spark_batches += 1
         report = report_from_progress(data, read_commit(cfg.checkpoint_location, int(data["batchId"])),
                                       self.max_event_time_ms,
-                                      initial_offsets=read_initial_offsets(cfg.checkpoint_location))
+                                      initial_offsets=read_initial_offsets(cfg.checkpoint_location),
+                                      topics=cfg.source.topics)
         # The operator does not rate an executor's capacity from a batch that paid the driver's start-up.
         line = self.seed_line
         if line and report.end and all(end <= line.get(tp, report.start.get(tp, end)) for tp, end in report.end.items()):

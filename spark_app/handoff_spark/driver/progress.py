@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.ledger.lag import lag_per_partition as _lag_per_partition
@@ -177,8 +177,11 @@ def _fmt_ranges(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, in
 
 def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, Any] | None,
                          prev_max_event_time_ms: int | None,
-                         initial_offsets: Mapping[tuple[str, int], int] | None = None) -> BatchReport:
-    """Combine Spark's progress JSON (as a dict) with the sink's last-commit record."""
+                         initial_offsets: Mapping[tuple[str, int], int] | None = None,
+                         topics: Collection[str] | None = None) -> BatchReport:
+    """Combine Spark's progress JSON (as a dict) with the sink's last-commit record. `topics`: the ones the query
+    reads now; a topic removed from the spec keeps its offsets in the source's (so it resumes there if added back),
+    but it has no lag to report: it is not read."""
     batch_id = int(progress["batchId"])
     src = (progress.get("sources") or [{}])[0]
     start, end = _parse_offsets(src.get("startOffset")), _parse_offsets(src.get("endOffset"))
@@ -205,7 +208,9 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
                 if "numDroppedDuplicateRows" in (op.get("customMetrics") or {})]
     dropped = sum(int(op["customMetrics"]["numDroppedDuplicateRows"]) for op in dedupes) if dedupes else None
     return BatchReport(batch_id=batch_id, rows=rows, duration_ms=duration_ms, start=start, end=end,
-                       lag=lag_per_partition(end, latest), commit=commit, max_event_time_ms=max_event,
+                       lag=lag_per_partition({tp: o for tp, o in end.items() if topics is None or tp[0] in topics},
+                                             latest),
+                       commit=commit, max_event_time_ms=max_event,
                        input_rows_per_second=rate, work_ms=work_ms, duplicates_dropped=dropped)
 
 
@@ -244,6 +249,7 @@ class Metrics:
                                         registry=self.registry)
         self.lag = Gauge("handoff_lag_records", "Records in Kafka not yet in the table", lbl + ["topic", "partition"],
                          registry=self.registry)
+        self._lag_series: set[tuple[str, str]] = set()  # the (topic, partition) series the last batch reported
         self.last_batch = Gauge("handoff_last_batch_id", "Id of the last completed micro-batch", lbl,
                                 registry=self.registry)
         self.max_event_time = Gauge("handoff_max_event_time_seconds",
@@ -289,6 +295,9 @@ class Metrics:
         self.last_batch.labels(h).set(report.batch_id)
         for (topic, partition), lag in report.lag.items():
             self.lag.labels(h, topic, str(partition)).set(lag)
+        for topic, partition in self._lag_series - {(t, str(p)) for t, p in report.lag}:
+            self.lag.remove(h, topic, partition)  # no longer read (a topic removed in place): no series, not a 0
+        self._lag_series = {(t, str(p)) for t, p in report.lag}
         commit = report.commit or {}
         if commit.get("dlq_rows"):
             self.dead_letters.labels(h).inc(int(commit["dlq_rows"]))

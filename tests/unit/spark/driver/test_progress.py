@@ -195,3 +195,20 @@ def test_poll_reads_the_last_progress_and_the_whole_list_only_when_a_batch_went_
     assert query.list_reads == 2
     assert [r.batch_id for r in reporter.reports] == [5, 6, 7, 8, 9, 10, 11]
     assert [line.split(":")[0] for line in lines] == [f"batch {i}" for i in range(5, 12)]
+
+
+def test_a_topic_no_longer_read_has_no_lag_and_its_series_goes() -> None:
+    """A topic removed from spec.source.topics in the running driver keeps its offsets in the source's (Spark's
+    progress still shows them), but it is not read: no lag in the record, and its metric series is removed rather
+    than left at its last value or shown as 0."""
+    m = Metrics("ns/h")
+    both = progress(1, {"t": {"0": 0}, "u": {"0": 0}}, {"t": {"0": 10}, "u": {"0": 4}}, {"t": {"0": 12}, "u": {"0": 9}})
+    m.observe(report_from_progress(both, None, None, topics=["t", "u"]))
+    assert m.registry.get_sample_value("handoff_lag_records", {"handoff": "ns/h", "topic": "u", "partition": "0"}) == 5
+    removed = progress(2, {"t": {"0": 10}, "u": {"0": 4}}, {"t": {"0": 12}, "u": {"0": 4}}, {"t": {"0": 12}})
+    r = report_from_progress(removed, None, None, topics=["t"])
+    assert r.lag == {("t", 0): 0} and r.record("ns/h")["offsets"] == {"t": {"0": 12}, "u": {"0": 4}}
+    m.observe(r)
+    assert m.registry.get_sample_value("handoff_lag_records", {"handoff": "ns/h", "topic": "u", "partition": "0"}) \
+        is None
+    assert m.registry.get_sample_value("handoff_lag_records", {"handoff": "ns/h", "topic": "t", "partition": "0"}) == 0
