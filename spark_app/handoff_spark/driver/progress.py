@@ -208,8 +208,8 @@ def report_from_progress(progress: Mapping[str, Any], last_commit: Mapping[str, 
                 if "numDroppedDuplicateRows" in (op.get("customMetrics") or {})]
     dropped = sum(int(op["customMetrics"]["numDroppedDuplicateRows"]) for op in dedupes) if dedupes else None
     return BatchReport(batch_id=batch_id, rows=rows, duration_ms=duration_ms, start=start, end=end,
-                       lag=lag_per_partition({tp: o for tp, o in end.items() if topics is None or tp[0] in topics},
-                                             latest),
+                       lag={tp: n for tp, n in lag_per_partition(end, latest).items()
+                            if topics is None or tp[0] in topics},
                        commit=commit, max_event_time_ms=max_event,
                        input_rows_per_second=rate, work_ms=work_ms, duplicates_dropped=dropped)
 

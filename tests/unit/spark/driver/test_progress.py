@@ -212,3 +212,6 @@ def test_a_topic_no_longer_read_has_no_lag_and_its_series_goes() -> None:
     assert m.registry.get_sample_value("handoff_lag_records", {"handoff": "ns/h", "topic": "u", "partition": "0"}) \
         is None
     assert m.registry.get_sample_value("handoff_lag_records", {"handoff": "ns/h", "topic": "t", "partition": "0"}) == 0
+    # Spark's progress without the source's latest offsets (lag then measured against the batch's end): the same.
+    unreported = {**removed, "sources": [{**removed["sources"][0], "latestOffset": None}]}
+    assert report_from_progress(unreported, None, None, topics=["t"]).lag == {("t", 0): 0}
