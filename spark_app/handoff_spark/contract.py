@@ -155,8 +155,9 @@ QUERY_HELD_KEY = "queryHeld"
 #: (at most `HANDOFF_STOP_GRACE_SECONDS`): the operator then waits for `QUERY_HELD_KEY` instead of stopping the pod.
 QUERY_HOLDING_KEY = "queryHolding"
 #: The annotation of the progress ConfigMap holding the query-only part of the app config the operator wants run
-#: now (`QueryConfig`, JSON): the transform, the dedupe, the event time and the query's pace (trigger interval, batch
-#: size, event-time column; when absent, the driver keeps its own), which the pod's config hash leaves out. Written by
+#: now (`QueryConfig`, JSON): the transform, the dedupe, the event time, the declared schema, the dead-letter topic, the
+#: table's upkeep, the query's pace (trigger interval, batch size, event-time column) and the source's query settings
+#: (`QUERY_CONFIG_SOURCE`); when a part is absent, the driver keeps its own. The pod's config hash leaves them out. Written by
 #: the operator (`spec.render`) for every handoff; polled by the driver (`driver.hold`, one read with the hold) and
 #: applied by `driver.query_config`: a change (adding or removing a transform, dedupe or event time too: the query
 #: then switches between the fused and the DataFrame path) restarts the query at a batch boundary in the running
@@ -193,6 +194,10 @@ class QueryConfig(TypedDict):
     triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
     eventTimeColumn: NotRequired[str | None]      # `AppConfig.schema_.event_time_column`; null: none
+    topics: NotRequired[list[str]]                # `AppConfig.source.topics`
+    startingOffsets: NotRequired[str]             # `AppConfig.source.starting_offsets`: earliest or latest
+    minPartitions: NotRequired[int | None]        # `AppConfig.source.min_partitions`; null: follow the executors' cores
+    consumerGroup: NotRequired[str | None]        # `AppConfig.source.consumer_group`; null: handoff-<handoffId>
 
 
 #: The query config's parts that are the app config's own top-level keys (JSON names), each as the app config has it.
@@ -202,10 +207,15 @@ QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
                      "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),
                      "eventTimeColumn": ("schema", "eventTimeColumn")}
 
-#: The source's topics and where a topic new to the handoff starts (`kafka.source.entry_points`): its key → where the
-#: value sits in the app config's JSON. A change of either restarts the query in the running driver; the source's
-#: other settings do not move there (its properties may hold a Secret's values, which the annotation must not).
-QUERY_CONFIG_SOURCE = {"topics": ("source", "topics"), "startingOffsets": ("source", "startingOffsets")}
+#: The source's settings that are the query's: its topics, where a topic new to the handoff starts
+#: (`kafka.source.entry_points`), the tasks a batch is split into at least, and the consumer group the sink mirrors
+#: committed offsets to: its key → where the value sits in the app config's JSON. A change of any restarts the query in
+#: the running driver. The source's other settings roll the pod: its servers and properties (which may hold a
+#: Secret's values, which the annotation must not), its format and registry (the registry's credentials too), and
+#: onOffsetOutOfRange, whose change is the fix for a driver stopped on offsets retention deleted: that driver exits,
+#: so a new pod brings it at once, where the crashing pod's next start would wait out its back-off.
+QUERY_CONFIG_SOURCE = {"topics": ("source", "topics"), "startingOffsets": ("source", "startingOffsets"),
+                       "minPartitions": ("source", "minPartitions"), "consumerGroup": ("source", "consumerGroup")}
 
 
 class ProgressDocument(TypedDict, total=False):

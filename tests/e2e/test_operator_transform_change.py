@@ -30,6 +30,7 @@ from confluent_kafka import Producer
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import CONFIG_HASH_KEY, CONFIG_REFUSED_HASH_KEY, CONFIG_REFUSED_KEY, CONFIG_SINCE_KEY
 from handoff_spark.iceberg import ledger
+from handoff_spark.kafka.offsets import committed_group_offsets
 from operator_support import Cluster, eventually
 from replay_drill_support import (bigquery_rows, bigquery_spec, committed_to, end_offsets, iceberg_spec, local_handoff,
                                   produce)
@@ -407,7 +408,8 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
     startingOffsets latest starts at its end, though the query keeps its checkpoint (before, such a topic was read from
     its beginning whatever startingOffsets said, and from startingOffsets only once the checkpoint was lost); a topic
     Kafka lacks is refused in one line (SourceInvalid) and rolled back while the stream goes on; a removed topic is not
-    read, and added back it resumes where the table's ledger left it. Every order once, one driver process."""
+    read, and added back (with a new consumer group and minPartitions, the source's other query settings) it resumes
+    where the table's ledger left it, and the commits go to the new group. Every order once, one driver process."""
     first, second = (f"topics-{uuid.uuid4().hex[:6]}-{n}" for n in ("a", "b"))
     kafka.create_topic(first, partitions=2)
     kafka.create_topic(second, partitions=2)
@@ -456,9 +458,16 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
         record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == only_second
                             and (r.get("offsets") or {}).get(second) == ends and r, "the record of a batch after it")
         assert first not in record["lag"] and second in record["lag"], record  # not read: no lag for it (nor a 0)
-        both = _changed(cluster, ns, {"source": {**source, "topics": [second, first]}}, seen, "the first topic back")
+        # Added back with the source's other query settings changed too: a new consumer group and task count.
+        group = f"lag-tools-{uuid.uuid4().hex[:6]}"
+        both = _changed(cluster, ns, {"source": {**source, "topics": [second, first], "consumerGroup": group,
+                                                 "minPartitions": 5}}, seen, "the first topic back")
         _running(cluster, ns, CONFIG_HASH_KEY, both, "the driver reading the first topic again")
         _committed(kafka, cfg, first, range(600, 700), "the first topic's waiting and new orders committed")
+        # The sink mirrors its commits to the new group (after the table commit: waited for).
+        ends = end_offsets(kafka.bootstrap, first)
+        eventually(lambda: committed_group_offsets(kafka.bootstrap, group, [(first, p) for p in ends]).get(first)
+                   == ends, "the new consumer group at the first topic's end")
 
         logs = _one_driver(kubelet, 3, "the topic changes")
         assert f"the operator's query config {refused} is refused; the query runs on with config {added}" \

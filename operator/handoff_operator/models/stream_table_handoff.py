@@ -131,13 +131,18 @@ class KafkaSourceSpec(SpecModel):
         description="Split large offset ranges so a micro-batch runs at least this many Spark tasks (Spark's "
                     "Kafka minPartitions), for topics with fewer partitions than executor cores. "
                     "Default: 3 × the cores the executors have now (followed as executors are added or "
-                    "removed).")
+                    "removed). A change restarts the query in the running driver at a batch boundary (no pod "
+                    "restart).")
     consumer_group: str | None = Field(
         default=None, min_length=1, max_length=255,
-        description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>.")
+        description="Group that mirrors committed offsets for lag tools. Default: handoff-<namespace>.<name>. A "
+                    "change restarts the query in the running driver at a batch boundary (no pod restart); the next "
+                    "commit commits to the new group, and the old group keeps the offsets it had.")
     on_offset_out_of_range: Literal["fail", "earliest"] = Field(
         default="fail", description="When the offset to resume from was deleted by Kafka retention: "
-                                    "fail (halt, data was lost upstream) or earliest (skip ahead, record the gap).")
+                                    "fail (halt, data was lost upstream) or earliest (skip ahead, record the gap). "
+                                    "A change restarts the driver pod: a driver halted on deleted offsets has "
+                                    "exited, and a new pod brings the fix at once.")
     properties: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=64,
         description="Extra librdkafka client settings (e.g. security.protocol). No credentials: "

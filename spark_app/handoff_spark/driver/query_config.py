@@ -5,7 +5,8 @@ Why: a change of what the query does (the transform's SQL and lookups, the dedup
 column, watermark and late-record policy, and adding or removing any of them: the query then switches between the
 fused path and the DataFrame path; the declared schema: its columns, evolution, policy and limits; the dead-letter
 topic the query's writers produce to; the table's upkeep its commits run, i.e. the replay window's snapshot expiry; the
-topics the source reads and where a new one starts) or of its pace (the trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
+topics the source reads, where a new one starts, the tasks a batch is split into at least and the consumer group its
+commits mirror offsets to) or of its pace (the trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
 config hash leaves them out (`handoff_operator.spec.render.config_hash`), and the operator hands them to the running
@@ -16,8 +17,8 @@ Contract with the operator (names in `handoff_spark.contract`):
 - the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap of every handoff:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
   "eventTime": …, "schema": …, "deadLetterTopic": …, "maintenance": …, "triggerIntervalSeconds": …,
-  "maxRecordsPerBatch": …, "eventTimeColumn": …, "topics": […], "startingOffsets": …}` (each as in the app config,
-  or null);
+  "maxRecordsPerBatch": …, "eventTimeColumn": …, "topics": […], "startingOffsets": …, "minPartitions": …,
+  "consumerGroup": …}` (each as in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
@@ -51,7 +52,8 @@ log = logging.getLogger("handoff.query_config")
 
 #: The pace's keys (the parts, contract.QUERY_CONFIG_PARTS, are MODELS and DEAD_LETTER_KEY).
 PACE_KEYS = tuple(contract.QUERY_CONFIG_PACE)
-#: The source's keys the query config carries (its topics, and where a new one starts).
+#: The source's keys the query config carries (its topics, where a new one starts, the batch's least task count, the
+#: consumer group offsets are mirrored to).
 SOURCE_KEYS = tuple(contract.QUERY_CONFIG_SOURCE)
 #: The parts that are models, and the one that is a plain value (the dead-letter topic, where null means none).
 MODELS = {"transform": Transform, "dedupe": Dedupe, "eventTime": EventTime, "schema": SchemaPolicy,
@@ -76,15 +78,19 @@ class Pace:
 
 
 @dataclass(frozen=True)
-class Topics:
-    """The source's topics and `startingOffsets` (spec.source.topics, spec.source.startingOffsets)."""
+class SourceQuery:
+    """The source's settings that are the query's (spec.source.topics, startingOffsets, minPartitions,
+    consumerGroup; None for the last two: the default, the executors' cores and handoff-<handoffId>)."""
 
     topics: tuple[str, ...]
     starting_offsets: str
+    min_partitions: int | None = None
+    consumer_group: str | None = None
 
     @staticmethod
-    def of(cfg: AppConfig) -> "Topics":
-        return Topics(tuple(cfg.source.topics), cfg.source.starting_offsets)
+    def of(cfg: AppConfig) -> "SourceQuery":
+        src = cfg.source
+        return SourceQuery(tuple(src.topics), src.starting_offsets, src.min_partitions, src.consumer_group)
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ class Wanted:
     pace: Pace | None = None
     dead_letter: DeadLetter | None = None  # None: not carried (the driver's own stays)
     maintenance: Maintenance | None = None  # None: not carried
-    topics: Topics | None = None  # None: not carried
+    source: SourceQuery | None = None  # None: not carried
 
     def model_parts(self) -> dict[str, Any]:
         """The parts that are models, by their JSON key (MODELS' keys)."""
@@ -112,7 +118,7 @@ class Wanted:
         return ((self.transform, self.dedupe, self.event_time) == (cfg.transform, cfg.dedupe, cfg.event_time)
                 and self.schema in (None, cfg.schema_) and self.pace in (None, Pace.of(cfg))
                 and self.dead_letter in (None, DeadLetter(cfg.dead_letter_topic))
-                and self.maintenance in (None, cfg.maintenance) and self.topics in (None, Topics.of(cfg)))
+                and self.maintenance in (None, cfg.maintenance) and self.source in (None, SourceQuery.of(cfg)))
 
 
 @dataclass(frozen=True)
@@ -144,13 +150,13 @@ def parse(text: str | None, pod_hash: str | None) -> Wanted | None:
         parts = {key: None if doc.get(key) is None else model.model_validate(doc[key]) for key, model in MODELS.items()}
         pace = _pace(doc)
         dead_letter = _dead_letter(doc)
-        topics = _topics(doc)
+        source = _source(doc)
     except (ValidationError, TypeError, ValueError) as exc:
         log.warning("the operator's query config is unreadable: %s", str(exc).splitlines()[0])
         return None
     return Wanted(config_hash, parts["transform"], parts["dedupe"], parts["eventTime"],  # type: ignore[arg-type]
                   parts["schema"], pace=pace, dead_letter=dead_letter,  # type: ignore[arg-type]
-                  maintenance=parts["maintenance"], topics=topics)  # type: ignore[arg-type]
+                  maintenance=parts["maintenance"], source=source)  # type: ignore[arg-type]
 
 
 def _dead_letter(doc: dict) -> DeadLetter | None:
@@ -163,16 +169,22 @@ def _dead_letter(doc: dict) -> DeadLetter | None:
     return DeadLetter(topic)
 
 
-def _topics(doc: dict) -> Topics | None:
-    """The source's topics the annotation carries, or None when it carries none (an operator that wrote none)."""
+def _source(doc: dict) -> SourceQuery | None:
+    """The source's query settings the annotation carries, or None when it carries none (an operator that wrote
+    none). The app config validates them again when applied (`applied`)."""
     if not all(key in doc for key in SOURCE_KEYS):
         return None
     topics, starting = doc["topics"], doc["startingOffsets"]
+    parts, group = doc["minPartitions"], doc["consumerGroup"]
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
         raise ValueError(f"topics is {topics!r}, not a list of topic names")
     if starting not in ("earliest", "latest"):
         raise ValueError(f"startingOffsets is {starting!r}, not earliest or latest")
-    return Topics(tuple(topics), starting)
+    if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
+        raise ValueError(f"minPartitions is {parts!r}, not a positive number or null")
+    if group is not None and (not isinstance(group, str) or not group):
+        raise ValueError(f"consumerGroup is {group!r}, not a group name or null")
+    return SourceQuery(tuple(topics), starting, parts, group)
 
 
 def _pace(doc: dict) -> Pace | None:
@@ -193,9 +205,9 @@ def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
         data[key] = None if part is None else part.model_dump(mode="json", by_alias=True)
     if wanted.dead_letter is not None:
         data[DEAD_LETTER_KEY] = wanted.dead_letter.topic
-    if wanted.topics is not None:
-        data["source"]["topics"] = list(wanted.topics.topics)
-        data["source"]["startingOffsets"] = wanted.topics.starting_offsets
+    if wanted.source is not None:
+        data["source"].update(topics=list(wanted.source.topics), startingOffsets=wanted.source.starting_offsets,
+                              minPartitions=wanted.source.min_partitions, consumerGroup=wanted.source.consumer_group)
     if wanted.pace is not None:
         data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds
         data["source"]["maxRecordsPerBatch"] = wanted.pace.max_records_per_batch

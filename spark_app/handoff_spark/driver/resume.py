@@ -128,19 +128,21 @@ def topics_problem(cfg: Any, sink: Any) -> str | None:
     """Why the driver cannot switch to `cfg`'s topics (None: it can), checked before its query stops for them: a
     topic Kafka lacks, or one recreated under its name (the ledger's offsets belong to another topic id). At a
     driver's start these fail the start (the source names a missing topic; `prepare_start` a recreated one); a
-    running driver refuses them instead and runs on with the topics before. One metadata request for every topic:
-    asking for a topic by name may create it on a broker that auto-creates topics."""
+    running driver refuses them instead and runs on with the topics before. One metadata request for every topic
+    (asking for a topic by name may create it on a broker that auto-creates topics), whose cluster id the identity
+    check takes too."""
     from handoff_spark import contract
     from handoff_spark.kafka.identity import admin_client, kafka_identity
 
     admin = admin_client(cfg)
-    found = admin.list_topics(timeout=30).topics
+    metadata = admin.list_topics(timeout=30)
+    found = metadata.topics
     missing = [t for t in cfg.source.topics
                if t not in found or found[t].error is not None or not found[t].partitions]
     if missing:
         return (f"{contract.SOURCE_INVALID}: spec.source.topics: Kafka has no topic {', '.join(map(repr, missing))}; "
                 f"create it, or remove it from spec.source.topics")
-    problems = identity_problems(*sink.ledger_identity(cfg), *kafka_identity(cfg, admin))
+    problems = identity_problems(*sink.ledger_identity(cfg), *kafka_identity(cfg, admin, cluster_id=metadata.cluster_id))
     if problems:
         return (f"{contract.SOURCE_INVALID}: spec.source.topics: {'; '.join(problems)}. Fix: if the topic was "
                 f"recreated on purpose, run `handoff ledger accept-kafka -f <manifest>`, which records its new id "

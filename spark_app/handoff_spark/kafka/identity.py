@@ -23,11 +23,12 @@ def admin_client(cfg: Any) -> AdminClient:
     return AdminClient({**props, "bootstrap.servers": cfg.source.bootstrap_servers})
 
 
-def kafka_identity(cfg: Any, admin: AdminClient | None = None, timeout: float = 30.0) -> tuple[str | None, dict[str, str]]:
+def kafka_identity(cfg: Any, admin: AdminClient | None = None, timeout: float = 30.0, *,
+                   cluster_id: str | None = None) -> tuple[str | None, dict[str, str]]:
     """(cluster id, {topic: topic id}) of the handoff's topics; a topic that does not exist is left out (the
-    source reports it by name)."""
+    source reports it by name). `cluster_id`: from a metadata request the caller made already (not asked again)."""
     admin = admin or admin_client(cfg)
-    cluster = admin.list_topics(timeout=timeout).cluster_id
+    cluster = cluster_id if cluster_id is not None else admin.list_topics(timeout=timeout).cluster_id
     ids: dict[str, str] = {}
     futures = admin.describe_topics(TopicCollection(list(cfg.source.topics)), request_timeout=timeout)
     for topic, future in futures.items():
