@@ -194,6 +194,7 @@ class QueryConfig(TypedDict):
     triggerIntervalSeconds: NotRequired[float]    # `AppConfig.trigger_interval_seconds` (spec.commitInterval)
     maxRecordsPerBatch: NotRequired[int | None]   # `AppConfig.source.max_records_per_batch`; null: no limit
     eventTimeColumn: NotRequired[str | None]      # `AppConfig.schema_.event_time_column`; null: none
+    bootstrapServers: NotRequired[str]            # `AppConfig.source.bootstrap_servers`
     topics: NotRequired[list[str]]                # `AppConfig.source.topics`
     startingOffsets: NotRequired[str]             # `AppConfig.source.starting_offsets`: earliest or latest
     minPartitions: NotRequired[int | None]        # `AppConfig.source.min_partitions`; null: follow the executors' cores
@@ -207,14 +208,17 @@ QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
                      "maxRecordsPerBatch": ("source", "maxRecordsPerBatch"),
                      "eventTimeColumn": ("schema", "eventTimeColumn")}
 
-#: The source's settings that are the query's: its topics, where a topic new to the handoff starts
-#: (`kafka.source.entry_points`), the tasks a batch is split into at least, and the consumer group the sink mirrors
-#: committed offsets to: its key → where the value sits in the app config's JSON. A change of any restarts the query in
-#: the running driver. The source's other settings roll the pod: its servers and properties (which may hold a
-#: Secret's values, which the annotation must not), its format and registry (the registry's credentials too), and
+#: The source's settings that are the query's: its bootstrap servers, its topics, where a topic new to the handoff
+#: starts (`kafka.source.entry_points`), the tasks a batch is split into at least, and the consumer group the sink
+#: mirrors committed offsets to: its key → where the value sits in the app config's JSON. A change of any restarts the
+#: query in the running driver (other servers or topics once Kafka answers there with the cluster and topic ids the
+#: table's ledger records: `driver.resume.source_problem`). The source's other settings roll the pod: its properties
+#: (the app config merges a Secret's values into them, which the annotation must not hold), its format and registry
+#: (the registry's credentials too), and
 #: onOffsetOutOfRange, whose change is the fix for a driver stopped on offsets retention deleted: that driver exits,
 #: so a new pod brings it at once, where the crashing pod's next start would wait out its back-off.
-QUERY_CONFIG_SOURCE = {"topics": ("source", "topics"), "startingOffsets": ("source", "startingOffsets"),
+QUERY_CONFIG_SOURCE = {"bootstrapServers": ("source", "bootstrapServers"), "topics": ("source", "topics"),
+                       "startingOffsets": ("source", "startingOffsets"),
                        "minPartitions": ("source", "minPartitions"), "consumerGroup": ("source", "consumerGroup")}
 
 
@@ -274,10 +278,11 @@ TRANSFORM_INVALID_EXIT = 3
 #: evolution=none): the driver refuses it in one line `SchemaIncompatible: spec.schema: <what and the fix>`, runs on
 #: with the schema before, and the operator shows `Degraded` with this reason.
 SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
-#: Topics the running driver was handed in place (`driver.query_config`) that it cannot read: one Kafka lacks, or
-#: one recreated under its name (another topic id than the table's ledger records). The driver refuses them in one
-#: line `SourceInvalid: spec.source.topics: <what and the fix>`, runs on with the topics before, and the operator
-#: shows `Degraded` with this reason.
+#: Topics or servers the running driver was handed in place (`driver.query_config`) that it cannot read: a topic
+#: Kafka lacks, one recreated under its name (another topic id than the table's ledger records), servers where no
+#: broker answers or of another cluster than the ledger's. The driver refuses them in one line `SourceInvalid:
+#: spec.source.topics: <what and the fix>` (or `spec.source.bootstrapServers: …`), runs on with the source before,
+#: and the operator shows `Degraded` with this reason.
 SOURCE_INVALID = "SourceInvalid"
 #: The reasons a refused query config's line may start with (`<reason>: …`); the operator shows that reason.
 REFUSAL_REASONS = (TRANSFORM_INVALID, SCHEMA_INCOMPATIBLE, SOURCE_INVALID)

@@ -255,7 +255,7 @@ DRIVER_POD_NAME = Text(
 POD_CONFIG_HASH = Text(
     contract.ENV_POD_CONFIG_HASH, "driver (`driver.query_config`)",
     "The driver pod's config hash (its `handoff.io/config-hash`): the driver applies the operator's query config (a "
-    "changed transform, dedupe, event time, schema, dead-letter topic, replay window, source topics or other source query settings, or pace) in place "
+    "changed transform, dedupe, event time, schema, dead-letter topic, replay window, source servers, topics or other source query settings, or pace) in place "
     "only when it was made for this pod's template.",
     what="a config hash")
 PROGRESS_PUBLISH_SECONDS = Seconds(

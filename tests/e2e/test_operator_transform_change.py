@@ -408,8 +408,9 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
     startingOffsets latest starts at its end, though the query keeps its checkpoint (before, such a topic was read from
     its beginning whatever startingOffsets said, and from startingOffsets only once the checkpoint was lost); a topic
     Kafka lacks is refused in one line (SourceInvalid) and rolled back while the stream goes on; a removed topic is not
-    read, and added back (with a new consumer group and minPartitions, the source's other query settings) it resumes
-    where the table's ledger left it, and the commits go to the new group. Every order once, one driver process."""
+    read, and added back (with another address of the broker, a new consumer group and minPartitions, the source's
+    other query settings) it resumes where the table's ledger left it, and the commits go to the new group. Every
+    order once, one driver process."""
     first, second = (f"topics-{uuid.uuid4().hex[:6]}-{n}" for n in ("a", "b"))
     kafka.create_topic(first, partitions=2)
     kafka.create_topic(second, partitions=2)
@@ -458,10 +459,14 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
         record = eventually(lambda: (r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == only_second
                             and (r.get("offsets") or {}).get(second) == ends and r, "the record of a batch after it")
         assert first not in record["lag"] and second in record["lag"], record  # not read: no lag for it (nor a 0)
-        # Added back with the source's other query settings changed too: a new consumer group and task count.
+        # Added back with the source's other query settings changed too: another address of the same broker, a new
+        # consumer group and task count.
         group = f"lag-tools-{uuid.uuid4().hex[:6]}"
+        servers = kafka.bootstrap.replace("127.0.0.1", "localhost")
+        assert servers != kafka.bootstrap
         both = _changed(cluster, ns, {"source": {**source, "topics": [second, first], "consumerGroup": group,
-                                                 "minPartitions": 5}}, seen, "the first topic back")
+                                                 "minPartitions": 5, "bootstrapServers": servers}}, seen,
+                        "the first topic back")
         _running(cluster, ns, CONFIG_HASH_KEY, both, "the driver reading the first topic again")
         _committed(kafka, cfg, first, range(600, 700), "the first topic's waiting and new orders committed")
         # The sink mirrors its commits to the new group (after the table commit: waited for).

@@ -98,7 +98,11 @@ class KafkaSourceSpec(SpecModel):
     ]})
 
     bootstrap_servers: str = Field(min_length=1, max_length=4096,
-                                   description="Kafka bootstrap servers, comma-separated host:port list.")
+                                   description="Kafka bootstrap servers, comma-separated host:port list. A change "
+                                               "restarts the query in the running driver at a batch boundary (no pod "
+                                               "restart), once a broker answers there with the cluster and topic ids "
+                                               "the table's ledger records (else the driver refuses it: "
+                                               "SourceInvalid).")
     topics: list[TopicName] = Field(min_length=1, max_length=100,
                                     json_schema_extra={"x-kubernetes-list-type": "set"},
                                     description="Topics to read (at least one, no duplicates). A change restarts "
@@ -1083,7 +1087,8 @@ class UpgradeStatus(StatusModel):
         Field(default=None, description="Why it was rolled back (TransformInvalid: the running driver refused the "
                                         "changed transform and kept running the one before; SchemaIncompatible: it "
                                         "refused a changed schema the table cannot take, likewise; SourceInvalid: "
-                                        "it refused topics Kafka lacks or that were recreated, likewise).")
+                                        "it refused topics Kafka lacks or that were recreated, or servers where no "
+                                        "broker answers or of another cluster, likewise).")
     rolled_back_at: datetime | None = Field(default=None, description="When it was rolled back.")
     message: str | None = Field(default=None, max_length=1024, description="What happened, for people.")
 

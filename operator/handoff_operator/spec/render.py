@@ -731,8 +731,9 @@ QUERY_ONLY_KEYS = contract.QUERY_CONFIG_PARTS
 #: schema.eventTimeColumn), as the query config's key → its path in the app config's JSON. Options of the query, so
 #: the running driver applies them too, on either path.
 QUERY_PACE_KEYS = contract.QUERY_CONFIG_PACE
-#: The source's query settings (spec.source.topics, startingOffsets, minPartitions, consumerGroup): the running driver
-#: checks Kafka has the topics (SourceInvalid otherwise) and starts its query again with them. The source's other
+#: The source's query settings (spec.source.bootstrapServers, topics, startingOffsets, minPartitions, consumerGroup):
+#: the running driver checks Kafka answers there with the ledger's cluster and has the topics (SourceInvalid
+#: otherwise) and starts its query again with them. The source's other
 #: settings stay in the pod's hash (contract.QUERY_CONFIG_SOURCE says why).
 QUERY_SOURCE_KEYS = contract.QUERY_CONFIG_SOURCE
 #: Every query-config key that sits at a path in the app config's JSON.
@@ -755,8 +756,8 @@ def config_hash(app_json: str, template: Mapping[str, Any],
 
     `pod`: the pod template's hash (its annotation, a rollout per change), which leaves the query-only keys out: a
     change of the transform, the dedupe, the event time (adding or removing one too), the commit interval or the
-    batch size, the declared schema (its columns, evolution, policy and limits), the source's topics,
-    startingOffsets, minPartitions or consumerGroup alone restarts the query in the running driver, not the pod."""
+    batch size, the declared schema (its columns, evolution, policy and limits), the source's servers,
+    topics, startingOffsets, minPartitions or consumerGroup alone restarts the query in the running driver, not the pod."""
     doc = json.loads(app_json)
     if pod:
         for path in QUERY_PATH_KEYS.values():

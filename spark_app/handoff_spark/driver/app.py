@@ -40,7 +40,7 @@ from handoff_spark.driver.progress import (BatchReport, Metrics, read_commit, re
 from handoff_spark.driver.executor_scaler import ExecutorScaler
 from handoff_spark.driver.hold import QueryHold
 from handoff_spark.driver.publisher import ProgressPublisher
-from handoff_spark.driver.resume import SourceInvalid, StartPlan, prepare_start, settle_key_types, topics_problem
+from handoff_spark.driver.resume import SourceInvalid, StartPlan, prepare_start, settle_key_types, source_problem
 from handoff_spark.driver.temp_dirs import own_temp_dir, tempfile_dir_while
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.driver import quarantine, query_config, seed, table_wait, transform
@@ -706,8 +706,9 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
                 candidate_declared = query_config.applied(declared, wanted)
                 candidate = registry_columns(candidate_declared)
                 candidate_types = transform.check(spark, candidate) if frames_query(candidate, sink_format) else None
-                if candidate.source.topics != cfg.source.topics:
-                    problem = topics_problem(candidate, backend)
+                servers_changed = candidate.source.bootstrap_servers != cfg.source.bootstrap_servers
+                if servers_changed or candidate.source.topics != cfg.source.topics:
+                    problem = source_problem(candidate, backend, servers_changed=servers_changed)
                     if problem:
                         raise SourceInvalid(problem)
             except (transform.TransformInvalid, ValueError) as exc:

@@ -5,7 +5,7 @@ Why: a change of what the query does (the transform's SQL and lookups, the dedup
 column, watermark and late-record policy, and adding or removing any of them: the query then switches between the
 fused path and the DataFrame path; the declared schema: its columns, evolution, policy and limits; the dead-letter
 topic the query's writers produce to; the table's upkeep its commits run, i.e. the replay window's snapshot expiry; the
-topics the source reads, where a new one starts, the tasks a batch is split into at least and the consumer group its
+Kafka servers and topics the source reads, where a new topic starts, the tasks a batch is split into at least and the consumer group its
 commits mirror offsets to) or of its pace (the trigger interval, the source's batch size) changes the query, not the JVM, the pod or the executors.
 Restarting the pod for it costs a JVM, a Spark session and cold Python workers (~10 s or more on a busy node,
 docs/benchmarks.md "Cold start"); restarting the query in the running session costs a batch boundary. So the pod's
@@ -17,13 +17,13 @@ Contract with the operator (names in `handoff_spark.contract`):
 - the operator writes `QUERY_CONFIG_ANNOTATION` on the progress ConfigMap of every handoff:
   `{"configHash": the whole app config's hash, "podConfigHash": the pod template's, "transform": …, "dedupe": …,
   "eventTime": …, "schema": …, "deadLetterTopic": …, "maintenance": …, "triggerIntervalSeconds": …,
-  "maxRecordsPerBatch": …, "eventTimeColumn": …, "topics": […], "startingOffsets": …, "minPartitions": …,
+  "maxRecordsPerBatch": …, "eventTimeColumn": …, "bootstrapServers": …, "topics": […], "startingOffsets": …, "minPartitions": …,
   "consumerGroup": …}` (each as in the app config, or null);
 - the driver (its pod's own hash in `ENV_POD_CONFIG_HASH`, the downward API) takes it only when `podConfigHash` is
   its own: a config rendered for another pod template belongs to the pod the Deployment rolls out next;
 - at start the driver runs the annotation's query config (it may be newer than the pod's mounted app.json); while
-  it runs, a new one is checked as a start checks it (`driver.transform.check`; other topics: Kafka has them, under
-  the ids the ledger records, `driver.resume.topics_problem`): passed, the query stops at a batch
+  it runs, a new one is checked as a start checks it (`driver.transform.check`; other servers or topics: Kafka answers
+  there and has the topics, under the ids the ledger records, `driver.resume.source_problem`): passed, the query stops at a batch
   boundary (another declared schema is reconciled with the table there, as a start does, or refused when the table
   cannot take it: `driver.app.reconcile_schema`), the start is planned again as at a driver's start
   (`driver.resume.prepare_start`: a checkpoint whose
@@ -52,8 +52,8 @@ log = logging.getLogger("handoff.query_config")
 
 #: The pace's keys (the parts, contract.QUERY_CONFIG_PARTS, are MODELS and DEAD_LETTER_KEY).
 PACE_KEYS = tuple(contract.QUERY_CONFIG_PACE)
-#: The source's keys the query config carries (its topics, where a new one starts, the batch's least task count, the
-#: consumer group offsets are mirrored to).
+#: The source's keys the query config carries (its servers and topics, where a new topic starts, the batch's least
+#: task count, the consumer group offsets are mirrored to).
 SOURCE_KEYS = tuple(contract.QUERY_CONFIG_SOURCE)
 #: The parts that are models, and the one that is a plain value (the dead-letter topic, where null means none).
 MODELS = {"transform": Transform, "dedupe": Dedupe, "eventTime": EventTime, "schema": SchemaPolicy,
@@ -79,9 +79,11 @@ class Pace:
 
 @dataclass(frozen=True)
 class SourceQuery:
-    """The source's settings that are the query's (spec.source.topics, startingOffsets, minPartitions,
-    consumerGroup; None for the last two: the default, the executors' cores and handoff-<handoffId>)."""
+    """The source's settings that are the query's (spec.source.bootstrapServers, topics, startingOffsets,
+    minPartitions, consumerGroup; None for the last two: the default, the executors' cores and
+    handoff-<handoffId>)."""
 
+    bootstrap_servers: str
     topics: tuple[str, ...]
     starting_offsets: str
     min_partitions: int | None = None
@@ -90,7 +92,8 @@ class SourceQuery:
     @staticmethod
     def of(cfg: AppConfig) -> "SourceQuery":
         src = cfg.source
-        return SourceQuery(tuple(src.topics), src.starting_offsets, src.min_partitions, src.consumer_group)
+        return SourceQuery(src.bootstrap_servers, tuple(src.topics), src.starting_offsets, src.min_partitions,
+                           src.consumer_group)
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,10 @@ def _source(doc: dict) -> SourceQuery | None:
     none). The app config validates them again when applied (`applied`)."""
     if not all(key in doc for key in SOURCE_KEYS):
         return None
-    topics, starting = doc["topics"], doc["startingOffsets"]
+    servers, topics, starting = doc["bootstrapServers"], doc["topics"], doc["startingOffsets"]
     parts, group = doc["minPartitions"], doc["consumerGroup"]
+    if not isinstance(servers, str) or not servers:
+        raise ValueError(f"bootstrapServers is {servers!r}, not a host:port list")
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
         raise ValueError(f"topics is {topics!r}, not a list of topic names")
     if starting not in ("earliest", "latest"):
@@ -184,7 +189,7 @@ def _source(doc: dict) -> SourceQuery | None:
         raise ValueError(f"minPartitions is {parts!r}, not a positive number or null")
     if group is not None and (not isinstance(group, str) or not group):
         raise ValueError(f"consumerGroup is {group!r}, not a group name or null")
-    return SourceQuery(tuple(topics), starting, parts, group)
+    return SourceQuery(servers, tuple(topics), starting, parts, group)
 
 
 def _pace(doc: dict) -> Pace | None:
@@ -206,7 +211,8 @@ def applied(cfg: AppConfig, wanted: Wanted) -> AppConfig:
     if wanted.dead_letter is not None:
         data[DEAD_LETTER_KEY] = wanted.dead_letter.topic
     if wanted.source is not None:
-        data["source"].update(topics=list(wanted.source.topics), startingOffsets=wanted.source.starting_offsets,
+        data["source"].update(bootstrapServers=wanted.source.bootstrap_servers, topics=list(wanted.source.topics),
+                              startingOffsets=wanted.source.starting_offsets,
                               minPartitions=wanted.source.min_partitions, consumerGroup=wanted.source.consumer_group)
     if wanted.pace is not None:
         data["triggerIntervalSeconds"] = wanted.pace.trigger_interval_seconds

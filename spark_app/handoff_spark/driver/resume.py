@@ -124,30 +124,59 @@ class SourceInvalid(ValueError):
     starts with `contract.SOURCE_INVALID`."""
 
 
-def topics_problem(cfg: Any, sink: Any) -> str | None:
-    """Why the driver cannot switch to `cfg`'s topics (None: it can), checked before its query stops for them: a
-    topic Kafka lacks, or one recreated under its name (the ledger's offsets belong to another topic id). At a
-    driver's start these fail the start (the source names a missing topic; `prepare_start` a recreated one); a
-    running driver refuses them instead and runs on with the topics before. One metadata request for every topic
-    (asking for a topic by name may create it on a broker that auto-creates topics), whose cluster id the identity
-    check takes too."""
+#: How long a running driver waits for other bootstrap servers to answer before it refuses them: the query runs on
+#: meanwhile, but the loop that reports it waits too.
+NEW_SERVERS_TIMEOUT_SECONDS = 10.0
+
+
+def source_problem(cfg: Any, sink: Any, *, servers_changed: bool = False) -> str | None:
+    """Why the driver cannot switch to `cfg`'s Kafka servers and topics (None: it can), checked before its query
+    stops for them: a topic Kafka lacks, one recreated under its name, or another cluster than the one the ledger's
+    offsets belong to (their ids against the ledger's); with `servers_changed`, servers where no broker answers too.
+    At a driver's start these fail the start (the source names a missing topic; `prepare_start` a recreated one or
+    another cluster); a running driver refuses them instead and runs on with the servers and topics before. One
+    metadata request for every topic (asking for a topic by name may create it on a broker that auto-creates topics),
+    whose cluster id the identity check takes too. Servers the driver already reads from that do not answer raise:
+    an outage, checked again later, not a wrong spec."""
+    from confluent_kafka import KafkaException
+
     from handoff_spark import contract
     from handoff_spark.kafka.identity import admin_client, kafka_identity
 
+    field = "spec.source.bootstrapServers" if servers_changed else "spec.source.topics"
     admin = admin_client(cfg)
-    metadata = admin.list_topics(timeout=30)
+    try:
+        metadata = admin.list_topics(timeout=NEW_SERVERS_TIMEOUT_SECONDS if servers_changed else 30)
+    except KafkaException as exc:
+        if not servers_changed:
+            raise
+        return (f"{contract.SOURCE_INVALID}: {field}: no Kafka broker answered at {cfg.source.bootstrap_servers} "
+                f"({_kafka_error(exc)}); correct it, or put back the servers before")
     found = metadata.topics
     missing = [t for t in cfg.source.topics
                if t not in found or found[t].error is not None or not found[t].partitions]
     if missing:
-        return (f"{contract.SOURCE_INVALID}: spec.source.topics: Kafka has no topic {', '.join(map(repr, missing))}; "
+        where = f" at {cfg.source.bootstrap_servers}" if servers_changed else ""
+        return (f"{contract.SOURCE_INVALID}: {field}: Kafka{where} has no topic {', '.join(map(repr, missing))}; "
                 f"create it, or remove it from spec.source.topics")
-    problems = identity_problems(*sink.ledger_identity(cfg), *kafka_identity(cfg, admin, cluster_id=metadata.cluster_id))
+    found_ids = kafka_identity(cfg, admin, cluster_id=metadata.cluster_id)
+    problems = identity_problems(*sink.ledger_identity(cfg), *found_ids)
     if problems:
-        return (f"{contract.SOURCE_INVALID}: spec.source.topics: {'; '.join(problems)}. Fix: if the topic was "
+        if servers_changed:
+            return (f"{contract.SOURCE_INVALID}: {field}: {'; '.join(problems)}. Fix: if these are the wrong "
+                    f"servers, put back the ones before; if the cluster or topic was replaced on purpose, run `handoff "
+                    f"ledger accept-kafka -f <manifest>`, which records the new ids and starts them at "
+                    f"spec.source.startingOffsets")
+        return (f"{contract.SOURCE_INVALID}: {field}: {'; '.join(problems)}. Fix: if the topic was "
                 f"recreated on purpose, run `handoff ledger accept-kafka -f <manifest>`, which records its new id "
                 f"and starts it at spec.source.startingOffsets")
     return None
+
+
+def _kafka_error(exc: Exception) -> str:
+    """A KafkaException's own text (its KafkaError's), without the class name."""
+    error = exc.args[0] if exc.args else None
+    return error.str() if hasattr(error, "str") else str(exc)
 
 
 def prepare_start(cfg: Any, sink: Any, echo: Callable[[str], None] = print,

@@ -175,10 +175,10 @@ def test_recreated_topic_is_refused_until_accepted_then_read_from_its_beginning(
     assert table_counts(h.cfg) == (old, old)  # nothing re-read, nothing skipped
     # A running driver handed these topics in place (spec.source.topics changed, driver.query_config) refuses them
     # with the same finding, read from the BigQuery ledger, and runs on with the topics before.
-    from handoff_spark.driver.resume import topics_problem
+    from handoff_spark.driver.resume import source_problem
     from handoff_spark.sink import registry
 
-    problem = topics_problem(h.cfg, registry.get("bigquery"))
+    problem = source_problem(h.cfg, registry.get("bigquery"))
     assert problem is not None and problem.startswith(f"SourceInvalid: spec.source.topics: topic {topic!r} has id ")
     assert f"the ledger's offsets belong to topic id {old_id}" in problem and "accept-kafka" in problem, problem
 

@@ -505,7 +505,8 @@ def test_a_changed_dead_letter_topic_or_replay_window_changes_in_the_running_dri
 
 
 def test_the_sources_query_settings_change_in_the_running_driver_on_either_path():
-    """The source's topics, where a new one starts, its least task count and the consumer group are the query's: the
+    """The source's servers and topics, where a new topic starts, its least task count and the consumer group are
+    the query's: the
     pod keeps its template, the query config carries them. The source's other settings (its properties may hold a
     Secret's values; onOffsetOutOfRange fixes a driver that has exited) still roll the pod."""
     for extra in ({}, TRANSFORM):
@@ -515,14 +516,15 @@ def test_the_sources_query_settings_change_in_the_running_driver_on_either_path(
         for changed, key, value in (({"topics": [*source.topics, "refunds"]}, "topics", [*source.topics, "refunds"]),
                                     ({"startingOffsets": "latest"}, "startingOffsets", "latest"),
                                     ({"minPartitions": 12}, "minPartitions", 12),
-                                    ({"consumerGroup": "lag-tools"}, "consumerGroup", "lag-tools")):
+                                    ({"consumerGroup": "lag-tools"}, "consumerGroup", "lag-tools"),
+                                    ({"bootstrapServers": "other:9092"}, "bootstrapServers", "other:9092")):
             after = _render(spec(**base, source={**spec()["source"], **changed}))
             assert after.config_hash != before.config_hash and after.pod_hash == before.pod_hash, (extra, key)
             assert after.child("Deployment")["spec"]["template"] == before.child("Deployment")["spec"]["template"]
             progress = next(c for c in after.children if c["metadata"]["name"] == "orders-progress")
             doc = json.loads(progress["metadata"]["annotations"]["handoff.io/query-config"])
             assert doc[key] == value, (extra, key, doc[key])
-        for rolls in ({"bootstrapServers": "other:9092"}, {"onOffsetOutOfRange": "earliest"},
+        for rolls in ({"format": "raw"}, {"onOffsetOutOfRange": "earliest"},
                       {"properties": {"client.rack": "rack-a"}}):
             moved = _render(spec(**base, source={**spec()["source"], **rolls}))
             assert moved.pod_hash != before.pod_hash, (extra, rolls)
@@ -544,7 +546,8 @@ def test_a_transform_goes_to_the_running_driver_through_the_progress_configmap()
                        "expireOlderThanSeconds": 7 * 86400, "everyBatches": 50, "compact": True,
                        "orphanMinAgeSeconds": 600},
                    "triggerIntervalSeconds": 10.0, "maxRecordsPerBatch": None, "eventTimeColumn": "created_at",
-                   "topics": ["orders"], "startingOffsets": "earliest", "minPartitions": None, "consumerGroup": None}
+                   "bootstrapServers": r.config.source.bootstrap_servers, "topics": ["orders"],
+                   "startingOffsets": "earliest", "minPartitions": None, "consumerGroup": None}
     assert doc["deadLetterTopic"]
     assert doc["schema"]["columns"] and doc["schema"]["eventTimeColumn"] == "created_at"
     assert r.pod_hash != r.config_hash

@@ -144,29 +144,32 @@ def test_the_dead_letter_topic_and_the_tables_upkeep_are_query_configs_too_and_k
 
 
 def test_the_sources_query_settings_are_a_query_config_too_and_kept_when_not_carried(tmp_path):
-    """spec.source.topics, startingOffsets, minPartitions and consumerGroup: the driver's next query reads the new
-    topics, splits its batches so and mirrors its commits to the new group. An annotation without them (an operator
+    """spec.source.bootstrapServers, topics, startingOffsets, minPartitions and consumerGroup: the driver's next query
+    reads the new topics from the new servers, splits its batches so and mirrors its commits to the new group. An annotation without them (an operator
     that wrote none) leaves the driver's own; a malformed one is unreadable (logged)."""
     from handoff_spark.contract import QUERY_CONFIG_SOURCE
     from handoff_spark.kafka.source import source_options
 
-    assert set(query_config.SOURCE_KEYS) == set(QUERY_CONFIG_SOURCE) == {"topics", "startingOffsets",
-                                                                         "minPartitions", "consumerGroup"}
+    assert set(query_config.SOURCE_KEYS) == set(QUERY_CONFIG_SOURCE) == {
+        "bootstrapServers", "topics", "startingOffsets", "minPartitions", "consumerGroup"}
     cfg = _cfg(tmp_path)
-    doc = {**json.loads(_annotation(sql=SQL)), "topics": ["t", "u"], "startingOffsets": "latest",
+    doc = {**json.loads(_annotation(sql=SQL)), "bootstrapServers": "kafka-2:9092", "topics": ["t", "u"],
+           "startingOffsets": "latest",
            "minPartitions": 12, "consumerGroup": "lag-tools"}
     wanted = query_config.parse(json.dumps(doc), "p1")
-    assert wanted is not None and wanted.source == query_config.SourceQuery(("t", "u"), "latest", 12, "lag-tools")
+    assert wanted is not None and wanted.source == query_config.SourceQuery("kafka-2:9092", ("t", "u"), "latest", 12,
+                                                                           "lag-tools")
     assert not wanted.runs_in(cfg)
     new = query_config.applied(cfg, wanted)
-    assert (new.source.topics, new.source.starting_offsets, new.source.min_partitions, new.consumer_group) == (
-        ["t", "u"], "latest", 12, "lag-tools")
+    assert (new.source.bootstrap_servers, new.source.topics, new.source.starting_offsets, new.source.min_partitions,
+            new.consumer_group) == ("kafka-2:9092", ["t", "u"], "latest", 12, "lag-tools")
     # What the next query's source and commits take from it.
     options = source_options(new, None)
-    assert (options["subscribe"], options["startingOffsets"], options["minPartitions"]) == ("t,u", "latest", "12")
+    assert (options["kafka.bootstrap.servers"], options["subscribe"], options["startingOffsets"],
+            options["minPartitions"]) == ("kafka-2:9092", "t,u", "latest", "12")
     assert wanted.runs_in(new) and query_config.SourceQuery.of(new) == wanted.source
     assert new.model_dump(exclude={"source"}) == cfg.model_dump(exclude={"source"})
-    kept = {"topics", "starting_offsets", "min_partitions", "consumer_group"}
+    kept = {"bootstrap_servers", "topics", "starting_offsets", "min_partitions", "consumer_group"}
     assert new.source.model_dump(exclude=kept) == cfg.source.model_dump(exclude=kept)
     # Back to the defaults: null is "the default" for the last two, not "not carried".
     defaults = query_config.parse(json.dumps({**doc, "minPartitions": None, "consumerGroup": None}), "p1")
@@ -177,7 +180,7 @@ def test_the_sources_query_settings_are_a_query_config_too_and_kept_when_not_car
     assert none_given is not None and none_given.source is None
     assert none_given.runs_in(new) and query_config.applied(new, none_given) == new
     for bad in ({"topics": []}, {"topics": "t"}, {"topics": ["t", ""]}, {"startingOffsets": "middle"},
-                {"minPartitions": 0}, {"minPartitions": "4"}, {"minPartitions": True}, {"consumerGroup": ""},
+                {"bootstrapServers": ""}, {"bootstrapServers": None}, {"minPartitions": 0}, {"minPartitions": "4"}, {"minPartitions": True}, {"consumerGroup": ""},
                 {"consumerGroup": 3}):
         assert query_config.parse(json.dumps({**doc, **bad}), "p1") is None, bad
     partial = dict(doc)
