@@ -260,8 +260,10 @@ def _act(kube: Kube, seen: Gathered, plan: Plan) -> None:
                    for i, child in enumerate(plan.rendered.children)]
         for child in plan.rendered.absent:
             kube.delete_if_owned(child, meta["uid"])
+        if plan.replace_pod is not None:
+            kube.delete_pod(namespace, plan.replace_pod)
         # The driver as gathered still stands unless this step changed one of its children.
-        if any(applied) or plan.rolls_out or driver is None:
+        if any(applied) or plan.rolls_out or driver is None or plan.replace_pod is not None:
             driver = with_report(kube.driver_facts(namespace, name), seen.report)
     if plan.restart is not None:
         events.append(plan.restart)

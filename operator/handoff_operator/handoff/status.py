@@ -21,6 +21,7 @@ from typing import Any
 from handoff_operator.conditions import (DriverFacts, DriverReport, Facts, ProgressFacts, evaluate, iso, iso_ms,
                                          live_report, merge_conditions, transitions)
 from handoff_operator.handoff import cost as cost_figures
+from handoff_operator.handoff.crash_backoff import crashed_pod_to_replace
 from handoff_operator.models import StreamTableHandoffSpec, StreamTableHandoffStatus, format_duration
 from handoff_operator.retention import report as retention_report
 from handoff_operator.retention import step as retention_step
@@ -84,6 +85,9 @@ class Plan:
     restart: Event | None = None              # the Event of a controlled restart
     scaling: scaling_step.Step | None = None
     retention: retention_step.Plan | None = None
+    #: A driver pod waiting out a crash back-off with another config than the one wanted: deleted, so that its
+    #: Deployment starts a new one with it now (handoff.crash_backoff).
+    replace_pod: str | None = None
 
     @property
     def rolls_out(self) -> bool:
@@ -107,7 +111,8 @@ def restart(app: Mapping[str, Any], config_hash: str, suspended: bool, generatio
     if in_pod is not None:
         return out, ("Normal", "Restarting", (
             f"generation {generation} changed what the query does ({old_hash} → {config_hash}: its transform, "
-            f"dedupe, event time, schema, dead-letter topic, replay window, topics or pace): driver pod {in_pod} checks "
+            f"dedupe, event time, schema, dead-letter topic, replay window, source's servers, topics or query "
+            f"settings, or pace): driver pod {in_pod} checks "
             f"it and restarts its query with it at a batch boundary"))
     return out, ("Normal", "Restarting", (
         f"generation {generation} changed the app config ({old_hash} → {config_hash}): stopping the driver at a "
@@ -130,12 +135,20 @@ def plan(seen: Gathered) -> Plan:
     runs = upgrade.rendered
     driver = seen.driver
     in_pod = driver.pod_name if driver is not None and driver.restarts_query_in_place(runs.pod_hash) else None
-    app, restarting = restart(app, runs.config_hash, seen.spec.suspend,
-                              int(seen.obj["metadata"].get("generation") or 0), upgrade.rolling_back, in_pod)
+    generation = int(seen.obj["metadata"].get("generation") or 0)
+    before = app.get("configHash")
+    app, restarting = restart(app, runs.config_hash, seen.spec.suspend, generation, upgrade.rolling_back, in_pod)
+    replace_pod = crashed_pod_to_replace(driver, before, runs.config_hash, runs.pod_hash)
+    if replace_pod is not None:
+        assert driver is not None
+        restarting = ("Normal", "CrashedDriverReplaced", (
+            f"driver pod {replace_pod} waits out a crash back-off ({driver.restart_count} restarts) with config "
+            f"{before}; {runs.config_hash} (generation {generation}) changes only what its query does: the pod is "
+            f"deleted, so that a new one runs it now instead of after the back-off"))
     scaling = scaling_step.decide_step(
         seen.spec, status.get("executors") or {}, progress if seen.refresh_truth else None, seen.report,
         seen.running, seen.now_ms, seen.measured or scaling_step.Measured())
-    return Plan(upgrade.rendered, upgrade, app, restarting, scaling, retention)
+    return Plan(upgrade.rendered, upgrade, app, restarting, scaling, retention, replace_pod=replace_pod)
 
 
 def observe(seen: Gathered, plan: Plan, driver: DriverFacts | None, retention: RetentionCheck | None,

@@ -294,6 +294,16 @@ class Kube:
                 return False
             raise
 
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a pod (its ReplicaSet starts another); False when it is gone already."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
     def driver_pods(self, namespace: str, name: str) -> list[client.V1Pod]:
         selector = f"{NAME_LABEL}={name},{COMPONENT_LABEL}=driver"
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)

@@ -307,6 +307,36 @@ def test_crashed_driver_is_degraded_then_recovers(cluster: Cluster, operator: Op
         degraded
 
 
+def test_a_driver_in_a_crash_back_off_is_replaced_at_once_for_a_change_its_query_takes(cluster: Cluster,
+                                                                                         operator: Operator) -> None:
+    """A change the running driver applies in place (the commit interval: its query's pace) keeps the pod template;
+    a driver that crashed (the test plays its kubelet) would meet it only after its back-off. The operator deletes
+    that pod, its Deployment starts a new one of the same template at once, and says so; the new pod crashing too,
+    with that config, is left to its back-off, as a first driver crashing is (no change to bring it)."""
+    ns = cluster.new_namespace()
+    cluster.create(ns, "fixme", base_spec())
+    crashed = cluster.make_driver_crash(ns, "fixme", restarts=1, message="SourceInvalid: spec.source.topics: …")
+    template = _hash(_deployment(cluster, ns, "fixme"))
+    before = eventually(lambda: cluster.get(ns, "fixme").get("status", {}).get("app", {}).get("configHash"),
+                        "the first config in the status")
+    cluster.patch_spec(ns, "fixme", {"commitInterval": "20s"})
+    (new,) = eventually(lambda: [p for p in cluster.driver_pods(ns, "fixme")
+                                 if p.metadata.name != crashed.metadata.name], "a new driver pod")
+    assert new.metadata.annotations["handoff.io/config-hash"] == template == _hash(_deployment(cluster, ns, "fixme"))
+    after = eventually(lambda: (h := cluster.get(ns, "fixme")["status"]["app"]["configHash"]) != before and h,
+                       "the new config in the status")
+    replaced = eventually(lambda: [e.message for e in cluster.events(ns, "fixme") if e.reason == "CrashedDriverReplaced"],
+                          "a CrashedDriverReplaced Event", timeout=30)
+    assert (f"driver pod {crashed.metadata.name} waits out a crash back-off (1 restarts) with config {before}; "
+            f"{after} (generation 2)") in replaced[0], replaced
+    # The new pod crashes with the config it was started for: no second replacement.
+    again = cluster.make_driver_crash(ns, "fixme", restarts=1, message="SourceInvalid: spec.source.topics: …")
+    assert again.metadata.name == new.metadata.name
+    time.sleep(CHILD_EVENTS_SETTLE + 2 * 2.0)  # a child-triggered reconcile and two status refreshes
+    assert [p.metadata.name for p in cluster.driver_pods(ns, "fixme")] == [new.metadata.name]
+    assert [e.count or 1 for e in cluster.events(ns, "fixme") if e.reason == "CrashedDriverReplaced"] == [1]
+
+
 def test_kwok_node_runs_the_driver_to_ready_and_delete_waits_for_it(cluster: Cluster, operator: Operator) -> None:
     """With the test bed's scheduler + kwok node, a schedulable driver (checkpoint on a mounted path, no
     volume) is bound and reported Running/Ready by kwok: no test-written pod status at all."""

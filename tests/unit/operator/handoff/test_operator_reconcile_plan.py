@@ -101,6 +101,42 @@ def test_a_changed_transform_is_planned_as_a_restart_of_the_query_in_the_running
 BIGGER = {"driver": {"cores": 1, "memory": "2Gi"}, "executor": {"cores": 2, "memory": "2Gi"}}
 
 
+def test_a_driver_waiting_out_a_crash_back_off_is_replaced_when_its_query_config_changes():
+    """A change the running driver would apply in place (here the SQL) leaves the pod template as it was; a driver
+    pod that crashed waits out the kubelet's back-off before it starts again with it. The plan deletes that pod as
+    the config changes, so its Deployment starts one now, and says so; only then (a pod that crashes after it started
+    with the new config), only a pod of that template, only in a back-off, and not when it ran that very config."""
+    frames = dict(deadLetter={"topic": "orders-dlq"}, transform={"sql": "SELECT * FROM source"})
+    old = _prepared(base_spec(**frames))
+    new_spec = base_spec(**{**frames, "transform": {"sql": "SELECT * FROM source WHERE id > 0"}})
+    new = _prepared(new_spec)
+    assert new.rendered.pod_hash == old.rendered.pod_hash
+    crashed = _driver(old.rendered.pod_hash, ready_replicas=0, pod_ready=False, restart_count=2,
+                      waiting_reason="CrashLoopBackOff")
+
+    def planned_for(driver: DriverFacts, before: str | None = old.rendered.config_hash, prepared: Prepared = new,
+                    spec: dict[str, Any] = new_spec) -> Any:
+        return plan(_gathered(_handoff(spec, 2, {"app": {"configHash": before}}), prepared, driver=driver))
+
+    planned = planned_for(crashed)
+    assert planned.replace_pod == crashed.pod_name and planned.app["configHash"] == new.rendered.config_hash
+    assert planned.restart is not None and planned.restart[1] == "CrashedDriverReplaced", planned.restart
+    assert (f"driver pod {crashed.pod_name} waits out a crash back-off (2 restarts) with config "
+            f"{old.rendered.config_hash}; {new.rendered.config_hash} (generation 2)") in planned.restart[2]
+    # Only as the config changes: a pod in a back-off later crashed with it (and a first config replaces nothing).
+    assert planned_for(crashed, before=new.rendered.config_hash).replace_pod is None
+    assert planned_for(crashed, before=None).replace_pod is None
+    # The pod says it ran this very config: nothing to gain.
+    assert planned_for(replace(crashed, running_config_hash=new.rendered.config_hash)).replace_pod is None
+    # A pod that runs applies the change itself; a pod of another template is rolled by its Deployment; a handoff
+    # held at 0 replicas runs no pod; an image that cannot be pulled is not the config's doing.
+    assert planned_for(_driver(old.rendered.pod_hash, running_config_hash=old.rendered.config_hash)).replace_pod is None
+    bigger = {**new_spec, "spark": BIGGER}
+    assert planned_for(crashed, prepared=_prepared(bigger), spec=bigger).replace_pod is None
+    assert planned_for(replace(crashed, desired_replicas=0)).replace_pod is None
+    assert planned_for(replace(crashed, waiting_reason="ImagePullBackOff")).replace_pod is None
+
+
 def test_a_crash_looping_change_plans_the_last_good_children_and_says_why():
     good, new = _prepared(base_spec()), _prepared(base_spec(spark=BIGGER))
     good_hash, new_hash = good.rendered.config_hash, new.rendered.config_hash
