@@ -236,12 +236,19 @@ PIPELINE_ROOT: dict[str, Path] = {}
 
 
 def export_revision(ref: str, tmp: Path) -> Path:
-    """`ref`'s spark_app/ exported (git archive) under `tmp`: the driver as it was, to measure beside this one."""
+    """`ref`'s spark_app/ exported (git archive) under `tmp`: the driver as it was, to measure beside this one. Its C
+    extensions (a revision with a setup.py) are built in place: git holds their sources, not the built modules."""
     where = tmp / f"rev-{ref.replace('/', '_')}"
     where.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "spark_app"], check=True,
+    present = set(subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", ref], check=True,
+                                 capture_output=True, text=True).stdout.split())
+    paths = ["spark_app"] + [p for p in ("setup.py", "pyproject.toml", "README.md", "operator") if p in present]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, *paths], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    if "setup.py" in present:
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
+                       capture_output=True)
     return where
 
 
