@@ -216,7 +216,8 @@ QUERY_CONFIG_PACE = {"triggerIntervalSeconds": ("triggerIntervalSeconds",),
 #: (the app config merges a Secret's values into them, which the annotation must not hold), its format and registry
 #: (the registry's credentials too), and
 #: onOffsetOutOfRange, whose change is the fix for a driver stopped on offsets retention deleted: that driver exits,
-#: so a new pod brings it at once, where the crashing pod's next start would wait out its back-off.
+#: so a new pod brings it at once whatever the crashing pod is doing (for an in-place change the operator replaces a
+#: crashed pod only while it waits in its back-off: `handoff_operator.handoff.crash_backoff`).
 QUERY_CONFIG_SOURCE = {"bootstrapServers": ("source", "bootstrapServers"), "topics": ("source", "topics"),
                        "startingOffsets": ("source", "startingOffsets"),
                        "minPartitions": ("source", "minPartitions"), "consumerGroup": ("source", "consumerGroup")}
