@@ -18,6 +18,9 @@ equivalent (see the callers):
 * `daemon_manager()` (`pyspark.daemon.manager`): PySpark's worker daemon loop, which Handoff's daemon runs after
   preloading modules (`worker_daemon`). Not underscored, but `pyspark.daemon` is the internal entry point
   `spark.python.daemon.module` names, not documented API.
+* `PROCESS_MODULES`: the internal modules Spark's JVM runs as Python processes for a Python data source (the
+  planners, the streaming source and sink runners, the workers), which the driver's fork server imports before
+  it forks them (`fork_server`).
 
 Every import is inside its function: `worker_daemon` sets the Arrow memory pool before pyarrow (which pyspark
 imports) loads, and `jvm_cds` runs as a script before a session exists. `PRIVATE_APIS` lists the names that
@@ -40,6 +43,19 @@ PRIVATE_APIS = (
     "pyspark.sql.SparkSession._get_j_spark_session_class",
     "pyspark.find_spark_home._find_spark_home",
     "pyspark.daemon.manager",
+)
+
+#: The modules Spark 4.3's JVM runs as `python -m …` for a Python data source, and their daemon's.
+PROCESS_MODULES = (
+    "pyspark.daemon",
+    "pyspark.worker",
+    "pyspark.sql.worker.lookup_data_sources",
+    "pyspark.sql.worker.create_data_source",
+    "pyspark.sql.worker.plan_data_source_read",
+    "pyspark.sql.worker.write_into_data_source",
+    "pyspark.sql.worker.commit_data_source_write",
+    "pyspark.sql.worker.python_streaming_sink_runner",
+    "pyspark.sql.streaming.python_streaming_source_runner",
 )
 
 

@@ -204,6 +204,11 @@ SPARK_CDS_ARCHIVE = PathOrOff(
     "The JVMs' class-data-sharing archive: this file (when it exists), none when off, else the machine's "
     "cache's (`~/.cache/handoff/spark-cds/`) when built. The project's image sets `/opt/handoff/spark-cds.jsa`, "
     "made at its build.", unset_means="the machine's cache")
+FORK_SERVER = OnOff(
+    "HANDOFF_FORK_SERVER", "driver (`startup.fork_server`), local master only",
+    "Spark's Python processes (the planners, the source and commit runners, the worker daemon) forked from a "
+    "server that imported pyspark and the sink's write path while the JVM launched, instead of each a fresh "
+    "interpreter started one after another.")
 WORKER_PRELOAD = OnOff(
     "HANDOFF_WORKER_PRELOAD", "Python worker daemon (`startup.worker_daemon`)",
     "The worker daemon imports pyarrow, confluent-kafka and the write path of the handoff's sink (PyIceberg for "

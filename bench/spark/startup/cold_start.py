@@ -13,7 +13,8 @@ in the same run, `jvm` (Spark's JVM Kafka source, spark-sql-kafka, into the same
 itself is that driver with `--jvm-driver`). "start → commit" is from the process start to the first snapshot's
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
 Variants: `handoff-warmfirst` (the session warm-up before the query), `handoff-nowarmup` (no warm-up),
-`handoff-nocds` (the CDS archive off), `jvm-nocds`, and `before` (`--before REF`: REF's driver, exported
+`handoff-nocds` (the CDS archive off), `jvm-nocds`, `handoff-noforkserver` and `jvm-noforkserver` (Spark's Python
+processes started as fresh interpreters, not forked from `startup.fork_server`), and `before` (`--before REF`: REF's driver, exported
 with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
 (JVM, PySpark daemons and their forks, runners) first appears, up to the first commit.
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
@@ -230,7 +231,9 @@ PIPELINE_ENV: dict[str, dict[str, str]] = {"handoff": {},
                                          # its first batch (startup.session_warmup)
                                          "handoff-warmfirst": {"HANDOFF_SESSION_WARMUP_AT": "before"},
                                          # the session's warm-up off
-                                         "handoff-nowarmup": {"HANDOFF_SESSION_WARMUP": "0"}}
+                                         "handoff-nowarmup": {"HANDOFF_SESSION_WARMUP": "0"},
+                                         # Spark's Python processes fresh interpreters, not forks (startup.fork_server)
+                                         "handoff-noforkserver": {"HANDOFF_FORK_SERVER": "0"}}
 #: Handoff driver variants whose `handoff_spark` is another revision's (`--before REF`): pipeline → code root.
 PIPELINE_ROOT: dict[str, Path] = {}
 
@@ -253,7 +256,8 @@ def export_revision(ref: str, tmp: Path) -> Path:
 
 
 #: The baseline's variants (Spark's JVM Kafka source), with their extra environment.
-JVM_PIPELINES: dict[str, dict[str, str]] = {"jvm": {}, "jvm-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"}}
+JVM_PIPELINES: dict[str, dict[str, str]] = {"jvm": {}, "jvm-nocds": {"HANDOFF_SPARK_CDS_ARCHIVE": "off"},
+                                           "jvm-noforkserver": {"HANDOFF_FORK_SERVER": "0"}}
 
 
 def pipeline_env(pipeline: str) -> dict[str, str] | None:

@@ -11,9 +11,11 @@ running batch commit, stops the query at that batch boundary and exits 0. A seco
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -25,7 +27,7 @@ from urllib.parse import urlparse
 
 from handoff_spark import contract, switches
 from handoff_spark.startup import jvm_cds
-from handoff_spark.startup import session_warmup, worker_daemon
+from handoff_spark.startup import fork_server, session_warmup, worker_daemon
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
@@ -255,6 +257,7 @@ def build_session(cfg: AppConfig) -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    use_fork_server(cfg)  # first: its imports overlap the JVM's launch
     builder = SparkSession.builder.appName(f"handoff-{cfg.handoff_id.replace('/', '.')}")
     conf = jvm_cds.apply(dict(cfg.spark_conf))  # Spark's classes from a CDS archive when one is installed
     if not cfg.frame_path:  # on the DataFrame path the JVM moves records: C2 pays (spark-data-path.md)
@@ -290,6 +293,42 @@ def build_session(cfg: AppConfig) -> Any:
     spark.sparkContext.setLogLevel(switches.SPARK_LOG_LEVEL())
     register_data_sources(spark, cfg)
     return spark
+
+
+#: The driver's fork server (`startup.fork_server`), started by its first session; later sessions of the process
+#: (a test's, a bench's) use it too, or one started for their sink. Stopped when the process exits.
+_fork_server: fork_server.ForkServer | None = None
+FORK_DIR_PREFIX = "handoff-fork-"
+
+
+def use_fork_server(cfg: AppConfig) -> str | None:
+    """Start the fork server (once per process) and make its launcher Spark's Python (`PYSPARK_PYTHON`), where the
+    session about to be built runs its executors in its own JVM and Spark's Python is this interpreter (a user's
+    own `PYSPARK_PYTHON` wins; so does `HANDOFF_FORK_SERVER=0`). Returns the launcher, or None."""
+    global _fork_server
+    master = cfg.spark_conf.get("spark.master") or switches.SPARK_MASTER()
+    if not switches.FORK_SERVER() or not starts_local_jvm(master, os.environ):
+        if _fork_server is not None and os.environ.get("PYSPARK_PYTHON") == _fork_server.launcher:
+            os.environ["PYSPARK_PYTHON"] = sys.executable  # an earlier session's: this one runs without it
+        return None
+    if _fork_server is None or _fork_server.process.poll() is not None or _fork_server.sink != cfg.sink.kind:
+        if os.environ.get("PYSPARK_PYTHON") not in (sys.executable, _fork_server and _fork_server.launcher):
+            return None
+        if _fork_server is not None:  # another sink's (a test process's sessions): its preloads are not this one's
+            _fork_server.stop()
+            atexit.unregister(_fork_server.stop)
+            _fork_server = None
+        directory = own_temp_dir(FORK_DIR_PREFIX)
+        try:
+            _fork_server = fork_server.start(directory, cfg.sink.kind)
+        except OSError as exc:  # e.g. a temporary directory too long for a socket's path: Spark's own way, slower
+            log.warning("Spark's Python processes start as fresh interpreters: no fork server (%s)", exc)
+            shutil.rmtree(directory, ignore_errors=True)
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+            return None
+        atexit.register(_fork_server.stop)
+    os.environ["PYSPARK_PYTHON"] = _fork_server.launcher
+    return _fork_server.launcher
 
 
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:

@@ -42,6 +42,13 @@ def test_pyspark_fence_names_resolve():
     assert private_api.unresolved(pyspark_private.PRIVATE_APIS) == [], _unresolved_message(pyspark_private)
 
 
+def test_pyspark_process_modules_exist():
+    """The fork server preloads them by name: a PySpark that moved one would leave it to each process again."""
+    import importlib.util
+
+    assert [m for m in pyspark_private.PROCESS_MODULES if importlib.util.find_spec(m) is None] == []
+
+
 def test_confluent_kafka_fence_names_resolve_and_find_its_librdkafka():
     assert private_api.unresolved(confluent_kafka_private.PRIVATE_APIS) == [], \
         _unresolved_message(confluent_kafka_private)

@@ -118,6 +118,11 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any, sink: str)
         import py4j
 
         yield "py4j zipped", ".zip" in py4j.__file__
+        # the daemon itself was forked from the driver's fork server (startup.fork_server), not a fresh interpreter
+        import os as worker_os
+
+        with open(f"/proc/{worker_os.getppid()}/stat") as daemon_stat:
+            yield "daemon's parent", int(daemon_stat.read().rsplit(")", 1)[1].split()[1])
 
     from pyspark import SparkContext
 
@@ -142,6 +147,8 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any, sink: str)
             jvm_tmp = Path(spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir"))
             assert jvm_tmp.name.startswith(f"{app.JVM_TMP_PREFIX}{os.getpid()}-") and jvm_tmp.is_dir(), jvm_tmp
         rows = spark.sparkContext.parallelize([0], 1).mapPartitions(modules_in_worker).collect()
+        fork_server = app._fork_server
+        assert fork_server is not None and spark.sparkContext.pythonExec == fork_server.launcher
     finally:
         spark.stop()
     # ... and allocate Arrow memory from the system allocator, not mimalloc's huge-page arena (worker_daemon)
@@ -149,4 +156,5 @@ def test_spark_workers_fork_from_the_preloading_daemon(tmp_path: Any, sink: str)
     iceberg = sink == "iceberg"
     assert dict(rows) == {"sqlalchemy": iceberg, "pyiceberg.catalog.sql": iceberg, "confluent_kafka": True,
                           "handoff_spark.bigquery.sink": not iceberg, "arrow pool": worker_daemon.ARROW_POOL,
-                          "freed memory kept": True, "jars": [], "py4j zipped": False}
+                          "freed memory kept": True, "jars": [], "py4j zipped": False,
+                          "daemon's parent": fork_server.process.pid}

@@ -1,0 +1,229 @@
+"""Spark's Python processes forked from the driver's fork server (`startup.fork_server`, `startup.fork_client`).
+
+Real processes throughout: a server started as the driver starts it, and its launcher run the way Spark's JVM runs
+`pythonExec` (`<launcher> -m module …`, talking over stdin/stdout/stderr and the exit status)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from handoff_spark import switches
+from handoff_spark.config import AppConfig
+from handoff_spark.driver import app
+from handoff_spark.startup import fork_server
+
+#: A module run with `-m`: what it was given and where it runs, as one line of JSON on stdout.
+PROBE = """
+import json, os, sys
+line = sys.stdin.readline().strip()
+print(json.dumps({"argv": sys.argv[1:], "stdin": line, "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
+                  "ppid": os.getppid(), "pyspark_loaded": "pyspark.daemon" in sys.modules}))
+code = os.environ.get("PROBE_EXIT")
+if code == "raise":
+    raise RuntimeError("the probe failed on purpose")
+if code == "wait":
+    sys.stdout.flush()
+    import time
+    time.sleep(60)
+sys.exit(int(code or 0))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: Any) -> Iterator[fork_server.ForkServer]:
+    directory = tmp_path_factory.mktemp("fork")
+    directory.chmod(0o700)
+    started = fork_server.start(str(directory), "iceberg")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory short enough for a socket's path under it (pytest's, named for the test, is not)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def probe_dir(tmp_path: Path) -> Path:
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "handoff_fork_probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def run(launcher: str, argv: list[str], probe_dir: Path, stdin: str = "hello\n", **env: str) -> Any:
+    import json
+
+    full_env = {**os.environ, "PYTHONPATH": str(probe_dir / "mods"), "PROBE_VALUE": "from-the-launcher", **env}
+    done = subprocess.run([launcher, *argv], input=stdin, capture_output=True, text=True, env=full_env,
+                          cwd=probe_dir, timeout=60)
+    out = json.loads(done.stdout) if done.stdout.strip() else None
+    return done, out
+
+
+def test_a_module_runs_as_a_fork_of_the_server_with_the_launchers_io_env_cwd_and_path(server, probe_dir) -> None:
+    done, out = run(server.launcher, ["-m", "handoff_fork_probe", "a", "b"], probe_dir)
+    assert done.returncode == 0, done.stderr
+    assert out["ppid"] == server.process.pid  # forked by the server, not a fresh interpreter
+    assert out["pyspark_loaded"]  # ... which had pyspark's daemon imported before the fork
+    # PYTHONPATH (where the module is) on its path, its arguments, the launcher's stdin, directory and environment
+    assert out["argv"] == ["a", "b"] and out["stdin"] == "hello"
+    assert out["cwd"] == str(probe_dir) and out["env"] == "from-the-launcher"
+
+
+def test_the_exit_status_and_an_uncaught_error_reach_the_launcher(server, probe_dir) -> None:
+    done, _ = run(server.launcher, ["-m", "handoff_fork_probe"], probe_dir, PROBE_EXIT="3")
+    assert done.returncode == 3
+    done, out = run(server.launcher, ["-m", "handoff_fork_probe"], probe_dir, PROBE_EXIT="raise")
+    assert done.returncode == 1 and out["ppid"] == server.process.pid
+    assert "RuntimeError: the probe failed on purpose" in done.stderr
+    done, _ = run(server.launcher, ["-m", "handoff_no_such_module_here"], probe_dir)
+    assert done.returncode == 1 and "No module named handoff_no_such_module_here" in done.stderr
+
+
+def test_anything_but_a_module_runs_the_real_interpreter(server, probe_dir) -> None:
+    """Spark's version check (`-c …`) is not the server's: the launcher becomes the interpreter itself."""
+    done = subprocess.run([server.launcher, "-c", "import os, sys; print(os.getppid(), sys.version_info[:2])"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.split()[0] == str(os.getpid())  # not forked by the server: exec'd in the launcher's place
+
+
+def _started(launcher: str, probe_dir: Path) -> tuple[subprocess.Popen[str], int]:
+    import json
+
+    proc = subprocess.Popen([launcher, "-m", "handoff_fork_probe"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=probe_dir,
+                            env={**os.environ, "PYTHONPATH": str(probe_dir / "mods"), "PROBE_EXIT": "wait"})
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("x\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    forked = [int(p) for p in Path(f"/proc/{json.loads(line)['ppid']}/task/{json.loads(line)['ppid']}/children")
+              .read_text().split()]
+    return proc, forked[-1]
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(") ")[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_spark_stopping_the_launcher_stops_the_forked_process(server, probe_dir) -> None:
+    """Spark stops a daemon with SIGTERM to the process it started: the forked process gets it, and the launcher
+    ends as that process did (killed by SIGTERM)."""
+    proc, forked = _started(server.launcher, probe_dir)
+    proc.terminate()
+    assert proc.wait(10) == -signal.SIGTERM
+    assert _gone(forked)
+
+
+def test_a_killed_launcher_takes_its_forked_process_with_it(server, probe_dir) -> None:
+    proc, forked = _started(server.launcher, probe_dir)
+    proc.kill()
+    assert proc.wait(10) == -signal.SIGKILL
+    assert _gone(forked)  # the server saw its launcher go
+
+
+def test_without_a_server_the_launcher_is_the_real_interpreter(short_tmp, probe_dir) -> None:
+    """A server that died (or never answered) costs nothing but the interpreter's own start."""
+    directory = short_tmp / "gone"
+    directory.mkdir(mode=0o700)
+    dead = fork_server.start(str(directory), None)
+    dead.process.kill()
+    dead.process.wait()
+    done, out = run(dead.launcher, ["-m", "handoff_fork_probe", "z"], probe_dir)
+    assert done.returncode == 0 and out["argv"] == ["z"] and out["ppid"] == os.getpid()
+    dead.stop()
+
+
+def test_stopping_ends_the_server_and_what_it_forked_and_removes_its_directory(short_tmp, probe_dir) -> None:
+    directory = short_tmp / "stopped"
+    directory.mkdir(mode=0o700)
+    started = fork_server.start(str(directory), None)
+    proc, forked = _started(started.launcher, probe_dir)
+    started.stop()
+    assert started.process.returncode == 0  # the driver closing its pipe ends the server
+    assert _gone(forked) and proc.wait(10) != 0
+    assert not directory.exists()
+
+
+SINKS = {"iceberg": {"kind": "iceberg", "table": "t.t"},
+         "bigquery": {"kind": "bigquery", "project": "p", "dataset": "d", "table": "t"}}
+
+
+def _cfg(tmp_path: Path, master: str, sink: str = "iceberg") -> AppConfig:
+    return AppConfig.model_validate({
+        "handoffId": "test/fork", "source": {"bootstrapServers": "127.0.0.1:1", "topics": ["t"]},
+        "sink": SINKS[sink], "schema": {"onIncompatible": "halt"},
+        "checkpointLocation": str(tmp_path), "sparkConf": {"spark.master": master}})
+
+
+def test_the_driver_uses_it_for_a_local_master_only_and_leaves_a_users_python_and_the_switch_alone(
+        tmp_path, short_tmp, monkeypatch) -> None:
+    monkeypatch.setattr(app, "_fork_server", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the server's directory: the driver's own, under TMPDIR
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    # executors in other pods: they would have neither the server nor its launcher
+    assert app.use_fork_server(_cfg(tmp_path, "k8s://https://127.0.0.1:1")) is None
+    monkeypatch.setenv(switches.FORK_SERVER.name, "0")
+    assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/their/python")  # a user's own Python for Spark
+    monkeypatch.setenv(switches.FORK_SERVER.name, "1")
+    assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/their/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    try:
+        launcher = app.use_fork_server(_cfg(tmp_path, "local[1]"))
+        assert launcher is not None and os.environ["PYSPARK_PYTHON"] == launcher
+        assert Path(launcher).parent.name.startswith(f"{app.FORK_DIR_PREFIX}{os.getpid()}-")
+        assert app.use_fork_server(_cfg(tmp_path, "local[2]")) == launcher  # one server per driver process
+        first = app._fork_server
+        # ... per sink: a session of another sink (a test process's) gets a server that preloads its write path
+        other = app.use_fork_server(_cfg(tmp_path, "local[1]", "bigquery"))
+        assert other is not None and other != launcher and os.environ["PYSPARK_PYTHON"] == other
+        assert first is not None and first.process.returncode == 0 and not Path(launcher).exists()
+        # turned off later in the same process: Spark's Python is the interpreter again
+        monkeypatch.setenv(switches.FORK_SERVER.name, "0")
+        assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
+        assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    finally:
+        if app._fork_server is not None:
+            app._fork_server.stop()
+
+
+def test_a_socket_path_too_long_leaves_spark_its_own_interpreter(tmp_path, monkeypatch) -> None:
+    """A temporary directory too deep for a Unix socket's path (108 bytes) costs the speed-up, never the start."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(app, "_fork_server", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv(switches.FORK_SERVER.name, raising=False)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
+    assert not list(deep.glob(f"{app.FORK_DIR_PREFIX}*"))  # nothing left behind
