@@ -205,6 +205,10 @@ def exit_status(wait_status: int) -> int:
 def serve(listener: socket.socket, alive_fd: int, modules: tuple[str, ...]) -> None:
     """Import `modules`, then fork a process for each launcher that connects to `listener`, until `alive_fd` (the
     driver's pipe) reads the end of file."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # Linux 5.3 or later: how the server follows what it forked
+    except OSError:
+        return  # every launcher reads no pid and runs the real interpreter
     for name in modules:
         try:
             importlib.import_module(name)
@@ -259,7 +263,14 @@ def serve(listener: socket.socket, alive_fd: int, modules: tuple[str, ...]) -> N
                         os._exit(code & 0xFF)
                 for fd in fds:
                     os.close(fd)
-                child = Child(pid, os.pidfd_open(pid), conn)
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:  # no fd left: the process must not run beside the interpreter the launcher starts
+                    _kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    conn.close()
+                    continue
+                child = Child(pid, pidfd, conn)
                 by_pidfd[child.pidfd] = child
                 by_conn[conn.fileno()] = child
                 conn.settimeout(None)
