@@ -321,7 +321,7 @@ def use_fork_server(cfg: AppConfig) -> str | None:
         directory = own_temp_dir(FORK_DIR_PREFIX)
         try:
             _fork_server = fork_server.start(directory, cfg.sink.kind)
-        except OSError as exc:  # e.g. a temporary directory too long for a socket's path: Spark's own way, slower
+        except OSError as exc:  # a temporary directory too long for a socket's path, or noexec: Spark's own way
             log.warning("Spark's Python processes start as fresh interpreters: no fork server (%s)", exc)
             shutil.rmtree(directory, ignore_errors=True)
             os.environ["PYSPARK_PYTHON"] = sys.executable

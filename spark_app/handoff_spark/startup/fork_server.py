@@ -95,6 +95,8 @@ def start(directory: str, sink: str | None) -> ForkServer:
 
     The socket is bound and listening before the server starts: a launcher that connects while the server imports
     waits in the backlog until the imports are done, instead of starting an interpreter of its own beside them."""
+    if os.statvfs(directory).f_flag & os.ST_NOEXEC:  # a /tmp mounted noexec: Spark could not run the launcher
+        raise OSError(f"{directory} is on a file system mounted noexec")
     socket_path = str(Path(directory) / SOCKET)
     launcher = Path(directory) / LAUNCHER
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

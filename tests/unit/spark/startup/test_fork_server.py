@@ -227,3 +227,24 @@ def test_a_socket_path_too_long_leaves_spark_its_own_interpreter(tmp_path, monke
     assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
     assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
     assert not list(deep.glob(f"{app.FORK_DIR_PREFIX}*"))  # nothing left behind
+
+
+def test_a_noexec_temporary_directory_leaves_spark_its_own_interpreter(tmp_path, short_tmp, monkeypatch) -> None:
+    """A /tmp mounted noexec (a hardened pod's emptyDir) could not run the launcher: Spark keeps its interpreter.
+    (The mount flag is what `os.statvfs` reports; this machine has no noexec file system to make one on.)"""
+    real_statvfs = os.statvfs
+
+    class NoExec:
+        def __init__(self, path: str) -> None:
+            self.f_flag = real_statvfs(path).f_flag | os.ST_NOEXEC
+
+    monkeypatch.setattr(fork_server.os, "statvfs", NoExec)
+    monkeypatch.setattr(app, "_fork_server", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv(switches.FORK_SERVER.name, raising=False)
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
+    assert not list(short_tmp.glob(f"{app.FORK_DIR_PREFIX}*"))
