@@ -181,11 +181,7 @@ def _cfg(tmp_path: Path, master: str, sink: str = "iceberg") -> AppConfig:
 
 def test_the_driver_uses_it_for_a_local_master_only_and_leaves_a_users_python_and_the_switch_alone(
         tmp_path, short_tmp, monkeypatch) -> None:
-    monkeypatch.setattr(app, "_fork_server", None)
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the server's directory: the driver's own, under TMPDIR
-    monkeypatch.setattr("tempfile.tempdir", None)
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    _a_driver_with_tmpdir(monkeypatch, short_tmp)  # the server's directory: the driver's own, under TMPDIR
     # executors in other pods: they would have neither the server nor its launcher
     assert app.use_fork_server(_cfg(tmp_path, "k8s://https://127.0.0.1:1")) is None
     monkeypatch.setenv(switches.FORK_SERVER.name, "0")
@@ -214,37 +210,35 @@ def test_the_driver_uses_it_for_a_local_master_only_and_leaves_a_users_python_an
             app._fork_server.stop()
 
 
-def test_a_socket_path_too_long_leaves_spark_its_own_interpreter(tmp_path, monkeypatch) -> None:
-    """A temporary directory too deep for a Unix socket's path (108 bytes) costs the speed-up, never the start."""
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
+def _a_driver_with_tmpdir(monkeypatch: Any, tmpdir: Path) -> None:
+    """This process as a local driver about to build its first session, its temporary directory `tmpdir`."""
     monkeypatch.setattr(app, "_fork_server", None)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv(switches.FORK_SERVER.name, raising=False)
-    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr("tempfile.tempdir", None)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.mark.parametrize("why", ["socket path too long", "noexec"])
+def test_a_temporary_directory_the_server_cannot_use_leaves_spark_its_own_interpreter(
+        tmp_path, short_tmp, monkeypatch, why) -> None:
+    """It costs the speed-up, never the start, and leaves nothing behind: a temporary directory too deep for a Unix
+    socket's path (108 bytes), or a /tmp mounted noexec (a hardened pod's emptyDir), where Spark could not run the
+    launcher (the mount flag is what `os.statvfs` reports: this machine has no noexec file system to make one on)."""
+    tmpdir = short_tmp
+    if why == "noexec":
+        real_statvfs = os.statvfs
+
+        class NoExec:
+            def __init__(self, path: str) -> None:
+                self.f_flag = real_statvfs(path).f_flag | os.ST_NOEXEC
+
+        monkeypatch.setattr(fork_server.os, "statvfs", NoExec)
+    else:
+        tmpdir = short_tmp / ("d" * 60) / ("e" * 60)
+        tmpdir.mkdir(parents=True)
+    _a_driver_with_tmpdir(monkeypatch, tmpdir)
     assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
     assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
-    assert not list(deep.glob(f"{app.FORK_DIR_PREFIX}*"))  # nothing left behind
-
-
-def test_a_noexec_temporary_directory_leaves_spark_its_own_interpreter(tmp_path, short_tmp, monkeypatch) -> None:
-    """A /tmp mounted noexec (a hardened pod's emptyDir) could not run the launcher: Spark keeps its interpreter.
-    (The mount flag is what `os.statvfs` reports; this machine has no noexec file system to make one on.)"""
-    real_statvfs = os.statvfs
-
-    class NoExec:
-        def __init__(self, path: str) -> None:
-            self.f_flag = real_statvfs(path).f_flag | os.ST_NOEXEC
-
-    monkeypatch.setattr(fork_server.os, "statvfs", NoExec)
-    monkeypatch.setattr(app, "_fork_server", None)
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    monkeypatch.delenv(switches.FORK_SERVER.name, raising=False)
-    monkeypatch.setenv("TMPDIR", str(short_tmp))
-    monkeypatch.setattr("tempfile.tempdir", None)
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
-    assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
-    assert not list(short_tmp.glob(f"{app.FORK_DIR_PREFIX}*"))
+    assert not list(tmpdir.glob(f"{app.FORK_DIR_PREFIX}*"))
