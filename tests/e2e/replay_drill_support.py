@@ -16,11 +16,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kubernetes.client.rest import ApiException
 
 from handoff_spark.config import AppConfig
 from handoff_testbed.process_tree import kill_tree
+from iceberg_drill_support import end_offsets
 from operator_support import REPO, Cluster, Operator, base_spec, eventually
 
 PY = sys.executable
@@ -93,15 +94,6 @@ def committed_to(cfg: AppConfig, topic: str, ends: dict[int, int]) -> bool:
         return False
     at = ledger.resume_offsets(table, handoff_id=cfg.handoff_id).get(topic, {})
     return all(at.get(p, 0) >= e for p, e in ends.items())
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "replay-probe"})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
 
 
 class Kubelet:
