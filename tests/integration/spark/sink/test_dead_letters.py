@@ -116,7 +116,24 @@ def test_halt_policy_fails_the_streaming_query_with_the_record_and_the_fix(kafka
     assert f"{topic}[0]@1" in message and "'id'" in message and "onIncompatible" in message and "Fix" in message
 
 
-def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(kafka, tmp_path):
+def _fork_servers_of(pid: int) -> list[int]:
+    """The driver's child processes that are its fork server (`startup.fork_server`)."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").glob("*")
+                for c in (task / "children").read_text().split()]
+    found = []
+    for child in children:
+        try:
+            if b"handoff_spark.startup.fork_server" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("fork_server", ["default", "off"])
+def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(kafka, tmp_path, fork_server):
+    """Also the fork server through the command a user types: `handoff run` forks Spark's Python processes from one
+    (a local master), `HANDOFF_FORK_SERVER=0` runs none, and a stopped driver leaves neither it nor its directory."""
     topic = f"app-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=2)
     p = Producer({"bootstrap.servers": kafka.bootstrap})
@@ -131,8 +148,10 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
     config.write_text(cfg.to_json())
     log = tmp_path / "driver.log"
     with log.open("w") as out:
+        env = {**os.environ, "HANDOFF_FORK_SERVER": "0"} if fork_server == "off" else \
+            {k: v for k, v in os.environ.items() if k != "HANDOFF_FORK_SERVER"}
         proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(config), "--sink", "noop"],
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             eventually(lambda: progress.exists() and json.loads(progress.read_text())["lagTotal"] == 0,
                        "the driver's progress at lag 0", timeout=300, interval=0.5,
@@ -145,11 +164,19 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
             assert 'handoff_rows_total{handoff="team-a/orders"} 500.0' in metrics
             assert f'handoff_lag_records{{handoff="team-a/orders",partition="0",topic="{topic}"}} 0.0' in metrics
+            servers = _fork_servers_of(proc.pid)
+            assert len(servers) == (1 if fork_server == "default" else 0), servers
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(120) == 0, log.read_text()[-3000:]
         finally:
             if proc.poll() is None:
                 proc.kill()
+    import tempfile
+
+    assert not list(Path(tempfile.gettempdir()).glob(f"handoff-fork-{proc.pid}-*"))  # its directory removed
+    for server in servers:
+        assert not Path(f"/proc/{server}").exists() or \
+            Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     text = log.read_text()
     lines = [line for line in text.splitlines() if line.startswith("batch ")]
     assert len(lines) == 3 and all(" rows in " in line for line in lines)  # 200 + 200 + 100
