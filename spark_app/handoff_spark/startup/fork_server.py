@@ -17,7 +17,8 @@ process runs `-m module …` as `python -m` would (`runpy`), after taking the la
 interpreter instead.
 
 Only where the JVM runs its executors itself (a local master): an executor pod has no server and no launcher file.
-`HANDOFF_FORK_SERVER=0` turns it off. Only imports happen before the first fork (no threads), as in
+`HANDOFF_FORK_SERVER=0` turns it off. Only imports happen before the first fork, and the server starts no thread
+of its own (pyarrow's jemalloc keeps a background thread, which jemalloc's own fork handlers make safe), as in
 `worker_daemon`. A module that fails to import is skipped (the process that needs it fails with the real error).
 """
 from __future__ import annotations
