@@ -91,6 +91,12 @@ RUN build_pkgs="gcc libc6-dev librdkafka-dev" \
  && apt-get purge -y --auto-remove $build_pkgs && rm -rf /var/lib/apt/lists/* \
  && python -c "import handoff_spark.decode._json_arrow; from handoff_spark.kafka import native; assert native.load_error() is None, native.load_error()"
 
+# The fork server's launcher (handoff_spark/startup/fork_server.py): a driver pod makes it Spark's Python, so the
+# planners, source and commit runners its JVM starts are forks of a server that imported pyspark and the sink while
+# the JVM launched; the executor pods run the same file, which there (no HANDOFF_FORK_SOCKET) is the real python.
+RUN python -m handoff_spark.startup.fork_server --install-launcher /opt/handoff/bin/fork-python
+ENV HANDOFF_FORK_LAUNCHER=/opt/handoff/bin/fork-python
+
 COPY docker/entrypoint.sh /usr/local/bin/handoff-entrypoint
 
 # 185: the uid Spark's own images use; the chart's securityContext runs as it.

@@ -205,10 +205,21 @@ SPARK_CDS_ARCHIVE = PathOrOff(
     "cache's (`~/.cache/handoff/spark-cds/`) when built. The project's image sets `/opt/handoff/spark-cds.jsa`, "
     "made at its build.", unset_means="the machine's cache")
 FORK_SERVER = OnOff(
-    "HANDOFF_FORK_SERVER", "driver (`startup.fork_server`), local master only",
-    "Spark's Python processes (the planners, the source and commit runners, the worker daemon) forked from a "
-    "server that imported pyspark and the sink's write path while the JVM launched, instead of each a fresh "
-    "interpreter started one after another.")
+    "HANDOFF_FORK_SERVER", "driver (`startup.fork_server`)",
+    "Spark's Python processes (the planners, the source and commit runners, and with a local master the worker "
+    "daemon) forked from a server that imported pyspark and the sink's write path while the JVM launched, instead "
+    "of each a fresh interpreter started one after another. In a driver pod only with `HANDOFF_FORK_LAUNCHER` "
+    "(the image's) and executors of the same image.")
+FORK_LAUNCHER = PathOrOff(
+    "HANDOFF_FORK_LAUNCHER", "driver (`startup.fork_server`); set by the image",
+    "The image's fork-server launcher (`python -m handoff_spark.startup.fork_server --install-launcher PATH` at "
+    "its build): with a `k8s://` master the driver makes it Spark's Python, for its own JVM and for the executor "
+    "pods, where it runs the real interpreter. Unset or off: no fork server in a driver pod.",
+    unset_means="none (a local master writes its own)")
+FORK_SOCKET = Text(
+    "HANDOFF_FORK_SOCKET", "the image's launcher (`startup.fork_client`); set by the driver",
+    "The fork server's socket, which the driver names for its own JVM's Python processes; unset (an executor "
+    "pod): the launcher runs the real interpreter.", what="a socket path")
 WORKER_PRELOAD = OnOff(
     "HANDOFF_WORKER_PRELOAD", "Python worker daemon (`startup.worker_daemon`)",
     "The worker daemon imports pyarrow, confluent-kafka and the write path of the handoff's sink (PyIceberg for "

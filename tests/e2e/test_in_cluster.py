@@ -55,6 +55,38 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
                "catalog": lake_catalog(postgres, s3, BUCKET), "bootstrap": pod_kafka.bootstrap, "produced": 0}
 
 
+#: Run in a pod: how many fork servers it has (`handoff_spark.startup.fork_server`, not counting its forks), the
+#: processes they forked, the Python Spark's JVM runs (its `PYSPARK_PYTHON`, in the driver pod) and the executor's
+#: worker daemons (`handoff_spark.startup.worker_daemon` as a process of its own, not a fork) and the program each
+#: was started as.
+FORKS_IN_POD = """
+import glob, os
+procs = {}
+for d in glob.glob("/proc/[0-9]*"):
+    if int(d[6:]) == os.getpid():  # this program, whose text names what it looks for
+        continue
+    try:
+        cmd = open(d + "/cmdline", "rb").read()
+        ppid = int(next(l for l in open(d + "/status") if l.startswith("PPid:")).split()[1])
+        env = open(d + "/environ", "rb").read().split(b"\\0")
+    except (OSError, StopIteration):
+        continue
+    procs[int(d[6:])] = (cmd, ppid, env)
+def is_server(p):
+    return p in procs and b"handoff_spark.startup.fork_server" in procs[p][0]
+servers = {p for p in procs if is_server(p) and not is_server(procs[p][1])}
+forks = [p for p in procs if procs[p][1] in servers]
+jvm = [e for c, _, e in procs.values() if c.startswith(b"/opt/java") or b"/java\\0" in c[:200]]
+pythons = {v[len(b"PYSPARK_PYTHON="):].decode() for e in jvm for v in e if v.startswith(b"PYSPARK_PYTHON=")}
+def is_daemon(p):
+    return p in procs and b"handoff_spark.startup.worker_daemon" in procs[p][0] and not is_server(p)
+daemons = {p for p in procs if is_daemon(p) and not is_daemon(procs[p][1])}
+started_as = {procs[p][0].split(b"\\0")[0].decode() for p in daemons}
+print(f"servers={len(servers)} forks={len(forks)} launcher={','.join(sorted(pythons)) or '-'} "
+      f"worker_daemons={len(daemons)} daemon_python={','.join(sorted(started_as)) or '-'}")
+"""
+
+
 def _rows(state: dict[str, Any]) -> int:
     return table_rows(state["catalog"], TABLE)
 
@@ -111,6 +143,21 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
         mapped = cluster.kubectl("exec", "-n", ns, pod["metadata"]["name"], "-c", container, "--", "sh", "-c",
                                  "grep -l /opt/handoff/spark-cds.jsa /proc/[0-9]*/maps || true")
         assert mapped.strip(), f"no process of {pod['metadata']['name']} maps /opt/handoff/spark-cds.jsa"
+    # The driver's Spark runs its Python processes (planners, source and commit runners) as forks of the driver's
+    # fork server, through the image's launcher; the executor runs the same launcher, which there is the real
+    # interpreter: its worker daemon is a process of its own, and the records above went through it.
+    forks = {}
+    for pod in (first, running_executor):
+        container = pod["spec"]["containers"][0]["name"]
+        out = cluster.kubectl("exec", "-n", ns, pod["metadata"]["name"], "-c", container, "--", "python", "-c",
+                              FORKS_IN_POD)
+        forks[pod["metadata"]["name"]] = out.split()
+    driver_forks, executor_forks = forks[first["metadata"]["name"]], forks[running_executor["metadata"]["name"]]
+    assert driver_forks[0] == "servers=1" and int(driver_forks[1].split("=")[1]) >= 1, driver_forks
+    assert driver_forks[2] == "launcher=/opt/handoff/bin/fork-python", driver_forks
+    # ... started by the launcher as the interpreter it was installed with (Spark would have run `python3`)
+    assert executor_forks[:2] == ["servers=0", "forks=0"] and executor_forks[3:] == [
+        "worker_daemons=1", "daemon_python=/opt/venv/bin/python"], executor_forks
 
     # Records keep arriving while the driver pod is force-deleted (no grace: as a node loss would).
     def trickle() -> None:

@@ -303,16 +303,19 @@ FORK_DIR_PREFIX = "handoff-fork-"
 
 def use_fork_server(cfg: AppConfig) -> str | None:
     """Start the fork server (once per process) and make its launcher Spark's Python (`PYSPARK_PYTHON`), where the
-    session about to be built runs its executors in its own JVM and Spark's Python is this interpreter (a user's
-    own `PYSPARK_PYTHON` wins; so does `HANDOFF_FORK_SERVER=0`). Returns the launcher, or None."""
+    session about to be built starts its own JVM and either runs its executors in it or has executor pods of this
+    image (`fork_server_launcher`), and Spark's Python is this interpreter (a user's own `PYSPARK_PYTHON` wins; so
+    does `HANDOFF_FORK_SERVER=0`). Returns the launcher, or None."""
     global _fork_server
     master = cfg.spark_conf.get("spark.master") or switches.SPARK_MASTER()
-    if not switches.FORK_SERVER() or not starts_local_jvm(master, os.environ):
+    launcher = fork_server_launcher(master, cfg.spark_conf, os.environ)
+    if not switches.FORK_SERVER() or launcher is None:
         if _fork_server is not None and os.environ.get("PYSPARK_PYTHON") == _fork_server.launcher:
             os.environ["PYSPARK_PYTHON"] = sys.executable  # an earlier session's: this one runs without it
         return None
     if _fork_server is None or _fork_server.process.poll() is not None or _fork_server.sink != cfg.sink.kind:
-        if os.environ.get("PYSPARK_PYTHON") not in (sys.executable, _fork_server and _fork_server.launcher):
+        current = os.environ.get("PYSPARK_PYTHON")
+        if not (runs_this_python(current) or (_fork_server is not None and current == _fork_server.launcher)):
             return None
         if _fork_server is not None:  # another sink's (a test process's sessions): its preloads are not this one's
             _fork_server.stop()
@@ -320,15 +323,48 @@ def use_fork_server(cfg: AppConfig) -> str | None:
             _fork_server = None
         directory = own_temp_dir(FORK_DIR_PREFIX)
         try:
-            _fork_server = fork_server.start(directory, cfg.sink.kind)
+            _fork_server = fork_server.start(directory, cfg.sink.kind, launcher or None)
         except OSError as exc:  # a temporary directory too long for a socket's path, or noexec: Spark's own way
             log.warning("Spark's Python processes start as fresh interpreters: no fork server (%s)", exc)
             shutil.rmtree(directory, ignore_errors=True)
             os.environ["PYSPARK_PYTHON"] = sys.executable
             return None
         atexit.register(_fork_server.stop)
+    os.environ[switches.FORK_SOCKET.name] = _fork_server.socket  # for the image's launcher (the JVM inherits it)
     os.environ["PYSPARK_PYTHON"] = _fork_server.launcher
     return _fork_server.launcher
+
+
+#: Where Spark on Kubernetes takes the executors' image from, when it is not the driver's.
+EXECUTOR_IMAGE_KEY = "spark.kubernetes.executor.container.image"
+
+
+def fork_server_launcher(master: str | None, conf: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+    """Which launcher a fork server would use: the image's (`HANDOFF_FORK_LAUNCHER`, when it is a runnable file),
+    else `""` for one written into the server's directory; None where there can be no fork server.
+
+    A local master: either. A `k8s://` master: only the image's, and only when the executors run the driver's image
+    (`spark.kubernetes.executor.container.image` unset or the same), since every executor runs it as its Python
+    (it runs the real interpreter there). Neither when spark-submit started this Python (its JVM is already up)."""
+    image_launcher = switches.FORK_LAUNCHER(env)
+    usable = image_launcher if image_launcher and os.access(image_launcher, os.X_OK) else None
+    if starts_local_jvm(master, env):
+        return usable or ""
+    executor_image = conf.get(EXECUTOR_IMAGE_KEY)
+    same_image = executor_image is None or executor_image == conf.get("spark.kubernetes.container.image")
+    if master and master.startswith("k8s://") and "PYSPARK_GATEWAY_PORT" not in env and same_image:
+        return usable
+    return None
+
+
+def runs_this_python(value: str | None) -> bool:
+    """Whether `PYSPARK_PYTHON` = `value` is this interpreter: unset, its path, or a name the PATH finds beside it as
+    the same file (the image's `python3` in its virtualenv). Anything else is the user's own choice."""
+    if not value or value == sys.executable:
+        return True
+    found = shutil.which(value)
+    return (found is not None and os.path.dirname(os.path.abspath(found)) == os.path.dirname(sys.executable)
+            and os.path.samefile(found, sys.executable))
 
 
 def register_data_sources(spark: Any, cfg: AppConfig) -> None:

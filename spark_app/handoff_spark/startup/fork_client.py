@@ -11,7 +11,9 @@ Anything else (`-c …`, Spark's version check; no server answering; the server 
 in this process's place (`os.execv`), so this program never does less than plain `python` would.
 
 `fork_server.write_launcher` writes it out as an executable script: this module's source, then a call of `main` with
-the real interpreter's path and the server's socket.
+the real interpreter's path and the server's socket. The image's copy (`fork_server.install_launcher`) takes the
+socket from the environment (`HANDOFF_FORK_SOCKET`), which a driver pod sets for its own JVM and its executor pods
+never have: there, with no socket, this program is the real interpreter.
 """
 from __future__ import annotations
 
@@ -66,9 +68,9 @@ def forked(socket_path: str, argv: list[str]) -> tuple[socket.socket, int] | Non
     return sock, pid
 
 
-def main(real_python: str, socket_path: str, argv: list[str]) -> None:
-    """Run `argv` through the fork server, or as `real_python` when it cannot."""
-    found = forked(socket_path, argv)
+def main(real_python: str, socket_path: str | None, argv: list[str]) -> None:
+    """Run `argv` through the fork server at `socket_path`, or as `real_python` when it cannot (or there is none)."""
+    found = forked(socket_path, argv) if socket_path else None
     if found is None:
         os.execv(real_python, [real_python, *argv])
     sock, pid = found

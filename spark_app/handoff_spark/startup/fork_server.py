@@ -16,8 +16,11 @@ process runs `-m module …` as `python -m` would (`runpy`), after taking the la
 `sys.path` (its `PYTHONPATH` first). Anything the server cannot do, or a server that is gone, runs the real
 interpreter instead.
 
-Only where the JVM runs its executors itself (a local master): an executor pod has no server and no launcher file.
-`HANDOFF_FORK_SERVER=0` turns it off. Only imports happen before the first fork, and the server starts no thread
+Where: a driver whose JVM runs its executors itself (a local master), and a driver pod whose executors run the same
+image (a `k8s://` master). Executor pods have no server, so the pod's launcher must be a file of the image that
+falls back to the real interpreter there: `install_launcher` writes it at the image's build (at the path
+`HANDOFF_FORK_LAUNCHER` names) with no socket in it, and the driver names its socket in `HANDOFF_FORK_SOCKET`,
+which only the driver's own JVM inherits. `HANDOFF_FORK_SERVER=0` turns it off. Only imports happen before the first fork, and the server starts no thread
 of its own (pyarrow's jemalloc keeps a background thread, which jemalloc's own fork handlers make safe), as in
 `worker_daemon`. A module that fails to import is skipped (the process that needs it fails with the real error).
 """
@@ -40,7 +43,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from handoff_spark import pyspark_private
+from handoff_spark import pyspark_private, switches
 from handoff_spark.startup import fork_client
 
 #: What the processes Spark starts for a Python data source import: pyspark, its daemon, worker and planners.
@@ -69,6 +72,7 @@ class ForkServer:
     launcher: str
     directory: str
     sink: str | None
+    socket: str
     _alive_pipe: int = field(repr=False, default=-1)
 
     def stop(self) -> None:
@@ -84,22 +88,32 @@ class ForkServer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def write_launcher(path: Path, real_python: str, socket_path: str) -> None:
-    """`fork_client`'s source as an executable script run by `real_python -I -S`, calling its `main`."""
+def write_launcher(path: Path, real_python: str, socket_source: str, mode: int = stat.S_IRWXU) -> None:
+    """`fork_client`'s source as an executable script run by `real_python -I -S`, calling its `main` with the socket
+    `socket_source` (Python source: the path's literal, or the environment's read of it) evaluates to."""
     source = Path(fork_client.__file__).read_text()
-    path.write_text(f"#!{real_python} -IS\n{source}\nmain({real_python!r}, {socket_path!r}, sys.argv[1:])\n")
-    path.chmod(stat.S_IRWXU)
+    path.write_text(f"#!{real_python} -IS\n{source}\nmain({real_python!r}, {socket_source}, sys.argv[1:])\n")
+    path.chmod(mode)
 
 
-def start(directory: str, sink: str | None) -> ForkServer:
-    """Start the server in `directory` (the driver's own, 0700), preloading for `sink`, and write its launcher.
+def install_launcher(path: str) -> None:
+    """The image's launcher at `path` (its build runs this): this interpreter's, readable and runnable by any user
+    (the pods run as a non-root user), the socket the one `HANDOFF_FORK_SOCKET` names when it is set."""
+    where = Path(path)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    write_launcher(where, sys.executable, f"os.environ.get({switches.FORK_SOCKET.name!r})", mode=0o755)
+
+
+def start(directory: str, sink: str | None, launcher: str | None = None) -> ForkServer:
+    """Start the server in `directory` (the driver's own, 0700), preloading for `sink`, and write its launcher
+    there; or, given the image's `launcher` (`install_launcher`), use that one: the caller then names the socket in
+    `HANDOFF_FORK_SOCKET` for the JVM it launches.
 
     The socket is bound and listening before the server starts: a launcher that connects while the server imports
     waits in the backlog until the imports are done, instead of starting an interpreter of its own beside them."""
-    if os.statvfs(directory).f_flag & os.ST_NOEXEC:  # a /tmp mounted noexec: Spark could not run the launcher
+    if launcher is None and os.statvfs(directory).f_flag & os.ST_NOEXEC:  # /tmp noexec: Spark could not run it
         raise OSError(f"{directory} is on a file system mounted noexec")
     socket_path = str(Path(directory) / SOCKET)
-    launcher = Path(directory) / LAUNCHER
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(socket_path)  # OSError for a path longer than a socket's (108 bytes): the caller goes without
@@ -116,8 +130,10 @@ def start(directory: str, sink: str | None) -> ForkServer:
         stdin=subprocess.DEVNULL, pass_fds=(listener.fileno(), read_end), env=env)
     os.close(read_end)
     listener.close()
-    write_launcher(launcher, sys.executable, socket_path)
-    return ForkServer(process, str(launcher), directory, sink, write_end)
+    if launcher is None:
+        launcher = str(Path(directory) / LAUNCHER)
+        write_launcher(Path(launcher), sys.executable, repr(socket_path))
+    return ForkServer(process, launcher, directory, sink, socket_path, write_end)
 
 
 # ------------------------------------------------------------------------------------------- the server's side
@@ -313,6 +329,9 @@ def _kill(pid: int, signum: int) -> None:
 
 
 def main() -> None:
+    if sys.argv[1] == "--install-launcher":  # the image's build: `python -m handoff_spark.startup.fork_server …`
+        install_launcher(sys.argv[2])
+        return
     listener = socket.socket(fileno=int(sys.argv[1]))  # bound and listening already (`start`)
     alive_fd, modules = int(sys.argv[2]), tuple(m for m in sys.argv[3].split(",") if m)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver's Ctrl-C is the driver's to handle

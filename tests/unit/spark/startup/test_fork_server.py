@@ -179,10 +179,10 @@ def _cfg(tmp_path: Path, master: str, sink: str = "iceberg") -> AppConfig:
         "checkpointLocation": str(tmp_path), "sparkConf": {"spark.master": master}})
 
 
-def test_the_driver_uses_it_for_a_local_master_only_and_leaves_a_users_python_and_the_switch_alone(
+def test_the_driver_uses_it_for_a_local_master_and_leaves_a_users_python_and_the_switch_alone(
         tmp_path, short_tmp, monkeypatch) -> None:
     _a_driver_with_tmpdir(monkeypatch, short_tmp)  # the server's directory: the driver's own, under TMPDIR
-    # executors in other pods: they would have neither the server nor its launcher
+    # executors in other pods, and no launcher of the image's that they would have too
     assert app.use_fork_server(_cfg(tmp_path, "k8s://https://127.0.0.1:1")) is None
     monkeypatch.setenv(switches.FORK_SERVER.name, "0")
     assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
@@ -215,6 +215,8 @@ def _a_driver_with_tmpdir(monkeypatch: Any, tmpdir: Path) -> None:
     monkeypatch.setattr(app, "_fork_server", None)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv(switches.FORK_SERVER.name, raising=False)
+    monkeypatch.delenv(switches.FORK_LAUNCHER.name, raising=False)
+    monkeypatch.delenv(switches.FORK_SOCKET.name, raising=False)
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr("tempfile.tempdir", None)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
@@ -242,3 +244,74 @@ def test_a_temporary_directory_the_server_cannot_use_leaves_spark_its_own_interp
     assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
     assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
     assert not list(tmpdir.glob(f"{app.FORK_DIR_PREFIX}*"))
+
+
+@pytest.fixture
+def image_launcher(short_tmp: Path) -> Path:
+    """The image's launcher, installed as the Dockerfile does (`python -m … --install-launcher PATH`)."""
+    path = short_tmp / "image" / "bin" / "fork-python"
+    done = subprocess.run([sys.executable, "-m", "handoff_spark.startup.fork_server", "--install-launcher",
+                           str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_the_images_launcher_forks_where_the_socket_is_named_and_is_python_where_it_is_not(
+        server, image_launcher, probe_dir) -> None:
+    """A driver pod names its server's socket for its JVM (`HANDOFF_FORK_SOCKET`); its executor pods run the same
+    file without it, or with a socket that is not there, and get the real interpreter."""
+    assert image_launcher.stat().st_mode & 0o777 == 0o755  # the pods run as a non-root user
+    done, out = run(str(image_launcher), ["-m", "handoff_fork_probe", "p"], probe_dir,
+                    **{switches.FORK_SOCKET.name: server.socket})
+    assert done.returncode == 0, done.stderr
+    assert out["ppid"] == server.process.pid and out["pyspark_loaded"] and out["argv"] == ["p"]
+    env = {k: v for k, v in os.environ.items() if k != switches.FORK_SOCKET.name}
+    for socket_env in ({}, {switches.FORK_SOCKET.name: str(image_launcher.parent / "no.sock")}):
+        done = subprocess.run([str(image_launcher), "-m", "handoff_fork_probe", "e"], input="x\n",
+                              capture_output=True, text=True, timeout=60, cwd=probe_dir,
+                              env={**env, **socket_env, "PYTHONPATH": str(probe_dir / "mods")})
+        assert done.returncode == 0, done.stderr
+        assert '"ppid": %d' % os.getpid() in done.stdout and '"pyspark_loaded": false' in done.stdout, socket_env
+
+
+def test_a_driver_pod_uses_the_images_launcher_when_its_executors_run_the_same_image(
+        tmp_path, short_tmp, image_launcher, monkeypatch) -> None:
+    _a_driver_with_tmpdir(monkeypatch, short_tmp)
+    k8s = "k8s://https://127.0.0.1:1"
+    image = {"spark.kubernetes.container.image": "handoff:1"}
+    monkeypatch.setenv("PYSPARK_PYTHON", "python3" if _python3_beside_this_one() else sys.executable)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    monkeypatch.setenv(switches.FORK_LAUNCHER.name, str(image_launcher))
+    # the executors run another image, which may have no such file: no server
+    other = {**image, app.EXECUTOR_IMAGE_KEY: "theirs:2"}
+    assert app.fork_server_launcher(k8s, other, os.environ) is None
+    # spark-submit started this Python: its JVM is up already
+    assert app.fork_server_launcher(k8s, image, {**os.environ, "PYSPARK_GATEWAY_PORT": "1"}) is None
+    # a launcher that is not there (another image's variable): no server either
+    assert app.fork_server_launcher(k8s, image, {switches.FORK_LAUNCHER.name: "/no/such/launcher"}) is None
+    # a local master without the image's launcher writes its own
+    assert app.fork_server_launcher("local[1]", {}, {}) == ""
+    cfg = _cfg(tmp_path, k8s)
+    cfg.spark_conf.update({**image, app.EXECUTOR_IMAGE_KEY: "handoff:1"})
+    try:
+        launcher = app.use_fork_server(cfg)
+        assert launcher == str(image_launcher) == os.environ["PYSPARK_PYTHON"]
+        assert app._fork_server is not None and os.environ[switches.FORK_SOCKET.name] == app._fork_server.socket
+        assert Path(app._fork_server.socket).is_socket()
+        assert not (Path(app._fork_server.directory) / fork_server.LAUNCHER).exists()  # none written: the image's
+    finally:
+        if app._fork_server is not None:
+            app._fork_server.stop()
+
+
+def _python3_beside_this_one() -> bool:
+    beside = Path(sys.executable).with_name("python3")
+    return beside.exists() and os.path.samefile(beside, sys.executable)
+
+
+def test_spark_python_is_this_interpreter_by_path_or_by_a_name_found_beside_it(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    assert app.runs_this_python(None) and app.runs_this_python(sys.executable)
+    if _python3_beside_this_one():  # the image's `PYSPARK_PYTHON=python3`, in its virtualenv
+        assert app.runs_this_python("python3")
+    assert not app.runs_this_python("/opt/their/python") and not app.runs_this_python("no-such-python")
