@@ -148,8 +148,12 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
     config.write_text(cfg.to_json())
     log = tmp_path / "driver.log"
     with log.open("w") as out:
-        env = {**os.environ, "HANDOFF_FORK_SERVER": "0"} if fork_server == "off" else \
-            {k: v for k, v in os.environ.items() if k != "HANDOFF_FORK_SERVER"}
+        # As a user's shell has it: not this test process's Spark settings (an earlier in-process session of the same
+        # pytest worker set PYSPARK_PYTHON to its own fork server's launcher, which a driver takes for the user's own
+        # Python and keeps).
+        clean = {k: v for k, v in os.environ.items()
+                 if k not in ("HANDOFF_FORK_SERVER", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "HANDOFF_FORK_SOCKET")}
+        env = {**clean, "HANDOFF_FORK_SERVER": "0"} if fork_server == "off" else clean
         proc = subprocess.Popen([sys.executable, "-m", "handoff_spark", "run", "--config", str(config), "--sink", "noop"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
