@@ -37,6 +37,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
 BY_HAND: dict[str, str] = {
     "operator/scaling/scaling_live.py": "runs the operator and drivers as pods on the test bed's real node "
                                         "(kubelet + containerd, as root), as tests/e2e does",
+    "spark/startup/pod_restart.py": "runs the operator and drivers as pods on the test bed's real node "
+                                    "(kubelet + containerd, as root), as tests/e2e does",
     "operator/scaling/scaling.py": "a model run of the scaling rule over a simulated plant, not a measurement",
     "spark/startup/cold_start.py": "not added to make bench when it was written",
     "spark/startup/jvm_cds.py": "not added to make bench when it was written",
