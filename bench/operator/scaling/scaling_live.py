@@ -282,6 +282,18 @@ def components(workdir: Path) -> Iterator[tuple[Any, Any]]:
             comp.stop()
 
 
+def each_on_node(workdir: Path, labels: list[str], run: Any) -> list[dict[str, Any]]:
+    """`run(cluster, kafka, postgres, s3, label)` for each configuration, one after the other, on what a bench of pods
+    runs on: the test bed's node, a broker the pods reach, PostgreSQL and S3 (moto)."""
+    results = []
+    with components(workdir) as (postgres, s3), testbed_cluster(workdir / "c") as cluster, \
+            kafka_for_pods(cluster) as kafka:
+        for label in labels:
+            print(f"--- {label}", flush=True)
+            results.append(run(cluster, kafka, postgres, s3, label))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", type=int, default=1500, help="records/s before and after the 4× step")
@@ -313,14 +325,13 @@ def main() -> None:
     args = parser.parse_args()
     workdir = ROOT / ".test-logs" / f"bench-scaling-{os.getpid()}"
     load_before = os.getloadavg()
-    results = []
-    with components(workdir) as (postgres, s3), testbed_cluster(workdir / "c") as cluster, \
-            kafka_for_pods(cluster) as kafka:
-        for label in args.configs.split(","):
-            print(f"--- {label}", flush=True)
-            results.append(run_config(cluster, kafka, postgres, s3, label, CONFIGS[label], args))
-            r = results[-1]
-            print({k: v for k, v in r.items() if k != "samples"}, flush=True)
+
+    def run(cluster: Cluster, kafka: Any, postgres: Any, s3: Any, label: str) -> dict[str, Any]:
+        r = run_config(cluster, kafka, postgres, s3, label, CONFIGS[label], args)
+        print({k: v for k, v in r.items() if k != "samples"}, flush=True)
+        return r
+
+    results = each_on_node(workdir, args.configs.split(","), run)
     report = {"bench": "scaling_live", "kind": "measured on the test bed's real node (shared 2 CPUs)",
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "load_before": [round(x, 2) for x in load_before],

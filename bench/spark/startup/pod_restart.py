@@ -42,9 +42,9 @@ sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "hack"), str(ROOT / "ope
                 str(ROOT / "bench" / "operator" / "scaling")]
 
 from iceberg_drill_support import produce  # noqa: E402
-from in_cluster_support import (Cluster, eventually, install_operator, kafka_for_pods, lake_catalog,  # noqa: E402
-                                lake_handoff, pods, provide_checkpoint_volume, remove, running, testbed_cluster)
-from scaling_live import components  # noqa: E402
+from in_cluster_support import (Cluster, eventually, install_operator, lake_catalog, lake_handoff, pods,  # noqa: E402
+                                provide_checkpoint_volume, remove, running)
+from scaling_live import each_on_node  # noqa: E402
 
 NAME = "restart"
 DRIVER = f"handoff.io/name={NAME},app.kubernetes.io/component=driver"
@@ -146,12 +146,9 @@ def main() -> None:
     args = parser.parse_args()
     workdir = ROOT / ".test-logs" / f"bench-pod-restart-{os.getpid()}"
     load_before = os.getloadavg()
-    results = []
-    with components(workdir) as (postgres, s3), testbed_cluster(workdir / "c") as cluster, \
-            kafka_for_pods(cluster) as kafka:
-        for label in args.configs.split(","):
-            print(f"--- {label}", flush=True)
-            results.append(run_config(cluster, kafka, postgres, s3, label, args.restarts))
+    results = each_on_node(workdir, args.configs.split(","),
+                           lambda cluster, kafka, postgres, s3, label: run_config(cluster, kafka, postgres, s3, label,
+                                                                                   args.restarts))
     report = {"bench": "pod_restart", "kind": "measured on the test bed's real node (shared 2 CPUs)",
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "load_before": [round(x, 2) for x in load_before],
