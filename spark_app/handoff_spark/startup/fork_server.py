@@ -20,9 +20,10 @@ Where: a driver whose JVM runs its executors itself (a local master), and a driv
 image (a `k8s://` master). Executor pods have no server, so the pod's launcher must be a file of the image that
 falls back to the real interpreter there: `install_launcher` writes it at the image's build (at the path
 `HANDOFF_FORK_LAUNCHER` names) with no socket in it, and the driver names its socket in `HANDOFF_FORK_SOCKET`,
-which only the driver's own JVM inherits. `HANDOFF_FORK_SERVER=0` turns it off. Only imports happen before the first fork, and the server starts no thread
-of its own (pyarrow's jemalloc keeps a background thread, which jemalloc's own fork handlers make safe), as in
-`worker_daemon`. A module that fails to import is skipped (the process that needs it fails with the real error).
+which only the driver's own JVM inherits. `HANDOFF_FORK_SERVER=0` turns it off.
+
+Only imports happen before the first fork, and the server starts no thread of its own (pyarrow's jemalloc keeps a
+background thread, which jemalloc's own fork handlers make safe), as in `worker_daemon`. A module that fails to import is skipped (the process that needs it fails with the real error).
 """
 from __future__ import annotations
 
