@@ -14,8 +14,8 @@ itself is that driver with `--jvm-driver`). "start → commit" is from the proce
 commit timestamp (the table's own clock); the batch durations are Spark's (`durationMs.triggerExecution`).
 Variants: `handoff-warmfirst` (the session warm-up before the query), `handoff-nowarmup` (no warm-up),
 `handoff-nocds` (the CDS archive off), `jvm-nocds`, `handoff-noforkserver` and `jvm-noforkserver` (Spark's Python
-processes started as fresh interpreters, not forked from `startup.fork_server`), and `before` (`--before REF`: REF's driver, exported
-with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
+processes started as fresh interpreters, not forked from `startup.fork_server`), and `before` (`--before REF`: REF's
+driver, exported with `git archive`, run first in the same run). Each phase also records when every process of the driver's session
 (JVM, PySpark daemons and their forks, runners) first appears, up to the first commit.
 The driver's output, each line stamped with its time since start, goes to `<tmp>/<pipeline>-<phase>.log`.
 `--chaos SECONDS` instead runs the chaos mode (see `chaos`). Prints a table and writes bench/results/cold_start.json.

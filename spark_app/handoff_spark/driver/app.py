@@ -335,8 +335,8 @@ def use_fork_server(cfg: AppConfig) -> str | None:
     return _fork_server.launcher
 
 
-#: Where Spark on Kubernetes takes the executors' image from, when it is not the driver's.
-EXECUTOR_IMAGE_KEY = "spark.kubernetes.executor.container.image"
+#: Spark on Kubernetes' image of the driver and executors, and the executors' own when it is not the driver's.
+IMAGE_KEY, EXECUTOR_IMAGE_KEY = "spark.kubernetes.container.image", "spark.kubernetes.executor.container.image"
 
 
 def fork_server_launcher(master: str | None, conf: Mapping[str, str], env: Mapping[str, str]) -> str | None:
@@ -351,8 +351,8 @@ def fork_server_launcher(master: str | None, conf: Mapping[str, str], env: Mappi
     if starts_local_jvm(master, env):
         return usable or ""
     executor_image = conf.get(EXECUTOR_IMAGE_KEY)
-    same_image = executor_image is None or executor_image == conf.get("spark.kubernetes.container.image")
-    if master and master.startswith("k8s://") and "PYSPARK_GATEWAY_PORT" not in env and same_image:
+    same_image = executor_image is None or executor_image == conf.get(IMAGE_KEY)
+    if master and master.startswith("k8s://") and starts_own_jvm(env) and same_image:
         return usable
     return None
 
@@ -629,7 +629,13 @@ def marker_dir() -> str:
 def starts_local_jvm(master: str | None, env: Mapping[str, str]) -> bool:
     """Whether the session about to be built starts its own JVM (spark-submit did not start this Python: pyspark
     then sets PYSPARK_GATEWAY_PORT) and runs the executors in it (`local…`, or no master: pyspark's `local[*]`)."""
-    return (master is None or master.startswith("local")) and "PYSPARK_GATEWAY_PORT" not in env
+    return (master is None or master.startswith("local")) and starts_own_jvm(env)
+
+
+def starts_own_jvm(env: Mapping[str, str]) -> bool:
+    """Whether the session about to be built launches its JVM (pyspark sets PYSPARK_GATEWAY_PORT in a Python that
+    spark-submit started, whose JVM is up already)."""
+    return "PYSPARK_GATEWAY_PORT" not in env
 
 
 def local_jvm_tmp_dir(conf: dict[str, str]) -> dict[str, str]:
