@@ -320,9 +320,11 @@ def write_initial_offsets(checkpoint: str, offsets: dict[str, dict[str, int]]) -
 def batch_range(checkpoint: str, batch_id: int) -> OffsetRange:
     """`{(topic, partition): (start, end)}` of batch `batch_id`, end exclusive.
 
-    A partition that appears only in the end offsets (added to the topic mid-stream) starts at 0: the
-    source reads new partitions from their beginning, and offsets below the log start simply hold no rows.
-    """
+    A partition that appears only in the end offsets (a new partition, or a topic added to the handoff) has an
+    empty range at its entry offset: the source admits it there and reads it from the next batch on
+    (`kafka.source.add_new_partitions`, `plan_ranges`). Why not from 0: the ledger would then claim offsets no
+    task read (a topic added at `startingOffsets: latest` would look backfilled, and a Backfill of its history
+    would be refused as an overlap)."""
     end = end_offsets(checkpoint, batch_id)
     if end is None:
         raise OffsetLogError(f"{checkpoint}/offsets/{batch_id} does not exist")
@@ -336,7 +338,7 @@ def batch_range(checkpoint: str, batch_id: int) -> OffsetRange:
             # Spark purges old offset files (minBatchesToRetain); the previous batch's file is always kept
             # because the log retains the last batches. Missing means a corrupt checkpoint.
             raise OffsetLogError(f"{checkpoint}/offsets/{batch_id - 1} (start of batch {batch_id}) does not exist")
-    return {tp: (start.get(tp, 0), e) for tp, e in sorted(end.items())}
+    return {tp: (start.get(tp, e), e) for tp, e in sorted(end.items())}
 
 
 def to_json_ranges(ranges: OffsetRange) -> dict[str, dict[str, list[int]]]:

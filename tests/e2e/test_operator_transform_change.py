@@ -417,6 +417,7 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
     kafka.create_topic(f"{first}-dlq", partitions=1)
     produce(kafka.bootstrap, first, range(0, 300))
     produce(kafka.bootstrap, second, range(10_000, 10_200))  # before the topic is added: not read (latest)
+    history = end_offsets(kafka.bootstrap, second)
     ns = cluster.new_namespace("topics-e2e")
     spec = iceberg_spec(kafka.bootstrap, first, tmp_path, "shop.topics", deadLetter={"topic": f"{first}-dlq"})
     with local_handoff(cluster, ns, spec, tmp_path, kafka.bootstrap, first, pod_name=True) as (kubelet, cfg):
@@ -432,6 +433,13 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
         eventually(lambda: second in ((r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == added and r.get("offsets")
                                       or {}), "the second topic entered at its end")
         _committed(kafka, cfg, second, range(10_200, 10_300), "the second topic's new orders committed")
+        # The ledger holds the second topic from where it entered on: its history (the offsets below its entry) is not
+        # claimed by the batch it entered in, which read none of it, so a Backfill may still bring it in.
+        table = ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties),  # type: ignore[union-attr]
+                                  cfg.sink.table)  # type: ignore[union-attr]
+        held = [(p, se) for c in ledger.list_commits(table, include_markers=False)
+                for p, se in c.offsets.get(second, {}).items() if se[1] > se[0]]
+        assert held and all(se[0] >= history[p] for p, se in held), (held, history)
         _committed(kafka, cfg, first, range(300, 400), "the first topic's orders committed alongside")
         _marked_good(cluster, ns, added, "the second topic")
 

@@ -101,10 +101,14 @@ def test_offset_log_reads_spark_files(tmp_path):
     (cp / "sources").mkdir()
     (cp / "sources" / "handoff-initial.json").write_text('{"t": {"0": 3}}')
     (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 10, "1": 4}}')
-    (cp / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 12, "1": 4}}\n')
-    assert ckpt.batch_range(str(cp), 0) == {("t", 0): (3, 10), ("t", 1): (0, 4)}
-    assert ckpt.batch_range(f"file://{cp}", 1) == {("t", 0): (10, 12), ("t", 1): (4, 4)}
-    assert ckpt.to_json_ranges(ckpt.batch_range(str(cp), 1)) == {"t": {"0": [10, 12], "1": [4, 4]}}
+    (cp / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 12, "1": 9}, "u": {"0": 50}}\n')
+    # t[1] is not in the initial offsets: it enters batch 0 at 4 with an empty range (the source reads it from
+    # batch 1 on), so the ledger never claims offsets 0..3 that no task read
+    assert ckpt.batch_range(str(cp), 0) == {("t", 0): (3, 10), ("t", 1): (4, 4)}
+    # topic u, added at its latest offset 50, likewise: its history stays out of the ledger (a Backfill's to fill)
+    assert ckpt.batch_range(f"file://{cp}", 1) == {("t", 0): (10, 12), ("t", 1): (4, 9), ("u", 0): (50, 50)}
+    assert ckpt.to_json_ranges(ckpt.batch_range(str(cp), 1)) == {"t": {"0": [10, 12], "1": [4, 9]},
+                                                                 "u": {"0": [50, 50]}}
     with pytest.raises(ckpt.OffsetLogError):
         ckpt.batch_range(str(cp), 2)
     (cp / "sources" / "handoff-initial.json").unlink()
