@@ -9,7 +9,8 @@ namespace asks (non-root, read-only root filesystem with an emptyDir at /tmp, no
 with the typed pod resources (CPU requests below the cores, memory overheads), its checkpoint on the test bed's S3
 (s3a://, credentials from a Secret, no volume), and its Spark UI answers through the UI Service the operator made
 for it; then its transform's SQL changes twice with kubectl, in the same driver container: a good SQL restarts its
-query and is marked good, a bad one is refused by the driver and rolled back by the operator."""
+query and is marked good, a bad one is refused by the driver and rolled back by the operator; last, a topic added
+at its latest offset has its history backfilled by the operator's Job, in a pod under the same confinement."""
 from __future__ import annotations
 
 import json
@@ -18,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
+from confluent_kafka import Producer
 
 from handoff_testbed.gcs import Gcs
 from handoff_testbed.kafka import Kafka
 from handoff_testbed.proc import free_port
 from handoff_testbed.pytest_plugin import LOG_ROOT
-from iceberg_drill_support import produce
+from iceberg_drill_support import end_offsets, produce, value
 from in_cluster_support import (Cluster, cluster_from_environment, describe_failure, eventually, handoff_namespace,
                                 kafka_for_pods, lake_catalog, lake_handoff, pods, running, table_rows)
 
@@ -252,8 +254,9 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
 
         apps = eventually(applications, "the Spark UI's application list through the UI Service", timeout=120)
         assert apps and all(a.get("id") and a.get("name") for a in apps), apps
-        _transform_changes_in_the_running_driver(cluster, ns, pod_kafka, where.topic, catalog,
-                                                 driver["metadata"]["name"], produced + more)
+        total, columns = _transform_changes_in_the_running_driver(cluster, ns, pod_kafka, where.topic, catalog,
+                                                                  driver["metadata"]["name"], produced + more)
+        _backfill_an_added_topics_history(cluster, ns, pod_kafka, where.topic, catalog, total, columns)
 
 
 KAFKA_COLUMNS = "_kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp"
@@ -263,7 +266,7 @@ SQL_BAD = f"SELECT id, ts, nope AS region, {KAFKA_COLUMNS} FROM source"
 
 
 def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafka: Kafka, topic: str, catalog: Any,
-                                             driver: str, produced: int) -> None:
+                                             driver: str, produced: int) -> tuple[int, list[dict[str, Any]]]:
     """A changed SQL applied with kubectl: the same driver pod checks it and restarts its query with it (no new pod,
     no container restart), the operator marks the generation good once a batch of it committed (from the driver's
     report of the config it runs), and the records after it carry its derivation. Then a SQL that fails the check:
@@ -271,7 +274,9 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
     reason TransformInvalid), and the stream goes on, still in the same container. Then the transform and the dedupe
     removed: the same container's query moves to the fused path and the stream goes on. Last, a declared column added
     (the table gets it and its values, from the same container), and a schema the table cannot take (refused there,
-    rolled back with reason SchemaIncompatible, the stream going on)."""
+    rolled back with reason SchemaIncompatible, the stream going on). Returns the rows the table holds then, and the
+    last good columns (the spec still declares the refused ones: the operator runs the last good config until the
+    spec changes again)."""
     def handoff() -> dict[str, Any]:
         return cluster.get("streamtablehandoff", NAME, "-n", ns)
 
@@ -383,4 +388,82 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         same_container()
     except AssertionError as err:
         raise AssertionError(describe_failure(cluster, ns, err)) from None
+    return total + last, columns
 
+
+def _backfill_an_added_topics_history(cluster: Cluster, ns: str, pod_kafka: Kafka, topic: str, catalog: Any,
+                                      rows: int, columns: list[dict[str, Any]]) -> None:
+    """A topic added with kubectl at `startingOffsets: latest`, then its history backfilled with a Backfill
+    ReplayRequest up to where the stream started it: the operator's Job runs `python -m handoff_spark backfill` in a
+    pod of the driver's image under the same confinement (non-root, read-only root filesystem, /tmp an emptyDir),
+    with Spark in local mode and its Python processes forked from the fork server (its launcher written into /tmp).
+    The topic then holds each of its offsets once, and the stream's driver kept running. The same change puts back
+    the last good columns (the spec still declares the refused ones)."""
+    added = f"{topic}-history"
+    pod_kafka.create_topic(added, partitions=2)
+    history = produce(pod_kafka.bootstrap, added, range(20_000, 20_200))
+    history_ends = end_offsets(pod_kafka.bootstrap, added)
+    assert sum(history_ends.values()) == history
+    driver = [p["metadata"]["name"] for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                                f"app.kubernetes.io/component=driver") if running(p)]
+    producer = Producer({"bootstrap.servers": pod_kafka.bootstrap, "enable.idempotence": True})
+    live_ids = iter(range(20_200, 21_000))
+
+    def offsets_in_table() -> dict[int, list[int]]:
+        data = catalog.load_table(TABLE_RO).scan(selected_fields=("_kafka_topic", "_kafka_partition",
+                                                                  "_kafka_offset")).to_arrow()
+        found: dict[int, list[int]] = {}
+        for t, p, o in zip(data["_kafka_topic"].to_pylist(), data["_kafka_partition"].to_pylist(),
+                           data["_kafka_offset"].to_pylist()):
+            if t == added:
+                found.setdefault(p, []).append(o)
+        return found
+
+    def streamed() -> dict[int, list[int]] | None:
+        """One more record in each partition; the added topic's offsets in the table once both partitions have some
+        (records produced before the query took the topic are not streamed: it started at the latest offset)."""
+        for partition in (0, 1):
+            i = next(live_ids)
+            producer.produce(added, key=str(i).encode(), value=value(i), partition=partition)
+        assert producer.flush(30) == 0
+        found = offsets_in_table()
+        return found if len(found) == 2 else None
+
+    try:
+        cluster.kubectl("patch", "streamtablehandoff", NAME, "-n", ns, "--type", "merge", "-p",
+                        json.dumps({"spec": {"source": {"topics": [topic, added], "startingOffsets": "latest"},
+                                             "schema": {"columns": columns}}}))
+        started = {p: min(o) for p, o in eventually(streamed, "the added topic streamed from its latest offset",
+                                                    timeout=300, interval=3).items()}
+        assert all(started[p] >= history_ends[p] for p in (0, 1)), (started, history_ends)  # not from 0
+        cluster.apply({"apiVersion": "handoff.io/v1alpha1", "kind": "ReplayRequest",
+                       "metadata": {"name": "history", "namespace": ns},
+                       "spec": {"handoffRef": {"name": NAME}, "mode": "Backfill",
+                                "from": {added: {str(p): 0 for p in started}},
+                                "to": {added: {str(p): o for p, o in started.items()}}}})
+
+        def succeeded() -> dict[str, Any] | None:
+            status = cluster.get("replayrequest", "history", "-n", ns).get("status") or {}
+            assert status.get("phase") != "Failed", status
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = eventually(succeeded, "the backfill Succeeded", timeout=600, interval=2)
+        ends = end_offsets(pod_kafka.bootstrap, added)
+        eventually(lambda: {p: sorted(o) for p, o in offsets_in_table().items()}
+                   == {p: list(range(end)) for p, end in ends.items()},
+                   "every offset of the added topic in the table once", timeout=300, interval=2)
+    except AssertionError as err:
+        raise AssertionError(describe_failure(cluster, ns, err)) from None
+    assert status["progress"]["records"] == sum(started.values()), status
+    job = cluster.get("job", "history-backfill", "-n", ns)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True, container
+    log = cluster.kubectl("logs", "-n", ns, "job/history-backfill")
+    assert "Spark's Python processes fork from a server" in log, log[-3000:]
+    assert "no fork server" not in log, log[-3000:]
+    ids = catalog.load_table(TABLE_RO).scan(selected_fields=("id",)).to_arrow()["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == rows + sum(ends.values())
+    assert set(range(20_000, 20_200)) <= set(ids)
+    assert [p["metadata"]["name"] for p in pods(cluster, ns, f"handoff.io/name={NAME},"
+                                                             f"app.kubernetes.io/component=driver")
+            if running(p)] == driver, "the stream's driver kept running"

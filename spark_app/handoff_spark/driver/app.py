@@ -330,6 +330,8 @@ def use_fork_server(cfg: AppConfig) -> str | None:
             os.environ["PYSPARK_PYTHON"] = sys.executable
             return None
         atexit.register(_fork_server.stop)
+        log.info("Spark's Python processes fork from a server (pid %d, Spark's Python %s)",
+                 _fork_server.process.pid, _fork_server.launcher)
     os.environ[switches.FORK_SOCKET.name] = _fork_server.socket  # for the image's launcher (the JVM inherits it)
     os.environ["PYSPARK_PYTHON"] = _fork_server.launcher
     return _fork_server.launcher
