@@ -432,12 +432,18 @@ def test_topics_added_removed_and_added_back_run_in_the_same_driver_and_a_missin
         # (orders produced between the query's restart and that batch are, rightly, not read).
         eventually(lambda: second in ((r := _record(cluster, ns)).get(CONFIG_HASH_KEY) == added and r.get("offsets")
                                       or {}), "the second topic entered at its end")
+        # The table's ledger (the truth, not the checkpoint) names where it entered before any of its records: a driver
+        # that lost its checkpoint now resumes it there, not at a later end.
+        def table() -> Any:
+            return ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties),  # type: ignore[union-attr]
+                                     cfg.sink.table)  # type: ignore[union-attr]
+
+        eventually(lambda: ledger.resume_offsets(table()).get(second) == history,
+                   "the ledger naming where the second topic entered", timeout=60)
         _committed(kafka, cfg, second, range(10_200, 10_300), "the second topic's new orders committed")
         # The ledger holds the second topic from where it entered on: its history (the offsets below its entry) is not
         # claimed by the batch it entered in, which read none of it, so a Backfill may still bring it in.
-        table = ledger.load_table(cfg.sink.catalog_name, dict(cfg.sink.catalog_properties),  # type: ignore[union-attr]
-                                  cfg.sink.table)  # type: ignore[union-attr]
-        held = [(p, se) for c in ledger.list_commits(table, include_markers=False)
+        held = [(p, se) for c in ledger.list_commits(table(), include_markers=False)
                 for p, se in c.offsets.get(second, {}).items() if se[1] > se[0]]
         assert held and all(se[0] >= history[p] for p, se in held), (held, history)
         _committed(kafka, cfg, first, range(300, 400), "the first topic's orders committed alongside")

@@ -502,6 +502,19 @@ def check_contiguous(table: Table, cfg: AppConfig, batch_id: int, ranges: ckpt.O
               "the table's ledger.")
 
 
+def entering(table: Table, cfg: AppConfig, ranges: ckpt.OffsetRange) -> list[tuple[str, int]]:
+    """The partitions of a batch that reads nothing which the table's ledger has never named: a topic added to the
+    handoff, or a new partition, entering at its entry offset (`checkpoint.batch_range`: an empty range there).
+
+    Why such a batch is committed (a snapshot without data): the ledger is the truth, so it must know where the
+    partition entered. Otherwise a driver that lost its checkpoint before the partition's first record would
+    take it again at `startingOffsets` (a later `latest` skips what came in between), and the lag would count
+    the history before the entry as waiting. Only an empty batch asks (a batch with data names every partition
+    anyway); the lookup stops once the newest entries name them all."""
+    named = ledger.ledger_end(table, cfg.handoff_id, cfg.query_name, set(ranges))
+    return sorted(tp for tp in ranges if tp not in named)
+
+
 def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: int,
                     ranges: ckpt.OffsetRange, query_id: str | None,
                     extra_props: dict[str, str] | None = None) -> TableCommit:
@@ -566,8 +579,12 @@ def commit_to_table(cfg: AppConfig, msgs: list[IcebergCommitMessage], batch_id: 
                         files.extend(_rewrite_file(table.io, tx.table_metadata, f))
                         replaced.append(f.file_path)
             if not files and not any(se[0] != se[1] for se in ranges.values()):
-                log.info("batch %s is empty: nothing to commit", batch_id)
-                return TableCommit(table, None, False, attempts)
+                entered = entering(table, cfg, ranges)
+                if not entered:
+                    log.info("batch %s is empty: nothing to commit", batch_id)
+                    return TableCommit(table, None, False, attempts)
+                log.info("batch %s reads no records; committed to record where %s entered", batch_id,
+                         ", ".join(f"{t}[{p}] (at {ranges[(t, p)][1]})" for t, p in entered))
             # merge_append when the table asks for manifest merging (Handoff's tables do): keeps the manifest
             # list short so commit latency does not grow with history; fast_append otherwise.
             producer = tx.update_snapshot(snapshot_properties=props)
