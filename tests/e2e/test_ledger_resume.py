@@ -205,3 +205,34 @@ def assert_exactly_once_rows(cfg, produced):
     assert data.num_rows == produced
     assert len(set(zip(data["_kafka_partition"].to_pylist(), data["_kafka_offset"].to_pylist()))) == produced
     return table
+
+
+def test_a_handoff_started_at_latest_records_its_start_and_its_history_backfills_once(kafka, tmp_path):
+    """`startingOffsets: latest` on a topic with history: the driver's first batch reads nothing, and the table's
+    ledger (the truth) records where each partition started without claiming the history (a snapshot without
+    data). A driver that then loses its checkpoint resumes there, not at a later end: the records produced in
+    between are read. The history then backfills once (what examples/replay-backfill.yaml describes)."""
+    topic = "resume-latest-start"
+    kafka.create_topic(topic, partitions=2)
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic, source={
+        "bootstrapServers": kafka.bootstrap, "topics": [topic], "maxRecordsPerBatch": 400,
+        "startingOffsets": "latest"})
+    history = produce(kafka.bootstrap, topic, range(600))
+    start = end_offsets(kafka.bootstrap, topic)
+    run_to_completion(tmp_path, max_runs=1)
+    table = open_table(cfg, create=False)
+    assert table.scan().to_arrow().num_rows == 0
+    assert ledger.resume_offsets(table, handoff_id=cfg.handoff_id)[topic] == start
+    assert not [c for c in ledger.list_commits(table, cfg.handoff_id) for se in c.offsets.get(topic, {}).values()
+                if se[1] > se[0]], "no entry claims the history"
+
+    shutil.rmtree(tmp_path / "checkpoint")  # a lost PVC: the next driver starts from the ledger
+    n = produce(kafka.bootstrap, topic, range(600, 700))
+    run_to_completion(tmp_path, max_runs=1)
+    rows = open_table(cfg, create=False).scan(selected_fields=("id",)).to_arrow()["id"].to_pylist()
+    assert sorted(rows) == list(range(600, 700)), "read from the recorded start, not from a later latest"
+
+    done = _backfill(tmp_path, "backfill-history", {topic: {str(p): 0 for p in start}},
+                     {topic: {str(p): o for p, o in start.items()}})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_exactly_once_rows(cfg, history + n)
