@@ -87,6 +87,12 @@ def dedicated_nodes(cluster: Cluster) -> Iterator[str]:
         cluster.kubectl("label", "nodes", "--all", f"{LABEL_KEY}-", check=False)
 
 
+def _running_pods(cluster: Cluster, ns: str, component: str) -> list[dict[str, Any]]:
+    """The running pods of handoff NAME's `component` (driver, executor) in `ns`."""
+    return [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component={component}")
+            if running(p)]
+
+
 def _unschedulable(cluster: Cluster, ns: str, name: str) -> str | None:
     pod = cluster.get("pod", name, "-n", ns)
     cond = next((c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
@@ -140,12 +146,9 @@ def test_only_the_handoffs_tolerations_and_node_selector_place_its_pods(cluster:
         except AssertionError as err:
             raise AssertionError(describe_failure(cluster, ns, err)) from None
 
-        (driver,) = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
-                                                                     f"app.kubernetes.io/component=driver")
-                                        if running(p)] or None, "the running driver pod")
-        executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
-                                                                     f"app.kubernetes.io/component=executor")
-                                        if running(p)] or None, "a running executor pod", timeout=300)
+        (driver,) = eventually(lambda: _running_pods(cluster, ns, "driver") or None, "the running driver pod")
+        executors = eventually(lambda: _running_pods(cluster, ns, "executor") or None, "a running executor pod",
+                               timeout=300)
         for pod in (driver, *executors):
             assert toleration in pod["spec"]["tolerations"], pod["metadata"]["name"]
             assert pod["spec"]["nodeSelector"][LABEL_KEY] == dedicated_nodes
@@ -216,9 +219,8 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         try:
             eventually(lambda: table_rows(catalog, TABLE_RO) == produced, "the records in the table", timeout=900,
                        interval=2)
-            executors = eventually(lambda: [p for p in pods(cluster, ns, f"handoff.io/name={NAME},"
-                                                                         f"app.kubernetes.io/component=executor")
-                                            if running(p)] or None, "a running executor pod", timeout=300)
+            executors = eventually(lambda: _running_pods(cluster, ns, "executor") or None, "a running executor pod",
+                                   timeout=300)
             # More records once the executor runs: the stream keeps committing with the executors confined too.
             more = produce(pod_kafka.bootstrap, where.topic, range(500, 1000))
             eventually(lambda: table_rows(catalog, TABLE_RO) == produced + more, "more records in the table",
@@ -241,8 +243,7 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
             # Spark sized the executor pod from what the operator told it.
             assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1536Mi"},
                                               "limits": {"cpu": "1", "memory": "1536Mi"}}, container["resources"]
-        (driver,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
-                     if running(p)]
+        (driver,) = _running_pods(cluster, ns, "driver")
         assert driver["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1536Mi"},
                                                                 "limits": {"cpu": "1", "memory": "1536Mi"}}
         # The running driver's Spark UI answers through its Service (`<name>-ui`, spec.spark.ui), here through the
@@ -297,8 +298,7 @@ def _transform_changes_in_the_running_driver(cluster: Cluster, ns: str, pod_kafk
         return status if (status.get("upgrade") or {}).get("rolledBackGeneration") == generation else None
 
     def same_container() -> None:
-        (pod,) = [p for p in pods(cluster, ns, f"handoff.io/name={NAME},app.kubernetes.io/component=driver")
-                  if running(p)]
+        (pod,) = _running_pods(cluster, ns, "driver")
         assert pod["metadata"]["name"] == driver, "the same driver pod"
         assert all(c.get("restartCount", 0) == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
 
@@ -404,8 +404,7 @@ def _backfill_an_added_topics_history(cluster: Cluster, ns: str, pod_kafka: Kafk
     history = produce(pod_kafka.bootstrap, added, range(20_000, 20_200))
     history_ends = end_offsets(pod_kafka.bootstrap, added)
     assert sum(history_ends.values()) == history
-    driver = [p["metadata"]["name"] for p in pods(cluster, ns, f"handoff.io/name={NAME},"
-                                                                f"app.kubernetes.io/component=driver") if running(p)]
+    driver = [p["metadata"]["name"] for p in _running_pods(cluster, ns, "driver")]
     producer = Producer({"bootstrap.servers": pod_kafka.bootstrap, "enable.idempotence": True})
     live_ids = iter(range(20_200, 21_000))
 
@@ -464,6 +463,5 @@ def _backfill_an_added_topics_history(cluster: Cluster, ns: str, pod_kafka: Kafk
     ids = catalog.load_table(TABLE_RO).scan(selected_fields=("id",)).to_arrow()["id"].to_pylist()
     assert len(ids) == len(set(ids)) == rows + sum(ends.values())
     assert set(range(20_000, 20_200)) <= set(ids)
-    assert [p["metadata"]["name"] for p in pods(cluster, ns, f"handoff.io/name={NAME},"
-                                                             f"app.kubernetes.io/component=driver")
-            if running(p)] == driver, "the stream's driver kept running"
+    assert [p["metadata"]["name"] for p in _running_pods(cluster, ns, "driver")] == driver, \
+        "the stream's driver kept running"
