@@ -51,7 +51,7 @@ def check_table(cfg, kafka, topic: str, expected_ids: set[int], produced: int) -
 def test_transform_dedupe_and_late_records_through_spark_with_a_kill9(kafka, tmp_path):
     topic = "tx-orders"
     kafka.create_topic(topic, partitions=2)
-    cfg = config(tmp_path, kafka, topic)
+    cfg = config(tmp_path, kafka, topic, sparkConf={"spark.master": "local[2]"})
     phase1 = first_phase(1200)
     produce(kafka.bootstrap, topic, phase1)
     runs = run_to_completion(tmp_path, kill_after_commits=2, cfg=cfg)
@@ -70,6 +70,13 @@ def test_transform_dedupe_and_late_records_through_spark_with_a_kill9(kafka, tmp
     dead = dead_letters(kafka.bootstrap, topic + "-dlq")
     assert sorted(o["id"] for o, _ in dead) == [5000 + i for i in range(40)]
     assert {reason for _, reason in dead} == {"late"}
+    # A local master's shuffle has one partition per core (app.frame_path_conf): the dedupe's state is two stores
+    # here, not a cluster's eight, and the offset log keeps that number for the query's later starts.
+    state = tmp_path / "checkpoint" / "state" / "0"
+    assert sorted(p.name for p in state.iterdir() if p.name.isdigit()) == ["0", "1"]
+    offsets = tmp_path / "checkpoint" / "offsets"
+    last = max((f for f in offsets.iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    assert '"spark.sql.shuffle.partitions":"2"' in last.read_text()
 
 
 def test_bad_sql_refuses_the_start_in_one_line_and_writes_nothing(kafka, tmp_path):

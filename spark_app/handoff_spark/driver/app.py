@@ -15,6 +15,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -214,12 +215,31 @@ ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_MAX_BYTES = "2147483647"
 
 
-def frame_path_conf(conf: dict[str, str], cfg: AppConfig) -> dict[str, str]:
+def local_cores(master: str | None) -> int | None:
+    """The cores of a local master (`local`, `local[N]`, `local[N,F]`; `local[*]`: the CPUs this process may run
+    on), None for any other master (a cluster's executors come and go)."""
+    m = _LOCAL_MASTER.fullmatch((master or "").strip())
+    if m is None:
+        return None
+    n = m.group(1)
+    if n is None:
+        return 1
+    return len(os.sched_getaffinity(0)) if n == "*" else max(1, int(n))
+
+
+_LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
+
+
+def frame_path_conf(conf: dict[str, str], cfg: AppConfig, cores: int | None = None) -> dict[str, str]:
     """`conf` with what the DataFrame path's stateful query needs; a user's own setting wins, and once a query has
-    started, its checkpoint's (Spark keeps both keys in the offset log). The fused path gets neither.
+    started, its checkpoint's (Spark keeps both keys in the offset log). The fused path gets neither. `cores`: a
+    local master's (`local_cores`), None for a cluster.
 
     - Shuffle partitions: fixed in the checkpoint at the first start; Spark's 200 would make every batch 200 tasks
-      on any node, for ever. 8: parallel enough for a few executors, cheap on one core.
+      on any node, for ever. On a cluster 8: parallel enough for a few executors, cheap on one core. With a local
+      master (`make demo`, a Backfill Job's pod) its cores, the only executor it will ever have: each partition is
+      a task, a state store and a writer with its own files per batch, and 8 on 2 cores made a stream's dedupe
+      batches 14-44 % slower (docs/benchmarks.md, "The shuffle's partitions on a local master").
     - A dedupe's state in RocksDB, off the heap: a window of keys in Spark's default heap store ran a 1 GiB
       executor out of memory at 1M keys (docs/design/spark-data-path.md).
     - Without RocksDB's count of the state's rows: keeping it reads every key again before each put and remove,
@@ -233,7 +253,7 @@ def frame_path_conf(conf: dict[str, str], cfg: AppConfig) -> dict[str, str]:
     if not cfg.frame_path:
         return conf
     out = dict(conf)
-    out.setdefault("spark.sql.shuffle.partitions", str(FRAME_SHUFFLE_PARTITIONS))
+    out.setdefault("spark.sql.shuffle.partitions", str(cores or FRAME_SHUFFLE_PARTITIONS))
     if cfg.dedupe is not None:
         out.setdefault(STATE_STORE_KEY, ROCKSDB_STATE_STORE)
         out.setdefault(ROCKSDB_TRACK_ROWS_KEY, "false")
@@ -246,7 +266,9 @@ def set_frame_path_conf(spark: Any, cfg: AppConfig) -> None:
     starts. A session built for it has them already; one built for the fused path (the pod started without a
     transform, dedupe or event time, and one was added since: the query switched in this driver, driver.query_config)
     gets them now. They are SQL settings a new query reads at its start, and its checkpoint keeps them after."""
-    for key, value in frame_path_conf({}, cfg).items():
+    master = str(spark.sparkContext.master)
+    cores = spark.sparkContext.defaultParallelism if local_cores(master) is not None else None
+    for key, value in frame_path_conf({}, cfg, cores).items():
         if key not in cfg.spark_conf and spark.conf.get(key, None) != value:
             spark.conf.set(key, value)
 
@@ -275,7 +297,7 @@ def build_session(cfg: AppConfig) -> Any:
     master = conf.pop("spark.master", None) or switches.SPARK_MASTER()
     if starts_local_jvm(master, os.environ):
         conf = local_jvm_tmp_dir(conf)
-    conf = frame_path_conf(conf, cfg)
+    conf = frame_path_conf(conf, cfg, local_cores(master or "local[*]"))  # no master: pyspark's local[*]
     if master is None or master.startswith("local"):
         conf.setdefault("spark.ui.showConsoleProgress", "false")
     if master:

@@ -1,13 +1,16 @@
 """The DataFrame path's session settings (`app.frame_path_conf`, pure): a dedupe keeps its state in RocksDB, off the
-executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle is 8 partitions; a user's own setting wins; the fused path
-gets none of them."""
+executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle is 8 partitions on a
+cluster and a local master's cores; a user's own setting wins; the fused path gets none of them."""
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import pytest
 
 from handoff_spark.config import AppConfig
 from handoff_spark.driver.app import (FRAME_SHUFFLE_PARTITIONS, ROCKSDB_CHANGELOG_KEY, ROCKSDB_STATE_STORE,
-                                      ROCKSDB_TRACK_ROWS_KEY, STATE_STORE_KEY, frame_path_conf)
+                                      ROCKSDB_TRACK_ROWS_KEY, STATE_STORE_KEY, frame_path_conf, local_cores)
 
 
 def cfg(**fields: Any) -> AppConfig:
@@ -18,9 +21,27 @@ def cfg(**fields: Any) -> AppConfig:
 
 
 def test_a_dedupe_keeps_its_state_in_rocksdb_with_the_paths_shuffle():
-    conf = frame_path_conf({"spark.master": "local[2]"}, cfg(dedupe={"keys": ["id"], "withinSeconds": 60}))
-    assert conf == {"spark.master": "local[2]", STATE_STORE_KEY: ROCKSDB_STATE_STORE, ROCKSDB_TRACK_ROWS_KEY: "false",
-                    ROCKSDB_CHANGELOG_KEY: "true", "spark.sql.shuffle.partitions": str(FRAME_SHUFFLE_PARTITIONS)}
+    cluster = "k8s://https://10.0.0.1:443"
+    conf = frame_path_conf({"spark.master": cluster}, cfg(dedupe={"keys": ["id"], "withinSeconds": 60}))
+    assert conf == {"spark.master": cluster, STATE_STORE_KEY: ROCKSDB_STATE_STORE,
+                    ROCKSDB_TRACK_ROWS_KEY: "false", ROCKSDB_CHANGELOG_KEY: "true",
+                    "spark.sql.shuffle.partitions": str(FRAME_SHUFFLE_PARTITIONS)}
+
+
+def test_a_local_masters_shuffle_has_one_partition_per_core():
+    dedupe = cfg(dedupe={"keys": ["id"], "withinSeconds": 60})
+    assert frame_path_conf({}, dedupe, local_cores("local[2]"))["spark.sql.shuffle.partitions"] == "2"
+    assert frame_path_conf({}, dedupe, local_cores("local"))["spark.sql.shuffle.partitions"] == "1"
+    assert frame_path_conf({"spark.sql.shuffle.partitions": "5"}, dedupe, 2)["spark.sql.shuffle.partitions"] == "5"
+
+
+@pytest.mark.parametrize(("master", "cores"), [
+    ("local", 1), ("local[3]", 3), ("local[4,2]", 4), ("local[*]", len(os.sched_getaffinity(0))),
+    ("local[*, 3]", len(os.sched_getaffinity(0))), (" local[2] ", 2),
+    ("k8s://https://10.0.0.1:443", None), ("spark://h:7077", None), ("local-cluster[2,1,1024]", None), (None, None),
+    ("", None)])
+def test_local_cores_reads_spark_master_urls(master, cores):
+    assert local_cores(master) == cores
 
 
 def test_the_users_own_state_store_and_shuffle_win():
