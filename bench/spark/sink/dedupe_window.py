@@ -12,7 +12,9 @@ evicted), read by what `driver.app.start_query` runs for such a spec in one Avai
 - `no-dedupe` (the baseline in the same run): the same SQL and event time, no dedupe: the batch's cost without
   any state;
 - `dedupe-changelog`: `dedupe` with RocksDB's changelog checkpointing (a batch's state commit writes its changes,
-  snapshots are made in the background), against Spark's default (`dedupe`: every commit makes a snapshot).
+  snapshots are made in the background), against Spark's default (`dedupe`: every commit makes a snapshot);
+- `dedupe-8partitions` (`--pipelines`): `dedupe` with a cluster's 8 shuffle partitions instead of a local master's
+  one per core (`driver.app.frame_path_conf`).
 Per batch it keeps Spark's own figures (the query's progress: durations, the state operator's rows and its
 update/removal/commit times). The table prints the batches in groups by the records read before them (the dedupe's
 state then holds the ~90 % of them the SQL keeps). Every table is checked: rows == distinct ids == the orders the
@@ -48,6 +50,10 @@ from bench_report import add_out_argument, machine_facts, write_json  # noqa: E4
 from dataframe_path import DEDUPE_KEY, MIN_AMOUNT, SQL, make_cfg, order, table_check  # noqa: E402
 
 PIPELINES = ("no-dedupe", "dedupe", "dedupe-changelog")
+KNOWN_PIPELINES = (*PIPELINES, "dedupe-8partitions")
+SHUFFLE_KEY = "spark.sql.shuffle.partitions"
+#: The shuffle partitions `dedupe-8partitions` runs with (a cluster's, `driver.app.FRAME_SHUFFLE_PARTITIONS`).
+CLUSTER_PARTITIONS = "8"
 #: RocksDB's changelog checkpointing: a batch's state commit writes the changes only; snapshots are made in the
 #: background. Set on the session for the `dedupe-changelog` run only.
 CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
@@ -61,6 +67,8 @@ def pipeline_cfg(cfg: Any, name: str, batch: int) -> Any:
         fields["dedupe"] = {"keys": [DEDUPE_KEY], "withinSeconds": 3600}
     doc = {**json.loads(cfg.to_json()), **fields}
     doc["source"] = {**doc["source"], "maxRecordsPerBatch": batch}
+    if name == "dedupe-8partitions":  # as a user's own setting, which the product leaves as it is
+        doc["sparkConf"] = {**doc.get("sparkConf", {}), SHUFFLE_KEY: CLUSTER_PARTITIONS}
     return type(cfg).model_validate(doc)
 
 
@@ -87,8 +95,9 @@ def run_pipeline(spark: Any, base: Any, name: str, batch: int, records: int) -> 
 
     cfg = pipeline_cfg(base, name, batch)
     sinks.get("iceberg").prepare(cfg)
-    changelog = spark.conf.get(CHANGELOG_KEY, None)
+    changelog, shuffle = spark.conf.get(CHANGELOG_KEY, None), spark.conf.get(SHUFFLE_KEY)
     spark.conf.set(CHANGELOG_KEY, "true" if name == "dedupe-changelog" else (changelog or "false"))
+    spark.conf.set(SHUFFLE_KEY, cfg.spark_conf.get(SHUFFLE_KEY, shuffle))
     try:
         t = time.perf_counter()
         query = start_query(spark, cfg, available_now=True)
@@ -96,6 +105,7 @@ def run_pipeline(spark: Any, base: Any, name: str, batch: int, records: int) -> 
         seconds = time.perf_counter() - t
     finally:
         spark.conf.set(CHANGELOG_KEY, changelog or "false")
+        spark.conf.set(SHUFFLE_KEY, shuffle)
     batches = batches_of(query)
     read = 0
     for b in batches:  # the records read before the batch: the dedupe's state holds the ~90 % the SQL keeps
@@ -104,10 +114,12 @@ def run_pipeline(spark: Any, base: Any, name: str, batch: int, records: int) -> 
     check = table_check(cfg, dedupe=True)
     expected = sum(1 for k in range(records) if order(k)["amount"] >= MIN_AMOUNT)
     check["ok"] = check["table_rows"] == check.get("distinct_ids") == expected
-    return {"seconds": seconds, "batches": batches, "check": check}
+    return {"seconds": seconds, "batches": batches, "check": check,
+            SHUFFLE_KEY: cfg.spark_conf.get(SHUFFLE_KEY, shuffle)}
 
 
-def spark_part(bootstrap: str, topic: str, records: int, batch: int, out: str) -> None:
+def spark_part(bootstrap: str, topic: str, records: int, batch: int, out: str,
+               pipelines: tuple[str, ...] = PIPELINES) -> None:
     """Both pipelines in one Spark session (C2: the DataFrame path's JIT), the baseline first."""
     import os
 
@@ -125,9 +137,9 @@ def spark_part(bootstrap: str, topic: str, records: int, batch: int, out: str) -
             "spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass",
             "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", CHANGELOG_KEY)}}
         warm_topic = f"{topic}-warmup"
-        for name in PIPELINES:  # a first small run per pipeline starts its workers and planners
+        for name in pipelines:  # a first small run per pipeline starts its workers and planners
             run_pipeline(spark, make_cfg(bootstrap, warm_topic, tmp, f"warm-{name}"), name, batch, 2 * batch)
-        for name in PIPELINES:
+        for name in pipelines:
             results[name] = run_pipeline(spark, make_cfg(bootstrap, topic, tmp, name), name, batch, records)
             print(f"  {name}: {results[name]['seconds']:.1f} s, {len(results[name]['batches'])} batches",
                   flush=True)
@@ -162,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=600_000)
     ap.add_argument("--batch", type=int, default=20_000, help="maxRecordsPerBatch")
     ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"of {', '.join(KNOWN_PIPELINES)}, in this order")
     add_broker_argument(ap)
     add_out_argument(ap, "dedupe_window.json")
     ap.add_argument("--spark-part", help=argparse.SUPPRESS)
@@ -169,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.records > 3_600_000:
         ap.error("--records: at most 3600000 (the orders' event times, 1 ms apart, must fit in the hour)")
+    pipelines = tuple(p for p in args.pipelines.split(",") if p)
+    if set(pipelines) - set(KNOWN_PIPELINES):
+        ap.error(f"--pipelines: unknown {sorted(set(pipelines) - set(KNOWN_PIPELINES))}; known: "
+                 f"{', '.join(KNOWN_PIPELINES)}")
     if args.spark_part:
-        spark_part(args.bootstrap, args.topic, args.records, args.batch, args.spark_part)
+        spark_part(args.bootstrap, args.topic, args.records, args.batch, args.spark_part, pipelines)
         return 0
 
     stack = contextlib.ExitStack()
@@ -188,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.NamedTemporaryFile(suffix=".json") as part:
             done = subprocess.run([sys.executable, __file__, "--spark-part", part.name, "--topic", topic,
                                    "--bootstrap", bootstrap, "--records", str(args.records), "--batch",
-                                   str(args.batch)])
+                                   str(args.batch), "--pipelines", ",".join(pipelines)])
             if done.returncode != 0:
                 print(f"the Spark process exited {done.returncode}", file=sys.stderr)
                 return 1
@@ -199,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     conf = results.pop("_conf")
     doc = {"records": args.records, "batch": args.batch, "partitions": args.partitions, "session_conf": conf,
            **machine_facts(), "results": results,
-           "groups": {name: grouped(results[name]["batches"], GROUPS) for name in PIPELINES}}
+           "groups": {name: grouped(results[name]["batches"], GROUPS) for name in pipelines}}
     write_json(args.out, doc)
     print(f"\n{args.records} distinct orders in batches of {args.batch} (state: {conf})\n")
     print(f"{'pipeline':<16} {'read before':>11} {'batches':>7} {'records/s':>10} {'ms/batch':>8} "
           f"{'update ms':>9} {'removal ms':>10} {'commit ms':>9}")
-    for name in PIPELINES:
+    for name in pipelines:
         for g in doc["groups"][name]:
             print(f"{name:<16} {g['records_before'] or 0:>11} {g['batches']:>7} {g['records_per_s'] or 0:>10} "
                   f"{g['ms_per_batch']:>8} {g['state_update_ms']:>9} {g['state_removal_ms']:>10} "
