@@ -140,6 +140,15 @@ def progress_configmap_name(handoff: str) -> str:
 #: The key of the progress ConfigMap's `data` holding the driver's published record (`ProgressDocument`, JSON).
 #: Written by the driver (`driver.publisher`, merge patch); read by the operator (`truth.driver_report`).
 PROGRESS_DATA_KEY = "progress.json"
+#: Spark conf the operator sets in a driver pod's config: the shuffle partitions a DataFrame-path query starts with
+#: (a dedupe's state is split by them for the checkpoint's life), the most executor cores the handoff may scale to,
+#: scaling.maxExecutors × spark.executor.cores, at most MAX_SHUFFLE_PARTITIONS. Written by the operator
+#: (`spec.render.spark_conf`, outside the pod's config hash: the bounds apply live, and a checkpoint keeps the
+#: number it started with anyway); read by the driver (`driver.app.cluster_partitions`). A user's own
+#: spark.sql.shuffle.partitions wins.
+SHUFFLE_PARTITIONS_CONF = "spark.handoff.shufflePartitions"
+#: Spark's own default shuffle partitions: each is a task and a state store per batch, on however few executors run.
+MAX_SHUFFLE_PARTITIONS = 200
 #: The annotation of the progress ConfigMap holding the executor count the operator wants (a decimal integer).
 #: Written by the operator (`scaling.step`); polled and applied live by the driver (`driver.executor_scaler`).
 DESIRED_EXECUTORS_ANNOTATION = "handoff.io/desired-executors"

@@ -234,6 +234,14 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         assert any("/offsets/" in k for k in keys) and any("/commits/" in k for k in keys), keys[:20]
         # the dedupe's state, RocksDB's files (changelogs; SSTs once a snapshot is uploaded)
         assert any("/state/" in k and ("/SSTs/" in k or k.endswith(".changelog")) for k in keys), keys
+        # One shuffle partition per executor core the handoff may scale to (maxExecutors 1 × 1 core): one store of
+        # the dedupe's state, and the query's offset log says so (the operator's spark.handoff.shufflePartitions).
+        stores = {k.split("/state/0/")[1].split("/")[0] for k in keys if "/state/0/" in k}
+        assert {s for s in stores if s.isdigit()} == {"0"}, keys
+        last = max((k for k in keys if k.startswith(f"{NAME}/offsets/") and k.rsplit("/", 1)[1].isdigit()),
+                   key=lambda k: int(k.rsplit("/", 1)[1]))
+        offsets = s3.client().get_object(Bucket=checkpoint_bucket, Key=last)["Body"].read()
+        assert b'"spark.sql.shuffle.partitions":"1"' in offsets, offsets[:2000]
         assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
         for pod in executors:
             (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "executor"]

@@ -377,7 +377,10 @@ class ScalingSpec(SpecModel):
     ]})
 
     min_executors: int = Field(default=1, ge=0, le=1000, description="Fewest executors (0: driver only).")
-    max_executors: int = Field(default=4, ge=1, le=1000, description="Most executors.")
+    max_executors: int = Field(default=4, ge=1, le=1000, description=(
+        "Most executors. With a transform, dedupe or event time it also sizes the query's shuffle when it starts "
+        "without a checkpoint: maxExecutors × spark.executor.cores partitions (at most 200; a dedupe's state "
+        "keeps that split for the checkpoint's life; spark.sparkConf's spark.sql.shuffle.partitions wins)."))
     target_catch_up: Duration = Field(default="5m", description="Scale so the current lag would be cleared "
                                                                 "within this time.")
     cooldown: Duration = Field(default="2m", description=(

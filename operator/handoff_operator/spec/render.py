@@ -317,6 +317,8 @@ def spark_conf(spec: StreamTableHandoffSpec, namespace: str, name: str, image: s
         # creations that time out on a busy API server included, counted from the start: instances is only the
         # starting count here, so the budget follows maxExecutors, and failures older than an hour stop counting.
         MAX_FAILURES_KEY: str(max(3, 2 * spec.scaling.max_executors)),
+        # A DataFrame-path query's shuffle (a dedupe's state) gets one partition per core the handoff may scale to.
+        SHUFFLE_PARTITIONS_KEY: str(shuffle_partitions(spec)),
         "spark.executor.failuresValidityInterval": "1h",
         "spark.kubernetes.executor.deleteOnTermination": "true",
         **STRAGGLER_CONF,
@@ -717,6 +719,18 @@ LIVE_EXECUTORS_KEY = "spark.executor.instances"
 MAX_FAILURES_KEY = "spark.executor.maxNumFailures"
 
 
+#: Follows maxExecutors too: a running driver's query keeps its checkpoint's number, so it stays out of the hash.
+SHUFFLE_PARTITIONS_KEY = contract.SHUFFLE_PARTITIONS_CONF
+
+
+def shuffle_partitions(spec: StreamTableHandoffSpec) -> int:
+    """The shuffle partitions a DataFrame-path query starts with on this handoff's executors (pure): one per core it
+    may scale to, so a dedupe's state, split by them for its checkpoint's life, can use every executor; at most
+    Spark's own default of 200, each a task and a state store per batch however few executors run."""
+    cores = spec.scaling.max_executors * spec.spark.executor.cores
+    return max(1, min(contract.MAX_SHUFFLE_PARTITIONS, cores))
+
+
 #: The app config's query-only part: what the running driver changes by restarting its query, not its pod
 #: (handoff_spark.driver.query_config). Neither their content nor whether they are set is in the pod's hash: adding
 #: or removing a transform, dedupe or event time switches the query between the fused path and the DataFrame path in
@@ -767,7 +781,7 @@ def config_hash(app_json: str, template: Mapping[str, Any],
             parent[path[-1]] = QUERY_ONLY_MARK
         for key in QUERY_ONLY_KEYS:  # after the pace: the schema holds the event-time column
             doc[key] = QUERY_ONLY_MARK
-    for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY):
+    for key in (LIVE_EXECUTORS_KEY, MAX_FAILURES_KEY, SHUFFLE_PARTITIONS_KEY):
         (doc.get("sparkConf") or {}).pop(key, None)
     digest = hashlib.sha256()
     digest.update(json.dumps(doc, sort_keys=True).encode())

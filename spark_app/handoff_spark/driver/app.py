@@ -206,6 +206,8 @@ def gcs_checkpoint_conf(conf: dict[str, str], checkpoint_location: str,
     return out
 
 
+#: A cluster driver's shuffle partitions when the operator named none (contract.SHUFFLE_PARTITIONS_CONF: a driver
+#: started by an operator before it did, or `handoff run` against a cluster master).
 FRAME_SHUFFLE_PARTITIONS = 8
 STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -230,16 +232,26 @@ def local_cores(master: str | None) -> int | None:
 _LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
 
 
-def frame_path_conf(conf: dict[str, str], cfg: AppConfig, cores: int | None = None) -> dict[str, str]:
-    """`conf` with what the DataFrame path's stateful query needs; a user's own setting wins, and once a query has
-    started, its checkpoint's (Spark keeps both keys in the offset log). The fused path gets neither. `cores`: a
-    local master's (`local_cores`), None for a cluster.
+def cluster_partitions(conf: Mapping[str, str]) -> int:
+    """The shuffle partitions the operator named for this handoff (`contract.SHUFFLE_PARTITIONS_CONF`: the most
+    executor cores it may scale to), else FRAME_SHUFFLE_PARTITIONS; a value that is not a positive count counts as
+    none (the key is the operator's, so this is a fallback, not a user's error)."""
+    value = str(conf.get(contract.SHUFFLE_PARTITIONS_CONF) or "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else FRAME_SHUFFLE_PARTITIONS
 
-    - Shuffle partitions: fixed in the checkpoint at the first start; Spark's 200 would make every batch 200 tasks
-      on any node, for ever. On a cluster 8: parallel enough for a few executors, cheap on one core. With a local
-      master (`make demo`, a Backfill Job's pod) its cores, the only executor it will ever have: each partition is
-      a task, a state store and a writer with its own files per batch, and 8 on 2 cores made a stream's dedupe
-      batches 14-44 % slower (docs/benchmarks.md, "The shuffle's partitions on a local master").
+
+def frame_path_conf(conf: dict[str, str], cfg: AppConfig, partitions: int | None = None) -> dict[str, str]:
+    """`conf` with what the DataFrame path's stateful query needs; a user's own setting wins, and once a query has
+    started, its checkpoint's (Spark keeps both keys in the offset log). The fused path gets neither. `partitions`:
+    the shuffle's, a local master's cores (`local_cores`); None: a cluster's (`cluster_partitions(conf)`).
+
+    - Shuffle partitions: fixed in the checkpoint at the first start (a dedupe's state is partitioned by them, and
+      Spark cannot split it later); Spark's 200 would make every batch 200 tasks on any node, for ever. Each
+      partition is a task, a state store and a writer with its own files per batch: 8 on 2 cores made a stream's
+      dedupe batches 14-44 % slower (docs/benchmarks.md, "The shuffle's partitions on a local master"), while
+      fewer than the cores a handoff scales up to leave its added executors without dedupe work. So as many as
+      the cores it can ever have: a local master's (`make demo`, a Backfill Job's pod), or on a cluster the
+      operator's scaling.maxExecutors × spark.executor.cores (`cluster_partitions`).
     - A dedupe's state in RocksDB, off the heap: a window of keys in Spark's default heap store ran a 1 GiB
       executor out of memory at 1M keys (docs/design/spark-data-path.md).
     - Without RocksDB's count of the state's rows: keeping it reads every key again before each put and remove,
@@ -253,7 +265,7 @@ def frame_path_conf(conf: dict[str, str], cfg: AppConfig, cores: int | None = No
     if not cfg.frame_path:
         return conf
     out = dict(conf)
-    out.setdefault("spark.sql.shuffle.partitions", str(cores or FRAME_SHUFFLE_PARTITIONS))
+    out.setdefault("spark.sql.shuffle.partitions", str(partitions or cluster_partitions(conf)))
     if cfg.dedupe is not None:
         out.setdefault(STATE_STORE_KEY, ROCKSDB_STATE_STORE)
         out.setdefault(ROCKSDB_TRACK_ROWS_KEY, "false")
@@ -267,8 +279,9 @@ def set_frame_path_conf(spark: Any, cfg: AppConfig) -> None:
     transform, dedupe or event time, and one was added since: the query switched in this driver, driver.query_config)
     gets them now. They are SQL settings a new query reads at its start, and its checkpoint keeps them after."""
     master = str(spark.sparkContext.master)
-    cores = spark.sparkContext.defaultParallelism if local_cores(master) is not None else None
-    for key, value in frame_path_conf({}, cfg, cores).items():
+    partitions = (spark.sparkContext.defaultParallelism if local_cores(master) is not None
+                  else cluster_partitions(cfg.spark_conf))
+    for key, value in frame_path_conf({}, cfg, partitions).items():
         if key not in cfg.spark_conf and spark.conf.get(key, None) != value:
             spark.conf.set(key, value)
 

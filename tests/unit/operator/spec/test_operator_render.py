@@ -163,7 +163,24 @@ def test_scaling_changes_apply_live_without_a_restart():
     # out count as failures: with 2 × instances a scaled-up driver stopped itself), and forgets after an hour.
     assert scaled.config.spark_conf["spark.executor.maxNumFailures"] == "16"
     assert scaled.config.spark_conf["spark.executor.failuresValidityInterval"] == "1h"
+    # A DataFrame-path query's shuffle: one partition per core the handoff may scale to (8 executors × 2 cores).
+    assert scaled.config.spark_conf["spark.handoff.shufflePartitions"] == "16"
+    assert a.config.spark_conf["spark.handoff.shufflePartitions"] == "10"  # 5 executors × 2 cores
     assert scaled.config_hash == a.config_hash
+    assert scaled.pod_hash == a.pod_hash
+
+
+def test_the_shuffle_has_a_partition_per_core_the_handoff_may_scale_to_at_most_200():
+    """A dedupe's state is split by the shuffle's partitions for its checkpoint's life: as many as the executor cores
+    maxExecutors allows, so a scale-up has dedupe work for every executor; never more than Spark's default 200."""
+    def partitions(scaling: dict, cores: int) -> str:
+        s = spec(scaling=scaling)
+        s["spark"]["executor"]["cores"] = cores
+        return _render(s).config.spark_conf["spark.handoff.shufflePartitions"]
+
+    assert partitions({"minExecutors": 1, "maxExecutors": 3}, 2) == "6"
+    assert partitions({"minExecutors": 0, "maxExecutors": 1}, 1) == "1"
+    assert partitions({"minExecutors": 1, "maxExecutors": 100}, 4) == "200"
 
 
 def test_own_service_account_skips_rbac():

@@ -1,6 +1,6 @@
 """The DataFrame path's session settings (`app.frame_path_conf`, pure): a dedupe keeps its state in RocksDB, off the
-executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle is 8 partitions on a
-cluster and a local master's cores; a user's own setting wins; the fused path gets none of them."""
+executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle has the operator's partitions
+on a cluster (8 when it named none) and a local master's cores; a user's own setting wins; the fused path gets none of them."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from handoff_spark.config import AppConfig
+from handoff_spark.contract import SHUFFLE_PARTITIONS_CONF
 from handoff_spark.driver.app import (FRAME_SHUFFLE_PARTITIONS, ROCKSDB_CHANGELOG_KEY, ROCKSDB_STATE_STORE,
                                       ROCKSDB_TRACK_ROWS_KEY, STATE_STORE_KEY, frame_path_conf, local_cores)
 
@@ -26,6 +27,19 @@ def test_a_dedupe_keeps_its_state_in_rocksdb_with_the_paths_shuffle():
     assert conf == {"spark.master": cluster, STATE_STORE_KEY: ROCKSDB_STATE_STORE,
                     ROCKSDB_TRACK_ROWS_KEY: "false", ROCKSDB_CHANGELOG_KEY: "true",
                     "spark.sql.shuffle.partitions": str(FRAME_SHUFFLE_PARTITIONS)}
+
+
+def test_a_clusters_shuffle_has_the_operators_partitions():
+    """The operator names one partition per executor core the handoff may scale to (contract.SHUFFLE_PARTITIONS_CONF);
+    a driver without it (an older operator's config, `handoff run` on a cluster) keeps 8."""
+    dedupe = cfg(dedupe={"keys": ["id"], "withinSeconds": 60})
+    named = {"spark.master": "k8s://https://10.0.0.1:443", SHUFFLE_PARTITIONS_CONF: "12"}
+    assert frame_path_conf(dict(named), dedupe)["spark.sql.shuffle.partitions"] == "12"
+    for junk in ("0", "-3", "lots", ""):
+        conf = frame_path_conf({SHUFFLE_PARTITIONS_CONF: junk}, dedupe)
+        assert conf["spark.sql.shuffle.partitions"] == str(FRAME_SHUFFLE_PARTITIONS), junk
+    mine = frame_path_conf({**named, "spark.sql.shuffle.partitions": "5"}, dedupe)
+    assert mine["spark.sql.shuffle.partitions"] == "5"
 
 
 def test_a_local_masters_shuffle_has_one_partition_per_core():
