@@ -58,7 +58,7 @@ def setup(cluster: Cluster, pod_kafka: Kafka, postgres: Any, s3: Any) -> Iterato
 #: Run in a pod: how many fork servers it has (`handoff_spark.startup.fork_server`, not counting its forks), the
 #: processes they forked, the Python Spark's JVM runs (its `PYSPARK_PYTHON`, in the driver pod) and the executor's
 #: worker daemons (`handoff_spark.startup.worker_daemon` as a process of its own, not a fork) and the program each
-#: was started as.
+#: was started as, and how many forks do not show the `python -m <module>` they stand for (fork_server.retitle).
 FORKS_IN_POD = """
 import glob, os
 procs = {}
@@ -82,8 +82,10 @@ def is_daemon(p):
     return p in procs and b"handoff_spark.startup.worker_daemon" in procs[p][0] and not is_server(p)
 daemons = {p for p in procs if is_daemon(p) and not is_daemon(procs[p][1])}
 started_as = {procs[p][0].split(b"\\0")[0].decode() for p in daemons}
+untitled = [p for p in forks if not procs[p][0].split(b"\\0")[0].startswith(b"/opt/venv/bin/python -m ")]
 print(f"servers={len(servers)} forks={len(forks)} launcher={','.join(sorted(pythons)) or '-'} "
-      f"worker_daemons={len(daemons)} daemon_python={','.join(sorted(started_as)) or '-'}")
+      f"worker_daemons={len(daemons)} daemon_python={','.join(sorted(started_as)) or '-'} "
+      f"untitled_forks={len(untitled)}")
 """
 
 
@@ -155,8 +157,9 @@ def test_exactly_once_through_a_killed_driver_pod(cluster: Cluster, setup: dict[
     driver_forks, executor_forks = forks[first["metadata"]["name"]], forks[running_executor["metadata"]["name"]]
     assert driver_forks[0] == "servers=1" and int(driver_forks[1].split("=")[1]) >= 1, driver_forks
     assert driver_forks[2] == "launcher=/opt/handoff/bin/fork-python", driver_forks
+    assert driver_forks[5] == "untitled_forks=0", driver_forks  # `ps` names each fork's module, not the server
     # ... started by the launcher as the interpreter it was installed with (Spark would have run `python3`)
-    assert executor_forks[:2] == ["servers=0", "forks=0"] and executor_forks[3:] == [
+    assert executor_forks[:2] == ["servers=0", "forks=0"] and executor_forks[3:5] == [
         "worker_daemons=1", "daemon_python=/opt/venv/bin/python"], executor_forks
 
     # Records keep arriving while the driver pod is force-deleted (no grace: as a node loss would).

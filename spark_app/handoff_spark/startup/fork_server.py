@@ -180,9 +180,22 @@ def child_path(cwd: str, env: dict[str, str], base: list[str]) -> list[str]:
     return list(dict.fromkeys([cwd, *extra, *base]))
 
 
+def retitle(argv: list[str]) -> None:
+    """In the forked process: the command line `ps` and /proc show becomes the one the process stands for
+    (`<python> -m pyspark.daemon`), not the server's, so that a platform engineer reading a pod's processes sees
+    what each one is; its parent (the server) says it is a fork. The server set SPT_NOENV, so the title is written
+    over the server's own argv only (a longer one is cut at its length) and /proc/<pid>/environ stays readable."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:  # an interpreter without it: the server's command line, as before
+        return
+    setproctitle(" ".join([sys.executable, *argv]))
+
+
 def run_child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int], base: list[str]) -> int:
     """In the forked process: become `python -m argv[1] argv[2:]` in `cwd` with `env` and the launcher's stdio.
     Returns the exit status."""
+    retitle(argv)  # first: it reads SPT_NOENV from the server's environment
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -229,7 +242,8 @@ def serve(listener: socket.socket, alive_fd: int, modules: tuple[str, ...]) -> N
         os.close(os.pidfd_open(os.getpid()))  # Linux 5.3 or later: how the server follows what it forked
     except OSError:
         return  # every launcher reads no pid and runs the real interpreter
-    for name in modules:
+    os.environ["SPT_NOENV"] = "1"  # retitle: the forks' titles over argv only, never over their environ
+    for name in ("setproctitle", *modules):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the process that needs it imports it itself and fails there

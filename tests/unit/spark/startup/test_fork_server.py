@@ -23,8 +23,11 @@ from handoff_spark.startup import fork_server
 PROBE = """
 import json, os, sys
 line = sys.stdin.readline().strip()
+environ = open("/proc/self/environ", "rb").read().split(b"\\0")
 print(json.dumps({"argv": sys.argv[1:], "stdin": line, "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
-                  "ppid": os.getppid(), "pyspark_loaded": "pyspark.daemon" in sys.modules}))
+                  "ppid": os.getppid(), "pyspark_loaded": "pyspark.daemon" in sys.modules,
+                  "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\\0")[0],
+                  "environ_readable": all(b"=" in e for e in environ if e) and any(environ)}))
 code = os.environ.get("PROBE_EXIT")
 if code == "raise":
     raise RuntimeError("the probe failed on purpose")
@@ -81,6 +84,9 @@ def test_a_module_runs_as_a_fork_of_the_server_with_the_launchers_io_env_cwd_and
     # PYTHONPATH (where the module is) on its path, its arguments, the launcher's stdin, directory and environment
     assert out["argv"] == ["a", "b"] and out["stdin"] == "hello"
     assert out["cwd"] == str(probe_dir) and out["env"] == "from-the-launcher"
+    # `ps` shows what it stands for, not the server's command line (fork_server.retitle), and its environ is intact
+    assert out["cmdline"] == f"{sys.executable} -m handoff_fork_probe a b", out["cmdline"]
+    assert out["environ_readable"]
 
 
 def test_the_exit_status_and_an_uncaught_error_reach_the_launcher(server, probe_dir) -> None:
