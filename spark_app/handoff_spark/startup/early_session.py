@@ -23,6 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 
+#: How long `abandon` kills what the build starts, at most, and how often it looks.
+ABANDON_WAIT_SECONDS = 10.0
+ABANDON_POLL_SECONDS = 0.05
+
+
 class EarlySession:
     """`build()` run in a daemon thread from `start()`; `result()` waits for it and returns the session (or raises
     what the build raised)."""
@@ -51,9 +56,24 @@ class EarlySession:
             self.seconds = time.monotonic() - started
             self._done.set()
 
-    def abandon(self) -> None:
-        """The driver refuses to start: kill the processes started since `start` (the JVM's launch), so none of
-        them outlives or talks after the refusal."""
+    def done(self) -> bool:
+        """Whether the build has ended (a session, or its error)."""
+        return self._done.is_set()
+
+    def abandon(self, wait: float = ABANDON_WAIT_SECONDS) -> None:
+        """The driver refuses to start: kill the processes started since `start` (the JVM's launch, the fork
+        server), so none of them outlives or talks after the refusal. Until the build has ended (at most `wait`
+        seconds): a refusal can come while the build is still about to start one (a metrics port that is taken is
+        found in milliseconds), and a build whose JVM is killed ends at once ("exited before sending its port")."""
+        deadline = time.monotonic() + wait
+        while True:
+            self._kill_started()
+            if self._done.is_set() or time.monotonic() >= deadline:
+                break
+            self._done.wait(ABANDON_POLL_SECONDS)
+        self._kill_started()  # what the build started in the last poll
+
+    def _kill_started(self) -> None:
         for pid in set(child_pids()) - self._children_before:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -53,3 +53,19 @@ def test_abandon_kills_the_process_the_build_started_and_no_other():
     assert older.poll() is None
     older.kill()
     older.wait()
+
+
+def test_abandon_also_kills_what_the_build_starts_after_it_was_called():
+    """A refusal found in milliseconds (a metrics port that is taken) comes before the build has launched its JVM:
+    what it launches then is killed too, before `abandon` returns, so nothing talks after the refusal."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def build() -> None:
+        time.sleep(0.3)  # the fork server and the JVM's launch come a moment after the thread starts
+        procs.append(subprocess.Popen(["sleep", "60"]))
+        procs[0].wait()
+
+    early = EarlySession(build).start()
+    early.abandon()
+    assert early.done()
+    assert procs and procs[0].poll() == -9
