@@ -134,6 +134,7 @@ class DriverReport:
     driver_pod: str | None = None
     batch_id: int | None = None
     degraded_reason: str | None = None
+    degraded_detail: str | None = None       # the error behind it at the driver's start, one line (table_wait)
     timestamp_ms: int | None = None          # when the batch finished
     rows: int | None = None
     duration_ms: int | None = None
@@ -364,8 +365,9 @@ def _degraded_while_running(facts: Facts) -> Condition:
         # First: it is the cause a missed freshness target would only be the symptom of.
         what = SINK_TROUBLE.get(report.degraded_reason, "the sink reported trouble")
         batch = f" in batch {report.batch_id}" if report.batch_id is not None else ""
+        error = f" ({report.degraded_detail})" if report.degraded_detail else ""
         return _cond(DEGRADED, True, "SinkDegraded",
-                     f"driver reports degradedReason={report.degraded_reason}{batch}: {what}; the sink "
+                     f"driver reports degradedReason={report.degraded_reason}{batch}: {what}{error}; the sink "
                      f"retries with backoff, so records are delayed, not lost")
     if (target is not None and progress.freshness_seconds is not None and
             progress.freshness_seconds > target and (progress.lag or 0) > 0):

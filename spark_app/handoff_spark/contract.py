@@ -242,6 +242,7 @@ class ProgressDocument(TypedDict, total=False):
     driverPod: str | None         # ENV_DRIVER_POD_NAME of the publishing driver
     batchId: int                  # the newest batch's id
     degradedReason: str | None    # trouble the sink met (`DEGRADED_REASONS`); null when none
+    degradedDetail: str | None    # the error behind it at a driver's start, one line (`driver.table_wait`)
     timestampMs: int              # when that batch finished
     rows: int                     # its input rows (the Kafka records it read)
     durationMs: int               # its wall time

@@ -5,21 +5,31 @@ mid-stream, transactional producers with aborted transactions. Each ends with th
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewPartitions
 
 from handoff_spark.iceberg import ledger
+from handoff_testbed.eventually import eventually
+from handoff_testbed.process_tree import kill_tree, process_tree, running
 
 from iceberg_drill_support import (answering_after, assert_exactly_once, drill_config, end_offsets, produce, run_app,
                                    run_to_completion, value)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
 
 
 def test_postgres_catalog_with_kill9(kafka, postgres, tmp_path):
@@ -108,6 +118,45 @@ def test_a_catalog_down_at_the_drivers_start_is_waited_for(kafka, postgres, tmp_
         assert f"CatalogUnavailable: table {cfg.sink.table} did not answer at the driver's start" in log, log[-3000:]
         assert "Connection refused" in log and "answered again after" in log, log[-3000:]
         assert_exactly_once(cfg, kafka.bootstrap, n, topic)
+
+
+def test_a_catalog_host_that_does_not_resolve_is_waited_for_named_and_a_stop_ends_it(kafka, tmp_path):
+    """A catalog URI whose host does not resolve (a typo in the spec, or a Service not made yet): the driver waits,
+    as for a catalog that is down, and its line names the spec's field to check (published as degradedDetail, the
+    operator's condition message); a SIGTERM while it waits ends it at once, exit 0, its JVM and fork server with it.
+    The host has a label over 63 characters: glibc refuses it without asking any DNS server."""
+    topic = "ice-catalog-unresolved"
+    kafka.create_topic(topic, partitions=1)
+    host = "a" * 64 + ".invalid"
+    cfg = drill_config(tmp_path, kafka.bootstrap, topic, catalog={
+        "type": "sql", "uri": f"postgresql+psycopg2://postgres@{host}:5432/x",
+        "warehouse": f"file://{tmp_path}/warehouse"})
+    log = tmp_path / "app.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "spark_app"), str(REPO / "hack")]),
+           "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
+    with log.open("w") as fh:
+        proc = subprocess.Popen([PY, "-m", "handoff_spark", "run", "--config", str(tmp_path / "app.json")],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
+    try:
+        named = ("its host name does not resolve: check the host in spec.sink.iceberg.catalog.properties (uri), "
+                 "or that its Service exists); waiting for it")
+        eventually(lambda: named in log.read_text() or proc.poll() is not None, "the driver's line", timeout=120,
+                   interval=0.5)
+        text = log.read_text()
+        assert proc.poll() is None and named in text, text[-3000:]
+        said = (f"CatalogUnavailable: table {cfg.sink.table} did not answer at the driver's start (OperationalError: "
+                f"(psycopg2.OperationalError) could not translate host name \"{host}\" to address")
+        assert said in text, text[-3000:]
+        tree = process_tree(proc.pid)
+        assert len(tree) > 1, tree  # its JVM (and fork server) launched meanwhile
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+        assert log.read_text().strip().splitlines()[-1] == "stopped", log.read_text()[-3000:]
+        eventually(lambda: not running(tree), "the driver's JVM and fork server gone", timeout=60, interval=0.5)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+            proc.wait()
 
 
 def test_bounded_commit_retries_then_recovery(kafka, tmp_path):

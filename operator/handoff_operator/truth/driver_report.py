@@ -58,6 +58,7 @@ def parse(text: str | None) -> DriverReport | None:
         published_at_ms=published, driver_pod=pod if isinstance(pod, str) and pod else None,
         batch_id=_int(doc.get("batchId")),
         degraded_reason=reason if isinstance(reason, str) and reason else None,
+        degraded_detail=(doc["degradedDetail"][:500] if reason and _text(doc.get("degradedDetail")) else None),
         timestamp_ms=_int(doc.get("timestampMs")), rows=_int(doc.get("rows")),
         duration_ms=_int(doc.get("durationMs")), input_rows_per_second=_float(doc.get("inputRowsPerSecond")),
         work_ms=_int(doc.get("workMs")), first_of_driver=doc.get("firstOfDriver") is True,

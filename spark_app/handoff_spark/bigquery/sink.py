@@ -698,6 +698,8 @@ def _batch_commit(write_client: Any, parent: str, streams: list[StreamResult]) -
 
 #: The degraded reason while BigQuery does not answer at a driver's start (`driver.table_wait`).
 OUTAGE_REASON = DEGRADED_BIGQUERY_UNAVAILABLE
+#: Where BigQuery's addresses are in the spec, when they are not Google's (named when a host does not resolve).
+OUTAGE_FIELD = "spec.sink.bigquery (restEndpoint, grpcEndpoint)"
 
 
 def is_outage(exc: BaseException) -> bool:

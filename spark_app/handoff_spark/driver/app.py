@@ -546,10 +546,11 @@ class ProgressReporter:
             base.pop("committedSnapshot", None)
         self._offer(base)
 
-    def degraded(self, reason: str | None) -> None:
-        """Say the sink's trouble before any batch (the table's service not answering at start: driver.table_wait),
-        or that it is over (None); published at once, and replaced by the first batch's record."""
-        self._offer({**self._base(), "degradedReason": reason})
+    def degraded(self, reason: str | None, detail: str | None = None) -> None:
+        """Say the sink's trouble before any batch (the table's service not answering at start: driver.table_wait)
+        and its error in one line, or that it is over (None); published at once, and replaced by the first batch's
+        record."""
+        self._offer({**self._base(), "degradedReason": reason, "degradedDetail": detail})
 
     def refused(self, config_hash: str, message: str) -> None:
         """Say that this driver refused the operator's config `config_hash` (its check failed) and why; it keeps
@@ -700,19 +701,23 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
     # on 2 cores, more on a driver pod's one), the table's preparation and the ledger read. Its settings depend only
     # on which of transform, dedupe and event time are set, which the pod's own config says; a refusal before the
     # query starts takes the JVM being launched with it (`abandon`), without a word after the refusal.
+    # Made before the launch: while PySpark launches the JVM, Python's `tempfile` makes everything in the launch's own
+    # directory, removed after it (temp_dirs.tempfile_dir_while), and the markers must outlive it.
+    markers = marker_dir()
     session = EarlySession(lambda: build_session(cfg)).start()
     try:
-        return _run(cfg, session, available_now=available_now, sink_format=sink_format, echo=echo,
+        return _run(cfg, session, markers, available_now=available_now, sink_format=sink_format, echo=echo,
                     metrics_port_fallback=metrics_port_fallback)
     except BaseException:
         if not session.done():
             session.abandon()
+        shutil.rmtree(markers, ignore_errors=True)  # gone already once the driver got as far as its stop
         raise
 
 
-def _run(cfg: AppConfig, session: EarlySession, *, available_now: bool, sink_format: str | None,
+def _run(cfg: AppConfig, session: EarlySession, markers: str, *, available_now: bool, sink_format: str | None,
          echo: Callable[[str], None], metrics_port_fallback: bool) -> int:
-    """`run` with its session being built."""
+    """`run` with its session being built and its markers' directory made."""
     from handoff_spark.decode.registry import registry_columns
 
     # The app config as declared (what the operator's query configs are applied to and compared with), and as it runs:
@@ -720,7 +725,6 @@ def _run(cfg: AppConfig, session: EarlySession, *, available_now: bool, sink_for
     declared = cfg
     cfg = registry_columns(cfg)
     stop_requested = threading.Event()
-    markers = marker_dir()
     stop_marker = str(Path(markers) / "stop")
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -789,7 +793,7 @@ def _run(cfg: AppConfig, session: EarlySession, *, available_now: bool, sink_for
                 ready, _table = table_wait.when_reachable(
                     lambda: backend.prepare(cfg), backend.is_outage, reason=backend.outage_reason,
                     what=f"table {cfg.sink.table}", wait=stop_requested.wait, say=echo, degraded=reporter.degraded,
-                    forget=lambda: backend.forget_clients(cfg))
+                    forget=lambda: backend.forget_clients(cfg), field=backend.outage_field)
                 if not ready:  # a stop signal while waiting: nothing was read yet
                     session.abandon()
                     echo("stopped")

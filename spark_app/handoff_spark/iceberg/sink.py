@@ -372,11 +372,15 @@ class CommitResult(SinkCommitResult):
 
 #: The degraded reason while the catalog does not answer at a driver's start (`driver.table_wait`).
 OUTAGE_REASON = DEGRADED_CATALOG_UNAVAILABLE
+#: Where the catalog's address is in the spec (named by the driver when its host does not resolve).
+OUTAGE_FIELD = "spec.sink.iceberg.catalog.properties (uri)"
 #: What in an SQL catalog's error says its server did not answer (psycopg2's refused or timed-out connection, a
-#: server starting or stopping, SQLite's lock), not a wrong setting ("unable to open database file": a bad path).
+#: server starting or stopping, SQLite's lock, a host name that does not resolve: a Service not made yet, or a wrong
+#: host, which the driver's line names), not a wrong setting ("unable to open database file": a bad path).
 _UNANSWERED = ("connection refused", "could not connect", "timeout expired", "timed out", "connection reset",
                "server closed the connection", "database is locked", "the database system is starting up",
-               "the database system is shutting down", "terminating connection", "no route to host")
+               "the database system is shutting down", "terminating connection", "no route to host",
+               "could not translate host name")
 
 
 def is_outage(exc: BaseException) -> bool:

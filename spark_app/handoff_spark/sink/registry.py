@@ -12,9 +12,9 @@ and its sink module (`iceberg.sink`, `bigquery.sink`) provides:
 - `backfill_overlap(cfg) -> [problem]`: what of `cfg.backfill`'s range the table already holds;
 - `commit_batch(cfg, messages, batch_id) -> CommitResult` (a subclass of `sink.common.CommitResult`): the
   driver-side commit (called by the writer);
-- `is_outage(exc) -> bool`, `OUTAGE_REASON`, `forget_clients(cfg)`: whether an error at a driver's start means the
-  table's service did not answer (waited for: `driver.table_wait`), the degraded reason published meanwhile, and
-  dropping cached clients between tries;
+- `is_outage(exc) -> bool`, `OUTAGE_REASON`, `OUTAGE_FIELD`, `forget_clients(cfg)`: whether an error at a driver's
+  start means the table's service did not answer (waited for: `driver.table_wait`), the degraded reason published
+  meanwhile, the spec's field that holds the service's address, and dropping cached clients between tries;
 - `warm_up(cfg)`: executors, what a fresh Python worker sets up before its first write (clients, catalog
   connections), done ahead on a new executor by `executor_warmup`; writes nothing;
 - optionally `read_table(cfg, identifier) -> pyarrow.Table` and `table_version(cfg, identifier) -> str | None`:
@@ -83,6 +83,11 @@ class SinkBackend:
     @property
     def outage_reason(self) -> str:
         return str(self.module.OUTAGE_REASON)
+
+    @property
+    def outage_field(self) -> str | None:
+        """The spec's field that holds the service's address (named when its host does not resolve)."""
+        return getattr(self.module, "OUTAGE_FIELD", None)
 
     def forget_clients(self, cfg: Any) -> None:
         self.module.forget_clients(cfg)

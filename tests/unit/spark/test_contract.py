@@ -66,7 +66,9 @@ def _published(degraded: str | None) -> str:
     record = {**report.record("shop/orders"), "firstOfDriver": True, "totals": totals.record(),
               "checkpointDiscarded": "the checkpoint is ahead of the table's ledger", contract.QUERY_HELD_KEY: "rewind",
               contract.QUERY_HOLDING_KEY: "rewind", contract.CONFIG_HASH_KEY: "c2", contract.CONFIG_SINCE_KEY: 1_699_999_999_000,
-              contract.CONFIG_REFUSED_HASH_KEY: "c3", contract.CONFIG_REFUSED_KEY: "TransformInvalid: spec.transform.sql: x"}
+              contract.CONFIG_REFUSED_HASH_KEY: "c3", contract.CONFIG_REFUSED_KEY: "TransformInvalid: spec.transform.sql: x",
+              # and before any batch, while the table's service does not answer (`ProgressReporter.degraded`)
+              "degradedDetail": "OperationalError: could not connect to server"}
     return document(record, "orders-driver-abc", 1_700_000_000_500)
 
 
@@ -79,6 +81,8 @@ def test_what_the_driver_publishes_is_what_the_operator_reads():
     assert report.input_rows_per_second == 20.0 and report.first_of_driver is True
     assert report.degraded_reason == contract.DEGRADED_BIGQUERY_UNAVAILABLE
     assert driver_report.parse(_published(None)).degraded_reason is None
+    assert report.degraded_detail == "OperationalError: could not connect to server"
+    assert driver_report.parse(_published(None)).degraded_detail is None  # no reason, no trouble to detail
     assert report.totals is not None and report.totals["records"] == 10 and report.totals["snapshots"] == 1
     assert report.checkpoint_discarded == "the checkpoint is ahead of the table's ledger"
     assert report.query_held == report.query_holding == "rewind"

@@ -48,6 +48,23 @@ def test_a_catalog_the_starting_driver_waits_for_is_degraded_with_what_it_means(
     assert "degradedReason=CatalogUnavailable: the Iceberg table's catalog did not answer" in cond.message
 
 
+def test_the_error_the_starting_driver_waits_on_is_in_the_condition_message() -> None:
+    """A catalog whose host does not resolve (a wrong host in the spec, or a Service not made yet): the driver's one
+    line, with the field to check, is what Degraded says, so a dashboard tells it from a catalog that is down."""
+    detail = ('OperationalError: (psycopg2.OperationalError) could not translate host name "pg-typo" to address: '
+              'Name or service not known; its host name does not resolve: check the host in '
+              'spec.sink.iceberg.catalog.properties (uri), or that its Service exists')
+    doc = {"publishedAtMs": NOW - 2000, "driverPod": "d-1", "degradedReason": "CatalogUnavailable",
+           "degradedDetail": detail}
+    report = parse(json.dumps(doc))
+    assert report is not None and report.degraded_detail == detail
+    _ev, cond = _degraded(_facts(report))
+    assert f"the Iceberg table's catalog did not answer ({detail}); the sink retries" in cond.message
+    # once it answered, the driver clears both; a detail without a reason is no trouble
+    assert parse(json.dumps({**doc, "degradedReason": None})).degraded_detail is None
+    assert parse(json.dumps({**doc, "degradedDetail": "x" * 2000})).degraded_detail == "x" * 500
+
+
 def test_cleared_reason_is_back_to_running() -> None:
     ev, cond = _degraded(_facts(_report(reason=None)))
     assert (cond.status, cond.reason) == ("False", "AsExpected")

@@ -19,6 +19,7 @@ class _Outage(ConnectionError):
 def _run(failures: list[BaseException], stop_after: int | None = None):
     said: list[str] = []
     degraded: list[str | None] = []
+    details: list[str | None] = []
     waits: list[float] = []
     forgotten: list[int] = []
     now = [0.0]
@@ -34,8 +35,10 @@ def _run(failures: list[BaseException], stop_after: int | None = None):
         return stop_after is not None and len(waits) >= stop_after
 
     result = table_wait.when_reachable(attempt, lambda e: isinstance(e, ConnectionError), reason="CatalogUnavailable",
-                                       what="table db.t", wait=wait, say=said.append, degraded=degraded.append,
+                                       what="table db.t", wait=wait, say=said.append,
+                                       degraded=lambda r, d: (degraded.append(r), details.append(d)),
                                        forget=lambda: forgotten.append(1), clock=lambda: now[0])
+    assert all((r is None) == (d is None) for r, d in zip(degraded, details))  # the error with its reason
     return result, said, degraded, waits, forgotten
 
 
@@ -99,3 +102,44 @@ def test_the_bigquery_sink_waits_for_transient_errors_but_not_for_a_refusal():
     assert is_outage(exceptions.ServiceUnavailable("down")) and is_outage(exceptions.InternalServerError("oops"))
     assert is_outage(ConnectionRefusedError())
     assert not is_outage(exceptions.NotFound("no table")) and not is_outage(exceptions.Forbidden("no access"))
+
+
+#: A host name that cannot resolve, found so without a DNS query: glibc refuses a label over 63 characters before it
+#: asks any server (tests talk to loopback only), and answers as for a name that does not exist.
+UNRESOLVABLE_HOST = "a" * 64 + ".invalid"
+
+
+def test_a_catalog_host_that_does_not_resolve_is_waited_for_and_its_line_names_the_field():
+    """A wrong host in the spec and a Service not made yet look the same to the driver: it waits (a fixed spec rolls
+    the pod; a Service that appears lets it go on), and its line, published as degradedDetail, names the field."""
+    from handoff_spark.iceberg.sink import OUTAGE_FIELD, is_outage
+
+    with pytest.raises(Exception) as caught:
+        sqlalchemy.create_engine(f"postgresql+psycopg2://postgres@{UNRESOLVABLE_HOST}:5432/x").connect().close()
+    assert "could not translate host name" in str(caught.value)
+    assert is_outage(caught.value) and table_wait.unresolved_host(caught.value)
+    detail = table_wait.outage_detail(caught.value, OUTAGE_FIELD)
+    assert detail.startswith("OperationalError: (psycopg2.OperationalError) could not translate host name")
+    assert detail.endswith("its host name does not resolve: check the host in spec.sink.iceberg.catalog.properties "
+                           "(uri), or that its Service exists"), detail
+    # the same through the wait: said once, published with the reason
+    said, published = [], []
+    failures = [caught.value]
+
+    def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "planned"
+
+    assert table_wait.when_reachable(attempt, is_outage, reason="CatalogUnavailable", what="table db.t",
+                                     wait=lambda _s: False, say=said.append,
+                                     degraded=lambda r, d: published.append((r, d)),
+                                     field=OUTAGE_FIELD) == (True, "planned")
+    assert published == [("CatalogUnavailable", detail), (None, None)]
+    assert said[0] == (f"CatalogUnavailable: table db.t did not answer at the driver's start ({detail}); waiting for "
+                       f"it, trying again in 1 s")
+    # a refused connection is an outage too, without the hint: the host resolved
+    with pytest.raises(Exception) as refused:
+        sqlalchemy.create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{_closed_port()}/x").connect().close()
+    assert "does not resolve" not in table_wait.outage_detail(refused.value, OUTAGE_FIELD)
+    assert table_wait.unresolved_host(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
