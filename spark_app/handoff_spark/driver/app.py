@@ -695,36 +695,15 @@ def run(cfg: AppConfig, *, available_now: bool = False, sink_format: str | None 
 
     `metrics_port_fallback`: when `cfg.metrics_port` is taken, serve metrics on a free port (printed) instead of
     refusing to start (`Metrics.serve`): a local `handoff run`'s default port."""
-    switches.check()  # a switch set to what it does not take: refused now, in one line, not mid-stream
-    # The JVM launches first (startup.early_session), and everything up to the query's start overlaps it: the
-    # registry's columns, the metrics port, the Kubernetes client's import for the publisher and the hold (0.2-0.3 s
-    # on 2 cores, more on a driver pod's one), the table's preparation and the ledger read. Its settings depend only
-    # on which of transform, dedupe and event time are set, which the pod's own config says; a refusal before the
-    # query starts takes the JVM being launched with it (`abandon`), without a word after the refusal.
-    # Made before the launch: while PySpark launches the JVM, Python's `tempfile` makes everything in the launch's own
-    # directory, removed after it (temp_dirs.tempfile_dir_while), and the markers must outlive it.
-    markers = marker_dir()
-    session = EarlySession(lambda: build_session(cfg)).start()
-    try:
-        return _run(cfg, session, markers, available_now=available_now, sink_format=sink_format, echo=echo,
-                    metrics_port_fallback=metrics_port_fallback)
-    except BaseException:
-        if not session.done():
-            session.abandon()
-        shutil.rmtree(markers, ignore_errors=True)  # gone already once the driver got as far as its stop
-        raise
-
-
-def _run(cfg: AppConfig, session: EarlySession, markers: str, *, available_now: bool, sink_format: str | None,
-         echo: Callable[[str], None], metrics_port_fallback: bool) -> int:
-    """`run` with its session being built and its markers' directory made."""
     from handoff_spark.decode.registry import registry_columns
 
+    switches.check()  # a switch set to what it does not take: refused now, in one line, not mid-stream
     # The app config as declared (what the operator's query configs are applied to and compared with), and as it runs:
     # a Schema Registry format without declared columns takes the registry's.
     declared = cfg
     cfg = registry_columns(cfg)
     stop_requested = threading.Event()
+    markers = marker_dir()
     stop_marker = str(Path(markers) / "stop")
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -760,6 +739,10 @@ def _run(cfg: AppConfig, session: EarlySession, markers: str, *, available_now: 
         if hold is not None:
             hold.start()
         start: StartPlan | None = None
+        # The JVM launches while this thread prepares the table and reads the ledger (startup.early_session). Its
+        # settings depend only on which of transform, dedupe and event time are set, which the pod's own config says.
+        pod_cfg = cfg
+        session = EarlySession(lambda: build_session(pod_cfg)).start()
         # The operator's query config for this pod (driver.query_config) may be newer than the pod's app.json: it runs,
         # and the start is planned for it (a checkpoint is kept or discarded for the dedupe keys that will run).
         pod_hash = switches.POD_CONFIG_HASH() if hold is not None else None

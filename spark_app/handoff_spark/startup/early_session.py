@@ -63,8 +63,9 @@ class EarlySession:
     def abandon(self, wait: float = ABANDON_WAIT_SECONDS) -> None:
         """The driver refuses to start: kill the processes started since `start` (the JVM's launch, the fork
         server), so none of them outlives or talks after the refusal. Until the build has ended (at most `wait`
-        seconds): a refusal can come while the build is still about to start one (a metrics port that is taken is
-        found in milliseconds), and a build whose JVM is killed ends at once ("exited before sending its port")."""
+        seconds): a refusal can come while the build is still about to start one (an operator's query config
+        refused right after the hold's first answer), and a build whose JVM is killed ends at once ("exited
+        before sending its port")."""
         deadline = time.monotonic() + wait
         while True:
             self._kill_started()

@@ -56,8 +56,9 @@ def test_abandon_kills_the_process_the_build_started_and_no_other():
 
 
 def test_abandon_also_kills_what_the_build_starts_after_it_was_called():
-    """A refusal found in milliseconds (a metrics port that is taken) comes before the build has launched its JVM:
-    what it launches then is killed too, before `abandon` returns, so nothing talks after the refusal."""
+    """A refusal found soon after the build started (an operator's query config refused at once) can come before
+    it has launched its JVM: what it launches then is killed too, before `abandon` returns, so nothing talks after
+    the refusal."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def build() -> None:
