@@ -62,9 +62,20 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def py4j_chatter(record: logging.LogRecord) -> bool:
+    """False for py4j's records below WARNING: its connection chatter ("Closing down clientserver connection" at
+    every exit, the lost connection's traceback when a refusing driver kills the JVM it was launching), whichever
+    logger it uses (py4j 0.10.9.9 logs one of them on the root logger). Its real errors reach the driver as
+    exceptions (Py4JNetworkError, Py4JJavaError)."""
+    path = record.pathname.replace(os.sep, "/")
+    return record.levelno >= logging.WARNING or not (record.name.startswith("py4j") or "/py4j/" in path)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(py4j_chatter)
     try:
         cfg = AppConfig.load(args.config)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
