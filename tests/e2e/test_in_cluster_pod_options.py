@@ -206,6 +206,8 @@ def test_a_read_only_root_filesystem_as_non_root_runs_to_a_commit(cluster: Clust
         # the scratch space, its files uploaded to the checkpoint on S3) under the same confinement.
         handoff["spec"]["dedupe"] = {"keys": ["id"], "within": "1h"}
         handoff["spec"]["transform"] = {"sql": SQL_V1}  # changed in the running driver below
+        # The shuffle's partitions the operator sizes (maxExecutors × cores), not the test bed's usual setting.
+        del handoff["spec"]["spark"]["sparkConf"]["spark.sql.shuffle.partitions"]
         handoff["spec"]["deadLetter"] = {"topic": f"{where.topic}-dlq"}
         handoff["spec"]["spark"]["pod"] = {
             "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
