@@ -41,6 +41,7 @@ import stat
 import subprocess
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +211,11 @@ def run_child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int], ba
     os.environ.update(env)
     sys.path[:] = child_path(cwd, env, base)
     sys.argv = [argv[1], *argv[2:]]
+    # runpy warns when the module is in sys.modules already: the server imported it on purpose (its point), and
+    # `python -m` runs the module's code as `__main__` beside any imported copy either way. Without this, every
+    # fork printed a RuntimeWarning into the driver's log.
+    warnings.filterwarnings("ignore", message=r"'.*' found in sys\.modules after import of package",
+                            category=RuntimeWarning, module="runpy")
     code = 0
     try:
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -89,6 +89,14 @@ def test_a_module_runs_as_a_fork_of_the_server_with_the_launchers_io_env_cwd_and
     assert out["environ_readable"]
 
 
+def test_a_module_the_server_imported_runs_without_runpys_warning(server, probe_dir) -> None:
+    """The server imports Spark's worker modules on purpose; running one of them as `-m` made runpy warn ("found in
+    sys.modules after import of package"), once per fork, into the driver's log."""
+    done, _ = run(server.launcher, ["-m", "handoff_spark.config"], probe_dir)  # preloaded, no main block
+    assert done.returncode == 0, done.stderr
+    assert "RuntimeWarning" not in done.stderr and "found in sys.modules" not in done.stderr, done.stderr
+
+
 def test_the_exit_status_and_an_uncaught_error_reach_the_launcher(server, probe_dir) -> None:
     done, _ = run(server.launcher, ["-m", "handoff_fork_probe"], probe_dir, PROBE_EXIT="3")
     assert done.returncode == 3
