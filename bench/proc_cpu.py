@@ -21,6 +21,8 @@ def process_label(argv: list[str]) -> str:
     worker module for a PySpark daemon, e.g. `pyspark.daemon pyspark.sql.worker.create_data_source`)."""
     if not argv:
         return "?"
+    if " " in argv[0] and not any(argv[1:]):  # a title the process set itself (the fork server's forks)
+        argv = argv[0].split()
     if os.path.basename(argv[0]).startswith("java"):
         return "kafka broker" if "kafka.Kafka" in argv else "jvm"
     if "-m" in argv:

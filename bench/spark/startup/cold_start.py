@@ -106,10 +106,15 @@ def app_config(bootstrap: str, topic: str, tmp: Path, pipeline: str, extra_conf:
         "sparkConf": {"spark.master": "local[2]", **extra_conf}})
 
 
+#: The fork server's label: its children are forks, shown with the module each stands for (fork_server.retitle).
+FORK_SERVER = "handoff_spark.startup.fork_server"
+
+
 class ProcessTimeline:
     """When each process of the driver's session (its JVM, every PySpark daemon, forked worker and runner)
     first appears, sampled from /proc every 0.2 s: where a first micro-batch's fresh interpreters start.
-    A PySpark daemon's forked workers carry their daemon's command line; they are marked `fork`."""
+    A PySpark daemon's forked workers carry their daemon's command line, and the fork server's forks the command
+    they stand for; both are marked `fork`."""
 
     def __init__(self, sid: int, t0: float) -> None:
         self.sid, self.t0 = sid, t0
@@ -143,7 +148,7 @@ class ProcessTimeline:
             ppid = int(fields[1])
             label = proc_cpu.process_label(argv)
             parent = self.seen.get(ppid)
-            if parent is not None and parent["what"] == label:
+            if parent is not None and (parent["what"] == label or parent["what"].startswith(FORK_SERVER)):
                 label = "fork " + label
             self.seen[int(pid)] = {"at_s": round(time.perf_counter() - self.t0, 2), "what": label,
                                    "pid": int(pid), "ppid": ppid, "settled": proc_cpu.settled(argv)}
