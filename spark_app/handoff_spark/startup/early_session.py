@@ -56,10 +56,6 @@ class EarlySession:
             self.seconds = time.monotonic() - started
             self._done.set()
 
-    def done(self) -> bool:
-        """Whether the build has ended (a session, or its error)."""
-        return self._done.is_set()
-
     def abandon(self, wait: float = ABANDON_WAIT_SECONDS) -> None:
         """The driver refuses to start: kill the processes started since `start` (the JVM's launch, the fork
         server), so none of them outlives or talks after the refusal. Until the build has ended (at most `wait`

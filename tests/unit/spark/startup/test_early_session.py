@@ -68,5 +68,5 @@ def test_abandon_also_kills_what_the_build_starts_after_it_was_called():
 
     early = EarlySession(build).start()
     early.abandon()
-    assert early.done()
+    assert early.seconds is not None  # the build has ended (its time is set when it does)
     assert procs and procs[0].poll() == -9
