@@ -15,6 +15,8 @@ equivalent (see the callers):
   class path, by PySpark's own rules (`jvm_cds`'s cache key).
 * `plan_deterministic(df)` (`DataFrame._jdf`): whether a transform's analysed plan is deterministic
   (`driver.transform`: a replay must drop and derive what the first run did).
+* `watermark_output_operators(df)` (`DataFrame._jdf`): whether a transform's streaming plan has an operator whose
+  output waits on the watermark (`driver.app`: without one, Spark's no-data batches are turned off).
 * `daemon_manager()` (`pyspark.daemon.manager`): PySpark's worker daemon loop, which Handoff's daemon runs after
   preloading modules (`worker_daemon`). Not underscored, but `pyspark.daemon` is the internal entry point
   `spark.python.daemon.module` names, not documented API.
@@ -105,6 +107,32 @@ def plan_deterministic(df: Any) -> bool:
     return bool(jdf.queryExecution().analyzed().deterministic())
 
 
+#: Logical operators whose output waits on the watermark when they read a stream (Spark's no-data batches emit it:
+#: an append-mode aggregation's closed windows, a stream-stream outer join's unmatched rows, a session window).
+_WATERMARK_OUTPUT_NODES = frozenset({"Aggregate", "Distinct", "Deduplicate", "Join", "FlatMapGroupsWithState",
+                                     "TransformWithState", "FlatMapGroupsInPandasWithState", "SessionWindowing"})
+
+
+def watermark_output_operators(df: Any) -> list[str]:
+    """The operators of the DataFrame's analysed plan (through `DataFrame._jdf`, as `plan_deterministic`) whose
+    output may wait on a streaming watermark: an aggregation, deduplication or state over a stream, or a join of two
+    streams. Empty: only a dedupe within the watermark (`DeduplicateWithinWatermark`, which emits each row at once)
+    or stateless operators, so Spark's no-data batches would only evict state (`driver.app.frame_path_conf`)."""
+    jdf = attribute(df, "_jdf", api="pyspark.sql.DataFrame._jdf", fence=FENCE)
+    found: list[str] = []
+    stack = [jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        children = node.children()
+        kids = [children.apply(i) for i in range(children.size())]
+        name = node.getClass().getSimpleName()
+        if name in _WATERMARK_OUTPUT_NODES and node.isStreaming() and \
+                (name != "Join" or all(k.isStreaming() for k in kids)):
+            found.append(name)
+        stack.extend(kids)
+    return found
+
+
 def daemon_manager() -> Callable[[], None]:
     """PySpark's worker daemon loop (forks a worker per task)."""
     from pyspark import daemon
@@ -113,4 +141,4 @@ def daemon_manager() -> Callable[[], None]:
 
 
 __all__ = ["PRIVATE_APIS", "jvm", "scala_context", "java_session", "set_active_session", "gateway_process",
-           "spark_home", "daemon_manager", "plan_deterministic"]
+           "spark_home", "daemon_manager", "plan_deterministic", "watermark_output_operators"]

@@ -213,6 +213,7 @@ STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ROCKSDB_TRACK_ROWS_KEY = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
 ROCKSDB_CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+NO_DATA_BATCHES_KEY = "spark.sql.streaming.noDataMicroBatches.enabled"
 ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_MAX_BYTES = "2147483647"
 
@@ -271,6 +272,32 @@ def frame_path_conf(conf: dict[str, str], cfg: AppConfig, partitions: int | None
         out.setdefault(ROCKSDB_TRACK_ROWS_KEY, "false")
         out.setdefault(ROCKSDB_CHANGELOG_KEY, "true")
     return out
+
+
+def no_data_batches(cfg: AppConfig, waiting_operators: list[str]) -> bool:
+    """Whether a DataFrame-path query needs Spark's no-data batches; `waiting_operators`: the transform's operators
+    whose output waits on the watermark (`pyspark_private.watermark_output_operators`).
+
+    Why not always: after the data stops (a stream going quiet, the end of an AvailableNow run) Spark runs one more
+    batch only for its stateful operators. When the dedupe is the only one (`dropDuplicatesWithinWatermark` emits
+    each row at once; lateness is judged in the read tasks from the offset log's watermark, `sink.frames`), that
+    batch emits nothing and decides nothing: it evicts the keys whose window has passed, which the next data batch
+    does too, under the same watermark. It costs a whole batch (a task on every state store, the sink's empty commit
+    with a catalog read): 0.14 s of a 2 s AvailableNow run of 300,000 records (docs/benchmarks.md, "Without the
+    no-data batch"). A transform that aggregates, or joins the stream with itself, keeps them: its output waits on
+    them."""
+    return cfg.dedupe is None or bool(waiting_operators)
+
+
+def set_no_data_batches(spark: Any, cfg: AppConfig, df: Any) -> None:
+    """The session's `NO_DATA_BATCHES_KEY` for the query about to start over `df` (`no_data_batches`), set at every
+    start since a query switched in this driver may need the other value; a user's own setting wins."""
+    if NO_DATA_BATCHES_KEY in cfg.spark_conf:
+        return
+    from handoff_spark.pyspark_private import watermark_output_operators
+
+    waiting = watermark_output_operators(df) if cfg.dedupe is not None and cfg.transform is not None else []
+    spark.conf.set(NO_DATA_BATCHES_KEY, str(no_data_batches(cfg, waiting)).lower())
 
 
 def set_frame_path_conf(spark: Any, cfg: AppConfig) -> None:
@@ -448,6 +475,7 @@ def start_query(spark: Any, cfg: AppConfig, *, available_now: bool = False, stop
     df = reader.load()
     if frames:  # records as Spark rows: the SQL, event time and dedupe run in Spark (driver.transform)
         df = transform.pipeline(spark, cfg, df)
+        set_no_data_batches(spark, cfg, df)
     if sink_format is None:
         writer = df.writeStream.format(sinks.get(cfg.sink.kind).format).option("config", cfg.to_json())
         if frames:

@@ -103,6 +103,24 @@ def test_pyspark_fence_accessors_work_on_a_real_session(spark):
     assert not pyspark_private.plan_deterministic(spark.range(3).selectExpr("id + rand() AS x"))
 
 
+def test_watermark_output_operators_finds_what_waits_on_a_streams_watermark(spark):
+    """Only streaming state whose output waits on the watermark counts (driver.app.no_data_batches): a dedupe within
+    the watermark, a filter or a join with a static lookup do not; an aggregation, a DISTINCT, dropDuplicates and a
+    stream joined with itself do; a static aggregation does not."""
+    find = pyspark_private.watermark_output_operators
+    spark.readStream.format("rate").load().createOrReplaceTempView("src")
+    spark.range(5).withColumnRenamed("id", "k").createOrReplaceTempView("lookup")
+    assert find(spark.sql("SELECT value, timestamp FROM src WHERE value > 3")) == []
+    assert find(spark.sql("SELECT * FROM src").withWatermark("timestamp", "1 hour")
+                .dropDuplicatesWithinWatermark(["value"])) == []
+    assert find(spark.sql("SELECT s.*, l.k FROM src s JOIN lookup l ON s.value = l.k")) == []
+    assert find(spark.sql("SELECT value, count(*) AS n FROM src GROUP BY value")) == ["Aggregate"]
+    assert find(spark.sql("SELECT DISTINCT value FROM src")) == ["Distinct"]
+    assert find(spark.sql("SELECT * FROM src").dropDuplicates(["value"])) == ["Deduplicate"]
+    assert find(spark.sql("SELECT a.value FROM src a JOIN src b ON a.value = b.value")) == ["Join"]
+    assert find(spark.sql("SELECT k, count(*) FROM lookup GROUP BY k")) == []
+
+
 # What a private name of these libraries looks like in code: `from lib... import _x`, or `._x` read off an object
 # the line got from one of them. Only the fences may have them (subclass overrides are listed in their fence).
 _PRIVATE_IMPORT = re.compile(r"^\s*from (pyspark|confluent_kafka|pyiceberg|kopf|kubernetes|pyarrow|google)[\w.]* "

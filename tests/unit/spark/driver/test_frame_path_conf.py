@@ -11,7 +11,8 @@ import pytest
 from handoff_spark.config import AppConfig
 from handoff_spark.contract import SHUFFLE_PARTITIONS_CONF
 from handoff_spark.driver.app import (FRAME_SHUFFLE_PARTITIONS, ROCKSDB_CHANGELOG_KEY, ROCKSDB_STATE_STORE,
-                                      ROCKSDB_TRACK_ROWS_KEY, STATE_STORE_KEY, frame_path_conf, local_cores)
+                                      ROCKSDB_TRACK_ROWS_KEY, STATE_STORE_KEY, frame_path_conf, local_cores,
+                                      no_data_batches)
 
 
 def cfg(**fields: Any) -> AppConfig:
@@ -70,3 +71,14 @@ def test_no_dedupe_no_state_store_and_the_fused_path_is_untouched():
     event_time_only = frame_path_conf({}, cfg(eventTime={"column": "ts", "watermarkSeconds": 30}))
     assert not {STATE_STORE_KEY, ROCKSDB_TRACK_ROWS_KEY, ROCKSDB_CHANGELOG_KEY} & set(event_time_only)
     assert frame_path_conf({"a": "b"}, cfg()) == {"a": "b"}
+
+
+def test_no_data_batches_are_off_only_when_the_dedupe_is_the_only_state():
+    """A dedupe whose transform has nothing waiting on the watermark gets no no-data batch (it would only evict
+    keys); an aggregating or self-joining transform keeps them; without a dedupe Spark's default stands."""
+    dedupe = cfg(dedupe={"keys": ["id"], "withinSeconds": 60}, transform={"sql": "SELECT * FROM source"})
+    assert no_data_batches(dedupe, []) is False
+    assert no_data_batches(dedupe, ["Aggregate"]) is True
+    assert no_data_batches(cfg(dedupe={"keys": ["id"], "withinSeconds": 60}), []) is False
+    assert no_data_batches(cfg(transform={"sql": "SELECT * FROM source"}), []) is True
+    assert no_data_batches(cfg(eventTime={"column": "ts", "watermarkSeconds": 30}), []) is True
