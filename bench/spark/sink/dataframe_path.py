@@ -333,7 +333,12 @@ def _source_options(spark: Any, cfg: Any) -> dict[str, str]:
 
 
 def _transformed(spark: Any, df: Any, name: str) -> Any:
-    """`df` (the frame) through the candidate's transform: none, the SQL, or the SQL and the dedupe."""
+    """`df` (the frame) through the candidate's transform: none, the SQL, or the SQL and the dedupe. A dedupe
+    candidate runs without Spark's no-data batches, as the product's does (`driver.app.no_data_batches`), so the
+    baselines and Handoff's path do the same batches; the others get Spark's default."""
+    from handoff_spark.driver.app import NO_DATA_BATCHES_KEY
+
+    spark.conf.set(NO_DATA_BATCHES_KEY, "false" if "-dedupe" in name else "true")
     if "-sql" not in name:
         return df
     view = f"source_{uuid.uuid4().hex[:8]}"
