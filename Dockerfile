@@ -63,6 +63,17 @@ RUN jars="$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(py
  && python /tmp/jars/fetch_jars.py "$MAVEN_REPO" /tmp/jars/gcs-connector-jars.txt "$jars" \
  && rm -rf /tmp/jars
 
+# Hadoop's file: system without a chmod process per file it writes (handoff_spark/startup/local_fs.py: a checkpoint on
+# the driver's volume, the default, writes its logs and state through it), compiled into pyspark's jars before the
+# archive below records their class path; the JDK leaves again in the same layer.
+COPY spark_app/jvm /tmp/localfs/jvm
+COPY spark_app/handoff_spark/startup/local_fs.py /tmp/localfs/handoff_spark/startup/
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
+ && python /tmp/localfs/handoff_spark/startup/local_fs.py build \
+      "$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
+ && apt-get purge -y --auto-remove openjdk-17-jdk-headless && rm -rf /var/lib/apt/lists/* /tmp/localfs \
+ && java -version 2>&1 | head -1
+
 # A class-data-sharing archive of Spark's classes (handoff_spark/startup/jvm_cds.py): a driver or executor JVM maps
 # them from one file instead of loading and verifying them from the jars again at every (re)start. It is valid only
 # for this JDK and these jars (the step above), so it is made here, from a local session that runs the classes a

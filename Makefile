@@ -12,7 +12,8 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test venv testbed-build image crds check-crds unit bench clean
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*/*.c) requirements.lock
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*/*.c) requirements.lock \
+                   $(shell find spark_app/jvm -name '*.java') spark_app/handoff_spark/startup/local_fs.py
 	@# Python with venv and headers; setup.py's C extensions (the native Kafka reader, the JSON decoder) need gcc
 	@# and librdkafka's headers. Quick when everything is there.
 	@PYTHON=$(PYTHON) bash hack/install-system-deps.sh demo
@@ -28,6 +29,9 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*
 	@# (compiled by the step below); without the zips the workers import those.
 	rm -f $(VENV)/lib/python3*/site-packages/pyspark/python/lib/pyspark.zip \
 	  $(VENV)/lib/python3*/site-packages/pyspark/python/lib/py4j-*-src.zip
+	@# Hadoop's file: system without a chmod process per checkpoint file (handoff_spark.startup.local_fs), into
+	@# Spark's jars (javac: a JDK, hack/install-system-deps.sh); before the mtimes are pinned.
+	$(PY) -m handoff_spark.startup.local_fs build >/dev/null
 	@# One fixed mtime for Spark's jars: a new venv at the same path (a CI checkout) can then use the JVM
 	@# class-data archive the last one built (handoff_spark.startup.jvm_cds).
 	$(PY) -m handoff_spark.startup.jvm_cds --pin-jar-mtimes

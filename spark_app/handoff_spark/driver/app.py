@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from handoff_spark import contract, switches
 from handoff_spark.startup import jvm_cds
-from handoff_spark.startup import fork_server, session_warmup, worker_daemon
+from handoff_spark.startup import fork_server, local_fs, session_warmup, worker_daemon
 from handoff_spark.startup.early_session import EarlySession
 from handoff_spark.sink import registry as sinks
 from handoff_spark.config import AppConfig
@@ -329,6 +329,8 @@ def build_session(cfg: AppConfig) -> Any:
     # Batches stay bounded by spark.sql.execution.arrow.maxRecordsPerBatch.
     conf.setdefault(ARROW_MAX_BYTES_KEY, ARROW_MAX_BYTES)
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
+    # Hadoop's `file:` system without a chmod process per file it writes (a local checkpoint's logs and state).
+    conf = local_fs.conf(conf, jvm_cds.spark_jars_dir())
     conf = s3_checkpoint_conf(conf, cfg.checkpoint_location)
     conf = gcs_checkpoint_conf(conf, cfg.checkpoint_location)
     # Workers fork from a daemon that has already imported pyarrow, confluent-kafka and the sink's write path.

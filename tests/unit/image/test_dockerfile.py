@@ -57,6 +57,16 @@ def test_base_image_and_java() -> None:
     assert "JAVA_HOME=/opt/java" in env
 
 
+def test_the_local_file_system_jar_is_built_before_the_class_data_archive_records_the_class_path() -> None:
+    """The executors start with the archive's recorded class path (docker/entrypoint.sh) and the JVM uses an archive
+    only with the jars it was made from: a jar added to Spark's jars after it would turn the archive off."""
+    runs = [rest for op, rest in instructions() if op == "RUN"]
+    local_fs = next(i for i, r in enumerate(runs) if "local_fs.py build" in r)
+    archive = next(i for i, r in enumerate(runs) if "jvm_cds.py" in r)
+    assert local_fs < archive
+    assert "openjdk-17-jdk-headless" in runs[local_fs] and "apt-get purge" in runs[local_fs]
+
+
 def test_copy_sources_exist_and_reach_the_build_context() -> None:
     copies = [shlex.split(rest) for op, rest in instructions() if op == "COPY"]
     assert copies
