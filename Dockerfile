@@ -71,7 +71,7 @@ COPY spark_app/handoff_spark/startup/local_fs.py /tmp/localfs/handoff_spark/star
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
  && python /tmp/localfs/handoff_spark/startup/local_fs.py build \
       "$(python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
- && apt-get purge -y --auto-remove openjdk-17-jdk-headless && rm -rf /var/lib/apt/lists/* /tmp/localfs \
+ && apt-get purge -y --auto-remove openjdk-17-jdk-headless && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/localfs \
  && java -version 2>&1 | head -1
 
 # A class-data-sharing archive of Spark's classes (handoff_spark/startup/jvm_cds.py): a driver or executor JVM maps
@@ -99,7 +99,7 @@ RUN build_pkgs="gcc libc6-dev librdkafka-dev" \
       || build_pkgs="$build_pkgs python3-dev"; } \
  && apt-get update && apt-get install -y --no-install-recommends $build_pkgs \
  && pip install $PIP_OPTIONS --no-deps . && rm -rf build ./*.egg-info \
- && apt-get purge -y --auto-remove $build_pkgs && rm -rf /var/lib/apt/lists/* \
+ && apt-get purge -y --auto-remove $build_pkgs && apt-get clean && rm -rf /var/lib/apt/lists/* \
  && python -c "import handoff_spark.decode._json_arrow; from handoff_spark.kafka import native; assert native.load_error() is None, native.load_error()"
 
 # The fork server's launcher (handoff_spark/startup/fork_server.py): a driver pod makes it Spark's Python, so the
