@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from handoff_spark import pyspark_private, switches
-from handoff_spark.startup import fork_client
+from handoff_spark.startup import fork_client, python_path
 
 #: What the processes Spark starts for a Python data source import: pyspark, its daemon, worker and planners.
 PRELOAD_PYSPARK = ("pyspark", *pyspark_private.PROCESS_MODULES)
@@ -176,8 +176,10 @@ def receive(conn: socket.socket) -> tuple[list[str], str, dict[str, str], list[i
 
 def child_path(cwd: str, env: dict[str, str], base: list[str]) -> list[str]:
     """`sys.path` as `python -m` started in `cwd` with `env` would have it: the directory, `PYTHONPATH`, then the
-    interpreter's own entries (`base`: the server's, without its directory and its own `PYTHONPATH`)."""
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    interpreter's own entries (`base`: the server's, without its directory and its own `PYTHONPATH`); without the
+    archives on `PYTHONPATH` that hold no Python (`python_path`: Spark's core jar, which zipimport would read in
+    every fork, twice). The server asks `python_path` before it forks, so the fork reads no archive."""
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and python_path.holds_python(p)]
     return list(dict.fromkeys([cwd, *extra, *base]))
 
 
@@ -254,6 +256,11 @@ def serve(listener: socket.socket, alive_fd: int, modules: tuple[str, ...]) -> N
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the process that needs it imports it itself and fails there
             continue
+    try:  # the archive Spark puts on its processes' PYTHONPATH, judged while the JVM still launches
+        jars = Path(pyspark_private.spark_home()) / "jars"
+        python_path.without_python(str(p) for p in jars.glob("spark-core_*.jar"))
+    except Exception:  # noqa: BLE001 - judged at the first fork instead
+        pass
     own = set(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     base = [p for p in sys.path[1:] if p not in own]
     gc.freeze()  # the imports' objects stay shared pages in every fork (as in worker_daemon)
@@ -279,6 +286,7 @@ def serve(listener: socket.socket, alive_fd: int, modules: tuple[str, ...]) -> N
                     conn.close()  # the launcher reads no pid and runs the real interpreter
                     continue
                 argv, cwd, env, fds = req
+                python_path.without_python(env.get("PYTHONPATH", "").split(os.pathsep))  # judged once, here
                 sys.stdout.flush()
                 sys.stderr.flush()
                 try:

@@ -99,30 +99,16 @@ def keep_freed_memory() -> bool:
 
 def drop_archives_without_python() -> list[str]:
     """Take off `sys.path` (and out of the import system's finder cache) every zip archive on it that holds no
-    Python module; returns them.
+    Python module (`python_path`); returns them. Workers forked from this daemon inherit the shorter path, so a
+    fresh worker's `importlib.invalidate_caches()` on its first task no longer reads Spark's core jar again (60-150
+    ms of CPU here, in every worker a (re)started driver or a new executor forks)."""
+    from handoff_spark.startup.python_path import without_python
 
-    Why: Spark puts its `spark-core` jar on every Python worker's path (in case pyspark is packaged inside it; a pip
-    install never is), and a fresh PySpark worker calls `importlib.invalidate_caches()` on its first task
-    (`setup_spark_files`, when it adds Spark's files directory to the path), which on Python 3.11 makes each zip
-    importer read its archive's directory again: ~6,000 entries, 60-150 ms of CPU here, for an archive from which
-    nothing can be imported, in every worker a (re)started driver or a new executor forks. Workers forked from
-    this daemon inherit the shorter path."""
-    import zipfile
-
-    dropped = []
-    for entry in dict.fromkeys(sys.path):
-        if not entry.endswith((".jar", ".zip")) or not os.path.isfile(entry):
-            continue
-        try:
-            with zipfile.ZipFile(entry) as archive:
-                if any(name.endswith((".py", ".pyc")) for name in archive.namelist()):
-                    continue
-        except (OSError, zipfile.BadZipFile):
-            continue
+    dropped = without_python(sys.path)
+    for entry in dropped:
         while entry in sys.path:
             sys.path.remove(entry)
         sys.path_importer_cache.pop(entry, None)
-        dropped.append(entry)
     return dropped
 
 

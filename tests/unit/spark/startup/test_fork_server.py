@@ -27,7 +27,7 @@ environ = open("/proc/self/environ", "rb").read().split(b"\\0")
 print(json.dumps({"argv": sys.argv[1:], "stdin": line, "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
                   "ppid": os.getppid(), "pyspark_loaded": "pyspark.daemon" in sys.modules,
                   "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\\0")[0],
-                  "environ_readable": all(b"=" in e for e in environ if e) and any(environ)}))
+                  "environ_readable": all(b"=" in e for e in environ if e) and any(environ), "path": sys.path}))
 code = os.environ.get("PROBE_EXIT")
 if code == "raise":
     raise RuntimeError("the probe failed on purpose")
@@ -87,6 +87,23 @@ def test_a_module_runs_as_a_fork_of_the_server_with_the_launchers_io_env_cwd_and
     # `ps` shows what it stands for, not the server's command line (fork_server.retitle), and its environ is intact
     assert out["cmdline"] == f"{sys.executable} -m handoff_fork_probe a b", out["cmdline"]
     assert out["environ_readable"]
+
+
+def test_a_fork_has_no_archive_without_python_on_its_path(server, probe_dir) -> None:
+    """Spark puts its core jar (no Python in it) on PYTHONPATH; zipimport would read its ~6,000-entry directory in
+    every fork, twice (python_path). An archive with a module stays, as do plain directories."""
+    import zipfile
+
+    jar, modules = probe_dir / "spark-core.jar", probe_dir / "mods.zip"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("org/apache/spark/SparkContext.class", b"\xca\xfe")
+    with zipfile.ZipFile(modules, "w") as z:
+        z.writestr("zipped_probe_module.py", "X = 1\n")
+    path = os.pathsep.join([str(probe_dir / "mods"), str(jar), str(modules)])
+    done, out = run(server.launcher, ["-m", "handoff_fork_probe"], probe_dir, PYTHONPATH=path)
+    assert done.returncode == 0, done.stderr
+    assert str(jar) not in out["path"]
+    assert out["path"][:3] == [str(probe_dir), str(probe_dir / "mods"), str(modules)]
 
 
 def test_a_module_the_server_imported_runs_without_runpys_warning(server, probe_dir) -> None:
