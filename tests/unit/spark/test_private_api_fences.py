@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,18 +75,6 @@ def test_pyiceberg_fence_names_resolve_and_its_instance_attributes_exist(tmp_pat
     assert writer._writer is None and isinstance(writer._parquet_writer_kwargs, dict)  # noqa: SLF001
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[1]").appName("test-private-api-fences")
-               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-    yield session
-    session.stop()
-
-
 def test_pyspark_fence_accessors_work_on_a_real_session(spark):
     sc = spark.sparkContext
     assert pyspark_private.jvm(sc).java.lang.Integer.valueOf(7) == 7
@@ -139,3 +125,4 @@ def test_no_private_api_outside_the_fences():
         found += [f"{path.relative_to(REPO)}: {m.group(0).strip()}" for m in _PRIVATE_IMPORT.finditer(text)]
         found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in _PRIVATE_ATTR.finditer(text)]
     assert found == [], "private library APIs outside their fence module (move them into it): " + "; ".join(found)
+

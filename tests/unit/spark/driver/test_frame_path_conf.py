@@ -1,6 +1,7 @@
 """The DataFrame path's session settings (`app.frame_path_conf`, pure): a dedupe keeps its state in RocksDB, off the
-executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle has the operator's partitions
-on a cluster (8 when it named none) and a local master's cores; a user's own setting wins; the fused path gets none of them."""
+executors' heap, without RocksDB's row count and with its changelog checkpointing; the shuffle has the operator's
+partitions on a cluster (8 when it named none) and a local master's cores; a user's own setting wins; the fused path
+gets none of them. And the no-data batches a query starts with (`app.no_data_batches`, on a real streaming plan)."""
 from __future__ import annotations
 
 import os
@@ -82,3 +83,27 @@ def test_no_data_batches_are_off_only_when_the_dedupe_is_the_only_state():
     assert no_data_batches(cfg(dedupe={"keys": ["id"], "withinSeconds": 60}), []) is False
     assert no_data_batches(cfg(transform={"sql": "SELECT * FROM source"}), []) is True
     assert no_data_batches(cfg(eventTime={"column": "ts", "watermarkSeconds": 30}), []) is True
+
+
+def test_a_query_start_sets_no_data_batches_from_its_plan_and_a_users_setting_wins(spark):
+    """`app.set_no_data_batches`, as `start_query` calls it on the streaming plan: off for a dedupe whose transform
+    only filters, on for one that aggregates; a key in `spec.spark.sparkConf` (in the session since its build) is
+    left as the user set it."""
+    from handoff_spark.driver.app import NO_DATA_BATCHES_KEY, set_no_data_batches
+
+    def rate_cfg(sql: str, **conf: str) -> AppConfig:
+        columns = [{"name": "value", "type": "long"}, {"name": "timestamp", "type": "timestamp"}]
+        return cfg(schema={"columns": columns}, transform={"sql": sql}, dedupe={"keys": ["value"], "withinSeconds": 60},
+                   sparkConf=conf)
+
+    spark.readStream.format("rate").load().createOrReplaceTempView("src")
+    filtered = spark.sql("SELECT * FROM src WHERE value > 3")
+    set_no_data_batches(spark, rate_cfg("SELECT * FROM source WHERE value > 3"), filtered)
+    assert spark.conf.get(NO_DATA_BATCHES_KEY) == "false"
+    aggregated_sql = "SELECT value, count(*) AS n FROM source GROUP BY value"
+    counted = spark.sql(aggregated_sql.replace("source", "src"))
+    set_no_data_batches(spark, rate_cfg(aggregated_sql), counted)
+    assert spark.conf.get(NO_DATA_BATCHES_KEY) == "true"
+    spark.conf.set(NO_DATA_BATCHES_KEY, "false")  # as the user's sparkConf set it at the session's build
+    set_no_data_batches(spark, rate_cfg(aggregated_sql, **{NO_DATA_BATCHES_KEY: "false"}), counted)
+    assert spark.conf.get(NO_DATA_BATCHES_KEY) == "false"
