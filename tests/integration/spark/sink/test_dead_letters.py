@@ -117,9 +117,14 @@ def test_halt_policy_fails_the_streaming_query_with_the_record_and_the_fix(kafka
 
 
 def _fork_servers_of(pid: int) -> list[int]:
-    """The driver's child processes that are its fork server (`startup.fork_server`)."""
-    children = [int(c) for task in Path(f"/proc/{pid}/task").glob("*")
-                for c in (task / "children").read_text().split()]
+    """The driver's child processes that are its fork server (`startup.fork_server`). A thread of the driver that
+    ends between the listing of its threads and the reading of its children is skipped (it has none left)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
     found = []
     for child in children:
         try:
