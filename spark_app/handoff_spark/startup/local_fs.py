@@ -118,10 +118,10 @@ def main(argv: list[str]) -> int:
         return 2
     if len(argv) == 2:
         jars_dir = Path(argv[1])
-    else:
-        import pyspark
+    else:  # the jars the driver looks in (`conf`): spark-submit's, SPARK_HOME's when set
+        from handoff_spark.startup.jvm_cds import spark_jars_dir
 
-        jars_dir = Path(pyspark.__file__).parent / "jars"
+        jars_dir = spark_jars_dir()
     try:
         print(build(jars_dir))
     except RuntimeError as exc:
