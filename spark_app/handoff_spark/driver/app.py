@@ -366,17 +366,19 @@ FORK_DIR_PREFIX = "handoff-fork-"
 
 
 def use_fork_server(cfg: AppConfig) -> str | None:
-    """Start the fork server (once per process) and make its launcher Spark's Python (`PYSPARK_PYTHON`), where the
+    """Start the fork server (once per process) and make its launcher Spark's Python (`SPARK_PYTHON_VARS`), where the
     session about to be built starts its own JVM and either runs its executors in it or has executor pods of this
     image (`fork_server_launcher`), and Spark's Python is this interpreter (a user's own `PYSPARK_PYTHON` wins; so
-    does `HANDOFF_FORK_SERVER=0`). Returns the launcher, or None."""
+    does `HANDOFF_FORK_SERVER=0`, and a user's own `PYSPARK_DRIVER_PYTHON`). Returns the launcher, or None."""
     global _fork_server
     master = cfg.spark_conf.get("spark.master") or switches.SPARK_MASTER()
     launcher = fork_server_launcher(master, cfg.spark_conf, os.environ)
     if not switches.FORK_SERVER() or launcher is None:
-        if _fork_server is not None and os.environ.get("PYSPARK_PYTHON") == _fork_server.launcher:
-            os.environ["PYSPARK_PYTHON"] = sys.executable  # an earlier session's: this one runs without it
+        for name in SPARK_PYTHON_VARS:
+            if _fork_server is not None and os.environ.get(name) == _fork_server.launcher:
+                os.environ[name] = sys.executable  # an earlier session's: this one runs without it
         return None
+    previous = _fork_server.launcher if _fork_server is not None else None
     if _fork_server is None or _fork_server.process.poll() is not None or _fork_server.sink != cfg.sink.kind:
         current = os.environ.get("PYSPARK_PYTHON")
         if not (runs_this_python(current) or (_fork_server is not None and current == _fork_server.launcher)):
@@ -392,13 +394,28 @@ def use_fork_server(cfg: AppConfig) -> str | None:
             log.warning("Spark's Python processes start as fresh interpreters: no fork server (%s)", exc)
             shutil.rmtree(directory, ignore_errors=True)
             os.environ["PYSPARK_PYTHON"] = sys.executable
+            if previous is not None and os.environ.get("PYSPARK_DRIVER_PYTHON") == previous:
+                os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
             return None
         atexit.register(_fork_server.stop)
         log.info("Spark's Python processes fork from a server (pid %d, Spark's Python %s)",
                  _fork_server.process.pid, _fork_server.launcher)
     os.environ[switches.FORK_SOCKET.name] = _fork_server.socket  # for the image's launcher (the JVM inherits it)
     os.environ["PYSPARK_PYTHON"] = _fork_server.launcher
+    driver_python = os.environ.get("PYSPARK_DRIVER_PYTHON")
+    if runs_this_python(driver_python) or driver_python in (previous, _fork_server.launcher):
+        os.environ["PYSPARK_DRIVER_PYTHON"] = _fork_server.launcher
     return _fork_server.launcher
+
+
+#: The variables a local JVM takes Spark's Python from. Python functions and data sources carry pyspark's
+#: `sc.pythonExec` (`PYSPARK_PYTHON`). The data-source lookup that Spark runs once per JVM, at a session's first
+#: data-source call (`app.register_data_sources`, inside the session's start), takes the JVM's own
+#: `PythonUtils.defaultPythonExec`: `PYSPARK_DRIVER_PYTHON` first. With that left at the interpreter, the lookup was
+#: the one process of a restart's chain that still started a fresh interpreter and imported pyspark (~0.3 s of the
+#: session's start, traced: docs/benchmarks.md, "The data-source lookup forked too"). The Python driver itself is
+#: already running, so the variable has no other use in this process or its JVM.
+SPARK_PYTHON_VARS = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
 #: Spark on Kubernetes' image of the driver and executors, and the executors' own when it is not the driver's.

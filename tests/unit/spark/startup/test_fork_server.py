@@ -225,17 +225,25 @@ def test_the_driver_uses_it_for_a_local_master_and_leaves_a_users_python_and_the
     try:
         launcher = app.use_fork_server(_cfg(tmp_path, "local[1]"))
         assert launcher is not None and os.environ["PYSPARK_PYTHON"] == launcher
+        assert os.environ["PYSPARK_DRIVER_PYTHON"] == launcher  # the JVM's data-source lookup forks too
         assert Path(launcher).parent.name.startswith(f"{app.FORK_DIR_PREFIX}{os.getpid()}-")
         assert app.use_fork_server(_cfg(tmp_path, "local[2]")) == launcher  # one server per driver process
         first = app._fork_server
         # ... per sink: a session of another sink (a test process's) gets a server that preloads its write path
         other = app.use_fork_server(_cfg(tmp_path, "local[1]", "bigquery"))
         assert other is not None and other != launcher and os.environ["PYSPARK_PYTHON"] == other
+        assert os.environ["PYSPARK_DRIVER_PYTHON"] == other
         assert first is not None and first.process.returncode == 0 and not Path(launcher).exists()
         # turned off later in the same process: Spark's Python is the interpreter again
         monkeypatch.setenv(switches.FORK_SERVER.name, "0")
         assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
-        assert os.environ["PYSPARK_PYTHON"] == sys.executable
+        assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
+        # a user's own PYSPARK_DRIVER_PYTHON is theirs: only Spark's Python becomes the launcher
+        monkeypatch.setenv(switches.FORK_SERVER.name, "1")
+        monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/opt/their/python")
+        again = app.use_fork_server(_cfg(tmp_path, "local[1]"))
+        assert again is not None and os.environ["PYSPARK_PYTHON"] == again
+        assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/opt/their/python"
     finally:
         if app._fork_server is not None:
             app._fork_server.stop()
@@ -251,6 +259,7 @@ def _a_driver_with_tmpdir(monkeypatch: Any, tmpdir: Path) -> None:
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr("tempfile.tempdir", None)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.mark.parametrize("why", ["socket path too long", "noexec"])
@@ -273,7 +282,8 @@ def test_a_temporary_directory_the_server_cannot_use_leaves_spark_its_own_interp
         tmpdir.mkdir(parents=True)
     _a_driver_with_tmpdir(monkeypatch, tmpdir)
     assert app.use_fork_server(_cfg(tmp_path, "local[1]")) is None
-    assert os.environ["PYSPARK_PYTHON"] == sys.executable and app._fork_server is None
+    assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert app._fork_server is None
     assert not list(tmpdir.glob(f"{app.FORK_DIR_PREFIX}*"))
 
 
