@@ -216,6 +216,7 @@ ROCKSDB_CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpo
 NO_DATA_BATCHES_KEY = "spark.sql.streaming.noDataMicroBatches.enabled"
 ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_MAX_BYTES = "2147483647"
+ADAPTIVE_KEY = "spark.sql.adaptive.enabled"
 
 
 def local_cores(master: str | None) -> int | None:
@@ -328,6 +329,10 @@ def build_session(cfg: AppConfig) -> Any:
     # Int.MaxValue, quadratic for a list column: ~22x of the record path's time (docs/design/spark-data-path.md).
     # Batches stay bounded by spark.sql.execution.arrow.maxRecordsPerBatch.
     conf.setdefault(ARROW_MAX_BYTES_KEY, ARROW_MAX_BYTES)
+    # Spark runs no streaming query adaptively, and says so in a WARN line at every query's start (the stream's and
+    # the warm-up's: two per driver start). The driver's Spark runs streaming queries and the warm-ups' tiny writes,
+    # so the setting is off instead of warned about. A user's own value wins.
+    conf.setdefault(ADAPTIVE_KEY, "false")
     conf = local_checkpoint_file_manager(conf, cfg.checkpoint_location)
     # Hadoop's `file:` system without a chmod process per file it writes (a local checkpoint's logs and state).
     conf = local_fs.conf(conf, jvm_cds.spark_jars_dir())

@@ -191,6 +191,8 @@ def test_driver_prints_progress_serves_metrics_and_stops_gracefully_on_sigterm(k
     assert len(lines) == 3 and all(" rows in " in line for line in lines)  # 200 + 200 + 100
     assert "SIGTERM: finishing the current micro-batch, then stopping" in text
     assert "stopped" in text.splitlines()
+    # no WARN line of Spark's about adaptive execution at each query's start (app.ADAPTIVE_KEY off)
+    assert "spark.sql.adaptive.enabled is not supported" not in text
 
 
 def test_a_dead_letter_too_big_for_the_dlq_topic_is_sent_cut_never_fails_the_batch(kafka, tmp_path):
