@@ -379,9 +379,9 @@ def use_fork_server(cfg: AppConfig) -> str | None:
     master = cfg.spark_conf.get("spark.master") or switches.SPARK_MASTER()
     launcher = fork_server_launcher(master, cfg.spark_conf, os.environ)
     if not switches.FORK_SERVER() or launcher is None:
-        for name in SPARK_PYTHON_VARS:
-            if _fork_server is not None and os.environ.get(name) == _fork_server.launcher:
-                os.environ[name] = sys.executable  # an earlier session's: this one runs without it
+        if _fork_server is not None:  # an earlier session's launcher: this one runs without it
+            os.environ.update({name: sys.executable for name, value in os.environ.items()
+                               if name in SPARK_PYTHON_VARS and value == _fork_server.launcher})
         return None
     previous = _fork_server.launcher if _fork_server is not None else None
     if _fork_server is None or _fork_server.process.poll() is not None or _fork_server.sink != cfg.sink.kind:
