@@ -11,6 +11,8 @@ from typing import Any
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from handoff_spark.kafka.client_defaults import with_defaults
+
 TopicPartition = tuple[str, int]
 
 # librdkafka properties that only make sense for consumers/producers; the AdminClient would warn about them.
@@ -20,7 +22,7 @@ _CLIENT_ONLY = ("isolation.", "auto.offset", "group.", "enable.auto", "fetch.", 
 
 def admin_client(cfg: Any) -> AdminClient:
     props = {k: v for k, v in cfg.source.properties.items() if not k.startswith(_CLIENT_ONLY)}
-    return AdminClient({**props, "bootstrap.servers": cfg.source.bootstrap_servers})
+    return AdminClient(with_defaults({**props, "bootstrap.servers": cfg.source.bootstrap_servers}))
 
 
 def kafka_identity(cfg: Any, admin: AdminClient | None = None, timeout: float = 30.0, *,

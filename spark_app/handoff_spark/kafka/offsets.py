@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from handoff_spark.kafka.client_defaults import with_defaults
+
 log = logging.getLogger(__name__)
+
+
+def group_client_conf(bootstrap_servers: str, group: str, properties: dict[str, str] | None = None,
+                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings of a consumer that commits or reads `group`'s offsets and never joins it: the user's properties
+    over Handoff's client defaults (`client_defaults`), then the group and no auto-commit."""
+    return with_defaults({**(properties or {}), "bootstrap.servers": bootstrap_servers, "group.id": group,
+                          "enable.auto.commit": False, **(extra or {})})
 
 
 def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, dict[int, int]],
@@ -24,9 +35,8 @@ def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, 
     tps = [TopicPartition(topic, int(p), int(off)) for topic, parts in offsets.items() for p, off in parts.items()]
     if not tps:
         return True
-    conf = {**(properties or {}), "bootstrap.servers": bootstrap_servers, "group.id": group,
-            "enable.auto.commit": False, "socket.timeout.ms": int(timeout_s * 1000)}
-    consumer = Consumer(conf)
+    consumer = Consumer(group_client_conf(bootstrap_servers, group, properties,
+                                          {"socket.timeout.ms": int(timeout_s * 1000)}))
     try:
         for attempt in range(1, attempts + 1):
             try:
@@ -47,9 +57,7 @@ def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, 
 def committed_group_offsets(bootstrap_servers: str, group: str, partitions: list[tuple[str, int]],
                             properties: dict[str, str] | None = None, timeout_s: float = 10.0) -> dict[str, dict[int, int]]:
     """What lag tools see: the group's committed offsets (partitions without a commit are left out)."""
-    conf = {**(properties or {}), "bootstrap.servers": bootstrap_servers, "group.id": group,
-            "enable.auto.commit": False}
-    consumer = Consumer(conf)
+    consumer = Consumer(group_client_conf(bootstrap_servers, group, properties))
     try:
         out: dict[str, dict[int, int]] = {}
         for tp in consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s):

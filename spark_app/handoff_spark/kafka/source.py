@@ -59,6 +59,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from handoff_spark import checkpoint as ckpt
 from handoff_spark.contract import MIN_SPLIT_OFFSETS
 from handoff_spark.kafka import native as kafka_native
+from handoff_spark.kafka.client_defaults import CLIENT_DEFAULTS, with_defaults
 from handoff_spark.kafka import readers as kafka_readers
 
 if TYPE_CHECKING:
@@ -392,7 +393,7 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         conf = {k: v for k, v in opts.kafka.items() if not k.startswith(("isolation.", "auto.offset", "group."))}
-        self.admin = AdminClient(conf)
+        self.admin = AdminClient(with_defaults(conf))
         self.topics = opts.topics
 
     def partitions(self) -> list[tuple[str, int]]:
@@ -622,6 +623,7 @@ def ranges_of(batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> list[
 def reader_conf(opts: SourceOptions) -> dict[str, Any]:
     """A range reader's consumer settings: assign only, never joined nor committed."""
     return {
+        **CLIENT_DEFAULTS,
         **READ_FETCH_DEFAULTS,
         **opts.client_conf(),
         "group.id": opts.kafka.get("group.id", "handoff-reader"),

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from handoff_spark.config import AppConfig
 from handoff_spark.decode.records import DeadLetter
+from handoff_spark.kafka.client_defaults import with_defaults
 
 FLUSH_TIMEOUT_S = 60.0
 #: How much of an oversized dead letter's key and value is kept (well under Kafka's default 1 MB message limit).
@@ -73,7 +74,7 @@ def _producer(conf: Mapping[str, str]) -> Any:
 def producer_conf(cfg: AppConfig) -> dict[str, str]:
     props = {k: v for k, v in cfg.source.properties.items()
              if not k.startswith(("isolation.", "group.", "auto.offset", "enable.auto", "fetch.", "max.poll"))}
-    return {**props, "bootstrap.servers": cfg.source.bootstrap_servers}
+    return with_defaults({**props, "bootstrap.servers": cfg.source.bootstrap_servers})
 
 
 def dead_letter_headers(dl: DeadLetter, handoff_id: str, timestamp_ms: int | None) -> list[tuple[str, bytes]]:
