@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from handoff_spark.kafka import readers as kafka_readers
 from handoff_spark.kafka.client_defaults import with_defaults
 
 log = logging.getLogger(__name__)
@@ -35,23 +36,31 @@ def commit_group_offsets(bootstrap_servers: str, group: str, offsets: dict[str, 
     tps = [TopicPartition(topic, int(p), int(off)) for topic, parts in offsets.items() for p, off in parts.items()]
     if not tps:
         return True
-    consumer = Consumer(group_client_conf(bootstrap_servers, group, properties,
-                                          {"socket.timeout.ms": int(timeout_s * 1000)}))
+    conf = group_client_conf(bootstrap_servers, group, properties, {"socket.timeout.ms": int(timeout_s * 1000)})
     try:
-        for attempt in range(1, attempts + 1):
-            try:
-                result = consumer.commit(offsets=tps, asynchronous=False)
-                failed = [tp for tp in (result or []) if tp.error is not None]
-                if not failed:
-                    return True
-                log.warning("consumer-group %s: offset commit failed for %s (attempt %s)", group, failed, attempt)
-            except KafkaException as exc:
-                # e.g. COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR right after a broker (re)start
-                log.warning("consumer-group %s: offset commit failed (attempt %s): %s", group, attempt, exc)
-            time.sleep(0.5 * attempt)
+        # One consumer kept per process and settings (`readers.consumer`): the commit runner commits every batch,
+        # and a new consumer's connection and coordinator lookup were most of each commit (1.5-2 ms kept against
+        # 22-30 ms new, measured: docs/benchmarks.md, "A new Kafka client's first answer").
+        with kafka_readers.consumer(conf, ()) as consumer:
+            for attempt in range(1, attempts + 1):
+                try:
+                    result = consumer.commit(offsets=tps, asynchronous=False)
+                    failed = [tp for tp in (result or []) if tp.error is not None]
+                    if not failed:
+                        return True
+                    log.warning("consumer-group %s: offset commit failed for %s (attempt %s)", group, failed,
+                                attempt)
+                except KafkaException as exc:
+                    # e.g. COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR right after a broker (re)start
+                    log.warning("consumer-group %s: offset commit failed (attempt %s): %s", group, attempt, exc)
+                time.sleep(0.5 * attempt)
+            raise _GaveUp  # closes the consumer instead of keeping it: the next commit starts a new one
+    except _GaveUp:
         return False
-    finally:
-        consumer.close()
+
+
+class _GaveUp(Exception):
+    """Every attempt of a group commit failed."""
 
 
 def committed_group_offsets(bootstrap_servers: str, group: str, partitions: list[tuple[str, int]],

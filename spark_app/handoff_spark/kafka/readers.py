@@ -1,4 +1,5 @@
-"""Range readers' Kafka consumers, kept in the process for its next range instead of closed after each one.
+"""Range readers' Kafka consumers, kept in the process for its next range instead of closed after each one (and
+the consumer-group commits' consumer, `offsets.commit_group_offsets`, kept for the next batch's commit).
 
 Why: a Spark Python worker reads one range per task, and a new consumer per range started new librdkafka threads,
 each of which got a fresh glibc arena and grew it page by page while it fetched and decompressed (~8,000
