@@ -17,8 +17,11 @@ worker. It writes nothing anywhere. By default it starts in a thread just before
 runner while the stream's query is still in its source's Python planning. `before` runs it to its end before the
 stream's query starts instead: Spark's first batch then finds those started (1.8–3.0× a warm batch against
 7.5–11×), but the first commit came 0.7 s later on average in three runs on 2 cores, so it is not the default
-(docs/benchmarks.md, "Cold start"). These classes import only pyspark's (Spark unpickles them by reference in
-fresh planner interpreters); the heavy modules are imported inside the methods.
+(docs/benchmarks.md, "Cold start"). Since Spark's Python processes are forks of a server that imported their
+modules (`startup.fork_server`), a local restart's first commit measures the same with this warm-up, without it and
+with lighter variants of it (within ±0.2 s over three runs, "Session 49" there); it stays for the slower starts of
+a pod. These classes import only pyspark's (Spark unpickles them by reference in fresh planner interpreters); the
+heavy modules are imported inside the methods.
 """
 from __future__ import annotations
 
