@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "throughput": ("spark/kafka/throughput.py", [], ["--records", "50000"]),
     "freshness": ("spark/kafka/freshness.py", [], ["--seconds", "30"]),
+    "client_first_answer": ("spark/kafka/client_first_answer.py", [], ["--n", "4"]),
     "commit_latency": ("spark/iceberg/commit_latency.py", [], ["--batches", "100"]),
     "bigquery_append": ("spark/bigquery/bigquery_append.py", [], ["--records", "30000", "--naive-records", "10000"]),
     "retention_check": ("operator/retention/retention_check.py", [], ["--runs", "5"]),
