@@ -67,8 +67,9 @@ def py4j_chatter(record: logging.LogRecord) -> bool:
     every exit, the lost connection's traceback when a refusing driver kills the JVM it was launching), whichever
     logger it uses (py4j 0.10.9.9 logs one of them on the root logger). Its real errors reach the driver as
     exceptions (Py4JNetworkError, Py4JJavaError)."""
-    path = record.pathname.replace(os.sep, "/")
-    return record.levelno >= logging.WARNING or not (record.name.startswith("py4j") or "/py4j/" in path)
+    from handoff_spark.startup.early_session import from_py4j
+
+    return record.levelno >= logging.WARNING or not from_py4j(record)
 
 
 def main(argv: list[str] | None = None) -> int:

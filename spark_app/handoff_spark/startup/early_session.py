@@ -14,6 +14,7 @@ kill (`driver.temp_dirs`).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -62,6 +63,10 @@ class EarlySession:
         seconds): a refusal can come while the build is still about to start one (an operator's query config
         refused right after the hold's first answer), and a build whose JVM is killed ends at once ("exited
         before sending its port")."""
+        # The JVM is killed on purpose: py4j's report of the connection it loses would follow the refusal or the stop
+        # (at ERROR, with a traceback, when a command of the build's was waiting for its answer: not retried).
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(not_from_py4j)
         deadline = time.monotonic() + wait
         while True:
             self._kill_started()
@@ -87,6 +92,16 @@ class EarlySession:
 
         pyspark_private.set_active_session(self._session)
         return self._session
+
+
+def from_py4j(record: logging.LogRecord) -> bool:
+    """Whether py4j logged `record`: on its own loggers, or on the root logger (py4j 0.10.9.9 logs a lost
+    connection's traceback there, `logging.exception` in `java_gateway.GatewayClient.send_command`)."""
+    return record.name.startswith("py4j") or "/py4j/" in record.pathname.replace(os.sep, "/")
+
+
+def not_from_py4j(record: logging.LogRecord) -> bool:
+    return not from_py4j(record)
 
 
 def child_pids(pid: int | None = None) -> list[int]:

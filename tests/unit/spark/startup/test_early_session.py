@@ -70,3 +70,47 @@ def test_abandon_also_kills_what_the_build_starts_after_it_was_called():
     early.abandon()
     assert early.seconds is not None  # the build has ended (its time is set when it does)
     assert procs and procs[0].poll() == -9
+
+
+def test_after_abandon_py4j_says_nothing_about_the_jvm_it_lost_and_everything_else_is_still_logged(tmp_path):
+    """A stop or a refusal kills the JVM being launched; a build command that was waiting for the JVM's answer then
+    makes py4j log its lost connection at ERROR with a traceback, on the root logger (py4j 0.10.9.9,
+    `GatewayClient.send_command`). After `abandon`, nothing of py4j's reaches the driver's log; the driver's own
+    lines do. The record is made as py4j makes it: `logging.exception` from a file under a `py4j/` directory."""
+    import logging
+
+    py4j_dir = tmp_path / "site-packages" / "py4j"
+    py4j_dir.mkdir(parents=True)
+    (py4j_dir / "java_gateway.py").write_text(
+        "import logging\n"
+        "def send_command():\n"
+        "    try:\n"
+        "        raise ConnectionResetError(104, 'Connection reset by peer')\n"
+        "    except ConnectionResetError:\n"
+        "        logging.exception('Exception while sending command.')\n")
+    namespace: dict[str, object] = {}
+    source = py4j_dir / "java_gateway.py"
+    exec(compile(source.read_text(), str(source), "exec"), namespace)  # noqa: S102 - the record's path is py4j's
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    root = logging.getLogger()
+    handler = Keep()
+    root.addHandler(handler)
+    try:
+        namespace["send_command"]()  # before abandon: logged (a real error of a running driver)
+        assert seen == ["Exception while sending command."]
+        EarlySession(lambda: None).start().abandon(wait=1.0)
+        namespace["send_command"]()  # the JVM killed on purpose: not logged
+        logging.getLogger("handoff.app").error("stopped")
+        assert seen == ["Exception while sending command.", "stopped"]
+    finally:
+        root.removeHandler(handler)
+        from handoff_spark.startup.early_session import not_from_py4j
+
+        for other in root.handlers:  # pytest's own: this process goes on
+            other.removeFilter(not_from_py4j)
