@@ -17,6 +17,7 @@ import sys
 
 from handoff_spark import contract
 from handoff_spark.config import AppConfig
+from handoff_spark.startup.early_session import from_py4j
 
 #: Kubernetes' default terminationMessagePath: what a pod's `lastState.terminated.message` shows (the operator's
 #: status.app.lastFailure).
@@ -64,11 +65,9 @@ def parser() -> argparse.ArgumentParser:
 
 def py4j_chatter(record: logging.LogRecord) -> bool:
     """False for py4j's records below WARNING: its connection chatter ("Closing down clientserver connection" at
-    every exit, the lost connection's traceback when a refusing driver kills the JVM it was launching), whichever
-    logger it uses (py4j 0.10.9.9 logs one of them on the root logger). Its real errors reach the driver as
-    exceptions (Py4JNetworkError, Py4JJavaError)."""
-    from handoff_spark.startup.early_session import from_py4j
-
+    every exit, a lost connection's retried command), whichever logger it uses (py4j 0.10.9.9 logs some on the root
+    logger). Its real errors reach the driver as exceptions (Py4JNetworkError, Py4JJavaError). Once a stopping or
+    refusing driver kills the JVM it was launching, `EarlySession.abandon` drops py4j's records of any level."""
     return record.levelno >= logging.WARNING or not from_py4j(record)
 
 

@@ -418,7 +418,7 @@ def use_fork_server(cfg: AppConfig) -> str | None:
 #: data-source call (`app.register_data_sources`, inside the session's start), takes the JVM's own
 #: `PythonUtils.defaultPythonExec`: `PYSPARK_DRIVER_PYTHON` first. With that left at the interpreter, the lookup was
 #: the one process of a restart's chain that still started a fresh interpreter and imported pyspark (~0.3 s of the
-#: session's start, traced: docs/benchmarks.md, "The data-source lookup forked too"). The Python driver itself is
+#: session's start, traced: docs/benchmarks.md, "Cold start", session 49). The Python driver itself is
 #: already running, so the variable has no other use in this process or its JVM.
 SPARK_PYTHON_VARS = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 

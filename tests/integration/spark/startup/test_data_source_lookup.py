@@ -3,7 +3,7 @@
 Spark runs the lookup once per JVM, at the session's first data-source call (`app.register_data_sources`, inside
 `build_session`), with the JVM's own Python (`PythonUtils.defaultPythonExec`: `PYSPARK_DRIVER_PYTHON` first), not
 pyspark's `sc.pythonExec`. Left at the interpreter, it was the one process of a restart's chain that started fresh
-and imported pyspark (docs/benchmarks.md, "The data-source lookup forked too"). Its daemon stays alive under the
+and imported pyspark (docs/benchmarks.md, "Cold start", session 49). Its daemon stays alive under the
 JVM, so what Spark ran for it can be read after the session is up."""
 from __future__ import annotations
 
