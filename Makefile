@@ -18,8 +18,11 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard spark_app/handoff_spark/*
 	@# and librdkafka's headers. Quick when everything is there.
 	@PYTHON=$(PYTHON) bash hack/install-system-deps.sh demo
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	@# pyspark has no wheel on PyPI: its wheel is built once into the cache (handoff_testbed.sdist_wheels), else uv
+	@# built it again at every install and kept each build (2.8 GB a fresh venv) in its cache.
 	$(VENV)/bin/pip install -q uv==0.13.9
-	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock
+	wheels=$$(PYTHONPATH=hack $(PY) -m handoff_testbed.sdist_wheels) && \
+	  $(VENV)/bin/uv pip install -q --python $(PY) --find-links "$$wheels" -r requirements.lock
 	@# Rebuilt every time (uv would reuse its cached build of the editable package, C extension included).
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --reinstall-package handoff-operator \
 	  --refresh-package handoff-operator -e .

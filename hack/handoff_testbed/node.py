@@ -70,6 +70,19 @@ def disk_shortfall(where: str, free: int, total: int, working: int = NODE_WORKIN
             f"prune`, old clones' .test-logs/, {cache_dir()}/fresh-machine")
 
 
+def stale_images(listing: list[tuple[str, str]], wanted: set[str]) -> list[str]:
+    """Of containerd's images (`(ref, manifest digest)`), the ones to remove: earlier builds of the project's image
+    and every id-named record (`sha256:…`) that is not the same image as a kept one.
+
+    Why the id-named ones: containerd's CRI plugin adds one per imported image and never removes it, so removing an
+    old build's tag alone kept its layers: 8.7 GB of old builds in one machine's cache, which with the disk check
+    below stopped a CI run."""
+    kept = {digest for ref, digest in listing
+            if ref in wanted or not (":dev-" in ref or ref.startswith("sha256:"))}
+    return [ref for ref, digest in listing
+            if ref not in wanted and digest not in kept and (":dev-" in ref or ref.startswith("sha256:"))]
+
+
 def check_disk(workdir: Path) -> None:
     """StartupError (`disk_shortfall`'s line) unless the kubelet's work directory (its nodefs) and containerd's
     image store in the cache (its imagefs) have room."""
@@ -157,11 +170,12 @@ class Node(Component):
         return refs
 
     def _prune_dev_images(self, wanted: set[str]) -> None:
-        """Drop earlier builds of the project's image (`…:dev-<hash>`): each source change adds one."""
-        old = [ref for ref in self.ctr("images", "list", "--quiet").split()
-               if ":dev-" in ref and ref not in wanted and not ref.startswith("sha256:")]
+        """Drop earlier builds of the project's image (`…:dev-<hash>`, each source change adds one) and the records
+        the CRI plugin names by image id (`sha256:…`), and wait for containerd to collect their layers."""
+        rows = [line.split() for line in self.ctr("images", "list").splitlines()[1:]]
+        old = stale_images([(row[0], row[2]) for row in rows if len(row) > 2], wanted)
         if old:
-            self.ctr("images", "remove", *old, check=False)
+            self.ctr("images", "remove", "--sync", *old, check=False)
 
     @staticmethod
     def _normalize(ref: str) -> str:
@@ -188,7 +202,6 @@ class Node(Component):
         self.workdir = workdir.resolve()
         workdir = self.workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        check_disk(workdir)
         self._claim_machine(workdir)
         host_state.snapshot(workdir / "host-state.json", {
             "container_logs_existed": CONTAINER_LOGS.exists(),
@@ -206,9 +219,11 @@ class Node(Component):
         self._cleanup_leftover_containers()
         wanted = {PAUSE_REF} | {tag for tarball in [self.pause_tarball, *(self.images or [])]
                                 for tag in self.load_image(tarball)}
-        if self.images:  # a node started for the pause image alone keeps what the store has
-            self._prune_dev_images(wanted)
+        if not self.images:  # a node started for the pause image alone keeps every tagged build
+            wanted |= {ref for ref in self.ctr("images", "list", "--quiet").split() if not ref.startswith("sha256:")}
+        self._prune_dev_images(wanted)
         mark("images")
+        check_disk(workdir)  # once old builds are gone: they are what fills a CI machine's disk
         relay_port = self._start_relay(workdir)
         self._point_kubernetes_service(relay_port)
         self._start_kube_proxy(workdir)
