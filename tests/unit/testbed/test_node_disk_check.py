@@ -17,7 +17,7 @@ def test_a_nearly_full_disk_is_refused_with_the_numbers_and_the_fix() -> None:
     problem = disk_shortfall("/tmp/clone/.test-logs/run/node", int(0.36 * GIB), 252 * GIB)
     assert problem is not None
     assert "/tmp/clone/.test-logs/run/node" in problem and "0.4 GiB free" in problem
-    assert "6.5 GiB free" in problem  # 1 % of 252 GiB plus the tests' 4 GiB
+    assert "4.5 GiB free" in problem  # 1 % of 252 GiB plus the tests' 2 GiB
     assert "uv cache prune" in problem and "\n" not in problem
 
 
