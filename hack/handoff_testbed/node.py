@@ -51,8 +51,8 @@ WAIT_FOR_OTHER_NODE = 900.0
 #: The kubelet's hard eviction threshold on the node's and the images' file systems (`evictionHard` below).
 EVICTION_FREE_FRACTION = 0.01
 #: Room the node's tests need above that threshold once the images are in: pod logs, containers' layers, Spark's
-#: scratch space. During a whole suite's run (a new image build included) the disk's free space fell by at most 1.3 GiB (sampled every
-#: 5 s, 2026-12-07); twice the need of the node's tests alone, with room to spare.
+#: scratch space. During a whole suite's run (a new image build included) the disk's free space fell by at most
+#: 1.3 GiB (sampled every 5 s, 2026-12-07), so 2 GiB leaves room above what the node's tests take.
 NODE_WORKING_SPACE = 2 * 1024**3
 
 
