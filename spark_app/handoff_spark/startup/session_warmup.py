@@ -8,8 +8,8 @@ and opens the catalog. Every batch is Spark's, so a restarted driver's first com
 (docs/benchmarks.md, "Cold start").
 
 How: one tiny streaming query of its own (AvailableNow, a throwaway checkpoint): Spark's JVM `rate-micro-batch`
-source (one row per core, no Python planner on its way) into an Arrow stream writer like the table sinks'. It
-leaves every daemon started and its workers idle for reuse: its write tasks run the executor warm-up's task
+source (one row, one task: `TASKS`; no Python planner on its way) into an Arrow stream writer like the table
+sinks'. It leaves every daemon started and its workers idle for reuse: its write tasks run the executor warm-up's task
 (`startup.executor_warmup.warm_task`: pyarrow's JSON/Parquet path, the Kafka reader's and the sink's set-up) and
 its commit runs the sink's own `warm_up` (imports the sink, opens its catalog and table) in the commit runner's
 worker. It writes nothing anywhere. By default it starts in a thread just before the stream's query
@@ -40,8 +40,15 @@ log = logging.getLogger("handoff.session_warmup")
 
 ENV = switches.SESSION_WARMUP.name
 SOURCE_NAME = "handoff-session-warmup"
-#: The warm-up's source: one batch of one row per core (AvailableNow), made in the JVM.
+#: The warm-up's source: one batch of `TASKS` rows (AvailableNow), made in the JVM.
 RATE_SOURCE = "rate-micro-batch"
+#: Rows and tasks of the warm-up's one batch. One: it starts the worker daemon, and one task per core took every
+#: core just as the stream's first batch needed them. On a local master, Spark's FIFO order put its job (submitted
+#: a millisecond before the stream's) ahead of the stream's second wave, which waited ~140 ms for it (Spark's task
+#: log of a restart). Measured over eight restarts in runs of alternating order: the first batch 1145 ms against
+#: 1196 ms, the first commit the same (4.04 s against 4.06 s; docs/benchmarks.md, "Session 50"). A cluster's
+#: executors are each warmed by `startup.executor_warmup`, one task per core, pinned to them.
+TASKS = "1"
 #: The warm-up query's name: Spark's UI and REST API show it at the start of its jobs' and stages' descriptions.
 QUERY_NAME = "handoff-session-warmup"
 #: The warm-up query's checkpoint: `<tmp>/handoff-session-warmup-<pid>-<random>` (`temp_dirs`).
@@ -116,11 +123,10 @@ def run(spark: Any, cfg: Any, stop: Callable[[], str | None], timeout: float = T
     with own_temp_dir_while(DIR_PREFIX) as tmp:
         query = None
         try:
-            cores = str(spark.sparkContext.defaultParallelism)
             # Spark's own rate source (JVM): no Python planner on the way to the writer, so the warm-up reaches the
-            # worker daemon and the commit runner well before the stream's first batch does.
-            query = (spark.readStream.format(RATE_SOURCE).option("rowsPerBatch", cores)
-                     .option("numPartitions", cores).load().selectExpr("'session' AS target")
+            # worker daemon and the commit runner well before the stream's first batch does. One task (`TASKS`).
+            query = (spark.readStream.format(RATE_SOURCE).option("rowsPerBatch", TASKS)
+                     .option("numPartitions", TASKS).load().selectExpr("'session' AS target")
                      .writeStream.format(SOURCE_NAME).option("config", cfg.to_json())
                      .option("checkpointLocation", tmp).trigger(availableNow=True)
                      .queryName(QUERY_NAME).start())
