@@ -51,8 +51,9 @@ WAIT_FOR_OTHER_NODE = 900.0
 #: The kubelet's hard eviction threshold on the node's and the images' file systems (`evictionHard` below).
 EVICTION_FREE_FRACTION = 0.01
 #: Room the node's tests need above that threshold once the images are in: pod logs, containers' layers, Spark's
-#: scratch space. During a whole suite's run (a new image build included) the disk's free space fell by at most
-#: 1.3 GiB (sampled every 5 s, 2026-12-07), so 2 GiB leaves room above what the node's tests take.
+#: scratch space. While two whole suites' tests ran, the disk's free space fell by at most 1.3 GiB (sampled every
+#: 5 s, 2026-12-07; the image's build before them took 2.6 GiB for a moment, before any node starts), so 2 GiB
+#: leaves room above what the node's tests take.
 NODE_WORKING_SPACE = 2 * 1024**3
 
 
