@@ -93,6 +93,31 @@ def create_topic(bootstrap: str, topic: str) -> None:
         time.sleep(0.2)
 
 
+def settle_broker(bootstrap: str, n: int) -> float:
+    """Produce 2·`n` records to a topic of their own and read them back with a read_committed consumer, before any
+    pipeline is measured; returns the seconds it took.
+
+    Why: the pipeline that ran first in a run measured slower than the same pipeline run later (the JVM source's first
+    batch after a clean start 3.9 s first, 2.9 s second; docs/benchmarks.md, "Session 50"): the broker, a fresh JVM,
+    compiles its produce and fetch paths while that pipeline waits on them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    started = time.monotonic()
+    topic = f"cold-settle-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic)
+    produce_txn(bootstrap, topic, 0, 2 * n)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        seen, deadline = 0, time.monotonic() + 120
+        while seen < 2 * n and time.monotonic() < deadline:
+            seen += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+    finally:
+        consumer.close()
+    return round(time.monotonic() - started, 2)
+
+
 def app_config(bootstrap: str, topic: str, tmp: Path, pipeline: str, extra_conf: dict[str, str]) -> Any:
     from handoff_spark.config import AppConfig
 
@@ -496,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=2000, help="chaos: records/s produced")
     ap.add_argument("--kill-every", default="15,30", help="chaos: kill -9 after uniform(lo, hi) seconds")
     ap.add_argument("--jvm-driver", help=argparse.SUPPRESS)
+    ap.add_argument("--no-settle", dest="settle", action="store_false",
+                    help="measure the first pipeline against a broker that has served nothing yet (settle_broker)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.jvm_driver:
@@ -519,9 +546,12 @@ def main(argv: list[str] | None = None) -> int:
             for pipeline in [p for p in pipelines if p in PIPELINE_ENV]:  # the handoff driver's variants
                 results[f"chaos-{pipeline}"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi), pipeline)
         else:
+            settled = settle_broker(bootstrap, args.records) if args.settle else None
+            print(f"broker settled in {settled} s", flush=True)
             for pipeline in pipelines:
                 results[pipeline] = run_pipeline(pipeline, bootstrap, tmp, args.records, extra)
     doc = {"records": args.records, "label": args.label, "before": args.before, "conf": extra, "cpus": os.cpu_count(),
+           "broker_settled": args.settle and not args.chaos,
            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     out = Path(args.out or ROOT / "bench" / "results" / ("cold_start_chaos.json" if args.chaos else "cold_start.json"))
