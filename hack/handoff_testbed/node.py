@@ -172,11 +172,15 @@ class Node(Component):
                 self.ctr("images", "import", "-", stdin=stream.fileno())
         return refs
 
-    def _prune_dev_images(self, wanted: set[str]) -> None:
-        """Drop earlier builds of the project's image (`…:dev-<hash>`, each source change adds one) and the records
-        the CRI plugin names by image id (`sha256:…`), and wait for containerd to collect their layers."""
+    def _prune_images(self, wanted: set[str], keep_every_tag: bool) -> None:
+        """Drop earlier builds of the project's image (`…:dev-<hash>`, each source change adds one; all kept with
+        `keep_every_tag`) and the records the CRI plugin names by image id (`sha256:…`) of images no longer kept, and
+        wait for containerd to collect their layers."""
         rows = [line.split() for line in self.ctr("images", "list").splitlines()[1:]]
-        old = stale_images([(row[0], row[2]) for row in rows if len(row) > 2], wanted)
+        listing = [(row[0], row[2]) for row in rows if len(row) > 2]
+        if keep_every_tag:
+            wanted = wanted | {ref for ref, _ in listing if not ref.startswith("sha256:")}
+        old = stale_images(listing, wanted)
         if old:
             self.ctr("images", "remove", "--sync", *old, check=False)
 
@@ -222,9 +226,7 @@ class Node(Component):
         self._cleanup_leftover_containers()
         wanted = {PAUSE_REF} | {tag for tarball in [self.pause_tarball, *(self.images or [])]
                                 for tag in self.load_image(tarball)}
-        if not self.images:  # a node started for the pause image alone keeps every tagged build
-            wanted |= {ref for ref in self.ctr("images", "list", "--quiet").split() if not ref.startswith("sha256:")}
-        self._prune_dev_images(wanted)
+        self._prune_images(wanted, keep_every_tag=not self.images)  # a node for the pause image alone keeps builds
         mark("images")
         check_disk(workdir)  # once old builds are gone: they are what fills a CI machine's disk
         relay_port = self._start_relay(workdir)

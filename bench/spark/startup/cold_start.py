@@ -546,8 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             for pipeline in [p for p in pipelines if p in PIPELINE_ENV]:  # the handoff driver's variants
                 results[f"chaos-{pipeline}"] = chaos(bootstrap, tmp, args.chaos, args.rate, (lo, hi), pipeline)
         else:
-            settled = settle_broker(bootstrap, args.records) if args.settle else None
-            print(f"broker settled in {settled} s", flush=True)
+            if args.settle:
+                print(f"broker settled in {settle_broker(bootstrap, args.records)} s", flush=True)
             for pipeline in pipelines:
                 results[pipeline] = run_pipeline(pipeline, bootstrap, tmp, args.records, extra)
     doc = {"records": args.records, "label": args.label, "before": args.before, "conf": extra, "cpus": os.cpu_count(),
